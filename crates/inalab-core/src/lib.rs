@@ -1,0 +1,24 @@
+//! The sans-IO contract shared by every inalab protocol and every driver.
+//!
+//! Protocol code (switch programs in `inalab-switch`, host protocols in `inalab-host`) is a
+//! pure state machine: it is handed the current time and an input (a packet, a fired timer, an
+//! application request) and answers with outputs (packets, timers, completions). It owns no
+//! clock, socket, thread or random number generator. Two drivers run it: the discrete-event
+//! simulator (`inalab-sim`) and the UDP runtime (a later issue). Anything random a protocol
+//! needs (for example a hash seed) is passed in by the driver at construction.
+
+mod host;
+mod packet;
+mod switch;
+pub mod time;
+
+pub use host::{AppRequest, Endpoint, HostEvent, HostProtocol};
+pub use inalab_wire as wire;
+pub use packet::{flow_key, splitmix64, Packet, Payload, NO_PATH};
+pub use switch::{L3Forward, SwitchAction, SwitchCtx, SwitchProgram, TimerToken};
+pub use time::Time;
+
+/// Index of a node (host or switch) in a topology. Hosts and switches share one index space.
+pub type NodeId = u32;
+/// Index of a port on a switch (0-based, in the order the topology lists the switch's links).
+pub type PortId = u16;
