@@ -1,0 +1,106 @@
+use crate::Topology;
+use inalab_core::{NodeId, PortId};
+use std::collections::{HashMap, VecDeque};
+
+/// Shortest-path routing tables: for every switch and destination host, the set of egress
+/// ports on shortest paths (the ECMP group). Lookups are two array indexings, so a hop costs
+/// the same at 16 hosts as at 1024. Hosts never transit traffic.
+#[derive(Debug, Clone)]
+pub struct Routes {
+    hosts: u32,
+    /// `table[(switch - hosts) * hosts + dst]` = index into `groups`.
+    table: Vec<u32>,
+    groups: Vec<Vec<PortId>>,
+}
+
+const UNREACHABLE: u32 = u32::MAX;
+
+impl Routes {
+    pub fn compute(t: &Topology) -> Routes {
+        let n = t.nodes.len();
+        let h = t.hosts as usize;
+        let switches = n - h;
+        let mut table = vec![UNREACHABLE; switches * h];
+        let mut groups: Vec<Vec<PortId>> = vec![];
+        let mut group_ids: HashMap<Vec<PortId>, u32> = HashMap::new();
+        let mut dist = vec![u32::MAX; n];
+        let mut queue = VecDeque::new();
+        let mut cand = Vec::new();
+        for dst in 0..h {
+            dist.iter_mut().for_each(|d| *d = u32::MAX);
+            dist[dst] = 0;
+            queue.clear();
+            queue.push_back(dst as NodeId);
+            while let Some(u) = queue.pop_front() {
+                // Only the destination host itself is expanded among hosts.
+                if t.is_host(u) && u as usize != dst {
+                    continue;
+                }
+                for p in &t.nodes[u as usize].ports {
+                    if dist[p.peer as usize] == u32::MAX {
+                        dist[p.peer as usize] = dist[u as usize] + 1;
+                        queue.push_back(p.peer);
+                    }
+                }
+            }
+            for s in h..n {
+                if dist[s] == u32::MAX {
+                    continue;
+                }
+                cand.clear();
+                for (pi, p) in t.nodes[s].ports.iter().enumerate() {
+                    let q = p.peer as usize;
+                    let transit_ok = q >= h || q == dst;
+                    if transit_ok && dist[q] != u32::MAX && dist[q] + 1 == dist[s] {
+                        cand.push(pi as PortId);
+                    }
+                }
+                let gid = *group_ids.entry(cand.clone()).or_insert_with(|| {
+                    groups.push(cand.clone());
+                    (groups.len() - 1) as u32
+                });
+                table[(s - h) * h + dst] = gid;
+            }
+        }
+        Routes { hosts: t.hosts, table, groups }
+    }
+
+    /// Egress ports of `switch` on shortest paths to host `dst` (empty if unreachable).
+    #[inline]
+    pub fn next_hops(&self, switch: NodeId, dst: NodeId) -> &[PortId] {
+        let h = self.hosts as usize;
+        match self.table[(switch as usize - h) * h + dst as usize] {
+            UNREACHABLE => &[],
+            g => &self.groups[g as usize],
+        }
+    }
+
+    /// The ECMP path (node list, hosts included) a flow with hash `flow` takes from host
+    /// `src` to host `dst`, choosing `hash % group_len` at every switch, as the simulator does.
+    pub fn ecmp_path(&self, t: &Topology, src: NodeId, dst: NodeId, flow: u64) -> Option<Vec<NodeId>> {
+        let mut path = vec![src];
+        let mut cur = t.host_switch(src);
+        path.push(cur);
+        while cur != dst {
+            let hops = self.next_hops(cur, dst);
+            if hops.is_empty() || path.len() > t.nodes.len() {
+                return None;
+            }
+            let port = ecmp_pick(hops, flow, cur);
+            cur = t.nodes[cur as usize].ports[port as usize].peer;
+            path.push(cur);
+        }
+        Some(path)
+    }
+}
+
+/// ECMP choice among `hops` for a flow at switch `at`: the hash is salted per switch so
+/// successive tiers do not make correlated choices (the polarization problem).
+#[inline]
+pub fn ecmp_pick(hops: &[PortId], flow: u64, at: NodeId) -> PortId {
+    if hops.len() == 1 {
+        return hops[0];
+    }
+    let h = inalab_core::splitmix64(flow ^ (at as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    hops[(h % hops.len() as u64) as usize]
+}
