@@ -1,1 +1,57 @@
+//! `inalab._core`: the Rust simulator behind the Python front. JSON crosses the boundary in
+//! both directions so the Python side owns configs and DataFrames and the Rust side owns the
+//! simulation; errors become `ValueError("field.path: message")`.
 
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+/// Simulates a scenario spec (JSON, as `inalab.config` produces) and returns the result as
+/// JSON. `progress(fraction, events)` is called about every 0.2 s of wall time. The GIL is
+/// released while simulating.
+#[pyfunction]
+#[pyo3(signature = (spec_json, progress=None))]
+fn simulate(py: Python<'_>, spec_json: &str, progress: Option<Py<PyAny>>) -> PyResult<String> {
+    let spec = inalab_sim::parse_spec(spec_json).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let mut sim = inalab_sim::Sim::new(&spec).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let mut callback_error: Option<PyErr> = None;
+    py.detach(|| {
+        let mut report = |frac: f64, events: u64| {
+            if let (Some(cb), None) = (&progress, &callback_error) {
+                Python::attach(|py| {
+                    if let Err(e) = cb.call1(py, (frac, events)) {
+                        callback_error = Some(e);
+                    }
+                });
+            }
+        };
+        sim.run(Some(&mut report));
+    });
+    if let Some(e) = callback_error {
+        return Err(e);
+    }
+    let result = sim.finish();
+    serde_json::to_string(&result).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// Builds and validates a topology spec (JSON) and returns the graph as JSON:
+/// `{"hosts", "nodes": [{name, kind, tier, programmable, ports}], "links": [...]}`.
+#[pyfunction]
+fn build_topology(topology_json: &str) -> PyResult<String> {
+    let spec: inalab_topo::TopologySpec =
+        serde_json::from_str(topology_json).map_err(|e| PyValueError::new_err(format!("topology: {e}")))?;
+    let topo = inalab_topo::build(&spec).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    serde_json::to_string(&topo).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+#[pyfunction]
+fn version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(simulate, m)?)?;
+    m.add_function(wrap_pyfunction!(build_topology, m)?)?;
+    m.add_function(wrap_pyfunction!(version, m)?)?;
+    Ok(())
+}

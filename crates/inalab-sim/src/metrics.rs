@@ -1,0 +1,145 @@
+//! Turns the world's counters into the result rows.
+
+use crate::result::*;
+use crate::sim::Sim;
+use inalab_core::time::to_secs;
+use std::collections::BTreeMap;
+
+impl Sim {
+    pub fn finish(self) -> SimResult {
+        let t_end = self.now.max(1);
+        let bin = self.bin;
+        let name = |n: u32| self.topo.nodes[n as usize].name.clone();
+        let mut r = SimResult {
+            scenario: self.name.clone(),
+            seed: self.seed,
+            sim_time_s: to_secs(self.now),
+            wall_s: self.wall_s,
+            events: self.events,
+            stopped_by: self.stopped_by.to_string(),
+            ..Default::default()
+        };
+        for j in &self.wl.jobs {
+            let start = j.spec.start_ps;
+            let finished = j.failures.is_empty() && j.iter_end.len() as u32 == j.iterations;
+            let end = j.finished_at.unwrap_or(self.now);
+            let jct = to_secs(end.saturating_sub(start));
+            let iters = j.iter_end.len() as u32;
+            let bpi = j.bytes_per_iteration();
+            r.jobs.push(JobResult {
+                id: j.spec.id,
+                name: j.spec.name.clone(),
+                scheme: j.spec.scheme.name().to_string(),
+                workers: j.workers.len() as u32,
+                finished,
+                jct_s: jct,
+                iterations: iters,
+                mean_iteration_s: if iters > 0 { jct / iters as f64 } else { 0.0 },
+                bytes_per_iteration: bpi,
+                goodput_gbps: if jct > 0.0 { (bpi * iters as u64) as f64 * 8.0 / jct / 1e9 } else { 0.0 },
+                payload_checked: j.payload_checked,
+                payload_errors: j.payload_errors,
+                failures: j.failures.clone(),
+            });
+            let mut prev = start;
+            for (i, &t) in j.iter_end.iter().enumerate() {
+                r.iterations.push(IterationRow { job: j.spec.id, iteration: i as u32, end_s: to_secs(t), duration_s: to_secs(t - prev) });
+                prev = t;
+            }
+        }
+        let mut node_of_port = vec![];
+        for (n, node) in self.topo.nodes.iter().enumerate() {
+            node_of_port.extend(std::iter::repeat_n(n as u32, node.ports.len()));
+        }
+        for (pi, p) in self.ports.iter().enumerate() {
+            let src = node_of_port[pi];
+            let s = &p.stats;
+            let busy = inalab_core::time::serialization(s.tx_bytes, p.rate_bps);
+            let bin_capacity = p.rate_bps as f64 * to_secs(bin) / 8.0;
+            let peak = s.tx_series.iter().map(|&(_, b)| b).max().unwrap_or(0) as f64 / bin_capacity;
+            let entity = format!("{}->{}", name(src), name(p.peer));
+            for &(b, bytes) in &s.tx_series {
+                r.timeseries.push(SeriesRow { t_s: to_secs(b as u64 * bin), metric: "link_utilization", entity: entity.clone(), value: bytes as f64 / bin_capacity });
+            }
+            for &(b, q) in &s.queue_series {
+                r.timeseries.push(SeriesRow { t_s: to_secs(b as u64 * bin), metric: "queue_bytes_max", entity: entity.clone(), value: q as f64 });
+            }
+            r.links.push(LinkResult {
+                link: p.link,
+                src: name(src),
+                dst: name(p.peer),
+                rate_gbps: p.rate_bps as f64 / 1e9,
+                tx_bytes: s.tx_bytes,
+                tx_packets: s.tx_packets,
+                utilization: busy as f64 / t_end as f64,
+                peak_bin_utilization: peak,
+                drops_queue: s.drops_queue,
+                drops_loss: s.drops_loss,
+                ecn_marks: s.ecn_marks,
+                max_queue_bytes: s.max_queue_bytes,
+            });
+        }
+        let hosts = self.topo.hosts;
+        for (si, sw) in self.switches.iter().enumerate() {
+            let node = hosts + si as u32;
+            let base = self.topo.nodes[..node as usize].iter().map(|n| n.ports.len()).sum::<usize>();
+            let ports = &self.ports[base..base + self.topo.nodes[node as usize].ports.len()];
+            let mut counters: BTreeMap<String, u64> = sw.program.counters().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            counters.insert("drops_no_route".into(), sw.drops_no_route);
+            for &(b, v) in &sw.agg_series {
+                r.timeseries.push(SeriesRow { t_s: to_secs(b as u64 * bin), metric: "aggregators_in_use", entity: name(node), value: v as f64 });
+            }
+            r.switches.push(SwitchResult {
+                name: name(node),
+                programmable: self.topo.nodes[node as usize].programmable,
+                rx_packets: sw.rx_packets,
+                drops_queue: ports.iter().map(|p| p.stats.drops_queue).sum(),
+                drops_program: sw.drops_program,
+                ecn_marks: ports.iter().map(|p| p.stats.ecn_marks).sum(),
+                max_queue_bytes: ports.iter().map(|p| p.stats.max_queue_bytes).max().unwrap_or(0),
+                aggregators_peak: sw.agg_peak,
+                aggregators_end: sw.program.aggregators_in_use(),
+                counters,
+            });
+        }
+        for (h, hs) in self.hosts.iter().enumerate() {
+            let nic = &self.ports[self.topo.nodes[..h].iter().map(|n| n.ports.len()).sum::<usize>()].stats;
+            let mut counters = BTreeMap::new();
+            for e in &hs.eps {
+                for (k, v) in e.proto.counters() {
+                    *counters.entry(k.to_string()).or_insert(0) += v;
+                }
+            }
+            r.hosts.push(HostResult {
+                name: name(h as u32),
+                tx_bytes: nic.tx_bytes,
+                tx_packets: nic.tx_packets,
+                rx_bytes: hs.rx_bytes,
+                rx_packets: hs.rx_packets,
+                drops_loss: hs.drops_loss + nic.drops_loss,
+                drops_no_endpoint: hs.drops_no_endpoint,
+                counters,
+            });
+        }
+        for (i, f) in self.wl.flows.iter().enumerate() {
+            r.flows.push(FlowResult {
+                id: i as u32,
+                src: name(f.src),
+                dst: name(f.dst),
+                bytes_sent: f.bytes,
+                bytes_received: f.bytes_received,
+                packets_received: f.packets_received,
+                first_rx_s: f.first_rx.map_or(f64::NAN, to_secs),
+                last_rx_s: f.last_rx.map_or(f64::NAN, to_secs),
+            });
+        }
+        let mut c = self.cons.clone();
+        let (live, live_bytes) = self.in_flight();
+        c.in_flight_packets = live;
+        c.in_flight_bytes = live_bytes;
+        c.holds = c.sent_packets as i64 + c.created_packets == (c.delivered_packets + c.dropped_packets + c.in_flight_packets) as i64
+            && c.sent_bytes as i64 + c.created_bytes == (c.delivered_bytes + c.dropped_bytes + c.in_flight_bytes) as i64;
+        r.conservation = c;
+        r
+    }
+}

@@ -1,0 +1,647 @@
+//! The simulation world: nodes, ports, packets in flight, and the event loop that feeds the
+//! sans-IO protocols their inputs and carries out their outputs.
+
+use crate::events::{Ev, EventQueue};
+use crate::network::{Enqueued, PortState};
+use crate::result::Conservation;
+use crate::spec::{Routing, SimSpec};
+use crate::workload::{Owner, Workloads};
+use crate::{Progress, SimError};
+use inalab_core::{AppRequest, HostEvent, HostProtocol, NodeId, Packet, PortId, SwitchAction, SwitchCtx, SwitchProgram, Time, NO_PATH};
+use inalab_topo::{ecmp_pick, Routes, Topology};
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use std::time::Instant;
+
+pub(crate) struct Endpoint {
+    pub proto: Box<dyn HostProtocol>,
+    pub port: u16,
+    pub owner: Owner,
+    /// Time of the pending `HostTimer` event, if any (later ones are stale).
+    timer_armed: Option<Time>,
+}
+
+#[derive(Default)]
+pub(crate) struct HostState {
+    pub eps: Vec<Endpoint>,
+    nic_busy: bool,
+    /// Round-robin cursor over endpoints when the NIC polls.
+    rr: usize,
+    pub rx_bytes: u64,
+    pub rx_packets: u64,
+    pub drops_loss: u64,
+    pub drops_no_endpoint: u64,
+    pub loss: f64,
+}
+
+pub(crate) struct SwitchState {
+    pub program: Box<dyn SwitchProgram>,
+    /// Processing capacity (GRID): packets are processed one after another at this rate.
+    pub capacity_bps: Option<u64>,
+    proc_busy: Time,
+    pub rx_packets: u64,
+    pub drops_program: u64,
+    pub drops_no_route: u64,
+    pub agg_peak: u32,
+    pub agg_series: Vec<(u32, u32)>,
+}
+
+/// Packets in flight, by slab index (events carry the index, not the packet).
+#[derive(Default)]
+struct Slab {
+    slots: Vec<Option<Packet>>,
+    free: Vec<u32>,
+    live: u64,
+    live_bytes: u64,
+}
+
+impl Slab {
+    #[inline]
+    fn insert(&mut self, p: Packet) -> u32 {
+        self.live += 1;
+        self.live_bytes += p.size as u64;
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some(p);
+                i
+            }
+            None => {
+                self.slots.push(Some(p));
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+    #[inline]
+    fn take(&mut self, i: u32) -> Packet {
+        let p = self.slots[i as usize].take().expect("live packet");
+        self.free.push(i);
+        self.live -= 1;
+        self.live_bytes -= p.size as u64;
+        p
+    }
+}
+
+struct FixedPath {
+    nodes: Vec<NodeId>,
+    /// `ports[i]`: egress port of `nodes[i]` toward `nodes[i + 1]`.
+    ports: Vec<PortId>,
+}
+
+pub struct Sim {
+    pub(crate) name: String,
+    pub(crate) seed: u64,
+    pub(crate) payload: bool,
+    pub(crate) stop: Time,
+    pub(crate) bin: Time,
+    pub(crate) now: Time,
+    pub(crate) q: EventQueue,
+    pub(crate) topo: Topology,
+    routes: Routes,
+    routing: Routing,
+    buffer: u64,
+    ecn_threshold: u64,
+    port_base: Vec<u32>,
+    pub(crate) ports: Vec<PortState>,
+    pub(crate) switches: Vec<SwitchState>,
+    pub(crate) hosts: Vec<HostState>,
+    pkts: Slab,
+    rng: Xoshiro256PlusPlus,
+    paths: Vec<FixedPath>,
+    actions: Vec<SwitchAction>,
+    pub(crate) cons: Conservation,
+    pub(crate) events: u64,
+    pub(crate) wl: Workloads,
+    pub(crate) done: bool,
+    pub(crate) wall_s: f64,
+    pub(crate) stopped_by: &'static str,
+}
+
+struct Ctx<'a> {
+    node: NodeId,
+    now: Time,
+    ports: &'a [PortState],
+}
+
+impl SwitchCtx for Ctx<'_> {
+    fn node(&self) -> NodeId {
+        self.node
+    }
+    fn num_ports(&self) -> usize {
+        self.ports.len()
+    }
+    fn queue_bytes(&self, port: PortId) -> u64 {
+        self.ports[port as usize].backlog(self.now)
+    }
+    fn peer(&self, port: PortId) -> NodeId {
+        self.ports[port as usize].peer
+    }
+}
+
+fn check_prob(field: String, p: f64) -> Result<f64, SimError> {
+    if !(0.0..=1.0).contains(&p) {
+        return Err(SimError::new(field, format!("must be a probability in [0, 1], got {p}")));
+    }
+    Ok(p)
+}
+
+impl Sim {
+    pub fn new(spec: &SimSpec) -> Result<Sim, SimError> {
+        let topo = inalab_topo::build(&spec.topology)?;
+        let routes = Routes::compute(&topo);
+        let net = &spec.network;
+        if let Routing::Adaptive { threshold } = net.routing {
+            if !(0.0..=1.0).contains(&threshold) {
+                return Err(SimError::new("network.adaptive_threshold", format!("must be a fraction in [0, 1], got {threshold}")));
+            }
+        }
+        if spec.metrics.bin_ps == 0 {
+            return Err(SimError::new("metrics.bin", "must be a positive duration"));
+        }
+        let switch_id = |field: String, name: &str| -> Result<NodeId, SimError> {
+            match topo.find(name) {
+                Some(n) if !topo.is_host(n) => Ok(n),
+                _ => Err(SimError::new(field, format!("no switch named {name:?}"))),
+            }
+        };
+        let mut port_base = Vec::with_capacity(topo.nodes.len());
+        let mut ports = Vec::new();
+        for node in &topo.nodes {
+            port_base.push(ports.len() as u32);
+            for p in &node.ports {
+                let l = &topo.links[p.link as usize];
+                ports.push(PortState {
+                    peer: p.peer,
+                    peer_port: p.peer_port,
+                    link: p.link,
+                    rate_bps: l.rate_bps,
+                    delay_ps: l.delay_ps,
+                    busy_until: 0,
+                    loss: 0.0,
+                    stats: Default::default(),
+                });
+            }
+        }
+        for (i, ll) in net.link_loss.iter().enumerate() {
+            let field = format!("network.link_loss[{i}]");
+            let p = check_prob(format!("{field}.prob"), ll.prob)?;
+            let (a, b) = match (topo.find(&ll.a), topo.find(&ll.b)) {
+                (Some(a), Some(b)) => (a, b),
+                _ => return Err(SimError::new(field, format!("no link between {:?} and {:?}: unknown node", ll.a, ll.b))),
+            };
+            let (pa, pb) = match (topo.port_to(a, b), topo.port_to(b, a)) {
+                (Some(pa), Some(pb)) => (pa, pb),
+                _ => return Err(SimError::new(field, format!("{:?} and {:?} are not adjacent", ll.a, ll.b))),
+            };
+            ports[(port_base[a as usize] + pa as u32) as usize].loss = p;
+            ports[(port_base[b as usize] + pb as u32) as usize].loss = p;
+        }
+        let mut hosts: Vec<HostState> = (0..topo.hosts).map(|_| HostState::default()).collect();
+        for (i, hl) in net.host_loss.iter().enumerate() {
+            let p = check_prob(format!("network.host_loss[{i}].prob"), hl.prob)?;
+            match topo.find(&hl.host) {
+                Some(h) if topo.is_host(h) => hosts[h as usize].loss = p,
+                _ => return Err(SimError::new(format!("network.host_loss[{i}].host"), format!("no host named {:?}", hl.host))),
+            }
+        }
+        let mut switches: Vec<SwitchState> = topo
+            .switches()
+            .map(|_| SwitchState {
+                program: Box::new(inalab_switch::L3Forward),
+                capacity_bps: None,
+                proc_busy: 0,
+                rx_packets: 0,
+                drops_program: 0,
+                drops_no_route: 0,
+                agg_peak: 0,
+                agg_series: vec![],
+            })
+            .collect();
+        for (i, sc) in net.switch_capacity.iter().enumerate() {
+            let s = switch_id(format!("network.switch_capacity[{i}].switch"), &sc.switch)?;
+            if sc.value == 0 {
+                return Err(SimError::new(format!("network.switch_capacity[{i}].value"), "must be a positive rate"));
+            }
+            switches[(s - topo.hosts) as usize].capacity_bps = Some(sc.value);
+        }
+        for (i, sm) in net.switch_memory.iter().enumerate() {
+            // Memory budgets are consumed by the INA switch programs of later issues.
+            switch_id(format!("network.switch_memory[{i}].switch"), &sm.switch)?;
+        }
+        let mut paths = vec![];
+        for (i, names) in spec.paths.iter().enumerate() {
+            let field = format!("paths[{i}]");
+            let nodes = names
+                .iter()
+                .map(|n| topo.find(n).ok_or_else(|| SimError::new(field.clone(), format!("no node named {n:?}"))))
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut pp = vec![];
+            for w in nodes.windows(2) {
+                pp.push(topo.port_to(w[0], w[1]).ok_or_else(|| {
+                    SimError::new(field.clone(), format!("{:?} and {:?} are not adjacent", topo.nodes[w[0] as usize].name, topo.nodes[w[1] as usize].name))
+                })?);
+            }
+            paths.push(FixedPath { nodes, ports: pp });
+        }
+        let mut sim = Sim {
+            name: spec.name.clone(),
+            seed: spec.seed,
+            payload: spec.payload,
+            stop: spec.stop_ps,
+            bin: spec.metrics.bin_ps,
+            now: 0,
+            q: EventQueue::default(),
+            topo,
+            routes,
+            routing: net.routing,
+            buffer: net.buffer_bytes,
+            ecn_threshold: net.ecn_threshold_bytes,
+            port_base,
+            ports,
+            switches,
+            hosts,
+            pkts: Slab::default(),
+            rng: Xoshiro256PlusPlus::seed_from_u64(spec.seed),
+            paths,
+            actions: Vec::new(),
+            cons: Conservation::default(),
+            events: 0,
+            wl: Workloads::default(),
+            done: false,
+            wall_s: 0.0,
+            stopped_by: "stop_time",
+        };
+        sim.setup_workloads(spec)?;
+        Ok(sim)
+    }
+
+    /// Runs until every job and flow has finished, the queue drains, or `stop` is reached.
+    pub fn run(&mut self, mut progress: Option<Progress<'_>>) {
+        let wall = Instant::now();
+        let mut last_report = Instant::now();
+        self.check_done();
+        while !self.done {
+            let Some(t) = self.q.peek_time() else {
+                self.stopped_by = "idle";
+                break;
+            };
+            if t > self.stop {
+                self.now = self.stop;
+                self.stopped_by = "stop_time";
+                break;
+            }
+            let (t, ev) = self.q.pop().expect("peeked");
+            self.now = t;
+            self.events += 1;
+            self.handle(ev);
+            if self.events & 0x3fff == 0 {
+                if let Some(cb) = progress.as_mut() {
+                    if last_report.elapsed().as_millis() >= 200 {
+                        last_report = Instant::now();
+                        cb(self.fraction_done(), self.events);
+                    }
+                }
+            }
+        }
+        if let Some(cb) = progress.as_mut() {
+            cb(1.0, self.events);
+        }
+        self.wall_s = wall.elapsed().as_secs_f64();
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::Arrive { node, port, pkt } => {
+                if self.topo.is_host(node) {
+                    self.host_rx(node, pkt)
+                } else {
+                    self.switch_rx(node, port, pkt)
+                }
+            }
+            Ev::NicFree { host } => {
+                self.hosts[host as usize].nic_busy = false;
+                self.try_transmit(host);
+            }
+            Ev::HostTimer { host, ep } => {
+                let e = &mut self.hosts[host as usize].eps[ep as usize];
+                if e.timer_armed != Some(self.now) {
+                    return; // superseded by an earlier arming
+                }
+                e.timer_armed = None;
+                if e.proto.poll_timeout().is_some_and(|t| t <= self.now) {
+                    e.proto.handle_timeout(self.now);
+                }
+                self.service(host, ep);
+            }
+            Ev::SwitchTimer { switch, token } => {
+                let si = (switch - self.topo.hosts) as usize;
+                let mut out = std::mem::take(&mut self.actions);
+                let base = self.port_base[switch as usize] as usize;
+                let n = self.topo.nodes[switch as usize].ports.len();
+                let ctx = Ctx { node: switch, now: self.now, ports: &self.ports[base..base + n] };
+                self.switches[si].program.on_timer(self.now, &ctx, token, &mut out);
+                self.apply_actions(switch, self.now, 0, &mut out);
+                self.actions = out;
+            }
+            Ev::ComputeDone { job, rank } => self.compute_done(job, rank),
+            Ev::JobStart { job } => self.job_start(job),
+            Ev::FlowStart { flow } => self.flow_start(flow),
+            Ev::Background { host } => self.background_next(host),
+        }
+    }
+
+    // ---- hosts -------------------------------------------------------------------------
+
+    pub(crate) fn add_endpoint(&mut self, host: NodeId, proto: Box<dyn HostProtocol>, owner: Owner) -> u16 {
+        let port = proto.endpoint().port;
+        let h = &mut self.hosts[host as usize];
+        h.eps.push(Endpoint { proto, port, owner, timer_armed: None });
+        (h.eps.len() - 1) as u16
+    }
+
+    /// Hands an application request to an endpoint and carries out what follows.
+    pub(crate) fn submit(&mut self, host: NodeId, ep: u16, req: AppRequest) {
+        self.hosts[host as usize].eps[ep as usize].proto.submit(self.now, req);
+        self.service(host, ep);
+    }
+
+    /// After any input to an endpoint: deliver its events, re-arm its timer, feed the NIC.
+    fn service(&mut self, host: NodeId, ep: u16) {
+        self.drain(host, ep);
+        self.try_transmit(host);
+    }
+
+    /// Delivers an endpoint's events to its owner and (re-)arms its timer. Needed after every
+    /// call into the protocol, `poll_transmit` included (sending arms retransmission timers).
+    fn drain(&mut self, host: NodeId, ep: u16) {
+        loop {
+            let e = &mut self.hosts[host as usize].eps[ep as usize];
+            let Some(ev) = e.proto.poll_event() else { break };
+            let owner = e.owner;
+            self.on_host_event(host, owner, ev);
+        }
+        let now = self.now;
+        let e = &mut self.hosts[host as usize].eps[ep as usize];
+        if let Some(t) = e.proto.poll_timeout() {
+            let at = t.max(now);
+            if e.timer_armed.is_none_or(|a| at < a) {
+                e.timer_armed = Some(at);
+                self.q.push(at, Ev::HostTimer { host, ep });
+            }
+        }
+    }
+
+    fn on_host_event(&mut self, host: NodeId, owner: Owner, ev: HostEvent) {
+        match owner {
+            Owner::Worker { job, rank } => self.worker_event(job, rank, ev),
+            Owner::Server { job } => {
+                if let HostEvent::Failed { reason, .. } = ev {
+                    self.job_failed(job, format!("server on {}: {reason}", self.topo.nodes[host as usize].name));
+                }
+            }
+            Owner::FlowSrc { flow } => {
+                if let HostEvent::Done { .. } = ev {
+                    self.flow_sent(flow);
+                }
+            }
+            Owner::FlowDst { .. } | Owner::Background => {}
+        }
+    }
+
+    /// If the host's NIC is idle, takes the next packet from its endpoints (round robin).
+    fn try_transmit(&mut self, host: NodeId) {
+        loop {
+            let now = self.now;
+            let h = &mut self.hosts[host as usize];
+            if h.nic_busy || h.eps.is_empty() {
+                return;
+            }
+            let n = h.eps.len();
+            let mut got = None;
+            for k in 0..n {
+                let i = (h.rr + k) % n;
+                if let Some(p) = h.eps[i].proto.poll_transmit(now) {
+                    h.rr = (i + 1) % n;
+                    got = Some((i as u16, p));
+                    break;
+                }
+            }
+            let Some((ep, mut pkt)) = got else { return };
+            // Mark the NIC busy first: what `drain` triggers may call back into this host.
+            self.hosts[host as usize].nic_busy = pkt.dst != host;
+            self.drain(host, ep);
+            self.cons.sent_packets += 1;
+            self.cons.sent_bytes += pkt.size as u64;
+            if pkt.dst == host {
+                // Co-located endpoints (e.g. a BytePS server beside its worker) talk through
+                // host memory, not the NIC.
+                self.cons.delivered_packets += 1;
+                self.cons.delivered_bytes += pkt.size as u64;
+                self.deliver(host, pkt);
+                continue;
+            }
+            pkt.hop = 0;
+            let lost = self.draw(self.hosts[host as usize].loss) || self.draw(self.ports[self.port_base[host as usize] as usize].loss);
+            let pi = self.port_base[host as usize] as usize;
+            let size = pkt.size;
+            match self.ports[pi].enqueue(now, now, size, None, 0, lost, self.bin) {
+                Enqueued::Sent { arrival, .. } => {
+                    let (peer, peer_port) = (self.ports[pi].peer, self.ports[pi].peer_port);
+                    let idx = self.pkts.insert(pkt);
+                    self.q.push(arrival, Ev::Arrive { node: peer, port: peer_port, pkt: idx });
+                }
+                _ => self.dropped(&pkt),
+            }
+            let free_at = self.ports[pi].busy_until;
+            self.q.push(free_at, Ev::NicFree { host });
+            return;
+        }
+    }
+
+    fn host_rx(&mut self, host: NodeId, idx: u32) {
+        let pkt = self.pkts.take(idx);
+        if self.draw(self.hosts[host as usize].loss) {
+            self.hosts[host as usize].drops_loss += 1;
+            self.dropped(&pkt);
+            return;
+        }
+        self.cons.delivered_packets += 1;
+        self.cons.delivered_bytes += pkt.size as u64;
+        let h = &mut self.hosts[host as usize];
+        h.rx_packets += 1;
+        h.rx_bytes += pkt.size as u64;
+        self.deliver(host, pkt);
+    }
+
+    fn deliver(&mut self, host: NodeId, pkt: Packet) {
+        let h = &mut self.hosts[host as usize];
+        let Some(ep) = h.eps.iter().position(|e| e.port == pkt.dst_port) else {
+            h.drops_no_endpoint += 1;
+            return;
+        };
+        if let Owner::FlowDst { flow } = h.eps[ep].owner {
+            self.flow_received(flow, pkt.size);
+        }
+        let now = self.now;
+        self.hosts[host as usize].eps[ep].proto.handle_packet(now, pkt);
+        self.service(host, ep as u16);
+    }
+
+    // ---- switches ----------------------------------------------------------------------
+
+    fn switch_rx(&mut self, node: NodeId, in_port: PortId, idx: u32) {
+        let mut pkt = self.pkts.take(idx);
+        let si = (node - self.topo.hosts) as usize;
+        let sw = &mut self.switches[si];
+        sw.rx_packets += 1;
+        let ready = match sw.capacity_bps {
+            Some(rate) => {
+                let start = self.now.max(sw.proc_busy);
+                sw.proc_busy = start + inalab_core::time::serialization(pkt.size as u64, rate);
+                sw.proc_busy
+            }
+            None => self.now,
+        };
+        if pkt.path != NO_PATH {
+            pkt.hop = pkt.hop.saturating_add(1);
+        }
+        let in_size = pkt.size as i64;
+        let mut out = std::mem::take(&mut self.actions);
+        let base = self.port_base[node as usize] as usize;
+        let n = self.topo.nodes[node as usize].ports.len();
+        let ctx = Ctx { node, now: self.now, ports: &self.ports[base..base + n] };
+        let sw = &mut self.switches[si];
+        sw.program.on_packet(self.now, &ctx, in_port, pkt, &mut out);
+        if self.topo.nodes[node as usize].programmable {
+            let used = sw.program.aggregators_in_use();
+            sw.agg_peak = sw.agg_peak.max(used);
+            let bin = (self.now / self.bin) as u32;
+            match sw.agg_series.last_mut() {
+                Some((b, v)) if *b == bin => *v = (*v).max(used),
+                _ => sw.agg_series.push((bin, used)),
+            }
+        }
+        self.apply_actions(node, ready, in_size, &mut out);
+        self.actions = out;
+    }
+
+    /// Carries out a program's actions. `in_size` is the size of the packet the program
+    /// consumed (0 for timers), for byte conservation.
+    fn apply_actions(&mut self, node: NodeId, ready: Time, in_size: i64, out: &mut Vec<SwitchAction>) {
+        let si = (node - self.topo.hosts) as usize;
+        let mut outs: i64 = 0;
+        let mut out_bytes: i64 = 0;
+        for a in out.drain(..) {
+            match a {
+                SwitchAction::Forward { port, pkt } => {
+                    outs += 1;
+                    out_bytes += pkt.size as i64;
+                    self.egress(node, port, pkt, ready);
+                }
+                SwitchAction::Route { pkt } => {
+                    outs += 1;
+                    out_bytes += pkt.size as i64;
+                    match self.route(node, &pkt) {
+                        Some(port) => self.egress(node, port, pkt, ready),
+                        None => {
+                            self.switches[si].drops_no_route += 1;
+                            self.dropped(&pkt);
+                        }
+                    }
+                }
+                SwitchAction::Multicast { ports, pkt } => {
+                    let k = ports.len();
+                    outs += k as i64;
+                    out_bytes += (pkt.size as i64) * k as i64;
+                    if let Some((&last, rest)) = ports.split_last() {
+                        for &p in rest {
+                            self.egress(node, p, pkt.clone(), ready);
+                        }
+                        self.egress(node, last, pkt, ready);
+                    }
+                }
+                SwitchAction::Drop { pkt, .. } => {
+                    outs += 1;
+                    out_bytes += pkt.size as i64;
+                    self.switches[si].drops_program += 1;
+                    self.dropped(&pkt);
+                }
+                SwitchAction::SetTimer { at, token } => self.q.push(at.max(self.now), Ev::SwitchTimer { switch: node, token }),
+            }
+        }
+        let ins = if in_size > 0 { 1 } else { 0 };
+        self.cons.created_packets += outs - ins;
+        self.cons.created_bytes += out_bytes - in_size;
+    }
+
+    /// The egress port toward `pkt.dst`: the packet's fixed path if it has one, else ECMP or
+    /// adaptive choice among the shortest-path ports.
+    #[inline]
+    fn route(&self, node: NodeId, pkt: &Packet) -> Option<PortId> {
+        if pkt.path != NO_PATH {
+            if let Some(p) = self.paths.get(pkt.path as usize) {
+                let hop = pkt.hop as usize;
+                if p.nodes.get(hop) == Some(&node) && hop < p.ports.len() {
+                    return Some(p.ports[hop]);
+                }
+            }
+        }
+        let hops = self.routes.next_hops(node, pkt.dst);
+        if hops.is_empty() {
+            return None;
+        }
+        let default = ecmp_pick(hops, pkt.flow, node);
+        match self.routing {
+            Routing::Ecmp => Some(default),
+            Routing::Adaptive { threshold } => {
+                let base = self.port_base[node as usize] as usize;
+                let q = |p: PortId| self.ports[base + p as usize].backlog(self.now);
+                if (q(default) as f64) <= threshold * self.buffer as f64 {
+                    Some(default)
+                } else {
+                    hops.iter().copied().min_by_key(|&p| q(p))
+                }
+            }
+        }
+    }
+
+    fn egress(&mut self, node: NodeId, port: PortId, mut pkt: Packet, ready: Time) {
+        let pi = (self.port_base[node as usize] + port as u32) as usize;
+        let lost = self.draw(self.ports[pi].loss);
+        match self.ports[pi].enqueue(self.now, ready, pkt.size, Some(self.buffer), self.ecn_threshold, lost, self.bin) {
+            Enqueued::Sent { arrival, ecn } => {
+                pkt.ecn |= ecn;
+                let (peer, peer_port) = (self.ports[pi].peer, self.ports[pi].peer_port);
+                let idx = self.pkts.insert(pkt);
+                self.q.push(arrival, Ev::Arrive { node: peer, port: peer_port, pkt: idx });
+            }
+            Enqueued::DroppedQueue | Enqueued::DroppedLoss => self.dropped(&pkt),
+        }
+    }
+
+    fn dropped(&mut self, pkt: &Packet) {
+        self.cons.dropped_packets += 1;
+        self.cons.dropped_bytes += pkt.size as u64;
+        if let Some(Owner::FlowSrc { flow }) = self.owner_of(pkt.src, pkt.src_port) {
+            self.flow_dropped(flow);
+        }
+    }
+
+    fn owner_of(&self, host: NodeId, port: u16) -> Option<Owner> {
+        self.hosts.get(host as usize)?.eps.iter().find(|e| e.port == port).map(|e| e.owner)
+    }
+
+    /// Draws a loss decision; no random number is consumed when `p` is zero, so adding loss
+    /// in one place does not reshuffle randomness elsewhere.
+    #[inline]
+    fn draw(&mut self, p: f64) -> bool {
+        p > 0.0 && self.rng.random::<f64>() < p
+    }
+
+    pub(crate) fn schedule(&mut self, at: Time, ev: Ev) {
+        self.q.push(at, ev);
+    }
+
+    pub(crate) fn in_flight(&self) -> (u64, u64) {
+        (self.pkts.live, self.pkts.live_bytes)
+    }
+}

@@ -1,0 +1,486 @@
+//! Workloads: training jobs (layer-by-layer compute overlapped with communication),
+//! allreduce benchmarks, raw datagram flows and random-uniform background traffic. This is
+//! the application side of the simulated hosts; it talks to protocols only through
+//! `AppRequest`s and `HostEvent`s, as PyTorch will through the UDP runtime.
+
+use crate::events::Ev;
+use crate::schemes;
+use crate::sim::Sim;
+use crate::spec::{JobSpec, SimSpec, Workload};
+use crate::SimError;
+use inalab_core::{splitmix64, AppRequest, Endpoint, HostEvent, NodeId, Payload, Time};
+use inalab_host::{DatagramConfig, DatagramSender, DatagramSink};
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use std::collections::HashMap;
+
+/// Who owns an endpoint, so its events reach the right workload.
+#[derive(Debug, Clone, Copy)]
+pub enum Owner {
+    Worker { job: u32, rank: u32 },
+    Server { job: u32 },
+    FlowSrc { flow: u32 },
+    FlowDst { flow: u32 },
+    Background,
+}
+
+/// Port numbers: job j's workers listen on 10000 + 2j, its servers on 10001 + 2j.
+pub fn worker_port(job: u32) -> u16 {
+    (10_000 + 2 * job) as u16
+}
+pub fn server_port(job: u32) -> u16 {
+    (10_001 + 2 * job) as u16
+}
+const BG_SEND_PORT: u16 = 3000;
+const BG_SINK_PORT: u16 = 3001;
+fn flow_ports(flow: u32) -> (u16, u16) {
+    ((20_000 + flow) as u16, (40_000 + flow) as u16)
+}
+
+#[derive(Default)]
+pub struct Workloads {
+    pub jobs: Vec<JobState>,
+    pub flows: Vec<FlowState>,
+    pub background: Option<BackgroundState>,
+    /// Jobs and flows not finished yet; the run completes when both reach zero.
+    open_jobs: usize,
+    open_flows: usize,
+}
+
+/// One compute step of a worker: forward or backward of a layer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Step {
+    Fwd(usize),
+    Bwd(usize),
+    /// All iterations computed; waiting for the last results.
+    Finished,
+}
+
+pub struct WorkerState {
+    pub host: NodeId,
+    pub ep: u16,
+    iter: u32,
+    step: Step,
+    computing: bool,
+    /// Results received so far for each layer (they arrive in iteration order).
+    received: Vec<u32>,
+    /// Layers received per iteration.
+    layers_in: Vec<u32>,
+    rng: Xoshiro256PlusPlus,
+}
+
+pub struct JobState {
+    pub spec: JobSpec,
+    /// (bytes, forward ps, backward ps) per layer, in forward order.
+    layers: Vec<(u64, Time, Time)>,
+    pub iterations: u32,
+    pub workers: Vec<WorkerState>,
+    /// Workers that have every result of iteration i.
+    iter_workers: Vec<u32>,
+    pub iter_end: Vec<Time>,
+    pub tensors_done: u64,
+    pub finished_at: Option<Time>,
+    pub failures: Vec<String>,
+    pub payload_checked: u64,
+    pub payload_errors: u64,
+    /// Payload mode: expected sums by tensor id, dropped once every worker checked them.
+    expected: HashMap<u64, (Payload, u32)>,
+}
+
+impl JobState {
+    pub fn bytes_per_iteration(&self) -> u64 {
+        self.layers.iter().map(|l| l.0).sum()
+    }
+    fn total_tensors(&self) -> u64 {
+        self.workers.len() as u64 * self.iterations as u64 * self.layers.len() as u64
+    }
+}
+
+pub struct FlowState {
+    /// All packets sent and each delivered or dropped.
+    complete: bool,
+    pub src: NodeId,
+    pub dst: NodeId,
+    pub bytes: u64,
+    src_ep: u16,
+    pub sent_done: bool,
+    pub packets_sent: u64,
+    pub packets_received: u64,
+    pub packets_dropped: u64,
+    pub bytes_received: u64,
+    pub first_rx: Option<Time>,
+    pub last_rx: Option<Time>,
+}
+
+pub struct BackgroundState {
+    hosts: Vec<NodeId>,
+    gap: Vec<Time>,
+    message_bytes: u64,
+    rng: Xoshiro256PlusPlus,
+    next_id: u64,
+}
+
+/// Payload-mode input of worker `rank` for tensor `tensor`: small integers whose sum over any
+/// number of workers the papers use stays far from overflow, so results are exact.
+fn input_value(job: u32, rank: u32, tensor: u64, i: usize) -> i32 {
+    let h = splitmix64(((job as u64) << 48) ^ ((rank as u64) << 32) ^ (tensor << 20) ^ i as u64);
+    (h % 2001) as i32 - 1000
+}
+
+fn input(job: u32, rank: u32, tensor: u64, len: usize) -> Payload {
+    Payload::I32((0..len).map(|i| input_value(job, rank, tensor, i)).collect())
+}
+
+impl Sim {
+    pub(crate) fn setup_workloads(&mut self, spec: &SimSpec) -> Result<(), SimError> {
+        let mut used: HashMap<NodeId, usize> = HashMap::new();
+        for (j, js) in spec.jobs.iter().enumerate() {
+            let field = format!("jobs[{j}]");
+            if js.id as usize != j {
+                return Err(SimError::new(format!("{field}.id"), format!("job ids must be 0, 1, ... in order; expected {j}, got {}", js.id)));
+            }
+            let host = |i: usize, name: &String, what: &str| -> Result<NodeId, SimError> {
+                match self.topo.find(name) {
+                    Some(n) if self.topo.is_host(n) => Ok(n),
+                    Some(_) => Err(SimError::new(format!("{field}.{what}[{i}]"), format!("{name:?} is a switch, not a host"))),
+                    None => Err(SimError::new(
+                        format!("{field}.{what}[{i}]"),
+                        format!("no host named {name:?}; hosts are h0..h{}", self.topo.hosts - 1),
+                    )),
+                }
+            };
+            let workers = js.workers.iter().enumerate().map(|(i, n)| host(i, n, "workers")).collect::<Result<Vec<_>, _>>()?;
+            let servers = js.servers.iter().enumerate().map(|(i, n)| host(i, n, "servers")).collect::<Result<Vec<_>, _>>()?;
+            if workers.is_empty() {
+                return Err(SimError::new(format!("{field}.workers"), "a job needs at least one worker"));
+            }
+            for &w in &workers {
+                if let Some(other) = used.insert(w, j) {
+                    let which = if other == j { "twice in this job".to_string() } else { format!("also by jobs[{other}]") };
+                    return Err(SimError::new(format!("{field}.workers"), format!("host {} is used {which}", self.topo.nodes[w as usize].name)));
+                }
+            }
+            let (layers, iterations) = match &js.workload {
+                Workload::Training { layers, iterations } => (layers.iter().map(|l| (l.bytes, l.fwd_ps, l.bwd_ps)).collect::<Vec<_>>(), *iterations),
+                Workload::Allreduce { bytes, iterations } => (vec![(*bytes, 0, 0)], *iterations),
+            };
+            if layers.is_empty() {
+                return Err(SimError::new(format!("{field}.workload.layers"), "a model needs at least one layer"));
+            }
+            if let Some(i) = layers.iter().position(|l| l.0 == 0 || l.0 % 4 != 0) {
+                return Err(SimError::new(format!("{field}.workload.layers[{i}].bytes"), "must be a positive multiple of 4 (float32 values)"));
+            }
+            let eps = schemes::build(js, &workers, &servers, &self.topo).map_err(|m| SimError::new(m.0, m.1))?;
+            let mut worker_eps = vec![0u16; workers.len()];
+            for (host, proto, owner) in eps {
+                let ep = self.add_endpoint(host, proto, owner);
+                if let Owner::Worker { rank, .. } = owner {
+                    worker_eps[rank as usize] = ep;
+                }
+            }
+            let nl = layers.len();
+            let ws = workers
+                .iter()
+                .zip(worker_eps)
+                .enumerate()
+                .map(|(r, (&host, ep))| WorkerState {
+                    host,
+                    ep,
+                    iter: 0,
+                    step: Step::Fwd(0),
+                    computing: false,
+                    received: vec![0; nl],
+                    layers_in: vec![0; iterations as usize],
+                    rng: Xoshiro256PlusPlus::seed_from_u64(splitmix64(spec.seed ^ ((j as u64) << 32) ^ r as u64)),
+                })
+                .collect();
+            self.wl.jobs.push(JobState {
+                spec: js.clone(),
+                layers,
+                iterations,
+                workers: ws,
+                iter_workers: vec![0; iterations as usize],
+                iter_end: vec![],
+                tensors_done: 0,
+                finished_at: None,
+                failures: vec![],
+                payload_checked: 0,
+                payload_errors: 0,
+                expected: HashMap::new(),
+            });
+            if iterations == 0 {
+                self.wl.jobs[j].finished_at = Some(js.start_ps);
+            } else {
+                self.wl.open_jobs += 1;
+                self.schedule(js.start_ps, Ev::JobStart { job: j as u32 });
+            }
+        }
+        for (f, fs) in spec.flows.iter().enumerate() {
+            let field = format!("flows[{f}]");
+            let host = |name: &String, what: &str| -> Result<NodeId, SimError> {
+                self.topo.find(name).filter(|&n| self.topo.is_host(n)).ok_or_else(|| SimError::new(format!("{field}.{what}"), format!("no host named {name:?}")))
+            };
+            let (src, dst) = (host(&fs.src, "src")?, host(&fs.dst, "dst")?);
+            if src == dst {
+                return Err(SimError::new(format!("{field}.dst"), "a flow needs two different hosts"));
+            }
+            let (sp, dp) = flow_ports(f as u32);
+            let src_ep = self.add_endpoint(
+                src,
+                Box::new(DatagramSender::new(Endpoint { host: src, port: sp }, DatagramConfig { packet_bytes: fs.packet_bytes }).map_err(|e| SimError::new(format!("{field}.packet"), e.0))?),
+                Owner::FlowSrc { flow: f as u32 },
+            );
+            self.add_endpoint(dst, Box::new(DatagramSink::new(Endpoint { host: dst, port: dp })), Owner::FlowDst { flow: f as u32 });
+            self.wl.flows.push(FlowState {
+                complete: false,
+                src,
+                dst,
+                bytes: fs.bytes,
+                src_ep,
+                sent_done: false,
+                packets_sent: fs.bytes.div_ceil(fs.packet_bytes as u64),
+                packets_received: 0,
+                packets_dropped: 0,
+                bytes_received: 0,
+                first_rx: None,
+                last_rx: None,
+            });
+            self.wl.open_flows += 1;
+            self.schedule(fs.start_ps, Ev::FlowStart { flow: f as u32 });
+        }
+        if let Some(bg) = &spec.background {
+            if !(bg.load > 0.0 && bg.load <= 1.0) {
+                return Err(SimError::new("background.load", format!("must be a fraction of line rate in (0, 1], got {}", bg.load)));
+            }
+            if bg.message_bytes == 0 {
+                return Err(SimError::new("background.message", "must be a positive size"));
+            }
+            let mut hosts = vec![];
+            for (i, name) in bg.hosts.iter().enumerate() {
+                match self.topo.find(name) {
+                    Some(h) if self.topo.is_host(h) => hosts.push(h),
+                    _ => return Err(SimError::new(format!("background.hosts[{i}]"), format!("no host named {name:?}"))),
+                }
+            }
+            if hosts.len() < 2 {
+                return Err(SimError::new("background.hosts", "background traffic needs at least two hosts"));
+            }
+            let mut gap = vec![];
+            for &h in &hosts {
+                let send = DatagramSender::new(Endpoint { host: h, port: BG_SEND_PORT }, DatagramConfig { packet_bytes: bg.packet_bytes }).map_err(|e| SimError::new("background.packet", e.0))?;
+                self.add_endpoint(h, Box::new(send), Owner::Background);
+                self.add_endpoint(h, Box::new(DatagramSink::new(Endpoint { host: h, port: BG_SINK_PORT })), Owner::Background);
+                let rate = self.topo.links[self.topo.nodes[h as usize].ports[0].link as usize].rate_bps;
+                // Message start to message start, so the offered load is `load` x line rate.
+                gap.push(inalab_core::time::serialization(bg.message_bytes, rate) as f64 / bg.load);
+                self.schedule(bg.start_ps, Ev::Background { host: h });
+            }
+            self.wl.background = Some(BackgroundState {
+                hosts,
+                gap: gap.into_iter().map(|g| g.round() as Time).collect(),
+                message_bytes: bg.message_bytes,
+                rng: Xoshiro256PlusPlus::seed_from_u64(splitmix64(spec.seed ^ 0xB6)),
+                next_id: 0,
+            });
+        }
+        Ok(())
+    }
+
+    // ---- training jobs -----------------------------------------------------------------
+
+    pub(crate) fn job_start(&mut self, job: u32) {
+        for rank in 0..self.wl.jobs[job as usize].workers.len() as u32 {
+            self.advance(job, rank);
+        }
+    }
+
+    /// Starts the worker's next compute step if it is not computing and its inputs are in.
+    fn advance(&mut self, job: u32, rank: u32) {
+        let now = self.now;
+        let j = &mut self.wl.jobs[job as usize];
+        let w = &mut j.workers[rank as usize];
+        if w.computing {
+            return;
+        }
+        let dur = match w.step {
+            Step::Finished => return,
+            Step::Fwd(l) => {
+                // The forward pass of layer l needs layer l's result of the previous iteration.
+                if w.received[l] < w.iter {
+                    return;
+                }
+                j.layers[l].1
+            }
+            Step::Bwd(l) => {
+                let jitter = j.spec.jitter_ps;
+                j.layers[l].2 + if jitter > 0 { w.rng.random_range(0..=jitter) } else { 0 }
+            }
+        };
+        w.computing = true;
+        self.schedule(now + dur, Ev::ComputeDone { job, rank });
+    }
+
+    pub(crate) fn compute_done(&mut self, job: u32, rank: u32) {
+        let payload = self.payload;
+        let j = &mut self.wl.jobs[job as usize];
+        let nl = j.layers.len();
+        let iters = j.iterations;
+        let w = &mut j.workers[rank as usize];
+        w.computing = false;
+        let mut submit = None;
+        match w.step {
+            Step::Fwd(l) => w.step = if l + 1 < nl { Step::Fwd(l + 1) } else { Step::Bwd(nl - 1) },
+            Step::Bwd(l) => {
+                let tensor = w.iter as u64 * nl as u64 + l as u64;
+                let bytes = j.layers[l].0;
+                let data = payload.then(|| input(job, rank, tensor, (bytes / 4) as usize));
+                submit = Some((w.host, w.ep, AppRequest::Allreduce { id: tensor, bytes, data }));
+                if l > 0 {
+                    w.step = Step::Bwd(l - 1);
+                } else {
+                    w.iter += 1;
+                    w.step = if w.iter < iters { Step::Fwd(0) } else { Step::Finished };
+                }
+            }
+            Step::Finished => {}
+        }
+        if let Some((host, ep, req)) = submit {
+            self.submit(host, ep, req);
+        }
+        self.advance(job, rank);
+    }
+
+    pub(crate) fn worker_event(&mut self, job: u32, rank: u32, ev: HostEvent) {
+        match ev {
+            HostEvent::Done { id, data } => self.tensor_done(job, rank, id, data),
+            HostEvent::Failed { id, reason } => self.job_failed(job, format!("worker {rank}, tensor {id}: {reason}")),
+            HostEvent::Received { .. } => {}
+        }
+    }
+
+    fn tensor_done(&mut self, job: u32, rank: u32, tensor: u64, data: Option<Payload>) {
+        let now = self.now;
+        let j = &mut self.wl.jobs[job as usize];
+        let nl = j.layers.len() as u64;
+        let (iter, layer) = ((tensor / nl) as u32, (tensor % nl) as usize);
+        if let Some(got) = data {
+            let n = j.workers.len() as u32;
+            let len = (j.layers[layer].0 / 4) as usize;
+            let entry = j.expected.entry(tensor).or_insert_with(|| {
+                let mut sum = Payload::I32(vec![0; len]);
+                for r in 0..n {
+                    sum.add_at(0, &input(job, r, tensor, len));
+                }
+                (sum, 0)
+            });
+            j.payload_checked += 1;
+            if got != entry.0 {
+                j.payload_errors += 1;
+            }
+            entry.1 += 1;
+            if entry.1 == n {
+                j.expected.remove(&tensor);
+            }
+        }
+        j.tensors_done += 1;
+        let w = &mut j.workers[rank as usize];
+        w.received[layer] += 1;
+        w.layers_in[iter as usize] += 1;
+        if w.layers_in[iter as usize] == nl as u32 {
+            j.iter_workers[iter as usize] += 1;
+            if j.iter_workers[iter as usize] == j.workers.len() as u32 {
+                j.iter_end.push(now);
+                if j.iter_end.len() as u32 == j.iterations {
+                    j.finished_at = Some(now);
+                    self.wl.open_jobs -= 1;
+                    self.check_done();
+                }
+            }
+        }
+        self.advance(job, rank);
+    }
+
+    pub(crate) fn job_failed(&mut self, job: u32, reason: String) {
+        let j = &mut self.wl.jobs[job as usize];
+        j.failures.push(reason);
+        // A failed job will not finish; stop waiting for it.
+        if j.finished_at.is_none() {
+            j.finished_at = Some(self.now);
+            self.wl.open_jobs -= 1;
+        }
+        self.check_done();
+    }
+
+    // ---- flows and background ------------------------------------------------------------
+
+    pub(crate) fn flow_start(&mut self, flow: u32) {
+        let f = &self.wl.flows[flow as usize];
+        let (src, ep, bytes) = (f.src, f.src_ep, f.bytes);
+        let dst = Endpoint { host: f.dst, port: flow_ports(flow).1 };
+        self.submit(src, ep, AppRequest::Send { id: flow as u64, dst, bytes });
+    }
+
+    pub(crate) fn flow_sent(&mut self, flow: u32) {
+        self.wl.flows[flow as usize].sent_done = true;
+        self.flow_progress(flow);
+    }
+
+    pub(crate) fn flow_received(&mut self, flow: u32, size: u32) {
+        let now = self.now;
+        let f = &mut self.wl.flows[flow as usize];
+        f.packets_received += 1;
+        f.bytes_received += size as u64;
+        f.first_rx.get_or_insert(now);
+        f.last_rx = Some(now);
+        self.flow_progress(flow);
+    }
+
+    pub(crate) fn flow_dropped(&mut self, flow: u32) {
+        self.wl.flows[flow as usize].packets_dropped += 1;
+        self.flow_progress(flow);
+    }
+
+    fn flow_progress(&mut self, flow: u32) {
+        let f = &mut self.wl.flows[flow as usize];
+        if !f.complete && f.sent_done && f.packets_received + f.packets_dropped >= f.packets_sent {
+            f.complete = true;
+            self.wl.open_flows -= 1;
+            self.check_done();
+        }
+    }
+
+    pub(crate) fn background_next(&mut self, host: NodeId) {
+        let Some(bg) = self.wl.background.as_mut() else { return };
+        let i = bg.hosts.iter().position(|&h| h == host).expect("background host");
+        // A peer drawn uniformly among the other background hosts, new for every message.
+        let k = bg.rng.random_range(0..bg.hosts.len() - 1);
+        let dst = bg.hosts[if k >= i { k + 1 } else { k }];
+        let (id, bytes, gap) = (bg.next_id, bg.message_bytes, bg.gap[i]);
+        bg.next_id += 1;
+        let ep = self.hosts[host as usize].eps.iter().position(|e| e.port == BG_SEND_PORT).expect("background sender") as u16;
+        self.submit(host, ep, AppRequest::Send { id, dst: Endpoint { host: dst, port: BG_SINK_PORT }, bytes });
+        let at = self.now + gap;
+        self.schedule(at, Ev::Background { host });
+    }
+
+    // ---- completion -------------------------------------------------------------------------
+
+    /// Ends the run once every job finished and every flow's packets were delivered or
+    /// dropped. Background traffic alone never ends a run (it stops at `stop`).
+    pub(crate) fn check_done(&mut self) {
+        let work = !self.wl.jobs.is_empty() || !self.wl.flows.is_empty();
+        if work && self.wl.open_jobs == 0 && self.wl.open_flows == 0 {
+            self.done = true;
+            self.stopped_by = "completed";
+        }
+    }
+
+    pub(crate) fn fraction_done(&self) -> f64 {
+        let total: u64 = self.wl.jobs.iter().map(|j| j.total_tensors()).sum();
+        if total > 0 {
+            let done: u64 = self.wl.jobs.iter().map(|j| j.tensors_done).sum();
+            return done as f64 / total as f64;
+        }
+        self.now as f64 / self.stop.max(1) as f64
+    }
+}

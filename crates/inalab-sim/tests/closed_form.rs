@@ -1,0 +1,84 @@
+//! Simulated times against closed forms.
+
+mod common;
+use common::*;
+use serde_json::json;
+
+const PS_PER_S: f64 = 1e12;
+
+fn ser(bytes: u64, rate: u64) -> u64 {
+    (bytes as u128 * 8 * 1_000_000_000_000u128).div_ceil(rate as u128) as u64
+}
+
+#[test]
+fn one_flow_over_a_multi_hop_path_is_exact() {
+    // h0 - leaf0 - spine0 - leaf1 - h2: four links, three store-and-forward switches.
+    let delay = 700_000; // 0.7 us
+    let topo = json!({"shape": {"kind": "leaf_spine", "leaves": 2, "spines": 1, "hosts_per_leaf": 2, "switch_ports": 64,
+                                "host_rate_bps": G100, "fabric_rate_bps": 40_000_000_000u64, "link_delay_ps": delay}});
+    let (pkt, n) = (1500u64, 100u64);
+    let r = simulate(&spec(topo, vec![], vec![json!({"src": "h0", "dst": "h2", "bytes": pkt * n, "packet_bytes": pkt, "start_ps": 0})]));
+    let f = &r.flows[0];
+    assert_eq!(f.bytes_received, pkt * n);
+    // The 40 Gbps fabric is the bottleneck: packets leave the host every ser(100G) but the
+    // leaf's uplink drains one every ser(40G); the last packet finishes its uplink
+    // serialization after the first packet's arrival at the leaf plus n x ser(40G).
+    let first_at_leaf = ser(pkt, G100) + delay;
+    let last_leaves_leaf0 = first_at_leaf + n * ser(pkt, 40_000_000_000);
+    let expect = last_leaves_leaf0 + delay + ser(pkt, 40_000_000_000) + delay + ser(pkt, G100) + delay;
+    assert_eq!((f.last_rx_s * PS_PER_S).round() as u64, expect);
+    assert_eq!(r.stopped_by, "completed");
+}
+
+#[test]
+fn incast_is_limited_by_the_servers_link() {
+    let (senders, bytes, pkt) = (16u32, 1_000_000u64, 1500u64);
+    let flows: Vec<_> = (1..=senders)
+        .map(|i| json!({"src": format!("h{i}"), "dst": "h0", "bytes": bytes, "packet_bytes": pkt, "start_ps": 0}))
+        .collect();
+    let mut s = spec(star(senders + 1, US), vec![], flows);
+    s["network"]["buffer_bytes"] = json!(64u64 << 20); // no drops: the bound is the link
+    let r = simulate(&s);
+    let total = senders as u64 * bytes;
+    assert_eq!(r.flows.iter().map(|f| f.bytes_received).sum::<u64>(), total);
+    let last = r.flows.iter().map(|f| f.last_rx_s).fold(0.0, f64::max);
+    let bound = total as f64 * 8.0 / G100 as f64;
+    // The sink's link is busy from the first arrival to the last: total/B plus latency terms.
+    let lat = (2.0 * US as f64 + 2.0 * ser(pkt, G100) as f64) / PS_PER_S;
+    assert!(last >= bound && last <= bound + lat + 1e-9, "last arrival {last} vs bound {bound}");
+    let sink = r.links.iter().find(|l| l.src == "s0" && l.dst == "h0").unwrap();
+    assert!(sink.utilization > 0.99, "the bottleneck stays busy: {}", sink.utilization);
+}
+
+#[test]
+fn incast_with_a_small_buffer_drops_and_conserves() {
+    let flows: Vec<_> = (1..=16).map(|i| json!({"src": format!("h{i}"), "dst": "h0", "bytes": 300_000, "packet_bytes": 1500, "start_ps": 0})).collect();
+    let mut s = spec(star(17, US), vec![], flows);
+    s["network"]["buffer_bytes"] = json!(100_000);
+    let r = simulate(&s);
+    let drops: u64 = r.links.iter().map(|l| l.drops_queue).sum();
+    let rx: u64 = r.flows.iter().map(|f| f.packets_received).sum();
+    assert!(drops > 0);
+    assert_eq!(rx + drops, 16 * 200, "every packet is delivered or dropped");
+}
+
+#[test]
+fn ring_allreduce_on_a_star_matches_the_closed_form() {
+    let n = 8u64;
+    let s_bytes = n * 1436 * 30; // 30 full segments per chunk, below the initial window
+    let delay = US;
+    let r = simulate(&spec(star(n as u32, delay), vec![job(0, "ring", hosts(0..n as u32), vec![], json!({"kind": "allreduce", "bytes": s_bytes, "iterations": 1}))], vec![]));
+    let j = &r.jobs[0];
+    assert!(j.finished);
+    let chunk = s_bytes / n;
+    let segs = chunk.div_ceil(1436);
+    let data_wire = chunk + segs * 64;
+    let ack_wire = segs * 64; // each host also acks its predecessor's segments on its NIC
+    let step = ser(data_wire + ack_wire, G100) + ser(1436 + 64, G100) + 2 * delay;
+    let expect = 2 * (n - 1) * step;
+    let got = (j.jct_s * PS_PER_S) as u64;
+    let ideal = 2.0 * (n - 1) as f64 / n as f64 * s_bytes as f64 * 8.0 / G100 as f64;
+    assert!(j.jct_s > ideal, "never faster than 2(N-1)/N x S/B");
+    let err = (got as f64 - expect as f64).abs() / expect as f64;
+    assert!(err < 0.02, "ring JCT {got} ps vs closed form {expect} ps ({:.2}% off)", err * 100.0);
+}

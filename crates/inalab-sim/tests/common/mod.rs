@@ -1,0 +1,55 @@
+//! Spec builders for the simulator's integration tests.
+#![allow(dead_code)]
+
+use inalab_sim::{parse_spec, run, SimResult};
+use serde_json::{json, Value};
+
+pub const G100: u64 = 100_000_000_000;
+pub const US: u64 = 1_000_000;
+
+pub fn star(hosts: u32, delay_ps: u64) -> Value {
+    json!({"shape": {"kind": "star", "hosts": hosts, "switch_ports": 1024, "link_rate_bps": G100, "link_delay_ps": delay_ps}})
+}
+
+pub fn transport() -> Value {
+    json!({"mss_bytes": 1436, "header_bytes": 64, "rto_ps": 1000 * US, "init_window_bytes": 60000, "increment_bytes": 1500})
+}
+
+pub fn job(id: u32, scheme: &str, workers: Vec<String>, servers: Vec<String>, workload: Value) -> Value {
+    json!({"id": id, "name": format!("job{id}"), "scheme": scheme, "workers": workers, "servers": servers,
+           "workload": workload, "start_ps": 0, "jitter_ps": 0, "transport": transport(), "partition_bytes": 4 << 20})
+}
+
+pub fn hosts(r: std::ops::Range<u32>) -> Vec<String> {
+    r.map(|i| format!("h{i}")).collect()
+}
+
+pub fn spec(topology: Value, jobs: Vec<Value>, flows: Vec<Value>) -> Value {
+    json!({
+        "name": "test", "seed": 7, "payload": false, "stop_ps": 10_000_000 * US,
+        "topology": topology,
+        "network": {"buffer_bytes": 4 << 20, "ecn_threshold_bytes": 1 << 20, "routing": {"kind": "ecmp"},
+                    "aggregator_memory_bytes": 0},
+        "jobs": jobs, "flows": flows,
+        "metrics": {"bin_ps": 10 * US}
+    })
+}
+
+/// Runs a spec and checks the invariants every run must keep.
+pub fn simulate(spec: &Value) -> SimResult {
+    let s = parse_spec(&spec.to_string()).expect("valid spec");
+    let r = run(&s, None).expect("valid scenario");
+    check_invariants(&r);
+    r
+}
+
+pub fn check_invariants(r: &SimResult) {
+    let c = &r.conservation;
+    assert!(c.holds, "conservation violated: {c:?}");
+    for l in &r.links {
+        assert!(l.utilization <= 1.0 + 1e-9, "link {}->{} above 100%: {}", l.src, l.dst, l.utilization);
+        // A bin is charged whole packets at their start, so it may exceed by one packet.
+        let slack = 9000.0 * 8.0 / (l.rate_gbps * 1e9 * 10e-6);
+        assert!(l.peak_bin_utilization <= 1.0 + slack, "link {}->{} bin above 100%: {}", l.src, l.dst, l.peak_bin_utilization);
+    }
+}

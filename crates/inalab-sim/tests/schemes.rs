@@ -1,0 +1,118 @@
+//! Every host-based scheme, driven by the simulator, in payload mode: results are the exact
+//! sums, with and without loss, and runs are deterministic.
+
+mod common;
+use common::*;
+use serde_json::{json, Value};
+
+fn leaf_spine() -> Value {
+    json!({"shape": {"kind": "leaf_spine", "leaves": 2, "spines": 2, "hosts_per_leaf": 4, "switch_ports": 64,
+                     "host_rate_bps": G100, "fabric_rate_bps": G100, "link_delay_ps": US}})
+}
+
+fn payload_run(scheme: &str, workers: Vec<String>, servers: Vec<String>, loss: f64) -> inalab_sim::SimResult {
+    let workload = json!({"kind": "allreduce", "bytes": 4 * 10_007, "iterations": 3});
+    let mut s = spec(leaf_spine(), vec![job(0, scheme, workers, servers, workload)], vec![]);
+    s["payload"] = json!(true);
+    s["jobs"][0]["partition_bytes"] = json!(4 * 3000);
+    if loss > 0.0 {
+        s["network"]["link_loss"] = json!([{"a": "leaf0", "b": "spine0", "prob": loss}, {"a": "leaf0", "b": "spine1", "prob": loss}]);
+        s["network"]["host_loss"] = json!([{"host": "h1", "prob": loss}]);
+    }
+    simulate(&s)
+}
+
+fn assert_exact(r: &inalab_sim::SimResult, workers: u64) {
+    let j = &r.jobs[0];
+    assert!(j.finished, "{} did not finish: {:?} ({})", j.scheme, j.failures, r.stopped_by);
+    assert_eq!(j.payload_checked, workers * 3, "{}: every worker checked every iteration", j.scheme);
+    assert_eq!(j.payload_errors, 0, "{}: results equal the exact sums", j.scheme);
+}
+
+#[test]
+fn every_scheme_sums_exactly() {
+    for loss in [0.0, 0.01] {
+        assert_exact(&payload_run("ring", hosts(0..7), vec![], loss), 7);
+        assert_exact(&payload_run("hierarchical", hosts(0..8), vec![], loss), 8);
+        assert_exact(&payload_run("ps", hosts(0..7), vec!["h7".into()], loss), 7);
+        assert_exact(&payload_run("ps_sharded", hosts(0..8), vec![], loss), 8);
+    }
+}
+
+#[test]
+fn loss_causes_retransmissions_not_errors() {
+    let r = payload_run("ring", hosts(0..7), vec![], 0.01);
+    let retx: u64 = r.hosts.iter().map(|h| h.counters.get("retransmissions").copied().unwrap_or(0)).sum();
+    let lost: u64 = r.links.iter().map(|l| l.drops_loss).sum::<u64>() + r.hosts.iter().map(|h| h.drops_loss).sum::<u64>();
+    assert!(lost > 0, "loss was injected");
+    assert!(retx > 0, "and repaired by retransmission");
+}
+
+#[test]
+fn same_seed_same_result_bit_for_bit() {
+    let run = || {
+        let mut r = payload_run("ps_sharded", hosts(0..8), vec![], 0.01);
+        r.wall_s = 0.0;
+        serde_json::to_string(&r).unwrap()
+    };
+    assert_eq!(run(), run());
+}
+
+#[test]
+fn training_overlaps_backward_with_communication() {
+    // Two layers; layer 1's gradient is sent while layer 0's backward computes.
+    let layers = json!([{"name": "l0", "bytes": 1 << 20, "fwd_ps": 100 * US, "bwd_ps": 200 * US},
+                        {"name": "l1", "bytes": 1 << 20, "fwd_ps": 100 * US, "bwd_ps": 200 * US}]);
+    let workload = json!({"kind": "training", "layers": layers, "iterations": 4});
+    let r = simulate(&spec(star(4, US), vec![job(0, "ring", hosts(0..4), vec![], workload)], vec![]));
+    let j = &r.jobs[0];
+    assert!(j.finished);
+    assert_eq!(j.iterations, 4);
+    assert_eq!(r.iterations.len(), 4);
+    let compute = 600e-6;
+    let comm_one_layer = 2.0 * 3.0 / 4.0 * (1u64 << 20) as f64 * 8.0 / 1e11;
+    // An iteration costs at least its compute, and less than compute plus both layers'
+    // communication back to back (layer 1's allreduce hides behind layer 0's backward).
+    for it in &r.iterations[1..] {
+        assert!(it.duration_s > compute, "{it:?}");
+        assert!(it.duration_s < compute + 2.0 * comm_one_layer, "{it:?}");
+    }
+}
+
+#[test]
+fn bad_placements_name_the_field() {
+    let workload = json!({"kind": "allreduce", "bytes": 4096, "iterations": 1});
+    let bad = |s: Value| inalab_sim::run(&inalab_sim::parse_spec(&s.to_string()).unwrap(), None).unwrap_err();
+    let e = bad(spec(star(4, US), vec![job(0, "ring", vec!["h0".into(), "h9".into()], vec![], workload.clone())], vec![]));
+    assert_eq!(e.field, "jobs[0].workers[1]");
+    let e = bad(spec(star(4, US), vec![job(0, "ring", vec!["h0".into(), "s0".into()], vec![], workload.clone())], vec![]));
+    assert!(e.message.contains("switch"), "{e}");
+    let e = bad(spec(star(4, US), vec![job(0, "ps", hosts(0..2), vec![], workload.clone())], vec![]));
+    assert_eq!(e.field, "jobs[0].servers");
+    let two = vec![job(0, "ring", hosts(0..2), vec![], workload.clone()), job(1, "ring", hosts(1..3), vec![], workload)];
+    let e = bad(spec(star(4, US), two, vec![]));
+    assert!(e.field == "jobs[1].workers" && e.message.contains("jobs[0]"), "{e}");
+}
+
+#[test]
+fn adaptive_routing_spreads_load_on_congested_uplinks() {
+    // 8 senders on leaf0 to 8 receivers on leaf1 over 4 spines; ECMP may collide flows on
+    // one uplink, adaptive routing moves packets off a queue above half the buffer.
+    let topo = json!({"shape": {"kind": "leaf_spine", "leaves": 2, "spines": 4, "hosts_per_leaf": 8, "switch_ports": 64,
+                                "host_rate_bps": G100, "fabric_rate_bps": G100, "link_delay_ps": US}});
+    let flows: Vec<_> = (0..8).map(|i| json!({"src": format!("h{i}"), "dst": format!("h{}", 8 + i), "bytes": 2_000_000, "packet_bytes": 1500, "start_ps": 0})).collect();
+    let run = |routing: Value| {
+        let mut s = spec(topo.clone(), vec![], flows.clone());
+        s["network"]["routing"] = routing;
+        s["network"]["buffer_bytes"] = json!(200_000);
+        simulate(&s)
+    };
+    let ecmp = run(json!({"kind": "ecmp"}));
+    let adaptive = run(json!({"kind": "adaptive", "threshold": 0.5}));
+    let finish = |r: &inalab_sim::SimResult| r.flows.iter().map(|f| f.last_rx_s).fold(0.0, f64::max);
+    let drops = |r: &inalab_sim::SimResult| r.links.iter().map(|l| l.drops_queue).sum::<u64>();
+    assert!(drops(&adaptive) <= drops(&ecmp));
+    assert!(finish(&adaptive) <= finish(&ecmp) * 1.001, "adaptive {} vs ecmp {}", finish(&adaptive), finish(&ecmp));
+    let up = |r: &inalab_sim::SimResult| r.links.iter().filter(|l| l.src == "leaf0" && l.dst.starts_with("spine") && l.tx_bytes > 0).count();
+    assert_eq!(up(&adaptive), 4, "adaptive routing uses every uplink");
+}
