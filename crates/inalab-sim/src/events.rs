@@ -7,8 +7,9 @@ use std::collections::BinaryHeap;
 
 #[derive(Debug, Clone, Copy)]
 pub enum Ev {
-    /// Packet `pkt` (slab index) arrives at `node` through its port `port`.
-    Arrive { node: u32, port: u16, pkt: u32 },
+    /// The packet at the head of egress port `port`'s wire (global port index) reaches the
+    /// far end. Links are FIFO, so only each wire's head packet needs a queue entry.
+    Arrive { port: u32 },
     /// A host's NIC finished serializing and may take the next packet.
     NicFree { host: u32 },
     /// A host endpoint's protocol timer (stale ones are skipped by the handler).

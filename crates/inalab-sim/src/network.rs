@@ -21,6 +21,8 @@ pub struct PortState {
     pub busy_until: Time,
     /// Probability that a packet sent on this port is lost on the wire.
     pub loss: f64,
+    /// Packets on the wire (or serializing), in arrival order: (arrival time, slab index).
+    pub wire: std::collections::VecDeque<(Time, u32)>,
     pub stats: PortStats,
 }
 
@@ -104,7 +106,7 @@ mod tests {
     use super::*;
 
     fn port() -> PortState {
-        PortState { peer: 1, peer_port: 0, link: 0, rate_bps: 100_000_000_000, delay_ps: 1_000_000, busy_until: 0, loss: 0.0, stats: Default::default() }
+        PortState { peer: 1, peer_port: 0, link: 0, rate_bps: 100_000_000_000, delay_ps: 1_000_000, busy_until: 0, loss: 0.0, wire: Default::default(), stats: Default::default() }
     }
 
     #[test]

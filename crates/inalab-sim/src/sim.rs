@@ -177,6 +177,7 @@ impl Sim {
                     delay_ps: l.delay_ps,
                     busy_until: 0,
                     loss: 0.0,
+                    wire: Default::default(),
                     stats: Default::default(),
                 });
             }
@@ -310,11 +311,17 @@ impl Sim {
 
     fn handle(&mut self, ev: Ev) {
         match ev {
-            Ev::Arrive { node, port, pkt } => {
+            Ev::Arrive { port } => {
+                let p = &mut self.ports[port as usize];
+                let (_, pkt) = p.wire.pop_front().expect("a packet on the wire");
+                if let Some(&(next, _)) = p.wire.front() {
+                    self.q.push(next, Ev::Arrive { port });
+                }
+                let (node, in_port) = (p.peer, p.peer_port);
                 if self.topo.is_host(node) {
                     self.host_rx(node, pkt)
                 } else {
-                    self.switch_rx(node, port, pkt)
+                    self.switch_rx(node, in_port, pkt)
                 }
             }
             Ev::NicFree { host } => {
@@ -444,11 +451,7 @@ impl Sim {
             let pi = self.port_base[host as usize] as usize;
             let size = pkt.size;
             match self.ports[pi].enqueue(now, now, size, None, 0, lost, self.bin) {
-                Enqueued::Sent { arrival, .. } => {
-                    let (peer, peer_port) = (self.ports[pi].peer, self.ports[pi].peer_port);
-                    let idx = self.pkts.insert(pkt);
-                    self.q.push(arrival, Ev::Arrive { node: peer, port: peer_port, pkt: idx });
-                }
+                Enqueued::Sent { arrival, .. } => self.put_on_wire(pi, arrival, pkt),
                 _ => self.dropped(&pkt),
             }
             let free_at = self.ports[pi].busy_until;
@@ -610,12 +613,20 @@ impl Sim {
         match self.ports[pi].enqueue(self.now, ready, pkt.size, Some(self.buffer), self.ecn_threshold, lost, self.bin) {
             Enqueued::Sent { arrival, ecn } => {
                 pkt.ecn |= ecn;
-                let (peer, peer_port) = (self.ports[pi].peer, self.ports[pi].peer_port);
-                let idx = self.pkts.insert(pkt);
-                self.q.push(arrival, Ev::Arrive { node: peer, port: peer_port, pkt: idx });
+                self.put_on_wire(pi, arrival, pkt);
             }
             Enqueued::DroppedQueue | Enqueued::DroppedLoss => self.dropped(&pkt),
         }
+    }
+
+    #[inline]
+    fn put_on_wire(&mut self, pi: usize, arrival: Time, pkt: Packet) {
+        let idx = self.pkts.insert(pkt);
+        let wire = &mut self.ports[pi].wire;
+        if wire.is_empty() {
+            self.q.push(arrival, Ev::Arrive { port: pi as u32 });
+        }
+        wire.push_back((arrival, idx));
     }
 
     fn dropped(&mut self, pkt: &Packet) {
