@@ -17,6 +17,8 @@ pub(crate) struct Endpoint {
     pub proto: Box<dyn HostProtocol>,
     pub port: u16,
     pub owner: Owner,
+    /// Fixed path installed for this endpoint's packets (`NO_PATH`: routing tables decide).
+    pub path: u32,
     /// Time of the pending `HostTimer` event, if any (later ones are stale).
     timer_armed: Option<Time>,
 }
@@ -228,21 +230,6 @@ impl Sim {
             // Memory budgets are consumed by the INA switch programs of later issues.
             switch_id(format!("network.switch_memory[{i}].switch"), &sm.switch)?;
         }
-        let mut paths = vec![];
-        for (i, names) in spec.paths.iter().enumerate() {
-            let field = format!("paths[{i}]");
-            let nodes = names
-                .iter()
-                .map(|n| topo.find(n).ok_or_else(|| SimError::new(field.clone(), format!("no node named {n:?}"))))
-                .collect::<Result<Vec<_>, _>>()?;
-            let mut pp = vec![];
-            for w in nodes.windows(2) {
-                pp.push(topo.port_to(w[0], w[1]).ok_or_else(|| {
-                    SimError::new(field.clone(), format!("{:?} and {:?} are not adjacent", topo.nodes[w[0] as usize].name, topo.nodes[w[1] as usize].name))
-                })?);
-            }
-            paths.push(FixedPath { nodes, ports: pp });
-        }
         let mut sim = Sim {
             name: spec.name.clone(),
             seed: spec.seed,
@@ -262,7 +249,7 @@ impl Sim {
             hosts,
             pkts: Slab::default(),
             rng: Xoshiro256PlusPlus::seed_from_u64(spec.seed),
-            paths,
+            paths: vec![],
             actions: Vec::new(),
             cons: Conservation::default(),
             events: 0,
@@ -356,12 +343,45 @@ impl Sim {
         }
     }
 
+    /// Replaces a switch's program (the INA designs install theirs through this).
+    pub fn set_program(&mut self, switch: NodeId, program: Box<dyn SwitchProgram>) {
+        self.switches[(switch - self.topo.hosts) as usize].program = program;
+    }
+
+    pub fn topology(&self) -> &Topology {
+        &self.topo
+    }
+
+    /// Installs a fixed path (node names, host to host) and returns its id for `Packet::path`.
+    pub(crate) fn install_path(&mut self, field: &str, names: &[String]) -> Result<u32, SimError> {
+        let topo = &self.topo;
+        let nodes = names
+            .iter()
+            .map(|n| topo.find(n).ok_or_else(|| SimError::new(field, format!("no node named {n:?}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        if nodes.len() < 2 || !topo.is_host(nodes[0]) || !topo.is_host(*nodes.last().unwrap()) {
+            return Err(SimError::new(field, "a path lists node names from a host to a host"));
+        }
+        let mut ports = vec![];
+        for w in nodes.windows(2) {
+            ports.push(topo.port_to(w[0], w[1]).ok_or_else(|| {
+                SimError::new(field, format!("{:?} and {:?} are not adjacent", topo.nodes[w[0] as usize].name, topo.nodes[w[1] as usize].name))
+            })?);
+        }
+        self.paths.push(FixedPath { nodes, ports });
+        Ok((self.paths.len() - 1) as u32)
+    }
+
+    pub(crate) fn set_endpoint_path(&mut self, host: NodeId, ep: u16, path: u32) {
+        self.hosts[host as usize].eps[ep as usize].path = path;
+    }
+
     // ---- hosts -------------------------------------------------------------------------
 
     pub(crate) fn add_endpoint(&mut self, host: NodeId, proto: Box<dyn HostProtocol>, owner: Owner) -> u16 {
         let port = proto.endpoint().port;
         let h = &mut self.hosts[host as usize];
-        h.eps.push(Endpoint { proto, port, owner, timer_armed: None });
+        h.eps.push(Endpoint { proto, port, owner, path: NO_PATH, timer_armed: None });
         (h.eps.len() - 1) as u16
     }
 
@@ -433,6 +453,9 @@ impl Sim {
                 }
             }
             let Some((ep, mut pkt)) = got else { return };
+            if pkt.path == NO_PATH {
+                pkt.path = self.hosts[host as usize].eps[ep as usize].path;
+            }
             // Mark the NIC busy first: what `drain` triggers may call back into this host.
             self.hosts[host as usize].nic_busy = pkt.dst != host;
             self.drain(host, ep);

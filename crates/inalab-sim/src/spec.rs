@@ -23,9 +23,6 @@ pub struct SimSpec {
     pub background: Option<BackgroundSpec>,
     #[serde(default)]
     pub flows: Vec<FlowSpec>,
-    /// Fixed paths that packets may name (`Packet::path` = index in this list).
-    #[serde(default)]
-    pub paths: Vec<Vec<String>>,
     pub metrics: MetricsSpec,
 }
 
@@ -178,6 +175,9 @@ pub struct FlowSpec {
     pub bytes: u64,
     pub packet_bytes: u32,
     pub start_ps: u64,
+    /// A fixed path (node names from `src` to `dst`) installed for this flow instead of ECMP.
+    #[serde(default)]
+    pub path: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -231,6 +231,13 @@ impl Sim {
                 Owner::FlowSrc { flow: f as u32 },
             );
             self.add_endpoint(dst, Box::new(DatagramSink::new(Endpoint { host: dst, port: dp })), Owner::FlowDst { flow: f as u32 });
+            if let Some(names) = &fs.path {
+                if names.first() != Some(&fs.src) || names.last() != Some(&fs.dst) {
+                    return Err(SimError::new(format!("{field}.path"), "must start at the flow's src and end at its dst"));
+                }
+                let id = self.install_path(&format!("{field}.path"), names)?;
+                self.set_endpoint_path(src, src_ep, id);
+            }
             self.wl.flows.push(FlowState {
                 complete: false,
                 src,

@@ -1,0 +1,49 @@
+# Developer and CI entry points. Every recipe runs with the shell's -e, so any failing step fails make.
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+# Re-installs when requirements.txt changes (make compares its mtime with the stamp's).
+STAMP := $(VENV)/.requirements.stamp
+# maturin installs into the venv named by VIRTUAL_ENV; no activation needed.
+VENV_ENV := VIRTUAL_ENV=$(CURDIR)/$(VENV) PATH=$(CURDIR)/$(BIN):$$PATH
+
+.PHONY: help venv build demo test test-rust test-python docs clean
+
+help:
+	@echo "make venv    create .venv with the pinned requirements (idempotent)"
+	@echo "make build   build the Rust extension into .venv (maturin develop --release)"
+	@echo "make demo    venv + build + 'inalab demo'"
+	@echo "make test    venv + build + cargo test + pytest"
+	@echo "make docs    regenerate docs/config.md from the config schema"
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	touch $@
+
+build: venv
+	$(VENV_ENV) $(BIN)/maturin develop --release
+
+demo: build
+	$(BIN)/inalab demo
+
+test: build test-rust test-python
+
+test-rust:
+	cargo test --workspace
+
+test-python: venv
+	$(BIN)/python -m pytest python/tests -q
+
+docs: venv
+	$(BIN)/python -m inalab.config --markdown > docs/config.md
+
+clean:
+	rm -rf $(VENV) target/wheels

@@ -1,0 +1,77 @@
+"""inalab: simulate in-network aggregation (INA) for distributed ML training.
+
+    >>> import inalab
+    >>> result = inalab.simulate("demo")          # a shipped scenario, a TOML path, a dict or a Scenario
+    >>> result.jobs[["name", "scheme", "jct_s"]]
+    >>> result.summary()
+
+The packet-level simulator is the Rust extension ``inalab._core``; this package validates
+scenarios (``inalab.config``), runs them and returns DataFrames (``inalab.results``).
+"""
+from __future__ import annotations
+
+import json
+from importlib.metadata import PackageNotFoundError, version as _dist_version
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Optional, Union
+
+from .errors import ConfigError
+from .results import Result
+
+if TYPE_CHECKING:
+    from .config import Scenario
+
+__all__ = ["simulate", "load_scenario", "Scenario", "Result", "ConfigError", "__version__"]
+
+try:
+    __version__ = _dist_version("inalab")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0.0.0+unknown"
+
+ProgressFn = Callable[[float, int], None]
+
+
+def __getattr__(name: str):
+    # inalab.config is imported on first use, so that `python -m inalab.config` runs it fresh.
+    if name in ("load_scenario", "Scenario"):
+        from . import config
+
+        return getattr(config, name)
+    raise AttributeError(f"module 'inalab' has no attribute {name!r}")
+
+
+def simulate(
+    config: Union[str, Path, dict, "Scenario"],
+    *,
+    seed: Optional[int] = None,
+    progress: Union[bool, ProgressFn] = False,
+) -> Result:
+    """Validates ``config``, simulates it and returns the :class:`Result`.
+
+    ``seed`` overrides the scenario's seed. ``progress=True`` shows a progress bar on stderr for
+    runs longer than a second; a callable gets ``(fraction_done, events)`` about every 0.2 s.
+    Raises :class:`ConfigError` for an invalid scenario, before anything is simulated.
+    """
+    from . import _core
+    from .config import load_scenario
+
+    scenario = load_scenario(config)
+    if seed is not None:
+        scenario = scenario.model_copy(update={"seed": seed})
+    spec = json.dumps(scenario.to_spec())
+    if progress is True:
+        from .progress import ProgressBar
+
+        with ProgressBar(scenario.name) as bar:
+            return _run(_core, spec, bar.update)
+    return _run(_core, spec, progress or None)
+
+
+def _run(core, spec: str, progress: Optional[ProgressFn]) -> Result:
+    from .config import rust_error
+
+    try:
+        return Result.from_json(core.simulate(spec, progress))
+    except ValueError as e:
+        # The simulator's own validation; inalab.config should have caught it first.
+        raise rust_error(e) from None

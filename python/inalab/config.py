@@ -1,0 +1,847 @@
+"""The user-facing scenario schema: what users write in TOML, validated before any simulation.
+
+This module is the single home of user-facing defaults and units. ``load_scenario`` reads a
+scenario (TOML file, shipped scenario name, TOML text, dict) into a :class:`Scenario`;
+``Scenario.to_spec()`` turns it into the exact ``SimSpec`` JSON of the Rust simulator (integer
+picoseconds, bits/s and bytes), resolving host ranges against the topology that the simulator
+itself builds. Every problem is raised as :class:`ConfigError` naming the field, e.g.
+``jobs[1].workers: host 'h3' is already a worker of job 'ring' (jobs[0])``.
+
+``python -m inalab.config --markdown`` prints the reference (docs/config.md) from this schema.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from .errors import ConfigError
+from .units import DURATION, RATE, SIZE, Unit
+
+__all__ = ["ConfigError", "Scenario", "load_scenario", "shipped_scenarios", "SCENARIO_DIR", "markdown_reference"]
+
+SCENARIO_DIR = Path(__file__).with_name("scenarios")
+
+# Defaults shared by several fields. 100 Gbps is today's common server NIC and ToR port; 1 us per
+# hop is a typical intra-datacenter hop: roughly 0.5 us of switch port-to-port latency plus
+# ~100 m of fiber at 5 ns/m.
+DEFAULT_LINK_RATE = "100Gbps"
+DEFAULT_LINK_DELAY = "1us"
+DEFAULT_SWITCH_PORTS = 64
+DEFAULT_PACKET = "1500B"
+
+
+# ---------------------------------------------------------------- field types and helpers
+
+
+class _UnitTag:
+    """Marks an annotated field as a quantity of ``unit`` (read by the markdown generator)."""
+
+    def __init__(self, unit: Unit):
+        self.unit = unit
+
+
+def _quantity(unit: Unit, optional: bool = False):
+    def parse(value: Any) -> Any:
+        return None if (optional and value is None) else unit.parse(value)
+
+    inner = Optional[int] if optional else int
+    return Annotated[inner, BeforeValidator(parse), _UnitTag(unit)]
+
+
+Duration = _quantity(DURATION)
+Rate = _quantity(RATE)
+Size = _quantity(SIZE)
+OptSize = _quantity(SIZE, optional=True)
+OptRate = _quantity(RATE, optional=True)
+
+_RANGE = re.compile(r"^([A-Za-z_][A-Za-z_]*?)(\d+)\.\.([A-Za-z_][A-Za-z_]*?)?(\d+)$")
+
+
+def _host_selection(value: Any) -> Any:
+    """Accepts a count (int), a name or range string, or a list of names and ranges."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value <= 0:
+            raise ConfigError("", f"a host count must be positive, got {value}")
+        return value
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return value
+    raise ConfigError(
+        "", f'expected a list of host names (["h0", "h1"]), a range ("h0..h7") or a count (8); got {value!r}'
+    )
+
+
+def _programmable(value: Any) -> Any:
+    if value in ("all", "none", "tor"):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    raise ConfigError("", f'expected "all", "none", "tor" or a list of switch names; got {value!r}')
+
+
+Hosts = Annotated[Any, BeforeValidator(_host_selection)]
+Programmable = Annotated[Any, BeforeValidator(_programmable)]
+
+_REQUIRED = ...
+
+
+def opt(default: Any, text: str, *, default_doc: str | None = None, type_doc: str | None = None, **kw) -> Any:
+    """A field whose description states its default and, for quantities, its unit.
+
+    ``default_doc`` replaces the shown default where the real one is derived (e.g. "same as
+    host_rate"); ``type_doc`` replaces the type shown in the reference.
+    """
+    shown = "required" if default is _REQUIRED else (default_doc or _show(default))
+    extra = {"doc": text, "default_doc": shown}
+    if type_doc:
+        extra["type_doc"] = type_doc
+    desc = f"{text} {'Required' if default is _REQUIRED else 'Default: ' + shown}."
+    return Field(default, description=desc, json_schema_extra=extra, **kw)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "none"
+    if value == [] or value == {}:
+        return "empty"
+    return str(value)
+
+
+def _unwrap(annotation: Any) -> tuple[Any, list]:
+    """(inner type, metadata) with Optional and Annotated peeled off."""
+    meta: list = []
+    while True:
+        if get_origin(annotation) is Annotated:
+            annotation, *more = get_args(annotation)
+            meta += more
+        elif get_origin(annotation) is Union and type(None) in get_args(annotation):
+            annotation = next(a for a in get_args(annotation) if a is not type(None))
+        else:
+            return annotation, meta
+
+
+def _unit_of(field) -> Optional[Unit]:
+    _, meta = _unwrap(field.annotation)
+    return next((m.unit for m in meta + field.metadata if isinstance(m, _UnitTag)), None)
+
+
+class _Model(BaseModel):
+    # strict: no silent coercion ("16" is not 16); validate_default: defaults written with units
+    # go through the same parsers as user values.
+    model_config = ConfigDict(extra="forbid", strict=True, validate_default=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        # Reported here, rather than by extra="forbid", to list the keys that are allowed.
+        if isinstance(data, dict):
+            for key in data:
+                if key not in cls.model_fields:
+                    raise PydanticCustomError(
+                        "unknown_key", "unknown key", {"key": key, "allowed": ", ".join(cls.model_fields)}
+                    )
+        return data
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        # Quantity fields learn their unit from their type, so descriptions state it without
+        # repeating it at every field.
+        super().__pydantic_init_subclass__(**kwargs)
+        changed = False
+        for field in cls.model_fields.values():
+            unit = _unit_of(field)
+            if unit and "Unit:" not in (field.description or ""):
+                field.description += f" Unit: {unit.kind} ({unit.accepted})."
+                changed = True
+        if changed:
+            cls.model_rebuild(force=True)
+
+
+# ---------------------------------------------------------------- topology
+
+
+class _Topology(_Model):
+    def shape(self) -> dict:
+        raise NotImplementedError
+
+    def to_spec(self) -> dict:
+        p = self.programmable
+        return {"shape": self.shape(), "programmable": {"names": p} if isinstance(p, list) else p}
+
+
+_PROGRAMMABLE_DOC = (
+    'Switches that run the INA program: "all", "none", "tor" (only switches with hosts attached) '
+    "or a list of switch names."
+)
+_PROGRAMMABLE_TYPE = '"all", "none", "tor" or list of names'
+_DELAY_DOC = "Propagation plus switching delay of every link, each direction."
+
+
+class Star(_Topology):
+    kind: Literal["star"] = opt(_REQUIRED, "One switch `s0` with hosts `h0..h{hosts-1}`.")
+    hosts: int = opt(_REQUIRED, "Number of hosts.", gt=0)
+    switch_ports: int = opt(DEFAULT_SWITCH_PORTS, "Ports of the switch; must be >= hosts.", gt=0)
+    link_rate: Rate = opt(DEFAULT_LINK_RATE, "Rate of every host link.")
+    link_delay: Duration = opt(DEFAULT_LINK_DELAY, _DELAY_DOC)
+    programmable: Programmable = opt("all", _PROGRAMMABLE_DOC, type_doc=_PROGRAMMABLE_TYPE)
+
+    def shape(self) -> dict:
+        return {"kind": "star", "hosts": self.hosts, "switch_ports": self.switch_ports,
+                "link_rate_bps": self.link_rate, "link_delay_ps": self.link_delay}
+
+
+class LeafSpine(_Topology):
+    kind: Literal["leaf_spine"] = opt(
+        _REQUIRED, "Two tiers: leaves `leaf{i}` with hosts, every leaf linked to every spine `spine{j}`."
+    )
+    leaves: int = opt(_REQUIRED, "Number of leaf (ToR) switches.", gt=0)
+    spines: int = opt(_REQUIRED, "Number of spine switches.", gt=0)
+    hosts_per_leaf: int = opt(_REQUIRED, "Hosts under each leaf; hosts are numbered leaf by leaf.", gt=0)
+    switch_ports: int = opt(DEFAULT_SWITCH_PORTS, "Ports per switch; a leaf needs hosts_per_leaf + spines.", gt=0)
+    host_rate: Rate = opt(DEFAULT_LINK_RATE, "Rate of host-leaf links.")
+    fabric_rate: OptRate = opt(None, "Rate of leaf-spine links.", default_doc="same as host_rate")
+    link_delay: Duration = opt(DEFAULT_LINK_DELAY, _DELAY_DOC)
+    programmable: Programmable = opt("all", _PROGRAMMABLE_DOC, type_doc=_PROGRAMMABLE_TYPE)
+
+    def shape(self) -> dict:
+        return {"kind": "leaf_spine", "leaves": self.leaves, "spines": self.spines,
+                "hosts_per_leaf": self.hosts_per_leaf, "switch_ports": self.switch_ports,
+                "host_rate_bps": self.host_rate,
+                "fabric_rate_bps": self.host_rate if self.fabric_rate is None else self.fabric_rate,
+                "link_delay_ps": self.link_delay}
+
+
+class CanaryFatTree(LeafSpine):
+    kind: Literal["canary_fat_tree"] = opt(
+        _REQUIRED, "The Canary paper's 1024-host two-level fat tree: a `leaf_spine` preset whose "
+        "parameters can be overridden."
+    )
+    leaves: int = opt(32, "Number of leaf (ToR) switches.", gt=0)
+    spines: int = opt(32, "Number of spine switches.", gt=0)
+    hosts_per_leaf: int = opt(32, "Hosts under each leaf; hosts are numbered leaf by leaf.", gt=0)
+
+
+class FatTree(_Topology):
+    kind: Literal["fat_tree"] = opt(
+        _REQUIRED, "k-ary three-tier fat tree: k pods of k/2 `edge{p}_{i}` and k/2 `agg{p}_{i}` switches, "
+        "(k/2)^2 `core{i}` switches, k^3/4 hosts."
+    )
+    k: int = opt(_REQUIRED, "Ports per switch; an even number >= 2.")
+    link_rate: Rate = opt(DEFAULT_LINK_RATE, "Rate of every link.")
+    link_delay: Duration = opt(DEFAULT_LINK_DELAY, _DELAY_DOC)
+    programmable: Programmable = opt("all", _PROGRAMMABLE_DOC, type_doc=_PROGRAMMABLE_TYPE)
+
+    def shape(self) -> dict:
+        return {"kind": "fat_tree", "k": self.k, "link_rate_bps": self.link_rate, "link_delay_ps": self.link_delay}
+
+
+class Dragonfly(_Topology):
+    kind: Literal["dragonfly"] = opt(
+        _REQUIRED, "g groups of a routers `r{g}_{i}`, all-to-all inside a group, h global links per router."
+    )
+    a: int = opt(_REQUIRED, "Routers per group.", gt=0)
+    g: int = opt(_REQUIRED, "Number of groups; at most a*h + 1.", gt=0)
+    h: int = opt(_REQUIRED, "Global links per router.", ge=0)
+    p: Optional[int] = opt(None, "Hosts per router.", default_doc="same as h", gt=0)
+    link_rate: Rate = opt(DEFAULT_LINK_RATE, "Rate of host and intra-group links.")
+    global_rate: OptRate = opt(None, "Rate of global (inter-group) links.", default_doc="same as link_rate")
+    link_delay: Duration = opt(DEFAULT_LINK_DELAY, _DELAY_DOC)
+    programmable: Programmable = opt("all", _PROGRAMMABLE_DOC, type_doc=_PROGRAMMABLE_TYPE)
+
+    def shape(self) -> dict:
+        return {"kind": "dragonfly", "a": self.a, "g": self.g, "h": self.h,
+                "p": self.h if self.p is None else self.p, "link_rate_bps": self.link_rate,
+                "global_rate_bps": self.link_rate if self.global_rate is None else self.global_rate,
+                "link_delay_ps": self.link_delay}
+
+
+class EdgeNode(_Model):
+    name: str = opt(_REQUIRED, "Node name, unique.")
+    kind: Literal["host", "switch"] = opt(_REQUIRED, "Whether the node is a host or a switch.")
+    tier: Optional[int] = opt(
+        None, "Tier for up/down routing and ToR selection.", default_doc="0 for hosts, 1 for switches", ge=0, le=255
+    )
+
+
+class EdgeLink(_Model):
+    a: str = opt(_REQUIRED, "One end (node name).")
+    b: str = opt(_REQUIRED, "The other end (node name).")
+    rate: Rate = opt(DEFAULT_LINK_RATE, "Link rate, each direction.")
+    delay: Duration = opt(DEFAULT_LINK_DELAY, "Propagation plus switching delay, each direction.")
+
+
+class Edges(_Topology):
+    kind: Literal["edges"] = opt(_REQUIRED, "An explicit graph of named nodes and links.")
+    nodes: list[EdgeNode] = opt(_REQUIRED, "The nodes.")
+    links: list[EdgeLink] = opt(_REQUIRED, "The full-duplex links.")
+    programmable: Programmable = opt("all", _PROGRAMMABLE_DOC, type_doc=_PROGRAMMABLE_TYPE)
+
+    def shape(self) -> dict:
+        nodes = [{"name": n.name, "kind": n.kind} | ({} if n.tier is None else {"tier": n.tier}) for n in self.nodes]
+        links = [{"a": l.a, "b": l.b, "rate_bps": l.rate, "delay_ps": l.delay} for l in self.links]
+        return {"kind": "edges", "nodes": nodes, "links": links}
+
+
+TOPOLOGIES: dict[str, type[_Topology]] = {
+    "star": Star, "leaf_spine": LeafSpine, "canary_fat_tree": CanaryFatTree,
+    "fat_tree": FatTree, "dragonfly": Dragonfly, "edges": Edges,
+}
+Topology = Annotated[Union[tuple(TOPOLOGIES.values())], Field(discriminator="kind")]
+
+
+# ---------------------------------------------------------------- network
+
+
+class LinkLoss(_Model):
+    a: str = opt(_REQUIRED, "One end of the link (node name).")
+    b: str = opt(_REQUIRED, "The other end (node name).")
+    prob: float = opt(_REQUIRED, "Probability that a packet crossing the link, either direction, is lost.", ge=0, le=1)
+
+
+class HostLoss(_Model):
+    host: str = opt(_REQUIRED, "Host name.")
+    prob: float = opt(_REQUIRED, "Probability that a packet the host sends or receives is lost.", ge=0, le=1)
+
+
+class Network(_Model):
+    buffer: Size = opt("1MiB", "Drop-tail buffer of every switch egress port.")
+    ecn_threshold: Size = opt("200KB", "Queue length above which a packet is ECN-marked on enqueue.")
+    routing: Literal["ecmp", "adaptive"] = opt(
+        "ecmp", '"ecmp": one of the equal-cost ports by flow hash; "adaptive": Canary\'s up/down adaptive '
+        "routing, leaving the flow's port when its queue exceeds adaptive_threshold x buffer."
+    )
+    adaptive_threshold: float = opt(
+        0.5, 'Queue fraction of the buffer that makes adaptive routing pick another port (routing = "adaptive" only).',
+        gt=0, le=1,
+    )
+    link_loss: list[LinkLoss] = opt([], "Random loss on links.")
+    host_loss: list[HostLoss] = opt([], "Random loss at hosts.")
+    switch_capacity: dict[str, Rate] = opt(
+        {}, "Processing-capacity limit per switch name, e.g. {s0 = \"1Tbps\"}; unlisted switches are unlimited.",
+        type_doc="table of rate",
+    )
+    aggregator_memory: Size = opt("5MB", "Aggregator memory of every programmable switch.")
+    switch_memory: dict[str, Size] = opt(
+        {}, "Per-switch overrides of aggregator_memory, e.g. {s0 = \"10MB\"}.", type_doc="table of size"
+    )
+
+    @model_validator(mode="after")
+    def _threshold_needs_adaptive(self) -> "Network":
+        if "adaptive_threshold" in self.model_fields_set and self.routing != "adaptive":
+            raise ConfigError("adaptive_threshold", 'applies only with routing = "adaptive"')
+        return self
+
+
+# ---------------------------------------------------------------- jobs and traffic
+
+SCHEMES = ("ring", "hierarchical", "ps", "ps_sharded")
+
+
+class Transport(_Model):
+    mss: Size = opt("1436B", "Maximum segment (payload) size of a packet.")
+    header: Size = opt("64B", "Header bytes added to every packet on the wire.")
+    rto: Duration = opt("1ms", "Retransmission timeout.")
+    init_window: Size = opt("60000B", "Initial congestion window.")
+    increment: Size = opt("1500B", "Additive increase of the window per round trip.")
+
+
+_HOSTS_TYPE = 'list of names, "h0..h7" or count'
+
+
+class Job(_Model):
+    name: Optional[str] = opt(None, "Job name, shown in results.", default_doc='"job{index}"')
+    scheme: Literal["ring", "hierarchical", "ps", "ps_sharded"] = opt(
+        _REQUIRED, "Allreduce scheme: ring, hierarchical (ring inside racks, then across), ps (N-to-1 "
+        "parameter server), ps_sharded (servers sharded over the workers, BytePS-like)."
+    )
+    model: Optional[str] = opt(
+        None, "Training workload: a model from the catalog (`inalab.models.list_models()`); exactly one of "
+        "model and allreduce."
+    )
+    allreduce: OptSize = opt(None, "Benchmark workload: allreduce a tensor of this size, with no compute.")
+    iterations: int = opt(1, "Training iterations, or allreduce repetitions.", gt=0)
+    compute_scale: float = opt(
+        1.0, "Multiplies every compute time of the model (0.5 = a GPU twice as fast as the profiled one).", gt=0
+    )
+    workers: Hosts = opt(
+        _REQUIRED, 'Worker hosts in rank order: a list of names and ranges (["h0", "h4..h7"]), one range '
+        '("h0..h7", both ends included) or a count (the first hosts no other job or background uses).',
+        type_doc=_HOSTS_TYPE,
+    )
+    servers: Optional[Hosts] = opt(
+        None, "Parameter-server hosts (scheme ps only; ps_sharded co-locates them with the workers).",
+        default_doc="ps: the next free host", type_doc=_HOSTS_TYPE,
+    )
+    start: Duration = opt("0s", "Simulated time at which the job starts.")
+    jitter: Duration = opt("0s", "Each backward layer's compute is stretched by U(0, jitter).")
+    partition: Size = opt("4MiB", "Tensor partition size for parameter servers.")
+    transport: Transport = opt(Transport(), "Transport parameters, see [jobs.transport].", default_doc="see below")
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, name: Optional[str]) -> Optional[str]:
+        if name is not None:
+            from .models import list_models
+
+            if name not in list_models():
+                raise ConfigError("", f"unknown model {name!r}; allowed values: {', '.join(list_models())}")
+        return name
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Job":
+        if (self.model is None) == (self.allreduce is None):
+            raise ConfigError("model", 'give exactly one of model = "<name>" (training) or allreduce = "<size>"')
+        if self.allreduce is not None and "compute_scale" in self.model_fields_set:
+            raise ConfigError("compute_scale", "applies only to model workloads (allreduce has no compute)")
+        if self.allreduce is not None and "jitter" in self.model_fields_set:
+            raise ConfigError("jitter", "applies only to model workloads (allreduce has no compute)")
+        if self.servers is not None and self.scheme != "ps":
+            raise ConfigError("servers", f"applies only to scheme = \"ps\", not {self.scheme!r}")
+        return self
+
+
+class Background(_Model):
+    hosts: Hosts = opt(
+        _REQUIRED, "Hosts that send background traffic: names, a range, or a count of free hosts.",
+        type_doc=_HOSTS_TYPE,
+    )
+    load: float = opt(_REQUIRED, "Offered load of each host as a fraction of its link rate.", gt=0, le=1)
+    message: Size = opt("1MiB", "Size of each message, sent to a peer drawn uniformly among the other hosts.")
+    packet: Size = opt(DEFAULT_PACKET, "Packet size on the wire.")
+    start: Duration = opt("0s", "When background traffic starts.")
+
+
+class Flow(_Model):
+    src: str = opt(_REQUIRED, "Sending host.")
+    dst: str = opt(_REQUIRED, "Receiving host.")
+    size: Size = opt(_REQUIRED, "Bytes to send, at line rate.")
+    packet: Size = opt(DEFAULT_PACKET, "Packet size on the wire.")
+    start: Duration = opt("0s", "When the flow starts.")
+    path: Optional[list[str]] = opt(
+        None,
+        "A fixed path: node names from `src` to `dst`, used instead of ECMP (static trees, GRID).",
+        default_doc="none (routing tables decide)",
+    )
+
+
+class Metrics(_Model):
+    bin: Duration = opt("100us", "Width of a time-series bin.")
+
+
+class Scenario(_Model):
+    name: str = opt("scenario", "Scenario name, shown in results.", default_doc="the file's name without .toml")
+    description: str = opt("", "One line shown by `inalab scenarios`.")
+    seed: int = opt(1, "Seed of every random choice (loss, jitter, background peers); same seed, same result.", ge=0)
+    payload: bool = opt(False, "Payload mode: packets carry real values, which are summed and checked.")
+    stop: Duration = opt("10s", "Simulated-time limit; the run ends there even if jobs have not finished.")
+    topology: Topology = opt(_REQUIRED, "The network, see [topology].", type_doc="table")
+    network: Network = opt(Network(), "Switch and link behaviour, see [network].", default_doc="see below")
+    jobs: list[Job] = opt([], "Training or allreduce jobs, see [[jobs]].")
+    background: Optional[Background] = opt(None, "Random background traffic, see [background].")
+    flows: list[Flow] = opt([], "Raw line-rate flows, see [[flows]].")
+    metrics: Metrics = opt(Metrics(), "Measurement settings, see [metrics].", default_doc="see below")
+
+    @model_validator(mode="after")
+    def _has_work(self) -> "Scenario":
+        if not self.jobs and not self.flows:
+            raise ConfigError("jobs", "nothing to simulate: add at least one [[jobs]] or [[flows]] entry")
+        return self
+
+    def to_spec(self) -> dict:
+        """The exact ``SimSpec`` JSON object for ``inalab._core.simulate``."""
+        topology = self.topology.to_spec()
+        net = _Graph(build_topology(topology))
+        jobs = _place_jobs(self.jobs, self.background, net)
+        n = self.network
+        spec = {
+            "name": self.name,
+            "seed": self.seed,
+            "payload": self.payload,
+            "stop_ps": self.stop,
+            "topology": topology,
+            "network": {
+                "buffer_bytes": n.buffer,
+                "ecn_threshold_bytes": n.ecn_threshold,
+                "routing": {"kind": "adaptive", "threshold": n.adaptive_threshold}
+                if n.routing == "adaptive" else {"kind": "ecmp"},
+                "link_loss": [
+                    {"a": net.link(l.a, l.b, f"network.link_loss[{i}]")[0], "b": l.b, "prob": l.prob}
+                    for i, l in enumerate(n.link_loss)
+                ],
+                "host_loss": [
+                    {"host": net.host(l.host, f"network.host_loss[{i}].host"), "prob": l.prob}
+                    for i, l in enumerate(n.host_loss)
+                ],
+                "switch_capacity": [
+                    {"switch": net.switch(s, f"network.switch_capacity.{s}"), "value": v}
+                    for s, v in n.switch_capacity.items()
+                ],
+                "aggregator_memory_bytes": n.aggregator_memory,
+                "switch_memory": [
+                    {"switch": net.switch(s, f"network.switch_memory.{s}"), "value": v}
+                    for s, v in n.switch_memory.items()
+                ],
+            },
+            "jobs": jobs,
+            "flows": [_flow_spec(i, f, net) for i, f in enumerate(self.flows)],
+            "metrics": {"bin_ps": self.metrics.bin},
+        }
+        if self.background is not None:
+            b = self.background
+            spec["background"] = {
+                "hosts": _background_hosts(b, self.jobs, jobs, net),
+                "load": b.load, "message_bytes": b.message, "packet_bytes": b.packet, "start_ps": b.start,
+            }
+        return spec
+
+
+# ---------------------------------------------------------------- resolution against the topology
+
+
+def build_topology(topology: dict) -> dict:
+    """The built topology from ``inalab._core``; its errors become ``ConfigError`` on the user's field names."""
+    from . import _core
+
+    try:
+        return json.loads(_core.build_topology(json.dumps(topology)))
+    except ValueError as e:
+        raise rust_error(e, prefix="topology") from None
+
+
+_RUST_SUFFIX = re.compile(r"_(bps|ps|bytes)\b")
+
+
+def rust_error(e: ValueError, prefix: str = "") -> ConfigError:
+    """A ``ValueError("field.path: message")`` from the simulator as a ConfigError on user names.
+
+    Rust fields carry their base unit (``link_rate_bps``) where the user wrote ``link_rate``;
+    ``prefix`` is the user-facing path of what was sent (``topology``), if the field lacks it.
+    """
+    field, sep, message = str(e).partition(": ")
+    if not sep or " " in field.split("+")[0].strip():
+        return ConfigError(prefix or "scenario", str(e))
+    field = _RUST_SUFFIX.sub("", field)
+    if prefix and not field.startswith(prefix):
+        field = f"{prefix}.{field}"
+    return ConfigError(field, message)
+
+
+class _Graph:
+    """Names of the built topology, for checking the hosts and switches a scenario refers to."""
+
+    def __init__(self, built: dict):
+        self.nodes = built["nodes"]
+        self.kind = {n["name"]: n["kind"] for n in self.nodes}
+        self.hosts = [n["name"] for n in self.nodes if n["kind"] == "host"]
+        self.adjacent = set()
+        for link in built["links"]:
+            a, b = self.nodes[link["a"]]["name"], self.nodes[link["b"]]["name"]
+            self.adjacent |= {(a, b), (b, a)}
+
+    def describe_hosts(self) -> str:
+        if self.hosts == [f"h{i}" for i in range(len(self.hosts))]:
+            return f"this topology has hosts h0..h{len(self.hosts) - 1}"
+        return f"this topology's hosts are {', '.join(self.hosts[:8])}{', ...' if len(self.hosts) > 8 else ''}"
+
+    def host(self, name: str, field: str) -> str:
+        kind = self.kind.get(name)
+        if kind is None:
+            raise ConfigError(field, f"no host named {name!r} ({self.describe_hosts()})")
+        if kind != "host":
+            raise ConfigError(field, f"{name!r} is a {kind}, not a host")
+        return name
+
+    def switch(self, name: str, field: str) -> str:
+        kind = self.kind.get(name)
+        if kind != "switch":
+            what = "no node" if kind is None else f"a {kind}, not a switch,"
+            raise ConfigError(field, f"{name!r} is {what} in this topology")
+        return name
+
+    def link(self, a: str, b: str, field: str) -> tuple[str, str]:
+        for end, key in ((a, "a"), (b, "b")):
+            if end not in self.kind:
+                raise ConfigError(f"{field}.{key}", f"no node named {end!r}")
+        if (a, b) not in self.adjacent:
+            raise ConfigError(field, f"no link between {a!r} and {b!r}")
+        return a, b
+
+    def expand(self, selection: Any, field: str) -> list[str]:
+        """Explicit names and ranges of a host selection, checked, in order, without repeats."""
+        items = [selection] if isinstance(selection, str) else selection
+        names: list[str] = []
+        for item in items:
+            m = _RANGE.match(item)
+            if m and (m.group(3) in (None, m.group(1))):
+                prefix, lo, hi = m.group(1), int(m.group(2)), int(m.group(4))
+                if hi < lo:
+                    raise ConfigError(field, f"empty range {item!r}: the end is below the start")
+                names += [f"{prefix}{i}" for i in range(lo, hi + 1)]
+            elif ".." in item:
+                raise ConfigError(field, f'bad range {item!r}; write "h0..h7" (both ends included)')
+            else:
+                names.append(item)
+        seen = set()
+        for name in names:
+            self.host(name, field)
+            if name in seen:
+                raise ConfigError(field, f"host {name!r} is listed twice")
+            seen.add(name)
+        return names
+
+
+def _place_jobs(jobs: list[Job], background: Optional[Background], net: _Graph) -> list[dict]:
+    """Job specs with every host resolved; a host belongs to at most one job."""
+    # Explicit placements are resolved first, so counts ("workers = 8") take only hosts that no
+    # job or background names anywhere in the file, whatever the order of the jobs.
+    reserved: set[str] = set()
+    explicit: dict[tuple[int, str], list[str]] = {}
+    for i, job in enumerate(jobs):
+        for role in ("workers", "servers"):
+            sel = getattr(job, role)
+            if sel is not None and not isinstance(sel, int):
+                explicit[i, role] = net.expand(sel, f"jobs[{i}].{role}")
+                reserved |= set(explicit[i, role])
+    if background is not None and not isinstance(background.hosts, int):
+        reserved |= set(net.expand(background.hosts, "background.hosts"))
+
+    owner: dict[str, int] = {}  # host -> index of the job using it
+    specs = []
+    for i, job in enumerate(jobs):
+        name = job.name or f"job{i}"
+        roles = {}
+        for role in ("workers", "servers"):
+            sel = getattr(job, role)
+            if sel is None and role == "servers" and job.scheme == "ps":
+                sel = 1  # the next free host
+            if sel is None:
+                roles[role] = []
+                continue
+            field = f"jobs[{i}].{role}"
+            hosts = explicit.get((i, role))
+            if hosts is None:
+                free = [h for h in net.hosts if h not in reserved and h not in owner]
+                if len(free) < sel:
+                    raise ConfigError(field, f"needs {sel} free hosts but only {len(free)} are left "
+                                      f"({len(net.hosts)} hosts in the topology)")
+                hosts = free[:sel]
+            for h in hosts:
+                if h in owner:
+                    other = owner[h]
+                    where = "this job" if other == i else f"job {specs[other]['name']!r} (jobs[{other}])"
+                    raise ConfigError(field, f"host {h!r} is already used by {where}")
+                owner[h] = i
+            roles[role] = hosts
+        if len(roles["workers"]) < 2:
+            raise ConfigError(f"jobs[{i}].workers", "a job needs at least 2 workers")
+        specs.append({
+            "id": i,
+            "name": name,
+            "scheme": job.scheme,
+            "workers": roles["workers"],
+            "servers": roles["servers"],
+            "workload": _workload(i, job),
+            "start_ps": job.start,
+            "jitter_ps": job.jitter,
+            "transport": {
+                "mss_bytes": job.transport.mss, "header_bytes": job.transport.header, "rto_ps": job.transport.rto,
+                "init_window_bytes": job.transport.init_window, "increment_bytes": job.transport.increment,
+            },
+            "partition_bytes": job.partition,
+        })
+    return specs
+
+
+def _workload(i: int, job: Job) -> dict:
+    if job.allreduce is not None:
+        return {"kind": "allreduce", "bytes": job.allreduce, "iterations": job.iterations}
+    from .models import get_model
+
+    layers = get_model(job.model).scaled(job.compute_scale).to_workload()
+    return {"kind": "training", "layers": layers, "iterations": job.iterations}
+
+
+def _background_hosts(b: Background, jobs: list[Job], job_specs: list[dict], net: _Graph) -> list[str]:
+    if not isinstance(b.hosts, int):
+        hosts = net.expand(b.hosts, "background.hosts")
+    else:
+        used = {h for j in job_specs for h in j["workers"] + j["servers"]}
+        free = [h for h in net.hosts if h not in used]
+        if len(free) < b.hosts:
+            raise ConfigError("background.hosts", f"needs {b.hosts} free hosts but only {len(free)} are left")
+        hosts = free[: b.hosts]
+    if len(hosts) < 2:
+        raise ConfigError("background.hosts", "background traffic needs at least 2 hosts")
+    return hosts
+
+
+def _flow_spec(i: int, f: Flow, net: _Graph) -> dict:
+    src = net.host(f.src, f"flows[{i}].src")
+    dst = net.host(f.dst, f"flows[{i}].dst")
+    if src == dst:
+        raise ConfigError(f"flows[{i}].dst", "a flow's destination must differ from its source")
+    spec = {"src": src, "dst": dst, "bytes": f.size, "packet_bytes": f.packet, "start_ps": f.start}
+    if f.path is not None:
+        spec["path"] = f.path
+    return spec
+
+
+# ---------------------------------------------------------------- loading
+
+
+def shipped_scenarios() -> dict[str, Path]:
+    """Scenario name -> TOML file shipped in ``inalab/scenarios``."""
+    return {p.stem: p for p in sorted(SCENARIO_DIR.glob("*.toml"))}
+
+
+def load_scenario(source: Union[str, Path, dict, Scenario]) -> Scenario:
+    """A validated Scenario from a TOML path, a shipped scenario name, TOML text, a dict or a Scenario."""
+    if isinstance(source, Scenario):
+        return source
+    if isinstance(source, dict):
+        return _validate(source)
+    if isinstance(source, str) and "\n" in source:
+        return _validate(_parse_toml(source, "scenario"))
+    path = Path(source)
+    if not path.exists():
+        shipped = shipped_scenarios()
+        if str(source) not in shipped:
+            raise ConfigError("scenario", f"no file {str(source)!r} and no shipped scenario of that name; "
+                              f"shipped: {', '.join(shipped)}")
+        path = shipped[str(source)]
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError("scenario", f"cannot read {str(path)!r}: {e.strerror}") from None
+    data = _parse_toml(text, str(path))
+    data.setdefault("name", path.stem)
+    return _validate(data)
+
+
+def _parse_toml(text: str, where: str) -> dict:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("scenario", f"invalid TOML in {where}: {e}") from None
+
+
+def _validate(data: dict) -> Scenario:
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as e:
+        raise _from_validation(e) from None
+
+
+def _path(loc: tuple) -> str:
+    # The discriminated topology union adds the kind to the location: ("topology", "star", "hosts").
+    if len(loc) > 1 and loc[0] == "topology" and loc[1] in TOPOLOGIES:
+        loc = loc[:1] + loc[2:]
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _from_validation(e: ValidationError) -> ConfigError:
+    """The first pydantic error as a ConfigError whose field is the full key path."""
+    err = e.errors()[0]
+    field, kind, ctx = _path(err["loc"]), err["type"], err.get("ctx") or {}
+    if kind == "unknown_key":
+        key = f"{field}.{ctx['key']}" if field else str(ctx["key"])
+        return ConfigError(key, f"unknown key; allowed keys here: {ctx['allowed']}")
+    if isinstance(ctx.get("error"), ConfigError):
+        return ctx["error"].under(field)
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        what = "missing" if kind == "union_tag_not_found" else f"unknown kind {ctx.get('tag')!r}"
+        return ConfigError(f"{field}.kind", f"{what}; allowed values: {', '.join(TOPOLOGIES)}")
+    if kind == "missing":
+        return ConfigError(field, "required key is missing")
+    if kind == "model_type" or kind == "dict_type":
+        return ConfigError(field, f"expected a table, got {err['input']!r}")
+    return ConfigError(field, f"{err['msg'][0].lower()}{err['msg'][1:]}; got {err['input']!r}")
+
+
+# ---------------------------------------------------------------- reference documentation
+
+
+def _type_doc(field) -> str:
+    if (field.json_schema_extra or {}).get("type_doc"):
+        return field.json_schema_extra["type_doc"]
+    if _unit_of(field):
+        return "string"
+    tp, _ = _unwrap(field.annotation)
+    if get_origin(tp) is Literal:
+        return " or ".join(f'"{a}"' for a in get_args(tp))
+    if get_origin(tp) is list:
+        return "array of tables"
+    return {int: "integer", float: "number", bool: "boolean", str: "string"}.get(tp, "table")
+
+
+def _sections(model: type[_Model], title: str, toml: str, prefix: str) -> list[tuple[str, str, type[_Model]]]:
+    """(section title, key prefix, model) for ``model`` and, after it, every table nested in it."""
+    out = [(title, prefix, model)]
+    for name, field in model.model_fields.items():
+        tp, _ = _unwrap(field.annotation)
+        sub_toml, key = (f"{toml}.{name}", f"{prefix}.{name}") if prefix else (name, name)
+        brackets = "[{}]"
+        if get_origin(tp) is list:
+            tp, key, brackets = get_args(tp)[0], f"{key}[]", "[[{}]]"
+        if get_origin(tp) is Union:  # the topology kinds
+            for kind, cls in TOPOLOGIES.items():
+                out += _sections(cls, brackets.format(sub_toml) + f' kind = "{kind}"', sub_toml, key)
+        elif isinstance(tp, type) and issubclass(tp, _Model):
+            out += _sections(tp, brackets.format(sub_toml), sub_toml, key)
+    return out
+
+
+def markdown_reference() -> str:
+    """docs/config.md: every field with its path, type, default, unit and description."""
+    units = "\n".join(f"- **{u.kind}** (in {u.base}): {', '.join(f'`{s}`' for s in u.factors)}"
+                      for u in (DURATION, RATE, SIZE))
+    lines = [
+        "# Scenario reference",
+        "",
+        "<!-- Generated by `python -m inalab.config --markdown > docs/config.md`; do not edit by hand. -->",
+        "",
+        "A scenario is a TOML file (`python/inalab/scenarios/` has examples; `inalab scenarios` lists them).",
+        "Unknown keys are errors. Quantities are strings with a unit, e.g. `\"1us\"`, `\"100Gbps\"`, `\"4MiB\"`;",
+        "a bare number is an error for them. Integers and numbers marked unitless have no unit.",
+        "",
+        "Units accepted:",
+        "",
+        units,
+        "",
+        "Host selections (`workers`, `servers`, `background.hosts`) are a list of names and ranges "
+        '(`["h0", "h4..h7"]`), one range (`"h0..h7"`, both ends included) or a count (`8`: the first hosts '
+        "that no job or background names). Hosts are `h0..h{N-1}` in parametric topologies.",
+    ]
+    for title, prefix, model in _sections(Scenario, "Top level", "", ""):
+        lines += ["", f"## {title}", "", "| key | type | default | unit | description |",
+                  "| --- | --- | --- | --- | --- |"]
+        for name, field in model.model_fields.items():
+            extra = field.json_schema_extra or {}
+            unit = _unit_of(field)
+            tp = _type_doc(field)
+            shown = unit.kind if unit else ("unitless" if tp in ("integer", "number") else "")
+            tp = tp.replace("|", "\\|")
+            lines.append(f"| `{f'{prefix}.{name}' if prefix else name}` | {tp} | {extra['default_doc']} | {shown} "
+                         f"| {extra['doc']} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--markdown"]:
+        sys.exit("usage: python -m inalab.config --markdown")
+    sys.stdout.write(markdown_reference())

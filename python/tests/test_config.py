@@ -1,0 +1,189 @@
+"""The scenario schema: every error names its field; shipped scenarios become valid SimSpecs.
+
+These tests use the real ``inalab._core`` (built by ``make build``): a missing extension fails them.
+"""
+import json
+import subprocess
+import sys
+
+import pytest
+
+import inalab._core as core
+from inalab.config import ConfigError, load_scenario, markdown_reference, shipped_scenarios
+
+from conftest import REPO
+
+
+def error(data) -> ConfigError:
+    with pytest.raises(ConfigError) as e:
+        load_scenario(data).to_spec()
+    return e.value
+
+
+def test_unknown_key_names_path_and_lists_allowed(star):
+    star["jobs"][0]["transport"] = {"msss": "1436B"}
+    e = error(star)
+    assert e.field == "jobs[0].transport.msss"
+    assert "mss, header, rto, init_window, increment" in e.message
+
+
+def test_unknown_top_level_key(star):
+    star["topolgy"] = {}
+    assert error(star).field == "topolgy"
+
+
+def test_unknown_key_for_this_topology_kind(star):
+    star["topology"]["leaves"] = 2
+    e = error(star)
+    assert e.field == "topology.leaves" and "link_rate" in e.message
+
+
+def test_wrong_unit_names_field_and_units(star):
+    star["topology"]["link_delay"] = "1 furlong"
+    e = error(star)
+    assert e.field == "topology.link_delay" and "ps, ns, us" in e.message
+
+
+def test_bare_number_rejected(star):
+    star["network"] = {"buffer": 1048576}
+    e = error(star)
+    assert e.field == "network.buffer" and "needs a unit" in e.message
+
+
+def test_unknown_topology_kind(star):
+    star["topology"]["kind"] = "torus"
+    e = error(star)
+    assert e.field == "topology.kind" and "leaf_spine" in e.message
+
+
+def test_more_hosts_than_ports_is_the_rust_message_on_the_users_field(star):
+    star["topology"].update(hosts=80, switch_ports=64)
+    e = error(star)
+    assert e.field.startswith("topology.hosts"), e
+    assert "64" in e.message
+
+
+def test_impossible_dragonfly():
+    e = error({"topology": {"kind": "dragonfly", "a": 2, "g": 9, "h": 1},
+               "flows": [{"src": "h0", "dst": "h1", "size": "1KB"}]})
+    assert e.field == "topology.g"
+
+
+def test_job_on_missing_host(star):
+    star["jobs"][0]["workers"] = ["h0", "h99"]
+    e = error(star)
+    assert e.field == "jobs[0].workers" and "h99" in e.message and "h0..h7" in e.message
+
+
+def test_job_on_a_switch(star):
+    star["jobs"][0]["workers"] = ["h0", "s0"]
+    e = error(star)
+    assert e.field == "jobs[0].workers" and "switch" in e.message
+
+
+def test_overlapping_jobs_name_both(star):
+    star["jobs"].append({"name": "b", "scheme": "ring", "allreduce": "1MiB", "workers": ["h3", "h4"]})
+    e = error(star)
+    assert e.field == "jobs[1].workers" and "'a'" in e.message and "jobs[0]" in e.message
+
+
+def test_counts_take_free_hosts_and_ps_gets_the_next_one(star):
+    star["jobs"].append({"name": "b", "scheme": "ps", "allreduce": "1MiB", "workers": 3})
+    jobs = load_scenario(star).to_spec()["jobs"]
+    assert jobs[0]["workers"] == ["h0", "h1", "h2", "h3"]
+    assert jobs[1]["workers"] == ["h4", "h5", "h6"] and jobs[1]["servers"] == ["h7"]
+
+
+def test_not_enough_free_hosts(star):
+    star["jobs"].append({"name": "b", "scheme": "ring", "allreduce": "1MiB", "workers": 5})
+    assert error(star).field == "jobs[1].workers"
+
+
+def test_model_and_allreduce_are_exclusive(star):
+    star["jobs"][0]["model"] = "vgg16"
+    assert error(star).field == "jobs[0].model"
+
+
+def test_unknown_model(star):
+    del star["jobs"][0]["allreduce"]
+    star["jobs"][0]["model"] = "vgg17"
+    e = error(star)
+    assert e.field == "jobs[0].model" and "vgg16" in e.message
+
+
+def test_servers_only_for_ps(star):
+    star["jobs"][0]["servers"] = ["h7"]
+    assert error(star).field == "jobs[0].servers"
+
+
+def test_switch_names_checked(star):
+    star["network"] = {"switch_memory": {"s9": "1MB"}}
+    assert error(star).field == "network.switch_memory.s9"
+
+
+def test_strings_are_not_coerced_to_numbers(star):
+    star["topology"]["hosts"] = "8"
+    assert error(star).field == "topology.hosts"
+
+
+def test_toml_syntax_error_is_a_config_error(tmp_path):
+    p = tmp_path / "bad.toml"
+    p.write_text("name = \n")
+    assert error(str(p)).field == "scenario"
+
+
+def test_spec_units_and_defaults(star):
+    spec = load_scenario(star).to_spec()
+    shape = spec["topology"]["shape"]
+    assert shape == {"kind": "star", "hosts": 8, "switch_ports": 64, "link_rate_bps": 100 * 10**9,
+                     "link_delay_ps": 10**6}
+    assert spec["jobs"][0]["workload"] == {"kind": "allreduce", "bytes": 65536, "iterations": 1}
+    assert spec["jobs"][0]["transport"]["rto_ps"] == 10**9
+    assert spec["network"]["routing"] == {"kind": "ecmp"}
+
+
+def test_canary_preset_is_overridable():
+    s = load_scenario({"topology": {"kind": "canary_fat_tree", "leaves": 4, "hosts_per_leaf": 2},
+                       "flows": [{"src": "h0", "dst": "h7", "size": "1KB"}]})
+    shape = s.to_spec()["topology"]["shape"]
+    assert shape["kind"] == "leaf_spine" and shape["leaves"] == 4 and shape["spines"] == 32
+    assert shape["fabric_rate_bps"] == shape["host_rate_bps"] == 100 * 10**9
+
+
+@pytest.mark.parametrize("name", sorted(shipped_scenarios()))
+def test_shipped_scenarios_become_valid_specs(name):
+    scenario = load_scenario(name)
+    spec = scenario.to_spec()
+    assert spec["name"] == name
+    # The spec is JSON the simulator accepts: the same dict back from a JSON round trip, and a
+    # topology the simulator builds.
+    assert json.loads(json.dumps(spec)) == spec
+    built = json.loads(core.build_topology(json.dumps(spec["topology"])))
+    hosts = {n["name"] for n in built["nodes"] if n["kind"] == "host"}
+    for job in spec["jobs"]:
+        assert set(job["workers"] + job["servers"]) <= hosts
+    assert scenario.description, "shipped scenarios need a description for `inalab scenarios`"
+
+
+def test_canary_scenario_places_ring_and_background_apart():
+    spec = load_scenario("canary-congestion").to_spec()
+    assert len(spec["jobs"][0]["workers"]) == 512 and len(spec["background"]["hosts"]) == 512
+    assert not set(spec["jobs"][0]["workers"]) & set(spec["background"]["hosts"])
+    assert spec["network"]["routing"]["kind"] == "adaptive"
+
+
+def test_simulator_accepts_spec_and_result_is_consistent():
+    r = core.simulate(json.dumps(load_scenario("ring-star-allreduce").to_spec()), None)
+    result = json.loads(r)
+    assert result["jobs"][0]["finished"] and result["conservation"]["holds"]
+
+
+def test_docs_config_md_is_generated_from_schema():
+    committed = (REPO / "docs" / "config.md").read_text()
+    assert committed == markdown_reference(), "run `make docs` to regenerate docs/config.md"
+
+
+def test_markdown_cli_entry_point():
+    out = subprocess.run([sys.executable, "-m", "inalab.config", "--markdown"], capture_output=True, text=True,
+                         check=True).stdout
+    assert out == markdown_reference()
