@@ -37,6 +37,9 @@ pub fn build(js: &JobSpec, workers: &[NodeId], servers: &[NodeId], topo: &Topolo
     let mut out: Endpoints = vec![];
     let worker = |rank: usize| Owner::Worker { job, rank: rank as u32 };
     match js.scheme {
+        Scheme::Atp | Scheme::SwitchMl => {
+            return Err(BuildError(format!("{f}.scheme"), format!("scheme {:?} is not available in the simulator yet", js.scheme.name())));
+        }
         Scheme::Ring | Scheme::Hierarchical | Scheme::PsSharded if !servers.is_empty() => {
             return Err(BuildError(format!("{f}.servers"), format!("scheme {:?} uses no separate servers; remove `servers`", js.scheme.name())));
         }

@@ -100,6 +100,38 @@ pub struct JobSpec {
     pub transport: TransportSpec,
     /// Tensor partition size for parameter servers (BytePS uses 4 MiB).
     pub partition_bytes: u64,
+    /// In-network aggregation settings (schemes `atp` and `switchml` only).
+    #[serde(default)]
+    pub ina: Option<InaSpec>,
+}
+
+/// Settings of an in-network aggregation job. The switch side (aggregator memory) is in
+/// `NetSpec`; this is what the job's hosts do.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InaSpec {
+    /// Bytes on the wire per gradient packet, headers included (ATP 306, SwitchML 180).
+    pub packet_bytes: u32,
+    /// Header bytes of a gradient packet (ATP 58, SwitchML 52); the rest carries i32 values.
+    pub header_bytes: u32,
+    /// ATP aggregator indexing.
+    pub hashing: Hashing,
+    /// ATP: ECN/loss-driven AIMD window (false: a fixed window of `init_window_bytes`).
+    pub congestion_control: bool,
+    /// Loss-recovery timeout of workers (ATP and SwitchML).
+    pub timeout_ps: u64,
+    /// SwitchML: slots of the job's static pool at the switch (0 = an equal share of the
+    /// switch's aggregators among the SwitchML jobs on it).
+    pub pool_slots: u32,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Hashing {
+    /// HASH(<job, seq>) % aggregators (ATP).
+    Hash,
+    /// seq % aggregators: every job starts at slot 0 (ATP Fig. 14's strawman).
+    Linear,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -111,6 +143,11 @@ pub enum Scheme {
     Ps,
     /// Sharded N-to-N parameter servers co-located with the workers (BytePS-like).
     PsSharded,
+    /// ATP: best-effort aggregation in a shared switch pool at two rack levels, PS fallback.
+    Atp,
+    /// SwitchML: a static per-job slot pool at the workers' switch, results multicast back.
+    #[serde(rename = "switchml")]
+    SwitchMl,
 }
 
 impl Scheme {
@@ -120,6 +157,8 @@ impl Scheme {
             Scheme::Hierarchical => "hierarchical",
             Scheme::Ps => "ps",
             Scheme::PsSharded => "ps_sharded",
+            Scheme::Atp => "atp",
+            Scheme::SwitchMl => "switchml",
         }
     }
 }

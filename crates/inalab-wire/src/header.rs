@@ -1,5 +1,5 @@
 use crate::bytes::Reader;
-use crate::{TransportHeader, WireError};
+use crate::{AtpHeader, SwitchMlHeader, TransportHeader, WireError};
 
 /// The typed header a packet carries. Each protocol family adds its variant here (ATP,
 /// SwitchML, Canary, ... in later issues); switch programs match on the variant they serve
@@ -10,6 +10,10 @@ pub enum Header {
     Raw,
     /// The windowed reliable host transport (data segments and ACKs).
     Transport(TransportHeader),
+    /// ATP gradient fragments and parameter packets.
+    Atp(AtpHeader),
+    /// SwitchML worker packets and results.
+    SwitchMl(SwitchMlHeader),
 }
 
 /// One byte that names the variant on the wire.
@@ -18,6 +22,8 @@ pub enum Header {
 pub enum HeaderKind {
     Raw = 0,
     Transport = 1,
+    Atp = 2,
+    SwitchMl = 3,
 }
 
 impl Header {
@@ -25,6 +31,8 @@ impl Header {
         match self {
             Header::Raw => HeaderKind::Raw,
             Header::Transport(_) => HeaderKind::Transport,
+            Header::Atp(_) => HeaderKind::Atp,
+            Header::SwitchMl(_) => HeaderKind::SwitchMl,
         }
     }
 
@@ -33,6 +41,8 @@ impl Header {
         1 + match self {
             Header::Raw => 0,
             Header::Transport(_) => TransportHeader::LEN,
+            Header::Atp(_) => AtpHeader::LEN,
+            Header::SwitchMl(_) => SwitchMlHeader::LEN,
         }
     }
 
@@ -41,6 +51,8 @@ impl Header {
         match self {
             Header::Raw => {}
             Header::Transport(h) => h.encode(out),
+            Header::Atp(h) => h.encode(out),
+            Header::SwitchMl(h) => h.encode(out),
         }
     }
 
@@ -51,6 +63,8 @@ impl Header {
         let h = match kind {
             0 => Header::Raw,
             1 => Header::Transport(TransportHeader::decode_from(&mut r)?),
+            2 => Header::Atp(AtpHeader::decode_from(&mut r)?),
+            3 => Header::SwitchMl(SwitchMlHeader::decode_from(&mut r)?),
             v => return Err(WireError::BadValue { what: "header kind", value: v as u64 }),
         };
         Ok((h, r.pos))
@@ -87,6 +101,26 @@ mod tests {
                 kind: if ack { SegKind::Ack } else { SegKind::Data },
                 flags, seq, msg_id: msg, msg_offset: off, msg_len: len, seg_len: seg,
             });
+            let mut b = vec![];
+            h.encode(&mut b);
+            prop_assert_eq!(b.len(), h.encoded_len());
+            prop_assert_eq!(Header::decode(&b).unwrap(), (h, b.len()));
+        }
+
+        #[test]
+        fn atp_round_trip(job in any::<u32>(), seq in any::<u32>(), idx in any::<u32>(), b0 in any::<u32>(), b1 in any::<u32>(),
+                          f0 in any::<u8>(), f1 in any::<u8>(), esi in 0u8..3, flags in 0u8..128) {
+            let h = Header::Atp(AtpHeader { job, seq, agg_index: idx, bitmap0: b0, bitmap1: b1, fan_in0: f0, fan_in1: f1, esi, flags });
+            let mut b = vec![];
+            h.encode(&mut b);
+            prop_assert_eq!(b.len(), h.encoded_len());
+            prop_assert_eq!(Header::decode(&b).unwrap(), (h, b.len()));
+        }
+
+        #[test]
+        fn switchml_round_trip(job in any::<u32>(), slot in any::<u32>(), chunk in any::<u32>(), wid in any::<u16>(),
+                               ver in 0u8..2, flags in 0u8..4, exp in any::<i8>()) {
+            let h = Header::SwitchMl(SwitchMlHeader { job, slot, chunk, wid, ver, flags, exp });
             let mut b = vec![];
             h.encode(&mut b);
             prop_assert_eq!(b.len(), h.encoded_len());

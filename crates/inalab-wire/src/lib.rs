@@ -3,12 +3,16 @@
 //! (a later issue) puts the bytes on the wire. Decoding never panics: malformed input is an
 //! `Err(WireError)` that the caller counts and drops.
 
+mod atp;
 mod error;
 mod header;
+mod switchml;
 mod transport;
 
+pub use atp::AtpHeader;
 pub use error::WireError;
 pub use header::{Header, HeaderKind};
+pub use switchml::SwitchMlHeader;
 pub use transport::{SegKind, TransportHeader};
 
 /// Little helpers shared by the header codecs.
