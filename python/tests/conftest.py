@@ -13,3 +13,25 @@ def star():
         "topology": {"kind": "star", "hosts": 8},
         "jobs": [{"name": "a", "scheme": "ring", "allreduce": "64KiB", "workers": "h0..h3"}],
     }
+
+
+@pytest.fixture(autouse=True)
+def check_every_simulation(monkeypatch):
+    """Every simulation a test runs must conserve packets and bytes and keep links at or below
+    100 % utilization, whatever else the test asserts."""
+    import json
+
+    from inalab import _core
+
+    real = _core.simulate
+
+    def checked(spec_json, progress=None):
+        out = real(spec_json, progress)
+        r = json.loads(out)
+        c = r["conservation"]
+        assert c["holds"], f"conservation violated: {c}"
+        for link in r["links"]:
+            assert link["utilization"] <= 1.0 + 1e-9, f"{link['src']}->{link['dst']} above 100 %"
+        return out
+
+    monkeypatch.setattr(_core, "simulate", checked)
