@@ -21,7 +21,7 @@ from .results import Result
 if TYPE_CHECKING:
     from .config import Scenario
 
-__all__ = ["simulate", "load_scenario", "Scenario", "Result", "ConfigError", "__version__"]
+__all__ = ["simulate", "analyze", "load_scenario", "Scenario", "Result", "ConfigError", "__version__"]
 
 try:
     __version__ = _dist_version("inalab")
@@ -75,3 +75,12 @@ def _run(core, spec: str, progress: Optional[ProgressFn]) -> Result:
     except ValueError as e:
         # The simulator's own validation; inalab.config should have caught it first.
         raise rust_error(e) from None
+
+
+def analyze(config, *, seed: Optional[int] = None, schemes: Optional[list] = None):
+    """Flow-level analysis of an analysis scenario (TOML path, shipped name such as ``"grid-fig1"``,
+    TOML text or dict): returns an :class:`inalab.analysis.Analysis` whose ``summary``,
+    ``workers``, ``switches`` and ``links`` are DataFrames. See docs/analysis.md."""
+    from .analysis import analyze as _analyze
+
+    return _analyze(config, seed=seed, schemes=schemes)

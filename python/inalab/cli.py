@@ -108,5 +108,107 @@ def version() -> None:
     print(f"inalab {__version__} (simulator {_core.version()})")
 
 
+# ---------------------------------------------------------------- flow-level analysis (docs/analysis.md)
+
+
+def _config_exit(e: ConfigError) -> typer.Exit:
+    err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+    return typer.Exit(EXIT_CONFIG)
+
+
+@app.command()
+def analyze(
+    scenario: Annotated[str, typer.Argument(help="An analysis scenario TOML file, or a shipped one's name (grid-fig1).")],
+    as_json: JsonOpt = False,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Override the scenario's seed.")] = None,
+) -> None:
+    """Flow-level model of SCENARIO: common sending rate and aggregation rates of every scheme."""
+    from .analysis import analyze as run_analysis
+
+    try:
+        a = run_analysis(scenario, seed=seed)
+    except ConfigError as e:
+        raise _config_exit(e) from None
+    if as_json:
+        print(json.dumps(a.to_dict()), flush=True)
+        return
+    table = Table("scheme", "rate Gbps", "switch agg Gbps", "PS agg Gbps", "switches", "max link util", "bottleneck")
+    for _, r in a.summary.iterrows():
+        table.add_row(r["scheme"], f"{r['rate_gbps']:.6g}", f"{r['switch_aggregation_gbps']:.6g}",
+                      f"{r['ps_aggregation_gbps']:.6g}", str(r["switches_used"]), f"{r['max_link_utilization']:.3g}",
+                      str(r["bottleneck"]))
+    out_console.print(f"[bold]{a.name}[/]: {int(a.summary['workers'].iloc[0])} workers")
+    out_console.print(table)
+    if a.plan is not None:
+        v, b = a.plan.violations, a.plan.bounds
+        out_console.print(f"GRID: LP lambda {a.plan.lp.rate:.6g} Gbps (solved in {a.plan.lp.seconds:.3f} s), "
+                          f"violations processing {v['processing']:.3g} (bound {b['processing']:.3g}), "
+                          f"bandwidth {v['bandwidth']:.3g} (bound {b['bandwidth']:.3g}), link {v['link']:.3g}; "
+                          f"feasible rate {a.plan.result.extra['feasible_rate_gbps']:.6g} Gbps")
+    if a.bom is not None:
+        out_console.print(f"BOM (Rina): {a.bom['throughput_gbps']:.6g} Gbps per worker ({a.bom['bottleneck']})")
+
+
+@app.command()
+def plan(
+    scheme: Annotated[str, typer.Argument(help="The planner; only grid.")],
+    scenario: Annotated[str, typer.Argument(help="An analysis scenario TOML file, or a shipped one's name.")],
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write the routing policy JSON here.")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Override the scenario's seed.")] = None,
+    trials: Annotated[Optional[int], typer.Option("--trials", help="R-GRIA roundings to try (best kept).")] = None,
+) -> None:
+    """Compute a GRID routing policy (aggregation node, path and rate per worker) as JSON."""
+    from .analysis import load_analysis
+    from .analysis.grid import plan_grid_best
+
+    if scheme != "grid":
+        err_console.print(f"error: scheme: unknown planner {scheme!r}; allowed values: grid", markup=False)
+        raise typer.Exit(EXIT_CONFIG)
+    try:
+        sc = load_analysis(scenario)
+        if seed is not None:
+            sc = sc.model_copy(update={"seed": seed})
+        policy = plan_grid_best(sc.problem(), sc.seed, trials or sc.rounding_trials)
+    except ConfigError as e:
+        raise _config_exit(e) from None
+    text = policy.to_json()
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+        err_console.print(f"wrote {out}", highlight=False)
+    else:
+        print(text, flush=True)
+
+
+@app.command()
+def reproduce(
+    name: Annotated[str, typer.Argument(help="Reproduction name; an unknown one lists them.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as one JSON line last on stdout.")] = False,
+    out: Annotated[Path, typer.Option("--out", help="Where to write NAME.png.")] = Path("out"),
+) -> None:
+    """Run a paper reproduction: table, OUT/NAME.png and docs/reproductions/NAME.md."""
+    from .reproduce import REPRODUCTIONS, reproduce as run_reproduction
+
+    if name not in REPRODUCTIONS:
+        err_console.print(f"error: name: unknown reproduction {name!r}; allowed values: {', '.join(REPRODUCTIONS)}",
+                          markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_CONFIG)
+    try:
+        res = run_reproduction(name, progress=lambda m: err_console.print(f"[dim]{m}[/]"), out=out)
+    except ConfigError as e:
+        raise _config_exit(e) from None
+    rows = res["rows"]
+    if as_json:
+        print(json.dumps({"name": res["name"], "claim": res["claim"],
+                          "rows": json.loads(rows.to_json(orient="records")), "holds": res["holds"]}), flush=True)
+        return
+    table = Table(*[str(c) for c in rows.columns])
+    for _, r in rows.iterrows():
+        table.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in r])
+    out_console.print(f"[bold]{name}[/]: {res['claim']}")
+    out_console.print(table)
+    out_console.print(f"holds: {res['holds']}; wrote {res['png']} and {res['markdown']}")
+
+
 if __name__ == "__main__":
     app()

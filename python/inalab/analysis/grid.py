@@ -1,0 +1,258 @@
+"""GRID's control plane: the GRIA problem (GRID eq. (1)) with link capacities, its LP relaxation
+solved with HiGHS, R-GRIA randomized rounding (Algorithm 1) and the resulting routing policy.
+
+Differences from the paper's formulation (also in docs/analysis.md):
+
+* Paths and link capacities. The paper assumes links are never the bottleneck; here each
+  worker's stream to aggregation node v is split over up to ``max_paths`` shortest paths w -> v
+  (plus the prefix of its default route to the PS), every aggregating switch sends its
+  aggregated stream y_s to the PS over its default route, and every directed link's load (the
+  worker streams that cross it before being aggregated plus the aggregated streams) is at most
+  its rate. Without this the motivating example (Fig. 1) would not give 3 Gbps.
+* After the LP, each worker's rates are scaled to sum to lambda (they may sum to more when the
+  worker is not a bottleneck). This only lowers loads, and lambda after rounding still equals
+  the LP's (Theorem 7).
+* Rounding also picks one path for the worker, with probability proportional to the LP flow on
+  it among the paths to the chosen node.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from ..errors import ConfigError
+from .flow_model import FlowResult, Portion, Problem, default_paths, link_loads
+from .lp import LP, LPError
+
+
+@dataclass
+class LPSolution:
+    rate: float  # lambda of the relaxation (an upper bound of GRIA's optimum)
+    # worker -> node -> list of (path, rate); rates scaled so each worker's total is lambda
+    flows: dict[int, dict[int, list[tuple[list[int], float]]]]
+    y: dict[int, float]
+    agg_path: dict[int, list[int]]
+    seconds: float
+    shape: tuple[int, int]
+    build_seconds: float = 0.0
+
+
+@dataclass
+class GridPlan:
+    """The output of GRID planning: the routing policy and the figures of Theorems 5 to 7."""
+
+    problem: Problem
+    lp: LPSolution
+    seed: int
+    assignment: dict[int, tuple[int, list[int], float]]  # worker -> (aggregation node, path, rate)
+    result: FlowResult
+    violations: dict[str, float] = field(default_factory=dict)
+    bounds: dict[str, float] = field(default_factory=dict)
+
+    def policy(self) -> dict:
+        """The routing policy as a JSON-able dict (consumed by the packet simulator later)."""
+        pb, n = self.problem, self.problem.name
+        return {
+            "kind": "grid-routing-policy",
+            "version": 1,
+            "ps": n(pb.ps),
+            "seed": self.seed,
+            "rate_gbps": self.result.rate,
+            "lp_rate_gbps": self.lp.rate,
+            "feasible_rate_gbps": self.result.extra["feasible_rate_gbps"],
+            "violations": self.violations,
+            "bounds": self.bounds,
+            "workers": [
+                {"worker": n(w), "aggregation_node": n(v), "path": [n(x) for x in path], "rate_gbps": rate}
+                for w, (v, path, rate) in sorted(self.assignment.items())
+            ],
+            "switches": [
+                {"switch": n(s), "aggregated_rate_gbps": y, "workers": sorted(n(w) for w, a in self.assignment.items()
+                                                                              if a[0] == s),
+                 "path_to_ps": [n(x) for x in path], "capacity_gbps": float(pb.capacity[s])}
+                for s, (y, path) in sorted(self.result.agg_streams.items())
+            ],
+        }
+
+    def to_json(self, indent: Optional[int] = 2) -> str:
+        return json.dumps(self.policy(), indent=indent)
+
+
+# ---------------------------------------------------------------- the LP relaxation
+
+
+def candidate_paths(pb: Problem) -> dict[int, dict[int, list[list[int]]]]:
+    """worker -> aggregation node (programmable switches, then the PS) -> candidate paths."""
+    net, out = pb.net, {}
+    defaults = default_paths(pb)
+    for w in pb.workers:
+        per: dict[int, list[list[int]]] = {}
+        for v in pb.programmable + [pb.ps]:
+            paths = net.shortest_paths(w, v, pb.max_paths, salt=w)
+            d = defaults[w]
+            if v in d:  # the default route's prefix, so fixed-route schemes are LP-feasible
+                prefix = d[: d.index(v) + 1]
+                if prefix not in paths:
+                    paths.append(prefix)
+            if paths:
+                per[v] = paths
+        out[w] = per
+    return out
+
+
+def solve_lp(pb: Problem) -> LPSolution:
+    import time
+
+    t0 = time.perf_counter()
+    net, ps, S = pb.net, pb.ps, pb.programmable
+    T = float(pb.ps_ingress)
+    cands = candidate_paths(pb)
+    agg_path = {s: net.default_path(s, ps, salt=s) for s in S}
+    S = [s for s in S if agg_path[s]]  # a switch without a path to the PS cannot aggregate
+    lp = LP()
+    lam = lp.var(cost=1.0, name="lambda")
+    y = {s: lp.var(cost=-1e-7, name=f"y_{s}") for s in S}
+    r: dict[tuple[int, int], list[tuple[int, list[int]]]] = {}
+    link_terms: dict[tuple[int, int], list] = {}
+    for w in pb.workers:
+        xs = []
+        total = []
+        for v, paths in cands[w].items():
+            if v != ps and v not in y:
+                continue
+            x = lp.var(hi=1.0, name=f"x_{w}_{v}")
+            xs.append((x, 1.0))
+            cols = []
+            for p in paths:
+                c = lp.var(cost=-1e-7 * len(p), name=f"r_{w}_{v}")
+                cols.append((c, p))
+                for e in zip(p, p[1:]):
+                    link_terms.setdefault(e, []).append((c, 1.0))
+            r[(w, v)] = cols
+            total += [(c, 1.0) for c, _ in cols]
+            lp.row([(c, 1.0) for c, _ in cols] + [(x, -T)], hi=0.0)  # r_n^s <= x_n^s T
+            if v != ps:
+                lp.row([(c, 1.0) for c, _ in cols] + [(y[v], -1.0)], hi=0.0)  # r_n^s <= y_s
+        lp.row(xs, 1.0, 1.0)  # sum_s x_n^s = 1
+        lp.row([(lam, 1.0)] + [(c, -1.0) for c, _ in total], hi=0.0)  # lambda <= sum_s r_n^s
+    for s in S:
+        terms = [(c, 1.0) for w in pb.workers for c, _ in r.get((w, s), [])]
+        if terms:
+            lp.row(terms, hi=float(pb.capacity[s]))  # processing capacity
+        for e in zip(agg_path[s], agg_path[s][1:]):
+            link_terms.setdefault(e, []).append((y[s], 1.0))
+    ps_terms = [(c, 1.0) for w in pb.workers for c, _ in r.get((w, ps), [])] + [(y[s], 1.0) for s in S]
+    lp.row(ps_terms, hi=float(pb.ps_ingress))  # PS ingress bandwidth
+    for e, terms in link_terms.items():  # link capacities (the extension)
+        lp.row(terms, hi=float(net.cap[e]))
+    build = time.perf_counter() - t0
+    try:
+        x = lp.solve()
+    except LPError as e:
+        raise ConfigError("analysis", str(e)) from None
+    rate = float(x[lam])
+    if rate <= 1e-12:
+        raise ConfigError("analysis", "the GRIA LP gives every worker a zero rate: check capacities")
+    flows: dict[int, dict[int, list]] = {}
+    for w in pb.workers:
+        per = {}
+        for v in cands[w]:
+            got = [(p, float(x[c])) for c, p in r.get((w, v), []) if x[c] > 1e-12]
+            if got:
+                per[v] = got
+        tot = sum(q for lst in per.values() for _, q in lst)
+        scale = rate / tot if tot > 0 else 0.0
+        flows[w] = {v: [(p, q * scale) for p, q in lst] for v, lst in per.items()}
+    ys = {s: max((sum(q for _, q in flows[w].get(s, [])) for w in pb.workers), default=0.0) for s in S}
+    return LPSolution(rate, flows, ys, agg_path, lp.solve_s, lp.shape, build)
+
+
+def lp_result(pb: Problem, sol: LPSolution) -> FlowResult:
+    """The fractional LP solution as a FlowResult (portions split over nodes and paths)."""
+    portions = [Portion(w, v, p, q) for w in pb.workers for v, lst in sol.flows[w].items() for p, q in lst]
+    streams = {s: (y, sol.agg_path[s]) for s, y in sol.y.items() if y > 1e-12}
+    return FlowResult("grid-lp", pb, sol.rate, portions, link_loads(portions, streams), streams,
+                      bottleneck="LP optimum", extra={"lp_seconds": sol.seconds})
+
+
+# ---------------------------------------------------------------- R-GRIA
+
+
+def round_solution(pb: Problem, sol: LPSolution, seed: int) -> GridPlan:
+    rng = np.random.default_rng(seed)
+    assignment = {}
+    for w in pb.workers:
+        options = [(v, p, q) for v, lst in sol.flows[w].items() for p, q in lst]
+        weights = np.array([q for _, _, q in options])
+        k = int(rng.choice(len(options), p=weights / weights.sum()))
+        v, path, _ = options[k]
+        assignment[w] = (v, path, sum(q for _, _, q in options))  # r_n^{s_n} = sum_s r~_n^s
+    rates = {w: a[2] for w, a in assignment.items()}
+    portions = [Portion(w, v, p, q) for w, (v, p, q) in assignment.items()]
+    streams = {}
+    for w, (v, _, q) in assignment.items():
+        if v != pb.ps:
+            streams[v] = (max(streams.get(v, (0.0, None))[0], q), sol.agg_path[v])  # y^_s = max r_n^{s_n}
+    res = FlowResult("grid", pb, min(rates.values()), portions, link_loads(portions, streams), streams,
+                     bottleneck="R-GRIA rounding of the LP")
+    # measured violation factors (load / capacity; <= 1 means the constraint holds)
+    net = pb.net
+    proc = max((l / float(pb.capacity[s]) for s, l in res.switch_load.items()), default=0.0)
+    bw = res.ps_aggregation / float(pb.ps_ingress)
+    link = max((l / float(net.cap[e]) for e, l in res.link_load.items()), default=0.0)
+    viol = {"processing": proc, "bandwidth": bw, "link": link}
+    worst = max(1.0, proc, bw, link)
+    res.extra = {"lp_rate_gbps": sol.rate, "feasible_rate_gbps": res.rate / worst,
+                 "violation_processing": proc, "violation_bandwidth": bw, "violation_link": link,
+                 "lp_seconds": sol.seconds}
+    return GridPlan(pb, sol, seed, assignment, res, viol, theorem_bounds(pb, sol))
+
+
+def theorem_bounds(pb: Problem, sol: LPSolution) -> dict[str, float]:
+    """The violation bounds of Theorems 5 and 6 for this instance, computed as the paper does.
+
+    Theorem 5: nu = C_min / (|N| T); the factor is 2 if nu >= 3 log|S|, else log|S|/nu + 3.
+    Theorem 6: the PS ingress carries worker streams (B1) and switch streams (B2); each part's
+    factor is bounded like Theorem 5 (2 under the paper's assumption B_i >= 3 log(count), with
+    B_i in Gbps), and the total is their sum (4 under the assumption). log is base 10, as the
+    paper's numbers (3 log 50 = 5.09) imply. These are high-probability bounds, not certainties.
+    """
+    T, N, S = float(pb.ps_ingress), len(pb.workers), max(len(pb.capacity), 1)
+    cmin = float(min(pb.capacity.values())) if pb.capacity else T
+
+    def factor(nu: float, count: int) -> float:
+        lg = math.log10(max(count, 1))
+        return 2.0 if nu >= 3 * lg else lg / nu + 3.0
+
+    b1 = sum(q for w in pb.workers for _, q in sol.flows[w].get(pb.ps, []))
+    b2 = sum(sol.y.values())
+
+    def part(b: float, count: int) -> float:
+        if b <= 1e-12 or b >= 3 * math.log10(max(count, 1)):
+            return 2.0
+        return math.log10(count) / (b / (count * T)) + 3.0
+
+    return {"processing": factor(cmin / (N * T), S), "bandwidth": part(b1, N) + part(b2, S)}
+
+
+def plan_grid(pb: Problem, seed: int = 1) -> GridPlan:
+    """Solve the LP relaxation and round it with R-GRIA (``seed``)."""
+    return round_solution(pb, solve_lp(pb), seed)
+
+
+def plan_grid_best(pb: Problem, seed: int = 1, trials: int = 1) -> GridPlan:
+    """One LP, ``trials`` R-GRIA roundings (seeds seed, seed+1, ...); keeps the one whose worst
+    violation factor (processing, PS bandwidth, links) is smallest, the first on ties."""
+    sol = solve_lp(pb)
+    best = None
+    for t in range(trials):
+        plan = round_solution(pb, sol, seed + t)
+        worst = max(plan.violations.values())
+        if best is None or worst < best[0] - 1e-12:
+            best = (worst, plan)
+    best[1].result.extra["rounding_trials"] = trials
+    return best[1]
