@@ -54,7 +54,8 @@ impl Sim {
         for (pi, p) in self.ports.iter().enumerate() {
             let src = node_of_port[pi];
             let s = &p.stats;
-            let busy = inalab_core::time::serialization(s.tx_bytes, p.rate_bps);
+            // Bytes still queued when the run stopped were accepted but not yet sent.
+            let busy = inalab_core::time::serialization(s.tx_bytes, p.rate_bps).saturating_sub(p.busy_until.saturating_sub(self.now));
             let bin_capacity = p.rate_bps as f64 * to_secs(bin) / 8.0;
             let peak = s.tx_series.iter().map(|&(_, b)| b).max().unwrap_or(0) as f64 / bin_capacity;
             let entity = format!("{}->{}", name(src), name(p.peer));

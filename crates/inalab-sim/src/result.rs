@@ -61,9 +61,11 @@ pub struct LinkResult {
     pub src: String,
     pub dst: String,
     pub rate_gbps: f64,
+    /// Bytes and packets the port accepted for transmission (those still queued when the run
+    /// stopped included).
     pub tx_bytes: u64,
     pub tx_packets: u64,
-    /// tx time / simulated time.
+    /// Time the link spent transmitting / simulated time.
     pub utilization: f64,
     /// Highest utilization of any time-series bin.
     pub peak_bin_utilization: f64,

@@ -82,3 +82,17 @@ fn ring_allreduce_on_a_star_matches_the_closed_form() {
     let err = (got as f64 - expect as f64).abs() / expect as f64;
     assert!(err < 0.02, "ring JCT {got} ps vs closed form {expect} ps ({:.2}% off)", err * 100.0);
 }
+
+#[test]
+fn a_link_still_busy_at_the_stop_is_at_most_fully_utilized() {
+    // 4 senders at line rate into one sink for 100 us: the sink's link is saturated and its
+    // queue still full when the run stops; utilization counts only what was sent by then.
+    let flows: Vec<_> = (1..=4).map(|i| json!({"src": format!("h{i}"), "dst": "h0", "bytes": 10_000_000, "packet_bytes": 1500, "start_ps": 0})).collect();
+    let mut s = spec(star(5, US), vec![], flows);
+    s["stop_ps"] = json!(100 * US);
+    let r = simulate(&s);
+    assert_eq!(r.stopped_by, "stop_time");
+    let sink = r.links.iter().find(|l| l.src == "s0" && l.dst == "h0").unwrap();
+    assert!(sink.utilization > 0.95 && sink.utilization <= 1.0, "{}", sink.utilization);
+    assert!(sink.max_queue_bytes > 0);
+}
