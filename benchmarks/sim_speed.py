@@ -1,0 +1,237 @@
+"""Simulator speed benchmark (a script, not a test).
+
+    .venv/bin/python benchmarks/sim_speed.py            # inalab scenarios a, b, c (+ ns-3 if `import ns` works)
+    .venv/bin/python benchmarks/sim_speed.py --ns3      # insist on the ns-3 comparison of scenario (a)
+    .venv/bin/python benchmarks/sim_speed.py --no-ns3   # skip it
+    .venv/bin/python benchmarks/sim_speed.py --only a   # a subset, e.g. "a,c"
+
+Scenarios (all links 100 Gbps, 1 us propagation delay, switch buffer 1 MiB per egress port,
+ECN threshold 200 KB, seed 1):
+
+(a) star of 65 hosts: h1..h64 each send 306-byte datagrams back to back at line rate to h0
+    (`flows`, bytes = 100 Gbps x 1 ms / 8 = 12.5 MB each, stop at 1 ms). 64:1 incast, so the
+    sink port is saturated and most packets are dropped at the switch.
+(b) star of 64 hosts, one 4 MiB ring allreduce over all 64 (one iteration, no jitter).
+(c) Canary 1024-host leaf-spine (32 leaves x 32 hosts, 32 spines, 64-port switches),
+    adaptive routing (threshold 0.5). A 4 MiB ring allreduce on the 512 even-numbered hosts
+    (h0, h2, ..., h1022, ring in that order: 16 workers on every leaf, so the ring shares every
+    leaf and its uplinks with the background traffic) while the 512 odd-numbered hosts run
+    random-uniform background traffic at load 0.5 with 1 MiB messages of 1500-byte packets.
+    The run ends when the allreduce finishes (background alone never ends a run).
+
+"tx" is the sum of `tx_packets` over all link directions (one per packet per hop).
+Wall time is measured around `inalab._core.simulate` (spec parsing, setup, JSON out included).
+
+The ns-3 side of (a) is built by `tools/ns3/ns3_scenarios.py` (run in a subprocess, so a
+broken ns-3 install cannot take the benchmark down); see that file for the modelling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import inalab._core as core
+
+G = 100_000_000_000
+US = 1_000_000  # ps
+MS = 1_000 * US
+ROOT = Path(__file__).resolve().parents[1]
+
+TRANSPORT = {"mss_bytes": 1436, "header_bytes": 64, "rto_ps": 1_000_000_000, "init_window_bytes": 60_000, "increment_bytes": 1500}
+
+
+def base(topo, jobs=(), flows=(), stop_ps=MS, bg=None, routing=None):
+    return {
+        "name": "bench",
+        "seed": 1,
+        "payload": False,
+        "stop_ps": stop_ps,
+        "topology": topo,
+        "network": {
+            "buffer_bytes": 1 << 20,
+            "ecn_threshold_bytes": 200_000,
+            "routing": routing or {"kind": "ecmp"},
+            "aggregator_memory_bytes": 0,
+        },
+        "jobs": list(jobs),
+        "flows": list(flows),
+        "background": bg,
+        "metrics": {"bin_ps": 100 * US},
+    }
+
+
+def star(hosts):
+    return {"shape": {"kind": "star", "hosts": hosts, "switch_ports": 128, "link_rate_bps": G, "link_delay_ps": US}}
+
+
+def ring_job(workers, nbytes=4 * 1024 * 1024):
+    return {
+        "id": 0,
+        "name": "ring",
+        "scheme": "ring",
+        "workers": workers,
+        "workload": {"kind": "allreduce", "bytes": nbytes, "iterations": 1},
+        "start_ps": 0,
+        "jitter_ps": 0,
+        "transport": TRANSPORT,
+        "partition_bytes": nbytes,
+    }
+
+
+def scenario_a():
+    n = 64
+    nbytes = G * 1 // 1000 // 8  # 100 Gbps x 1 ms / 8 = 12.5 MB
+    flows = [{"src": f"h{i}", "dst": "h0", "bytes": nbytes, "packet_bytes": 306, "start_ps": 0} for i in range(1, n + 1)]
+    return base(star(n + 1), flows=flows, stop_ps=MS)
+
+
+def scenario_b():
+    return base(star(64), jobs=[ring_job([f"h{i}" for i in range(64)])], stop_ps=1_000 * MS)
+
+
+def scenario_c():
+    topo = {
+        "shape": {
+            "kind": "leaf_spine",
+            "leaves": 32,
+            "spines": 32,
+            "hosts_per_leaf": 32,
+            "switch_ports": 64,
+            "host_rate_bps": G,
+            "fabric_rate_bps": G,
+            "link_delay_ps": US,
+        }
+    }
+    ar = [f"h{i}" for i in range(0, 1024, 2)]
+    bg = {"hosts": [f"h{i}" for i in range(1, 1024, 2)], "load": 0.5, "message_bytes": 1 << 20, "packet_bytes": 1500, "start_ps": 0}
+    # stop_ps is only a safety net: the run ends when the allreduce completes.
+    return base(topo, jobs=[ring_job(ar)], bg=bg, routing={"kind": "adaptive", "threshold": 0.5}, stop_ps=200 * MS)
+
+
+SCENARIOS = {
+    "a": ("(a) 64->1 star, 306 B at line rate, 1 ms", scenario_a),
+    "b": ("(b) 4 MiB ring allreduce, 64-host star", scenario_b),
+    "c": ("(c) 4 MiB ring on 512 + bg 512, 1024-host leaf-spine", scenario_c),
+}
+
+
+def stderr_progress(label):
+    def cb(frac, events):
+        print(f"  [{label}] {100 * frac:5.1f}%  {events:,} events", file=sys.stderr, flush=True)
+
+    return cb
+
+
+def run(key):
+    label, make = SCENARIOS[key]
+    spec = json.dumps(make())
+    progress = stderr_progress(key) if key == "c" else None
+    t = time.perf_counter()
+    r = json.loads(core.simulate(spec, progress))
+    wall = time.perf_counter() - t
+    tx = sum(l["tx_packets"] for l in r["links"])
+    row = {
+        "scenario": label,
+        "events": r["events"],
+        "tx": tx,
+        "sim_s": r["sim_time_s"],
+        "wall_s": wall,
+        "loop_wall_s": r["wall_s"],
+        "stopped_by": r["stopped_by"],
+    }
+    if r["jobs"]:
+        row["note"] = f"JCT {r['jobs'][0]['jct_s'] * 1e3:.3f} ms, finished={r['jobs'][0]['finished']}"
+    else:
+        c = r["conservation"]
+        row["note"] = f"delivered {c['delivered_packets']:,} / sent {c['sent_packets']:,} pkts, dropped {c['dropped_packets']:,}"
+    return row
+
+
+def ns3_available():
+    return importlib.util.find_spec("ns") is not None
+
+
+def run_ns3_a():
+    """Scenario (a) in ns-3, in a subprocess; returns its JSON row or an error string."""
+    script = ROOT / "tools" / "ns3" / "ns3_scenarios.py"
+    p = subprocess.run([sys.executable, str(script), "speed_a"], capture_output=True, text=True)
+    if p.returncode != 0:
+        return f"ns-3 run failed (exit {p.returncode}): {p.stderr.strip()[-2000:]}"
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def fmt_row(r):
+    ev_rate = r["events"] / r["wall_s"] if r.get("events") is not None else float("nan")
+    tx_rate = r["tx"] / r["wall_s"] if r.get("tx") is not None else float("nan")
+    ev = f"{r['events']:,}" if r.get("events") is not None else "n/a"
+    tx = f"{r['tx']:,}" if r.get("tx") is not None else "n/a"
+    return f"| {r['scenario']} | {ev} | {tx} | {r['sim_s'] * 1e3:.3f} ms | {r['wall_s']:.2f} | {ev_rate / 1e6:.2f} M | {tx_rate / 1e6:.2f} M | {r.get('note', '')} |"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--ns3", action="store_true", help="also run scenario (a) in ns-3 (fails if ns-3 is missing)")
+    g.add_argument("--no-ns3", action="store_true", help="never run ns-3")
+    ap.add_argument("--only", default="a,b,c", help="comma-separated subset of a,b,c")
+    args = ap.parse_args()
+    keys = [k.strip() for k in args.only.split(",") if k.strip()]
+
+    rows = []
+    for k in keys:
+        print(f"running {k} ...", file=sys.stderr, flush=True)
+        rows.append(run(k))
+
+    print(f"machine: nproc={os.cpu_count()}, {cpu_model()}")
+    print()
+    print("| scenario | events | tx (pkt x hop) | sim time | wall s | events/s | tx/s | outcome |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(fmt_row(r))
+
+    want_ns3 = args.ns3 or (not args.no_ns3 and ns3_available())
+    if want_ns3 and "a" in keys:
+        print("running ns-3 (a) ...", file=sys.stderr, flush=True)
+        n = run_ns3_a()
+        if isinstance(n, str):
+            print()
+            print(n)
+            if args.ns3:
+                sys.exit(1)
+            return
+        ours = rows[keys.index("a")]
+        print()
+        print("Scenario (a), same simulated work in both simulators:")
+        print()
+        print("| simulator | events | tx (pkt x hop) | sim time | wall s | events/s | tx/s | outcome |")
+        print("|---|---|---|---|---|---|---|---|")
+        print(fmt_row({**ours, "scenario": "inalab"}))
+        print(fmt_row({**n, "scenario": n.get("version", "ns-3")}))
+        ours_rate = ours["events"] / ours["wall_s"]
+        ns3_rate = n["events"] / n["wall_s"]
+        print()
+        print(f"event rate ratio inalab/ns-3: {ours_rate / ns3_rate:.1f}x   "
+              f"(events are not the same unit: ns-3 spends several events per packet per hop, inalab one)")
+        print(f"tx rate ratio inalab/ns-3:    {(ours['tx'] / ours['wall_s']) / (n['tx'] / n['wall_s']):.1f}x")
+        print(f"wall time ratio ns-3/inalab:  {n['wall_s'] / ours['wall_s']:.1f}x   (same simulated work; ns-3 wall = Simulator::Run only)")
+
+
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+if __name__ == "__main__":
+    main()
