@@ -6,6 +6,9 @@
 //!   all-gather in the rack;
 //! - [`PsWorker`] and [`PsServer`]: parameter server, N-to-1 (one server) or sharded N-to-N
 //!   (BytePS-like, servers co-located with workers);
+//! - [`AtpWorker`] and [`AtpServer`]: ATP's in-network-aggregation hosts (with `inalab_switch::AtpSwitch`);
+//! - [`SwitchMlWorker`]: SwitchML's worker (with `inalab_switch::SwitchMlSwitch`);
+//! - [`quant`]: fixed-point conversion (ATP's fixed scale, SwitchML's block exponents).
 //! - [`DatagramSender`] and [`DatagramSink`]: unreliable line-rate raw traffic.
 //!
 //! Building blocks:
@@ -17,18 +20,23 @@
 //! metadata mode.
 
 mod aimd;
+mod atp;
 mod collective;
 mod datagram;
 mod error;
 mod hierarchical;
 mod ps;
 mod ring;
+pub mod quant;
+mod switchml;
 mod transport;
 
 pub use aimd::{AimdConfig, AimdWindow};
+pub use atp::{atp_layout, AtpConfig, AtpLayout, AtpPosition, AtpServer, AtpServerConfig, AtpWorker, Contributor, Hashing, ATP_MAX_WORKERS};
 pub use datagram::{DatagramConfig, DatagramSender, DatagramSink};
 pub use error::ConfigError;
 pub use hierarchical::HierarchicalAllreduce;
 pub use ps::{PsConfig, PsServer, PsWorker};
 pub use ring::RingAllreduce;
+pub use switchml::{SwitchMlConfig, SwitchMlWorker};
 pub use transport::{Delivered, Transport, TransportConfig, TransportStats};

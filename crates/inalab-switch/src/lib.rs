@@ -1,5 +1,14 @@
 //! Switch data-plane programs as sans-IO state machines (see `inalab_core::SwitchProgram`).
 //! Plain L3 forwarding lives in `inalab-core` as the default program; the INA programs of
-//! ATP, SwitchML, DSA, Canary, GRID and Rina are added here by later issues.
+//! DSA, Canary, GRID and Rina are added here by later issues.
+//!
+//! Programs:
+//! - [`AtpSwitch`]: ATP's shared aggregator pool with two-level best-effort aggregation;
+//! - [`SwitchMlSwitch`]: SwitchML's static per-job slot pools with shadow copies.
 
+mod atp;
+mod switchml;
+
+pub use atp::{AtpSwitch, AtpSwitchConfig, AtpSwitchJob, AGGREGATOR_BYTES, AGGREGATOR_VALUES};
 pub use inalab_core::L3Forward;
+pub use switchml::{SwitchMlAdmitError, SwitchMlCounters, SwitchMlJob, SwitchMlSwitch, SLOT_BYTES, VALUES_PER_SLOT};

@@ -1,0 +1,1020 @@
+//! ATP's end hosts (Lao et al., NSDI '21, §3.6-3.8): [`AtpWorker`] streams gradient fragments
+//! to the PS through ATP switches, [`AtpServer`] (the PS) completes whatever the switches did
+//! not aggregate and returns parameter packets, which double as ACKs.
+//!
+//! # Layout ([`atp_layout`])
+//! A job's aggregation hierarchy from the workers' racks and the PS's rack. A worker in a
+//! rack other than the PS's whose switch runs ATP aggregates at level 1: `bitmap0` is its
+//! one-hot position in its rack, `fan_in0` the job's workers in that rack, and the rack is
+//! one level-2 contributor (`bitmap1` one-hot). A worker in the PS's rack (or in a rack
+//! without ATP) skips level 1 (`esi` starts at 1) and is itself a level-2 contributor.
+//! `fan_in1` is the number of level-2 contributors. At most 32 workers per rack and 32
+//! contributors (32 x 32 = 1024 workers, 32-bit bitmaps).
+//!
+//! # Worker
+//! Each `Allreduce` is cut into fragments of `(packet_bytes - header_bytes) / 4` values (62
+//! for 306 B); sequence numbers run across the job's whole stream. The aggregator index is
+//! `splitmix64(job << 32 | seq) % aggregators` ([`Hashing::Hash`]) or `seq % aggregators`
+//! ([`Hashing::Linear`]), then remapped by the PS's rehash instructions (a per-worker map
+//! original index -> current index). A sliding window with an expected sequence number:
+//! fragments are sent while in flight < window (AIMD in packets of `packet_bytes`, or fixed);
+//! a parameter with the expected seq advances it, already-received ones are ignored; three
+//! out-of-order parameters resend the expected fragment with `FLAG_RESEND` and halve the
+//! window (once per expected seq, then the timeout takes over); a timeout without progress
+//! resends the expected fragment and halves. A request is `Done` when all its fragments'
+//! parameters arrived (requests complete in FIFO order).
+//!
+//! # PS
+//! Per seq a worker bitset (up to 1024) reconstructed from the packet: `esi == 2` covers every
+//! worker of each contributor in `bitmap1`; `esi < 2` covers the workers of the single
+//! contributor in `bitmap1` (for a rack: the members in `bitmap0`). Non-overlapping packets
+//! are summed; a packet overlapping what is already summed is dropped whole (§3.6). On
+//! completion the parameter packet (`FLAG_ACK`, `FLAG_ECN` if any contributing packet was
+//! marked, the values) goes either once toward the PS's ATP switch for multicast or once per
+//! worker. Results are kept, so a resend for a completed seq gets its parameter again (at
+//! most once per `resend_holdoff_ps`). A `FLAG_COLLISION` on any packet of a seq makes the
+//! PS rehash: `new = splitmix64(old) % aggregators`, announced with `FLAG_REHASH` and
+//! `bitmap0 = new` in that seq's parameter packets.
+//!
+//! # Overflow (§3.8)
+//! A seq whose aggregate saturated (`FLAG_OVERFLOW` from a switch, or the PS's own i32 sum
+//! overflowing) is answered with a `FLAG_OVERFLOW` parameter that carries no values and
+//! asks for floats; workers resend that fragment as `Payload::F32` with `FLAG_FLOAT`
+//! (switches never aggregate those), the PS sums the floats per worker and returns them with
+//! `FLAG_FLOAT | FLAG_ACK`, and workers convert back to i32 (rounding, saturating). In the
+//! simulator the values are already fixed-point integers, so "the original floats" are the
+//! same integers as f32 (exact below 2^24).
+//!
+//! # Choices where the paper is silent
+//! - Every newly received parameter (in order or not) feeds the AIMD window; duplicates are
+//!   ignored entirely. AIMD reacts once per window (see [`AimdWindow`]).
+//! - A resend uses the aggregator index the fragment was first sent with.
+//! - A rehash applies only if the parameter's `agg_index` is the worker's current index for
+//!   that original index (a late duplicate cannot undo a newer rehash).
+//! - The PS keeps every completed result for the whole run (the paper's PS stores parameters).
+
+use crate::aimd::{AimdConfig, AimdWindow};
+use crate::error::ensure;
+use crate::ConfigError;
+use inalab_core::time::{Time, MS};
+use inalab_core::wire::{AtpHeader, Header};
+use inalab_core::{splitmix64, AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Most workers a job can have: 32 per rack x 32 level-2 contributors.
+pub const ATP_MAX_WORKERS: usize = 1024;
+const WORDS: usize = ATP_MAX_WORKERS / 64;
+
+/// How workers pick aggregator indexes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hashing {
+    /// `splitmix64(job << 32 | seq) % aggregators` (ATP's HASH(<job, seq>)).
+    Hash,
+    /// `seq % aggregators`: every job starts at slot 0 (ATP Fig. 14's strawman).
+    Linear,
+}
+
+/// A worker's position in the aggregation hierarchy: the header fields it sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AtpPosition {
+    pub esi: u8,
+    pub bitmap0: u32,
+    pub bitmap1: u32,
+    pub fan_in0: u8,
+    pub fan_in1: u8,
+}
+
+/// A level-2 contributor: a rack aggregated at level 1 (its workers by position) or a single
+/// worker, by rank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Contributor {
+    Rack(Vec<usize>),
+    Worker(usize),
+}
+
+/// A job's aggregation hierarchy. See the module docs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AtpLayout {
+    /// Per worker rank.
+    pub positions: Vec<AtpPosition>,
+    /// By `bitmap1` bit.
+    pub contributors: Vec<Contributor>,
+}
+
+/// Builds a job's layout. `worker_racks[r]` is worker r's rack (any id, e.g. its ToR),
+/// `ps_rack` the PS's rack, `aggregates(rack)` whether that rack's switch runs ATP.
+pub fn atp_layout<R: PartialEq + Copy>(worker_racks: &[R], ps_rack: R, aggregates: impl Fn(R) -> bool) -> Result<AtpLayout, ConfigError> {
+    ensure!(!worker_racks.is_empty(), "an ATP job needs at least one worker");
+    ensure!(worker_racks.len() <= ATP_MAX_WORKERS, "an ATP job has at most {ATP_MAX_WORKERS} workers, got {}", worker_racks.len());
+    let mut contributors: Vec<Contributor> = vec![];
+    let mut rack_of: Vec<(R, usize)> = vec![];
+    // (contributor, position in rack) per worker.
+    let mut place = vec![];
+    for (r, &rack) in worker_racks.iter().enumerate() {
+        if rack != ps_rack && aggregates(rack) {
+            let c = match rack_of.iter().find(|(x, _)| *x == rack) {
+                Some(&(_, c)) => c,
+                None => {
+                    contributors.push(Contributor::Rack(vec![]));
+                    rack_of.push((rack, contributors.len() - 1));
+                    contributors.len() - 1
+                }
+            };
+            let Contributor::Rack(members) = &mut contributors[c] else { unreachable!() };
+            members.push(r);
+            ensure!(members.len() <= 32, "an ATP job has at most 32 workers in one rack (bitmap0 is 32 bits)");
+            place.push((c, members.len() - 1));
+        } else {
+            contributors.push(Contributor::Worker(r));
+            place.push((contributors.len() - 1, 0));
+        }
+    }
+    ensure!(
+        contributors.len() <= 32,
+        "an ATP job has at most 32 level-2 contributors (racks with ATP other than the PS's, plus workers in the PS's rack or in racks without ATP), got {}",
+        contributors.len()
+    );
+    let fan_in1 = contributors.len() as u8;
+    let positions = place
+        .iter()
+        .map(|&(c, pos)| match &contributors[c] {
+            Contributor::Rack(m) => AtpPosition { esi: 0, bitmap0: 1 << pos, bitmap1: 1 << c, fan_in0: m.len() as u8, fan_in1 },
+            Contributor::Worker(_) => AtpPosition { esi: 1, bitmap0: 1, bitmap1: 1 << c, fan_in0: 1, fan_in1 },
+        })
+        .collect();
+    Ok(AtpLayout { positions, contributors })
+}
+
+/// Settings shared by an ATP job's worker and PS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AtpConfig {
+    pub job: u32,
+    /// Bytes on the wire of a full gradient packet. Default 306.
+    pub packet_bytes: u32,
+    /// Header bytes of a packet; the rest carries i32 values. Default 58.
+    pub header_bytes: u32,
+    pub hashing: Hashing,
+    /// Aggregators the index is taken modulo (the smallest pool among the job's switches;
+    /// 0 = no pool, every index is 0).
+    pub aggregators: u32,
+    /// ECN/loss AIMD window (false: a fixed window of `aimd.initial_window_bytes`).
+    pub congestion_control: bool,
+    pub aimd: AimdConfig,
+    /// Worker loss-recovery timeout. Default 1 ms.
+    pub timeout_ps: Time,
+}
+
+impl Default for AtpConfig {
+    fn default() -> Self {
+        AtpConfig {
+            job: 0,
+            packet_bytes: 306,
+            header_bytes: 58,
+            hashing: Hashing::Hash,
+            aggregators: 0,
+            congestion_control: true,
+            aimd: AimdConfig { initial_window_bytes: 200 * 306, increment_bytes: 1500, min_window_bytes: 306, initial_ssthresh_bytes: u64::MAX },
+            timeout_ps: MS,
+        }
+    }
+}
+
+impl AtpConfig {
+    fn check(&self) -> Result<usize, ConfigError> {
+        ensure!(
+            self.packet_bytes > self.header_bytes && (self.packet_bytes - self.header_bytes) % 4 == 0,
+            "packet_bytes {} minus header_bytes {} must be a positive multiple of 4",
+            self.packet_bytes,
+            self.header_bytes
+        );
+        ensure!(self.timeout_ps > 0, "timeout must be positive");
+        Ok(((self.packet_bytes - self.header_bytes) / 4) as usize)
+    }
+
+    /// The original aggregator index of `seq` (before rehashing).
+    pub fn base_index(&self, seq: u32) -> u32 {
+        if self.aggregators == 0 {
+            return 0;
+        }
+        match self.hashing {
+            Hashing::Hash => (splitmix64((self.job as u64) << 32 | seq as u64) % self.aggregators as u64) as u32,
+            Hashing::Linear => seq % self.aggregators,
+        }
+    }
+
+    /// The PS's rehash of a colliding index.
+    pub fn rehash(&self, index: u32) -> u32 {
+        if self.aggregators == 0 {
+            return 0;
+        }
+        (splitmix64(index as u64) % self.aggregators as u64) as u32
+    }
+}
+
+fn atp_header(p: &Packet) -> Option<AtpHeader> {
+    match p.header {
+        Header::Atp(h) => Some(h),
+        _ => None,
+    }
+}
+
+struct Request {
+    id: u64,
+    first_seq: u32,
+    frags: u32,
+    values: usize,
+    data: Option<Payload>,
+    result: Option<Payload>,
+    remaining: u32,
+}
+
+/// ATP worker. See the module docs.
+pub struct AtpWorker {
+    local: Endpoint,
+    ps: Endpoint,
+    cfg: AtpConfig,
+    pos: AtpPosition,
+    per_packet: usize,
+    reqs: VecDeque<Request>,
+    /// Next fragment seq to send for the first time; `end_seq` is one past the last submitted.
+    next_seq: u32,
+    end_seq: u32,
+    /// First seq whose parameter has not arrived.
+    expected: u32,
+    /// Parameters received above `expected`.
+    received: BTreeSet<u32>,
+    /// Aggregator index each sent, unacknowledged fragment used.
+    sent_index: BTreeMap<u32, u32>,
+    /// Rehash map: original index -> current index.
+    remap: BTreeMap<u32, u32>,
+    /// Fragments to send as floats (the PS asked after an overflow).
+    float_seqs: BTreeSet<u32>,
+    /// Resends waiting for the NIC.
+    resend_q: VecDeque<u32>,
+    ooo: u32,
+    fast_resent: Option<u32>,
+    window: AimdWindow,
+    deadline: Option<Time>,
+    events: VecDeque<HostEvent>,
+    fragments_sent: u64,
+    resends: u64,
+    timeouts: u64,
+    ecn_cuts: u64,
+    float_resends: u64,
+}
+
+impl AtpWorker {
+    /// Worker at `local` sending to the PS at `ps` with its layout position.
+    pub fn new(local: Endpoint, ps: Endpoint, pos: AtpPosition, cfg: AtpConfig) -> Result<Self, ConfigError> {
+        let per_packet = cfg.check()?;
+        let window = AimdWindow::new(cfg.aimd.clone());
+        Ok(AtpWorker {
+            local,
+            ps,
+            pos,
+            per_packet,
+            reqs: VecDeque::new(),
+            next_seq: 0,
+            end_seq: 0,
+            expected: 0,
+            received: BTreeSet::new(),
+            sent_index: BTreeMap::new(),
+            remap: BTreeMap::new(),
+            float_seqs: BTreeSet::new(),
+            resend_q: VecDeque::new(),
+            ooo: 0,
+            fast_resent: None,
+            window,
+            deadline: None,
+            events: VecDeque::new(),
+            fragments_sent: 0,
+            resends: 0,
+            timeouts: 0,
+            ecn_cuts: 0,
+            float_resends: 0,
+            cfg,
+        })
+    }
+
+    /// Current window, bytes.
+    pub fn window_bytes(&self) -> u64 {
+        self.window.window()
+    }
+
+    fn window_packets(&self) -> u64 {
+        let bytes = if self.cfg.congestion_control { self.window.window() } else { self.cfg.aimd.initial_window_bytes };
+        (bytes / self.cfg.packet_bytes as u64).max(1)
+    }
+
+    fn in_flight(&self) -> u64 {
+        (self.next_seq - self.expected) as u64 - self.received.len() as u64
+    }
+
+    fn request_of(&self, seq: u32) -> Option<usize> {
+        let i = self.reqs.partition_point(|r| r.first_seq + r.frags <= seq);
+        (i < self.reqs.len() && self.reqs[i].first_seq <= seq).then_some(i)
+    }
+
+    /// (request, first value, values) of a fragment.
+    fn fragment(&self, seq: u32) -> (usize, usize, usize) {
+        let r = self.request_of(seq).expect("fragment of a live request");
+        let q = &self.reqs[r];
+        let start = (seq - q.first_seq) as usize * self.per_packet;
+        (r, start, (q.values - start).min(self.per_packet))
+    }
+
+    fn current_index(&self, seq: u32) -> u32 {
+        let base = self.cfg.base_index(seq);
+        *self.remap.get(&base).unwrap_or(&base)
+    }
+
+    fn build(&self, now: Time, seq: u32, resend: bool) -> Packet {
+        let (r, start, len) = self.fragment(seq);
+        let float = self.float_seqs.contains(&seq);
+        let p = &self.pos;
+        let mut flags = if resend { AtpHeader::FLAG_RESEND } else { 0 };
+        if float {
+            flags |= AtpHeader::FLAG_FLOAT | AtpHeader::FLAG_RESEND;
+        }
+        let agg_index = self.sent_index.get(&seq).copied().unwrap_or_else(|| self.current_index(seq));
+        let h = AtpHeader {
+            job: self.cfg.job,
+            seq,
+            agg_index,
+            bitmap0: p.bitmap0,
+            bitmap1: p.bitmap1,
+            fan_in0: p.fan_in0,
+            fan_in1: p.fan_in1,
+            esi: p.esi,
+            flags,
+        };
+        let size = self.cfg.header_bytes + 4 * len as u32;
+        let mut pkt = Packet::new(self.local.host, self.local.port, self.ps.host, self.ps.port, size, Header::Atp(h));
+        pkt.created = now;
+        pkt.payload = self.reqs[r].data.as_ref().map(|d| {
+            let v = d.slice(start, start + len);
+            Box::new(match (float, v) {
+                (true, Payload::I32(v)) => Payload::F32(v.into_iter().map(|x| x as f32).collect()),
+                (_, v) => v,
+            })
+        });
+        pkt
+    }
+
+    fn congestion(&mut self) {
+        if self.cfg.congestion_control {
+            self.window.on_congestion(self.next_seq as u64);
+        }
+    }
+
+    fn queue_resend(&mut self, seq: u32) {
+        if !self.resend_q.contains(&seq) {
+            self.resend_q.push_back(seq);
+        }
+    }
+
+    fn arm(&mut self, now: Time) {
+        self.deadline = (self.in_flight() > 0).then_some(now + self.cfg.timeout_ps);
+    }
+
+    fn on_parameter(&mut self, now: Time, h: AtpHeader, pkt: Packet) {
+        let seq = h.seq;
+        if seq < self.expected || seq >= self.next_seq || self.received.contains(&seq) {
+            return; // duplicate (or never sent): ignored
+        }
+        if h.has(AtpHeader::FLAG_OVERFLOW) {
+            // The PS asks for this fragment's original values as floats.
+            if self.float_seqs.insert(seq) {
+                self.float_resends += 1;
+                self.queue_resend(seq);
+            }
+            return;
+        }
+        let (r, start, len) = self.fragment(seq);
+        let req = &mut self.reqs[r];
+        if let (Some(res), Some(p)) = (req.result.as_mut(), pkt.payload.as_deref()) {
+            let v = match p {
+                Payload::F32(f) => Payload::I32(f.iter().map(|x| x.round() as i32).collect()),
+                other => other.clone(),
+            };
+            if v.len() == len {
+                res.copy_at(start, &v);
+            }
+        }
+        req.remaining -= 1;
+        if h.has(AtpHeader::FLAG_REHASH) {
+            let base = self.cfg.base_index(seq);
+            if self.current_index(seq) == h.agg_index {
+                self.remap.insert(base, h.bitmap0);
+            }
+        }
+        self.sent_index.remove(&seq);
+        self.float_seqs.remove(&seq);
+        let ecn = pkt.ecn || h.has(AtpHeader::FLAG_ECN);
+        if seq == self.expected {
+            self.expected += 1;
+            while self.received.remove(&self.expected) {
+                self.expected += 1;
+            }
+            self.ooo = 0;
+            self.arm(now);
+        } else {
+            self.received.insert(seq);
+            self.ooo += 1;
+        }
+        if self.cfg.congestion_control && self.window.on_ack(self.cfg.packet_bytes as u64, ecn, self.expected as u64, self.next_seq as u64) {
+            self.ecn_cuts += 1;
+        }
+        if self.ooo >= 3 && self.fast_resent != Some(self.expected) {
+            self.fast_resent = Some(self.expected);
+            self.ooo = 0;
+            let e = self.expected;
+            self.queue_resend(e);
+            self.congestion();
+        }
+        // Completed requests, in order.
+        while self.reqs.front().is_some_and(|q| q.remaining == 0) {
+            let q = self.reqs.pop_front().expect("front");
+            self.events.push_back(HostEvent::Done { id: q.id, data: q.result });
+        }
+    }
+}
+
+impl HostProtocol for AtpWorker {
+    fn endpoint(&self) -> Endpoint {
+        self.local
+    }
+
+    fn submit(&mut self, _now: Time, req: AppRequest) {
+        match req {
+            AppRequest::Allreduce { id, bytes, data } => {
+                let values = (bytes / 4) as usize;
+                if bytes % 4 != 0 || data.as_ref().is_some_and(|d| d.len() != values || matches!(d, Payload::F32(_))) {
+                    self.events.push_back(HostEvent::Failed { id, reason: "ATP needs i32 (fixed-point) values, bytes / 4 of them".into() });
+                    return;
+                }
+                let frags = values.div_ceil(self.per_packet).max(1) as u64;
+                if self.end_seq as u64 + frags > u32::MAX as u64 {
+                    self.events.push_back(HostEvent::Failed { id, reason: "ATP sequence numbers exhausted".into() });
+                    return;
+                }
+                let frags = frags as u32;
+                let result = data.as_ref().map(|d| d.zeros_like(values));
+                self.reqs.push_back(Request { id, first_seq: self.end_seq, frags, values, data, result, remaining: frags });
+                self.end_seq += frags;
+            }
+            AppRequest::Send { id, .. } => {
+                self.events.push_back(HostEvent::Failed { id, reason: "an ATP worker only allreduces".into() });
+            }
+        }
+    }
+
+    fn handle_packet(&mut self, now: Time, pkt: Packet) {
+        if let Some(h) = atp_header(&pkt).filter(|h| h.has(AtpHeader::FLAG_ACK) && h.job == self.cfg.job) {
+            self.on_parameter(now, h, pkt);
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Time) {
+        if self.deadline.is_some_and(|d| now >= d) {
+            if self.in_flight() > 0 {
+                self.timeouts += 1;
+                let e = self.expected;
+                self.queue_resend(e);
+                self.congestion();
+            }
+            self.arm(now);
+        }
+    }
+
+    fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
+        while let Some(seq) = self.resend_q.pop_front() {
+            if seq < self.expected || self.received.contains(&seq) {
+                continue;
+            }
+            self.resends += 1;
+            return Some(self.build(now, seq, true));
+        }
+        if self.next_seq < self.end_seq && self.in_flight() < self.window_packets() {
+            let seq = self.next_seq;
+            let pkt = self.build(now, seq, false);
+            self.sent_index.insert(seq, self.current_index(seq));
+            if self.in_flight() == 0 {
+                self.deadline = Some(now + self.cfg.timeout_ps);
+            }
+            self.next_seq += 1;
+            self.fragments_sent += 1;
+            return Some(pkt);
+        }
+        None
+    }
+
+    fn poll_timeout(&self) -> Option<Time> {
+        self.deadline
+    }
+
+    fn poll_event(&mut self) -> Option<HostEvent> {
+        self.events.pop_front()
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("fragments_sent", self.fragments_sent),
+            ("resends", self.resends),
+            ("timeouts", self.timeouts),
+            ("ecn_cuts", self.ecn_cuts),
+            ("window_cuts", self.window.cuts()),
+            ("float_resends", self.float_resends),
+        ]
+    }
+}
+
+// ---- parameter server --------------------------------------------------------------------
+
+type Bits = [u64; WORDS];
+
+fn bits_overlap(a: &Bits, b: &Bits) -> bool {
+    a.iter().zip(b).any(|(x, y)| x & y != 0)
+}
+
+fn bits_count(a: &Bits) -> u32 {
+    a.iter().map(|x| x.count_ones()).sum()
+}
+
+fn bits_or(a: &mut Bits, b: &Bits) {
+    for (x, y) in a.iter_mut().zip(b) {
+        *x |= y;
+    }
+}
+
+/// What the PS answers for a seq.
+#[derive(Debug, Clone)]
+enum Answer {
+    /// The integer (or float) result.
+    Result(Option<Payload>, bool),
+    /// Please resend as floats.
+    Overflow,
+}
+
+#[derive(Default)]
+struct Seq {
+    covered: Bits,
+    sum: Option<Vec<i32>>,
+    ecn: bool,
+    overflow: bool,
+    collision: bool,
+    agg_index: Option<u32>,
+    len: usize,
+    float_covered: Bits,
+    float_sum: Option<Vec<f32>>,
+    answer: Option<Answer>,
+    last_sent: Option<Time>,
+}
+
+/// PS settings beyond [`AtpConfig`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AtpServerConfig {
+    pub atp: AtpConfig,
+    pub layout: AtpLayout,
+    /// Workers by rank (their layout positions are `layout.positions`).
+    pub workers: Vec<Endpoint>,
+    /// The PS's switch runs ATP: send one parameter packet per seq for it to multicast.
+    pub multicast: bool,
+    /// A completed seq's parameter is sent again at most this often on resends. Default:
+    /// half the worker timeout.
+    pub resend_holdoff_ps: Time,
+}
+
+/// ATP's parameter server. See the module docs.
+pub struct AtpServer {
+    local: Endpoint,
+    cfg: AtpServerConfig,
+    seqs: BTreeMap<u32, Seq>,
+    txq: VecDeque<Packet>,
+    events: VecDeque<HostEvent>,
+    n: u32,
+    completed: u64,
+    duplicates: u64,
+    rejected: u64,
+    rehashes: u64,
+    overflows: u64,
+    params_resent: u64,
+}
+
+impl AtpServer {
+    pub fn new(local: Endpoint, cfg: AtpServerConfig) -> Result<Self, ConfigError> {
+        cfg.atp.check()?;
+        ensure!(cfg.workers.len() == cfg.layout.positions.len(), "the layout has {} workers, the PS {}", cfg.layout.positions.len(), cfg.workers.len());
+        ensure!(!cfg.workers.is_empty() && cfg.workers.len() <= ATP_MAX_WORKERS, "an ATP PS serves 1..={ATP_MAX_WORKERS} workers");
+        let n = cfg.workers.len() as u32;
+        Ok(AtpServer {
+            local,
+            cfg,
+            seqs: BTreeMap::new(),
+            txq: VecDeque::new(),
+            events: VecDeque::new(),
+            n,
+            completed: 0,
+            duplicates: 0,
+            rejected: 0,
+            rehashes: 0,
+            overflows: 0,
+            params_resent: 0,
+        })
+    }
+
+    /// Workers a gradient packet covers, or `None` if its directions are malformed.
+    fn coverage(&self, h: &AtpHeader) -> Option<Bits> {
+        let cs = &self.cfg.layout.contributors;
+        let mut b: Bits = [0; WORDS];
+        let mut set = |r: usize| b[r / 64] |= 1 << (r % 64);
+        if h.esi == 2 {
+            if h.bitmap1 == 0 || (h.bitmap1 as u64) >> cs.len() != 0 {
+                return None;
+            }
+            for (c, con) in cs.iter().enumerate() {
+                if h.bitmap1 & (1 << c) != 0 {
+                    match con {
+                        Contributor::Rack(m) => m.iter().for_each(|&r| set(r)),
+                        Contributor::Worker(r) => set(*r),
+                    }
+                }
+            }
+        } else {
+            if h.bitmap1.count_ones() != 1 {
+                return None;
+            }
+            match cs.get(h.bitmap1.trailing_zeros() as usize)? {
+                Contributor::Rack(m) => {
+                    if h.bitmap0 == 0 || (h.bitmap0 as u64) >> m.len() != 0 {
+                        return None;
+                    }
+                    for (i, &r) in m.iter().enumerate() {
+                        if h.bitmap0 & (1 << i) != 0 {
+                            set(r);
+                        }
+                    }
+                }
+                Contributor::Worker(r) => set(*r),
+            }
+        }
+        Some(b)
+    }
+
+    fn send_answer(&mut self, now: Time, seq: u32) {
+        let s = self.seqs.get_mut(&seq).expect("seq");
+        let Some(ans) = s.answer.clone() else { return };
+        s.last_sent = Some(now);
+        let mut flags = AtpHeader::FLAG_ACK;
+        if s.ecn {
+            flags |= AtpHeader::FLAG_ECN;
+        }
+        let mut bitmap0 = 0;
+        let agg_index = s.agg_index.unwrap_or(0);
+        if s.collision {
+            flags |= AtpHeader::FLAG_REHASH;
+            bitmap0 = self.cfg.atp.rehash(agg_index);
+        }
+        let (payload, size) = match ans {
+            Answer::Result(p, float) => {
+                if float {
+                    flags |= AtpHeader::FLAG_FLOAT;
+                }
+                (p, self.cfg.atp.header_bytes + 4 * s.len as u32)
+            }
+            Answer::Overflow => {
+                flags |= AtpHeader::FLAG_OVERFLOW;
+                (None, self.cfg.atp.header_bytes)
+            }
+        };
+        let h = AtpHeader { job: self.cfg.atp.job, seq, agg_index, bitmap0, flags, ..AtpHeader::default() };
+        let dsts: Vec<Endpoint> = if self.cfg.multicast { vec![self.cfg.workers[0]] } else { self.cfg.workers.clone() };
+        for w in dsts {
+            let mut p = Packet::new(self.local.host, self.local.port, w.host, w.port, size, Header::Atp(h));
+            p.created = now;
+            p.payload = payload.clone().map(Box::new);
+            self.txq.push_back(p);
+        }
+    }
+
+    fn on_gradient(&mut self, now: Time, h: AtpHeader, pkt: Packet) {
+        let Some(cov) = self.coverage(&h) else {
+            self.rejected += 1;
+            return;
+        };
+        let holdoff = self.cfg.resend_holdoff_ps;
+        let n = self.n;
+        let s = self.seqs.entry(h.seq).or_default();
+        if s.agg_index.is_none() {
+            s.agg_index = Some(h.agg_index);
+        }
+        if h.has(AtpHeader::FLAG_COLLISION) && !s.collision && s.answer.is_none() {
+            s.collision = true;
+            self.rehashes += 1;
+        }
+        let float = h.has(AtpHeader::FLAG_FLOAT);
+        match &s.answer {
+            // Waiting for floats: collect them below.
+            Some(Answer::Overflow) if float => {}
+            // Already answered (a resend, or a late copy): answer again, rate-limited.
+            Some(_) => {
+                if !matches!(s.last_sent, Some(t) if now < t + holdoff) {
+                    self.params_resent += 1;
+                    self.send_answer(now, h.seq);
+                }
+                return;
+            }
+            // Floats nobody asked for.
+            None if float => {
+                self.rejected += 1;
+                return;
+            }
+            None => {}
+        }
+        let s = self.seqs.get_mut(&h.seq).expect("seq");
+        if float {
+            if bits_overlap(&s.float_covered, &cov) {
+                self.duplicates += 1;
+                return;
+            }
+            bits_or(&mut s.float_covered, &cov);
+            if let Some(Payload::F32(v)) = pkt.payload.as_deref() {
+                match &mut s.float_sum {
+                    Some(acc) => acc.iter_mut().zip(v).for_each(|(a, b)| *a += b),
+                    None => s.float_sum = Some(v.clone()),
+                }
+            }
+            if bits_count(&s.float_covered) == n {
+                s.answer = Some(Answer::Result(s.float_sum.take().map(Payload::F32), true));
+                self.completed += 1;
+                self.send_answer(now, h.seq);
+            }
+            return;
+        }
+        if bits_overlap(&s.covered, &cov) {
+            self.duplicates += 1;
+            return;
+        }
+        bits_or(&mut s.covered, &cov);
+        s.ecn |= pkt.ecn || h.has(AtpHeader::FLAG_ECN);
+        s.overflow |= h.has(AtpHeader::FLAG_OVERFLOW);
+        s.len = (pkt.size.saturating_sub(self.cfg.atp.header_bytes) / 4) as usize;
+        if let Some(Payload::I32(v)) = pkt.payload.as_deref() {
+            s.len = v.len();
+            match &mut s.sum {
+                Some(acc) => {
+                    for (a, b) in acc.iter_mut().zip(v) {
+                        match a.checked_add(*b) {
+                            Some(x) => *a = x,
+                            None => {
+                                *a = a.saturating_add(*b);
+                                s.overflow = true;
+                            }
+                        }
+                    }
+                }
+                None => s.sum = Some(v.clone()),
+            }
+        }
+        if bits_count(&s.covered) == n {
+            if s.overflow {
+                self.overflows += 1;
+                s.answer = Some(Answer::Overflow);
+            } else {
+                s.answer = Some(Answer::Result(s.sum.take().map(Payload::I32), false));
+                self.completed += 1;
+            }
+            self.send_answer(now, h.seq);
+        }
+    }
+}
+
+impl HostProtocol for AtpServer {
+    fn endpoint(&self) -> Endpoint {
+        self.local
+    }
+
+    /// The PS takes no application requests: it only reacts to gradients.
+    fn submit(&mut self, _now: Time, req: AppRequest) {
+        let (AppRequest::Allreduce { id, .. } | AppRequest::Send { id, .. }) = req;
+        self.events.push_back(HostEvent::Failed { id, reason: "an ATP parameter server takes no requests".into() });
+    }
+
+    fn handle_packet(&mut self, now: Time, pkt: Packet) {
+        match atp_header(&pkt) {
+            Some(h) if h.job == self.cfg.atp.job && !h.has(AtpHeader::FLAG_ACK) => self.on_gradient(now, h, pkt),
+            _ => self.rejected += 1,
+        }
+    }
+
+    fn handle_timeout(&mut self, _now: Time) {}
+
+    fn poll_transmit(&mut self, _now: Time) -> Option<Packet> {
+        self.txq.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Time> {
+        None
+    }
+
+    fn poll_event(&mut self) -> Option<HostEvent> {
+        self.events.pop_front()
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("fragments_completed", self.completed),
+            ("duplicates", self.duplicates),
+            ("rejected", self.rejected),
+            ("rehashes", self.rehashes),
+            ("overflows", self.overflows),
+            ("params_resent", self.params_resent),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_levels_and_fan_ins() {
+        // Racks: 10, 10, 20, 30 (the PS's), 10, 40 (no ATP).
+        let l = atp_layout(&[10, 10, 20, 30, 10, 40], 30, |r| r != 40).unwrap();
+        assert_eq!(l.contributors, vec![Contributor::Rack(vec![0, 1, 4]), Contributor::Rack(vec![2]), Contributor::Worker(3), Contributor::Worker(5)]);
+        let p = &l.positions;
+        assert_eq!(p[0], AtpPosition { esi: 0, bitmap0: 1, bitmap1: 1, fan_in0: 3, fan_in1: 4 });
+        assert_eq!(p[4], AtpPosition { esi: 0, bitmap0: 4, bitmap1: 1, fan_in0: 3, fan_in1: 4 });
+        assert_eq!(p[2], AtpPosition { esi: 0, bitmap0: 1, bitmap1: 2, fan_in0: 1, fan_in1: 4 });
+        assert_eq!((p[3].esi, p[3].bitmap1), (1, 4), "beside the PS: level 2 only");
+        assert_eq!((p[5].esi, p[5].bitmap1), (1, 8), "rack without ATP: level 2 only");
+    }
+
+    #[test]
+    fn layout_limits() {
+        let racks: Vec<u32> = (0..1024).map(|i| i / 32).collect();
+        assert!(atp_layout(&racks, 999, |_| true).is_ok(), "32 racks of 32 = 1024 workers");
+        assert!(atp_layout(&(0..33).map(|_| 0).collect::<Vec<u32>>(), 1, |_| true).unwrap_err().0.contains("32 workers in one rack"));
+        assert!(atp_layout(&(0..33).collect::<Vec<u32>>(), 1, |_| true).unwrap_err().0.contains("32 level-2 contributors"));
+        // 33 workers beside the PS are 33 contributors.
+        assert!(atp_layout(&[5u32; 33], 5, |_| true).is_err());
+    }
+
+    fn ep(h: u32, port: u16) -> Endpoint {
+        Endpoint { host: h, port }
+    }
+
+    /// `n` workers beside the PS (host 100), no switch: the PS does everything, unicast.
+    fn setup(n: usize, aggs: u32, hashing: Hashing) -> (Vec<AtpWorker>, AtpServer) {
+        let layout = atp_layout(&vec![0u32; n], 0, |_| true).unwrap();
+        let cfg = AtpConfig { aggregators: aggs, hashing, timeout_ps: 10_000, ..AtpConfig::default() };
+        let wep: Vec<Endpoint> = (0..n as u32).map(|h| ep(h, 1)).collect();
+        let ws = (0..n).map(|r| AtpWorker::new(wep[r], ep(100, 2), layout.positions[r], cfg.clone()).unwrap()).collect();
+        let ps = AtpServer::new(ep(100, 2), AtpServerConfig { atp: cfg, layout, workers: wep, multicast: false, resend_holdoff_ps: 5_000 }).unwrap();
+        (ws, ps)
+    }
+
+    /// Moves packets until quiet, firing timers; `keep(pkt)` false drops a packet.
+    fn exchange(ws: &mut [AtpWorker], ps: &mut AtpServer, now: &mut Time, keep: &mut dyn FnMut(&mut Packet) -> bool) {
+        for _ in 0..100_000 {
+            let mut moved = false;
+            for w in ws.iter_mut() {
+                while let Some(mut p) = w.poll_transmit(*now) {
+                    moved = true;
+                    if keep(&mut p) {
+                        ps.handle_packet(*now, p);
+                    }
+                }
+            }
+            while let Some(mut p) = ps.poll_transmit(*now) {
+                moved = true;
+                if keep(&mut p) {
+                    ws[p.dst as usize].handle_packet(*now, p);
+                }
+            }
+            if !moved {
+                let Some(t) = ws.iter().filter_map(|w| w.poll_timeout()).min() else { return };
+                *now = t.max(*now + 1);
+                ws.iter_mut().for_each(|w| w.handle_timeout(*now));
+            }
+        }
+        panic!("no quiescence");
+    }
+
+    fn done(w: &mut AtpWorker) -> Vec<i32> {
+        match w.poll_event() {
+            Some(HostEvent::Done { data: Some(Payload::I32(v)), .. }) => v,
+            e => panic!("expected Done, got {e:?}"),
+        }
+    }
+
+    fn submit_all(ws: &mut [AtpWorker], id: u64, data: impl Fn(usize, usize) -> i32, len: usize) {
+        for (r, w) in ws.iter_mut().enumerate() {
+            let v: Vec<i32> = (0..len).map(|i| data(r, i)).collect();
+            w.submit(0, AppRequest::Allreduce { id, bytes: 4 * len as u64, data: Some(Payload::I32(v)) });
+        }
+    }
+
+    #[test]
+    fn sums_exactly_under_heavy_loss() {
+        let (mut ws, mut ps) = setup(3, 16, Hashing::Hash);
+        let len = 62 * 40 + 7;
+        submit_all(&mut ws, 9, |r, i| (r * 1000 + i) as i32 - 500, len);
+        let mut k = 0u64;
+        let mut now = 0;
+        exchange(&mut ws, &mut ps, &mut now, &mut |_| {
+            k += 1;
+            splitmix64(k) % 10 != 0 // 10 % loss
+        });
+        let want: Vec<i32> = (0..len).map(|i| (0..3).map(|r| (r * 1000 + i) as i32 - 500).sum()).collect();
+        for w in &mut ws {
+            assert_eq!(done(w), want);
+            let c: BTreeMap<_, _> = w.counters().into_iter().collect();
+            assert_eq!(c["fragments_sent"], 41);
+            assert!(c["resends"] > 0 && c["timeouts"] > 0);
+        }
+    }
+
+    #[test]
+    fn overflow_falls_back_to_floats() {
+        let (mut ws, mut ps) = setup(3, 16, Hashing::Hash);
+        // Value 0 of fragment 0 overflows i32 in the sum; fragment 1 does not overflow.
+        submit_all(&mut ws, 1, |r, i| if i == 0 { 1_500_000_000 } else { (r + i) as i32 }, 100);
+        let mut now = 0;
+        let mut floats = 0;
+        exchange(&mut ws, &mut ps, &mut now, &mut |p| {
+            if let Header::Atp(h) = p.header {
+                if h.has(AtpHeader::FLAG_FLOAT) && !h.has(AtpHeader::FLAG_ACK) {
+                    assert_eq!(h.seq, 0);
+                    assert!(matches!(p.payload.as_deref(), Some(Payload::F32(_))));
+                    floats += 1;
+                }
+            }
+            true
+        });
+        assert_eq!(floats, 3, "every worker resent the overflowing fragment as floats");
+        let c: BTreeMap<_, _> = ps.counters().into_iter().collect();
+        assert_eq!(c["overflows"], 1);
+        for w in &mut ws {
+            let v = done(w);
+            assert_eq!(v[0], i32::MAX, "the float sum converts back saturated");
+            assert_eq!(v[1..], (1..100).map(|i| 3 * i + 3).collect::<Vec<i32>>()[..]);
+        }
+    }
+
+    #[test]
+    fn collision_rehashes_the_index() {
+        let (mut ws, mut ps) = setup(2, 4, Hashing::Linear);
+        submit_all(&mut ws, 1, |_, _| 1, 62);
+        let mut now = 0;
+        // A switch forwarded seq 0 with the collision flag.
+        exchange(&mut ws, &mut ps, &mut now, &mut |p| {
+            if let Header::Atp(ref mut h) = p.header {
+                if !h.has(AtpHeader::FLAG_ACK) {
+                    assert_eq!(h.agg_index, 0);
+                    h.flags |= AtpHeader::FLAG_COLLISION | AtpHeader::FLAG_RESEND;
+                } else {
+                    assert!(h.has(AtpHeader::FLAG_REHASH));
+                    assert_eq!(h.bitmap0, (splitmix64(0) % 4) as u32);
+                }
+            }
+            true
+        });
+        ws.iter_mut().for_each(|w| assert_eq!(done(w), vec![2; 62]));
+        // Seqs 1..=4: seq 4's original index 0 is now remapped.
+        submit_all(&mut ws, 2, |_, _| 1, 62 * 4);
+        let mut idx = BTreeMap::new();
+        exchange(&mut ws, &mut ps, &mut now, &mut |p| {
+            if let Header::Atp(h) = p.header {
+                if !h.has(AtpHeader::FLAG_ACK) {
+                    idx.insert(h.seq, h.agg_index);
+                }
+            }
+            true
+        });
+        let new = (splitmix64(0) % 4) as u32;
+        assert_eq!(idx.into_iter().collect::<Vec<_>>(), vec![(1, 1), (2, 2), (3, 3), (4, new)]);
+    }
+
+    #[test]
+    fn ps_drops_overlaps_and_answers_resends() {
+        let (mut ws, mut ps) = setup(2, 4, Hashing::Linear);
+        submit_all(&mut ws, 1, |r, _| r as i32 + 1, 62);
+        let p0 = ws[0].poll_transmit(0).unwrap();
+        let p1 = ws[1].poll_transmit(0).unwrap();
+        ps.handle_packet(0, p0.clone());
+        ps.handle_packet(1, p0.clone()); // duplicate
+        assert!(ps.poll_transmit(1).is_none());
+        ps.handle_packet(2, p1);
+        let param = ps.poll_transmit(2).unwrap();
+        assert!(matches!(param.payload.as_deref(), Some(Payload::I32(v)) if v == &vec![3; 62]));
+        ps.poll_transmit(2).unwrap(); // the copy for worker 1
+        // A resend for the completed seq gets the parameter again (after the holdoff).
+        ps.handle_packet(3, p0.clone());
+        assert!(ps.poll_transmit(3).is_none(), "within the holdoff");
+        ps.handle_packet(5_002, p0);
+        assert!(ps.poll_transmit(5_002).is_some());
+        let c: BTreeMap<_, _> = ps.counters().into_iter().collect();
+        assert_eq!((c["duplicates"], c["fragments_completed"], c["params_resent"]), (1, 1, 1));
+    }
+}

@@ -1,0 +1,195 @@
+//! Float to fixed-point conversion for in-network aggregation: switches sum i32, so end
+//! hosts (the UDP runtime, the PyTorch integration) convert gradients before sending and
+//! convert the sums back. The simulator carries i32 already and does not call this.
+//!
+//! Two schemes:
+//!
+//! - **ATP's fixed scale** ([`to_fixed`], [`from_fixed`]): every value is multiplied by one
+//!   constant scale, [`ATP_SCALE`] = 1e8 by default, and rounded to the nearest integer.
+//!   Values whose scaled magnitude exceeds `i32::MAX` saturate (and are counted). The error
+//!   of a sum of `n` converted values is at most `n / (2 scale)` plus the f32 rounding of the
+//!   result, *as long as the i32 sum does not overflow*: with scale 1e8 a sum must stay
+//!   below 21.47 in magnitude, which heavy-tailed gradients can exceed (the switch then
+//!   wraps or saturates; ATP handles it reactively).
+//! - **SwitchML's per-block exponent** ([`block_exponent`], [`switchml_scale`],
+//!   [`switchml_to_fixed`]): for one block (one packet's values) the workers agree on
+//!   `e_max`, the largest frexp exponent of the block's values over all workers (each worker
+//!   sends the exponent of its *next* block in the header of the current one and the switch
+//!   keeps the maximum, so the agreed value is known one window ahead). The block's scale is
+//!   `i32::MAX / (n 2^e_max)`: every `|v| < 2^e_max` converts to less than `i32::MAX / n` in
+//!   magnitude, so the sum of `n` converted values cannot overflow. Conversion also clamps
+//!   to `floor(i32::MAX / n)` (counted as saturation), so the guarantee holds even for a
+//!   value above the agreed exponent. Each converted value is within `1 / scale =
+//!   n 2^e_max / i32::MAX` of its input (half of that from rounding, the rest only when the
+//!   clamp applies), so the sum of `n` is within `n / scale = n^2 2^e_max / i32::MAX` of the
+//!   exact sum (plus the f32 rounding of the result): the precision falls with `n` twice,
+//!   once through the scale and once through the number of rounded terms.
+//!
+//! NaN and infinities are never converted: both `to_fixed` functions fail with the index of
+//! the first one. [`block_exponent`] ignores them (the conversion reports them).
+//!
+//! All functions are pure and deterministic. Rounding is to nearest, ties away from zero.
+
+use std::fmt;
+
+/// ATP's default fixed-point scale (values are multiplied by 10^8).
+pub const ATP_SCALE: f64 = 1e8;
+
+/// Why a conversion failed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum QuantError {
+    /// `values[index]` is NaN or infinite.
+    NonFinite { index: usize, value: f32 },
+    /// The scale is not a finite positive number.
+    BadScale { scale: f64 },
+    /// SwitchML's scale needs at least one worker.
+    NoWorkers,
+}
+
+impl fmt::Display for QuantError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QuantError::NonFinite { index, value } => {
+                write!(f, "value {index} is {value}, which has no fixed-point form")
+            }
+            QuantError::BadScale { scale } => write!(f, "fixed-point scale {scale} must be finite and positive"),
+            QuantError::NoWorkers => write!(f, "SwitchML's scale needs at least one worker"),
+        }
+    }
+}
+
+impl std::error::Error for QuantError {}
+
+/// Converted values and how many of them saturated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fixed {
+    pub values: Vec<i32>,
+    /// Values whose scaled magnitude did not fit and were clamped.
+    pub saturated: usize,
+}
+
+/// Converts with `scale`; scaled magnitudes at or above `threshold` count as saturated and
+/// results are clamped to `[-clamp, clamp]`.
+fn convert(values: &[f32], scale: f64, threshold: f64, clamp: i32) -> Result<Fixed, QuantError> {
+    if !(scale.is_finite() && scale > 0.0) {
+        return Err(QuantError::BadScale { scale });
+    }
+    let mut out = Vec::with_capacity(values.len());
+    let mut saturated = 0;
+    for (index, &value) in values.iter().enumerate() {
+        if !value.is_finite() {
+            return Err(QuantError::NonFinite { index, value });
+        }
+        let x = value as f64 * scale;
+        if x.abs() >= threshold {
+            saturated += 1;
+        }
+        out.push(x.round().clamp(-(clamp as f64), clamp as f64) as i32);
+    }
+    Ok(Fixed { values: out, saturated })
+}
+
+/// ATP's conversion: `round(v * scale)` (scale 1e8 = [`ATP_SCALE`] by default), saturating
+/// at `±i32::MAX`. Fails on a non-positive or non-finite scale and on the first NaN/Inf.
+pub fn to_fixed(values: &[f32], scale: f64) -> Result<Fixed, QuantError> {
+    convert(values, scale, i32::MAX as f64 + 0.5, i32::MAX)
+}
+
+/// Back to floats: `x / scale` (computed in f64, rounded once to f32).
+pub fn from_fixed(values: &[i32], scale: f64) -> Vec<f32> {
+    values.iter().map(|&x| (x as f64 / scale) as f32).collect()
+}
+
+/// The frexp exponent of a value: the `e` with `v = m 2^e`, `0.5 <= |m| < 1`, so
+/// `|v| < 2^e`. `None` for zero and non-finite values.
+fn frexp_exponent(v: f32) -> Option<i32> {
+    if v == 0.0 || !v.is_finite() {
+        return None;
+    }
+    // Every f32, subnormals included, is normal as an f64.
+    let bits = (v as f64).to_bits();
+    Some(((bits >> 52) & 0x7FF) as i32 - 1022)
+}
+
+/// SwitchML's block exponent: the largest frexp exponent of the finite non-zero values, so
+/// every such `|v| < 2^e` (clamped to `[-128, 127]`; only `|v| >= 2^127` is above its
+/// bound, and conversion clamps those). `i8::MIN` for a block of zeros (and for an empty
+/// block). The block's exponent over all workers is the maximum of theirs.
+pub fn block_exponent(values: &[f32]) -> i8 {
+    values.iter().filter_map(|&v| frexp_exponent(v)).max().map_or(i8::MIN, |e| e.clamp(-128, 127) as i8)
+}
+
+/// SwitchML's scale of a block with exponent `e_max` summed over `n` workers:
+/// `i32::MAX / (n 2^e_max)`. Panics if `n` is 0.
+pub fn switchml_scale(n: u32, e_max: i8) -> f64 {
+    assert!(n > 0, "SwitchML's scale needs at least one worker");
+    i32::MAX as f64 / (n as f64 * 2f64.powi(e_max as i32))
+}
+
+/// Converts one worker's block with SwitchML's scale for `n` workers and block exponent
+/// `e_max`, clamping to `±floor(i32::MAX / n)` so that the sum of `n` converted blocks never
+/// overflows; values at or above `2^e_max` in magnitude count as saturated. Fails on `n = 0`
+/// and on the first NaN/Inf. Convert the sum back with
+/// `from_fixed(sum, switchml_scale(n, e_max))`.
+pub fn switchml_to_fixed(values: &[f32], n: u32, e_max: i8) -> Result<Fixed, QuantError> {
+    if n == 0 {
+        return Err(QuantError::NoWorkers);
+    }
+    let bound = i32::MAX as f64 / n as f64;
+    convert(values, switchml_scale(n, e_max), bound, bound.floor() as i32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frexp_exponents() {
+        assert_eq!(block_exponent(&[1.0]), 1);
+        assert_eq!(block_exponent(&[0.5]), 0);
+        assert_eq!(block_exponent(&[0.75, -3.0]), 2);
+        assert_eq!(block_exponent(&[0.0, -0.0]), i8::MIN);
+        assert_eq!(block_exponent(&[]), i8::MIN);
+        assert_eq!(block_exponent(&[f32::NAN, 0.25]), -1);
+        assert_eq!(block_exponent(&[f32::MIN_POSITIVE]), -125);
+        assert_eq!(block_exponent(&[1e-45]), -128); // subnormal 2^-149, clamped
+        assert_eq!(block_exponent(&[f32::MAX]), 127); // 2^128 clamped
+    }
+
+    #[test]
+    fn atp_round_trip_and_saturation() {
+        let f = to_fixed(&[1.6e-8, -2.6e-8, 21.0, 22.0, -30.0], ATP_SCALE).unwrap();
+        assert_eq!(f.values, vec![2, -3, 2_100_000_000, i32::MAX, -i32::MAX]);
+        assert_eq!(f.saturated, 2);
+        assert_eq!(from_fixed(&[150_000_000], ATP_SCALE), vec![1.5]);
+    }
+
+    #[test]
+    fn non_finite_is_an_error_naming_the_first_index() {
+        assert_eq!(
+            to_fixed(&[1.0, f32::INFINITY, f32::NAN], 1e8),
+            Err(QuantError::NonFinite { index: 1, value: f32::INFINITY })
+        );
+        let e = switchml_to_fixed(&[0.0, 0.0, f32::NEG_INFINITY], 4, 0).unwrap_err();
+        assert!(matches!(e, QuantError::NonFinite { index: 2, .. }), "{e}");
+        assert!(matches!(switchml_to_fixed(&[f32::NAN], 4, 0), Err(QuantError::NonFinite { index: 0, .. })));
+        assert_eq!(to_fixed(&[1.0], 0.0), Err(QuantError::BadScale { scale: 0.0 }));
+        assert_eq!(
+            to_fixed(&[1.0], f64::NAN).unwrap_err().to_string(),
+            "fixed-point scale NaN must be finite and positive"
+        );
+        assert_eq!(switchml_to_fixed(&[1.0], 0, 0), Err(QuantError::NoWorkers));
+    }
+
+    #[test]
+    fn switchml_clamps_to_the_per_worker_bound() {
+        // n = 8: bound 268435455.875; 0.99999 * 2^1 -> just below, 3.0 > 2^1 -> clamped.
+        let f = switchml_to_fixed(&[1.99999, 3.0, -3.0, 0.0], 8, 1).unwrap();
+        assert_eq!(f.saturated, 2);
+        assert_eq!(f.values[1], 268_435_455);
+        assert_eq!(f.values[2], -268_435_455);
+        assert!(f.values[0] <= 268_435_455);
+        let total: i64 = f.values[1] as i64 * 8;
+        assert!(total <= i32::MAX as i64);
+    }
+}
