@@ -346,7 +346,7 @@ class Network(_Model):
 
 # ---------------------------------------------------------------- jobs and traffic
 
-SCHEMES = ("ring", "hierarchical", "ps", "ps_sharded")
+SCHEMES = ("ring", "hierarchical", "ps", "ps_sharded", "atp")
 
 
 class Transport(_Model):
@@ -357,14 +357,32 @@ class Transport(_Model):
     increment: Size = opt("1500B", "Additive increase of the window per round trip.")
 
 
+class Ina(_Model):
+    packet: Size = opt("306B", "Bytes on the wire per gradient packet, headers included (ATP: 58 B header + 62 x 4 B values).")
+    header: Size = opt("58B", "Header bytes of a gradient packet; the rest (a multiple of 4 B) carries 32-bit values.")
+    hashing: Literal["hash", "linear"] = opt(
+        "hash", 'Aggregator index of a fragment: "hash" = HASH(<job, seq>) % aggregators (ATP); "linear" = '
+        "seq % aggregators, so every job starts at slot 0 (ATP Fig. 14's strawman)."
+    )
+    congestion_control: bool = opt(
+        True, "ECN/loss-driven AIMD window starting at transport.init_window, +1 MTU (transport.increment) per "
+        "parameter in slow start; false: a fixed window of transport.init_window."
+    )
+    timeout: Duration = opt("1ms", "Worker loss-recovery timeout: the expected fragment is resent after this long "
+                            "without progress.")
+    pool_slots: int = opt(0, "SwitchML only (not used by atp): slots of the job's static switch pool, 0 = an equal share.",
+                          ge=0)
+
+
 _HOSTS_TYPE = 'list of names, "h0..h7" or count'
 
 
 class Job(_Model):
     name: Optional[str] = opt(None, "Job name, shown in results.", default_doc='"job{index}"')
-    scheme: Literal["ring", "hierarchical", "ps", "ps_sharded"] = opt(
+    scheme: Literal["ring", "hierarchical", "ps", "ps_sharded", "atp"] = opt(
         _REQUIRED, "Allreduce scheme: ring, hierarchical (ring inside racks, then across), ps (N-to-1 "
-        "parameter server), ps_sharded (servers sharded over the workers, BytePS-like)."
+        "parameter server), ps_sharded (servers sharded over the workers, BytePS-like), atp (ATP: best-effort "
+        "in-network aggregation in the workers' and the PS's top-of-rack switches, the PS completes the rest)."
     )
     model: Optional[str] = opt(
         None, "Training workload: a model from the catalog (`inalab.models.list_models()`); exactly one of "
@@ -381,13 +399,16 @@ class Job(_Model):
         type_doc=_HOSTS_TYPE,
     )
     servers: Optional[Hosts] = opt(
-        None, "Parameter-server hosts (scheme ps only; ps_sharded co-locates them with the workers).",
-        default_doc="ps: the next free host", type_doc=_HOSTS_TYPE,
+        None, "Parameter-server hosts (schemes ps and atp; atp takes exactly one; ps_sharded co-locates them "
+        "with the workers).",
+        default_doc="ps, atp: the next free host", type_doc=_HOSTS_TYPE,
     )
     start: Duration = opt("0s", "Simulated time at which the job starts.")
     jitter: Duration = opt("0s", "Each backward layer's compute is stretched by U(0, jitter).")
     partition: Size = opt("4MiB", "Tensor partition size for parameter servers.")
-    transport: Transport = opt(Transport(), "Transport parameters, see [jobs.transport].", default_doc="see below")
+    transport: Transport = opt(Transport(), "Transport parameters, see [jobs.transport] (atp uses init_window and "
+                               "increment for its window).", default_doc="see below")
+    ina: Ina = opt(Ina(), "In-network aggregation parameters (scheme atp only), see [jobs.ina].", default_doc="see below")
 
     @field_validator("model")
     @classmethod
@@ -407,8 +428,10 @@ class Job(_Model):
             raise ConfigError("compute_scale", "applies only to model workloads (allreduce has no compute)")
         if self.allreduce is not None and "jitter" in self.model_fields_set:
             raise ConfigError("jitter", "applies only to model workloads (allreduce has no compute)")
-        if self.servers is not None and self.scheme != "ps":
-            raise ConfigError("servers", f"applies only to scheme = \"ps\", not {self.scheme!r}")
+        if self.servers is not None and self.scheme not in ("ps", "atp"):
+            raise ConfigError("servers", f"applies only to schemes \"ps\" and \"atp\", not {self.scheme!r}")
+        if "ina" in self.model_fields_set and self.scheme != "atp":
+            raise ConfigError("ina", f"applies only to scheme = \"atp\", not {self.scheme!r}")
         return self
 
 
@@ -624,7 +647,7 @@ def _place_jobs(jobs: list[Job], background: Optional[Background], net: _Graph) 
         roles = {}
         for role in ("workers", "servers"):
             sel = getattr(job, role)
-            if sel is None and role == "servers" and job.scheme == "ps":
+            if sel is None and role == "servers" and job.scheme in ("ps", "atp"):
                 sel = 1  # the next free host
             if sel is None:
                 roles[role] = []
@@ -660,6 +683,11 @@ def _place_jobs(jobs: list[Job], background: Optional[Background], net: _Graph) 
                 "init_window_bytes": job.transport.init_window, "increment_bytes": job.transport.increment,
             },
             "partition_bytes": job.partition,
+            **({"ina": {
+                "packet_bytes": job.ina.packet, "header_bytes": job.ina.header, "hashing": job.ina.hashing,
+                "congestion_control": job.ina.congestion_control, "timeout_ps": job.ina.timeout,
+                "pool_slots": job.ina.pool_slots,
+            }} if job.scheme == "atp" else {}),
         })
     return specs
 

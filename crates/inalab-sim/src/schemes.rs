@@ -1,16 +1,38 @@
 //! Builds the host protocol endpoints of a job from its scheme. This is configuration only:
 //! the protocols themselves live in `inalab-host`.
 
-use crate::spec::{JobSpec, Scheme};
+use crate::spec::{Hashing as SpecHashing, InaSpec, JobSpec, Scheme};
 use crate::workload::{server_port, worker_port, Owner};
+use inalab_core::time::MS;
 use inalab_core::{Endpoint, HostProtocol, NodeId};
-use inalab_host::{AimdConfig, HierarchicalAllreduce, PsConfig, PsServer, PsWorker, RingAllreduce, TransportConfig};
+use inalab_host::{
+    atp_layout, AimdConfig, AtpConfig, AtpServer, AtpServerConfig, AtpWorker, Hashing, HierarchicalAllreduce, PsConfig, PsServer, PsWorker, RingAllreduce,
+    TransportConfig,
+};
+use inalab_switch::AtpSwitchJob;
 use inalab_topo::Topology;
 
 /// (field, message) of a job that cannot be built.
 pub struct BuildError(pub String, pub String);
 
 type Endpoints = Vec<(NodeId, Box<dyn HostProtocol>, Owner)>;
+
+/// What a job needs from the network: host endpoints, and for INA schemes the switch-side
+/// admissions (applied by `workload.rs`, which installs one shared program per switch).
+#[derive(Default)]
+pub struct Built {
+    pub endpoints: Endpoints,
+    /// ATP: (ToR switch, the job's configuration there).
+    pub atp_admissions: Vec<(NodeId, AtpSwitchJob)>,
+    /// ATP: the workers' loss-recovery timeout (switches derive their stale timeout from it).
+    pub atp_timeout_ps: u64,
+}
+
+/// ATP's defaults when a job has no `ina` table: 306 B packets with a 58 B header, hashed
+/// indexes, congestion control on, a 1 ms timeout.
+pub fn ina_or_default(js: &JobSpec) -> InaSpec {
+    js.ina.clone().unwrap_or(InaSpec { packet_bytes: 306, header_bytes: 58, hashing: SpecHashing::Hash, congestion_control: true, timeout_ps: MS, pool_slots: 0 })
+}
 
 pub fn transport_config(js: &JobSpec) -> TransportConfig {
     let t = &js.transport;
@@ -24,7 +46,9 @@ pub fn transport_config(js: &JobSpec) -> TransportConfig {
     }
 }
 
-pub fn build(js: &JobSpec, workers: &[NodeId], servers: &[NodeId], topo: &Topology) -> Result<Endpoints, BuildError> {
+/// Builds a job. `aggregators(switch)` is the pool size of a programmable switch (`None` for
+/// a switch that runs no INA program).
+pub fn build(js: &JobSpec, workers: &[NodeId], servers: &[NodeId], topo: &Topology, aggregators: &dyn Fn(NodeId) -> Option<u32>) -> Result<Built, BuildError> {
     let f = format!("jobs[{}]", js.id);
     let cfg = transport_config(js);
     let err = |field: &str| {
@@ -37,7 +61,8 @@ pub fn build(js: &JobSpec, workers: &[NodeId], servers: &[NodeId], topo: &Topolo
     let mut out: Endpoints = vec![];
     let worker = |rank: usize| Owner::Worker { job, rank: rank as u32 };
     match js.scheme {
-        Scheme::Atp | Scheme::SwitchMl => {
+        Scheme::Atp => return build_atp(js, workers, servers, topo, aggregators),
+        Scheme::SwitchMl => {
             return Err(BuildError(format!("{f}.scheme"), format!("scheme {:?} is not available in the simulator yet", js.scheme.name())));
         }
         Scheme::Ring | Scheme::Hierarchical | Scheme::PsSharded if !servers.is_empty() => {
@@ -78,6 +103,89 @@ pub fn build(js: &JobSpec, workers: &[NodeId], servers: &[NodeId], topo: &Topolo
                 out.push((s.host, Box::new(PsServer::new(*s, wep.clone(), cfg.clone()).map_err(err("transport"))?), Owner::Server { job }));
             }
         }
+    }
+    Ok(Built { endpoints: out, ..Built::default() })
+}
+
+/// ATP: one PS (`servers[0]`), a worker per host, and the ToR admissions: every worker rack
+/// whose switch runs ATP aggregates at level 1, the PS's rack at level 2 and multicasts.
+fn build_atp(js: &JobSpec, workers: &[NodeId], servers: &[NodeId], topo: &Topology, aggregators: &dyn Fn(NodeId) -> Option<u32>) -> Result<Built, BuildError> {
+    let f = format!("jobs[{}]", js.id);
+    let job = js.id;
+    let ps_host = match servers {
+        [h] => *h,
+        [] => return Err(BuildError(format!("{f}.servers"), "scheme \"atp\" needs one parameter-server host".into())),
+        _ => return Err(BuildError(format!("{f}.servers"), format!("scheme \"atp\" uses exactly one parameter server, got {}", servers.len()))),
+    };
+    if workers.contains(&ps_host) {
+        return Err(BuildError(format!("{f}.servers"), "ATP's parameter server must be a host without a worker of the job".into()));
+    }
+    let ina = ina_or_default(js);
+    let racks: Vec<NodeId> = workers.iter().map(|&w| topo.host_switch(w)).collect();
+    let ps_rack = topo.host_switch(ps_host);
+    let runs_atp = |s: NodeId| aggregators(s).is_some();
+    let layout = atp_layout(&racks, ps_rack, runs_atp).map_err(|e| BuildError(format!("{f}.workers"), e.0))?;
+    // The index is taken modulo the smallest pool the job's packets meet, so it is valid
+    // at both levels.
+    let mut used: Vec<NodeId> = racks.iter().copied().filter(|&r| r != ps_rack).chain([ps_rack]).filter(|&s| runs_atp(s)).collect();
+    used.sort_unstable();
+    used.dedup();
+    let pool = used.iter().filter_map(|&s| aggregators(s)).min().unwrap_or(0);
+    let t = &js.transport;
+    let cfg = AtpConfig {
+        job,
+        packet_bytes: ina.packet_bytes,
+        header_bytes: ina.header_bytes,
+        hashing: match ina.hashing {
+            SpecHashing::Hash => Hashing::Hash,
+            SpecHashing::Linear => Hashing::Linear,
+        },
+        aggregators: pool,
+        congestion_control: ina.congestion_control,
+        aimd: AimdConfig {
+            initial_window_bytes: t.init_window_bytes,
+            increment_bytes: t.increment_bytes,
+            min_window_bytes: ina.packet_bytes as u64,
+            initial_ssthresh_bytes: u64::MAX,
+        },
+        timeout_ps: ina.timeout_ps,
+    };
+    let err = |e: inalab_host::ConfigError| BuildError(format!("{f}.ina"), e.0);
+    let ps = Endpoint { host: ps_host, port: server_port(job) };
+    let wep: Vec<Endpoint> = workers.iter().map(|&h| Endpoint { host: h, port: worker_port(job) }).collect();
+    let multicast = runs_atp(ps_rack);
+    let mut out = Built { atp_timeout_ps: ina.timeout_ps, ..Built::default() };
+    for (r, &h) in workers.iter().enumerate() {
+        let proto = AtpWorker::new(wep[r], ps, layout.positions[r], cfg.clone()).map_err(err)?;
+        out.endpoints.push((h, Box::new(proto), Owner::Worker { job, rank: r as u32 }));
+    }
+    let scfg = AtpServerConfig { atp: cfg.clone(), layout, workers: wep, multicast, resend_holdoff_ps: ina.timeout_ps / 2 };
+    out.endpoints.push((ps_host, Box::new(AtpServer::new(ps, scfg).map_err(err)?), Owner::Server { job }));
+    // Admissions: worker racks (level 1) in order of first appearance, then the PS's rack.
+    let port = |s: NodeId, h: NodeId| topo.port_to(s, h).expect("a host's ToR faces it");
+    let mut rack_order: Vec<NodeId> = vec![];
+    for &r in &racks {
+        if !rack_order.contains(&r) {
+            rack_order.push(r);
+        }
+    }
+    let mut remote_targets = vec![];
+    for &rack in &rack_order {
+        let local: Vec<NodeId> = workers.iter().zip(&racks).filter(|(_, &r)| r == rack).map(|(&w, _)| w).collect();
+        if rack == ps_rack {
+            continue;
+        }
+        if runs_atp(rack) {
+            remote_targets.push(local[0]);
+            let local_workers = local.iter().map(|&w| (port(rack, w), w)).collect();
+            out.atp_admissions.push((rack, AtpSwitchJob { local_workers, ps: None, remote_targets: vec![], multicast }));
+        } else {
+            remote_targets.extend(local);
+        }
+    }
+    if multicast {
+        let local_workers = workers.iter().zip(&racks).filter(|(_, &r)| r == ps_rack).map(|(&w, _)| (port(ps_rack, w), w)).collect();
+        out.atp_admissions.push((ps_rack, AtpSwitchJob { local_workers, ps: Some(ps_host), remote_targets, multicast }));
     }
     Ok(out)
 }

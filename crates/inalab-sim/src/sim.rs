@@ -38,6 +38,8 @@ pub(crate) struct HostState {
 
 pub(crate) struct SwitchState {
     pub program: Box<dyn SwitchProgram>,
+    /// Name of the INA program installed by a scheme (`None`: plain forwarding).
+    pub ina: Option<&'static str>,
     /// Processing capacity (GRID): packets are processed one after another at this rate.
     pub capacity_bps: Option<u64>,
     proc_busy: Time,
@@ -46,41 +48,6 @@ pub(crate) struct SwitchState {
     pub drops_no_route: u64,
     pub agg_peak: u32,
     pub agg_series: Vec<(u32, u32)>,
-}
-
-/// Packets in flight, by slab index (events carry the index, not the packet).
-#[derive(Default)]
-struct Slab {
-    slots: Vec<Option<Packet>>,
-    free: Vec<u32>,
-    live: u64,
-    live_bytes: u64,
-}
-
-impl Slab {
-    #[inline]
-    fn insert(&mut self, p: Packet) -> u32 {
-        self.live += 1;
-        self.live_bytes += p.size as u64;
-        match self.free.pop() {
-            Some(i) => {
-                self.slots[i as usize] = Some(p);
-                i
-            }
-            None => {
-                self.slots.push(Some(p));
-                (self.slots.len() - 1) as u32
-            }
-        }
-    }
-    #[inline]
-    fn take(&mut self, i: u32) -> Packet {
-        let p = self.slots[i as usize].take().expect("live packet");
-        self.free.push(i);
-        self.live -= 1;
-        self.live_bytes -= p.size as u64;
-        p
-    }
 }
 
 struct FixedPath {
@@ -106,7 +73,6 @@ pub struct Sim {
     pub(crate) ports: Vec<PortState>,
     pub(crate) switches: Vec<SwitchState>,
     pub(crate) hosts: Vec<HostState>,
-    pkts: Slab,
     rng: Xoshiro256PlusPlus,
     paths: Vec<FixedPath>,
     actions: Vec<SwitchAction>,
@@ -180,6 +146,7 @@ impl Sim {
                     busy_until: 0,
                     loss: 0.0,
                     wire: Default::default(),
+                    on_wire_bytes: 0,
                     stats: Default::default(),
                 });
             }
@@ -210,6 +177,7 @@ impl Sim {
             .switches()
             .map(|_| SwitchState {
                 program: Box::new(inalab_switch::L3Forward),
+                ina: None,
                 capacity_bps: None,
                 proc_busy: 0,
                 rx_packets: 0,
@@ -227,7 +195,7 @@ impl Sim {
             switches[(s - topo.hosts) as usize].capacity_bps = Some(sc.value);
         }
         for (i, sm) in net.switch_memory.iter().enumerate() {
-            // Memory budgets are consumed by the INA switch programs of later issues.
+            // Memory budgets are read when INA programs are installed (workload setup).
             switch_id(format!("network.switch_memory[{i}].switch"), &sm.switch)?;
         }
         let mut sim = Sim {
@@ -247,7 +215,6 @@ impl Sim {
             ports,
             switches,
             hosts,
-            pkts: Slab::default(),
             rng: Xoshiro256PlusPlus::seed_from_u64(spec.seed),
             paths: vec![],
             actions: Vec::new(),
@@ -301,6 +268,7 @@ impl Sim {
             Ev::Arrive { port } => {
                 let p = &mut self.ports[port as usize];
                 let (_, pkt) = p.wire.pop_front().expect("a packet on the wire");
+                p.on_wire_bytes -= pkt.size as u64;
                 if let Some(&(next, _)) = p.wire.front() {
                     self.q.push(next, Ev::Arrive { port });
                 }
@@ -346,6 +314,18 @@ impl Sim {
     /// Replaces a switch's program (the INA designs install theirs through this).
     pub fn set_program(&mut self, switch: NodeId, program: Box<dyn SwitchProgram>) {
         self.switches[(switch - self.topo.hosts) as usize].program = program;
+    }
+
+    /// Installs a scheme's INA program on a switch; a switch runs at most one (errors name
+    /// the program already there).
+    pub(crate) fn install_ina_program(&mut self, switch: NodeId, name: &'static str, program: Box<dyn SwitchProgram>) -> Result<(), String> {
+        let sw = &mut self.switches[(switch - self.topo.hosts) as usize];
+        if let Some(other) = sw.ina {
+            return Err(format!("switch {} already runs the {other} program", self.topo.nodes[switch as usize].name));
+        }
+        sw.ina = Some(name);
+        sw.program = program;
+        Ok(())
     }
 
     pub fn topology(&self) -> &Topology {
@@ -483,8 +463,7 @@ impl Sim {
         }
     }
 
-    fn host_rx(&mut self, host: NodeId, idx: u32) {
-        let pkt = self.pkts.take(idx);
+    fn host_rx(&mut self, host: NodeId, pkt: Packet) {
         if self.draw(self.hosts[host as usize].loss) {
             self.hosts[host as usize].drops_loss += 1;
             self.dropped(&pkt);
@@ -514,8 +493,7 @@ impl Sim {
 
     // ---- switches ----------------------------------------------------------------------
 
-    fn switch_rx(&mut self, node: NodeId, in_port: PortId, idx: u32) {
-        let mut pkt = self.pkts.take(idx);
+    fn switch_rx(&mut self, node: NodeId, in_port: PortId, mut pkt: Packet) {
         let si = (node - self.topo.hosts) as usize;
         let sw = &mut self.switches[si];
         sw.rx_packets += 1;
@@ -644,12 +622,12 @@ impl Sim {
 
     #[inline]
     fn put_on_wire(&mut self, pi: usize, arrival: Time, pkt: Packet) {
-        let idx = self.pkts.insert(pkt);
-        let wire = &mut self.ports[pi].wire;
-        if wire.is_empty() {
+        let p = &mut self.ports[pi];
+        if p.wire.is_empty() {
             self.q.push(arrival, Ev::Arrive { port: pi as u32 });
         }
-        wire.push_back((arrival, idx));
+        p.on_wire_bytes += pkt.size as u64;
+        p.wire.push_back((arrival, pkt));
     }
 
     fn dropped(&mut self, pkt: &Packet) {
@@ -675,7 +653,8 @@ impl Sim {
         self.q.push(at, ev);
     }
 
+    /// Packets and bytes on wires (serializing or propagating).
     pub(crate) fn in_flight(&self) -> (u64, u64) {
-        (self.pkts.live, self.pkts.live_bytes)
+        self.ports.iter().fold((0, 0), |(n, b), p| (n + p.wire.len() as u64, b + p.on_wire_bytes))
     }
 }

@@ -10,9 +10,10 @@ use crate::spec::{JobSpec, SimSpec, Workload};
 use crate::SimError;
 use inalab_core::{splitmix64, AppRequest, Endpoint, HostEvent, NodeId, Payload, Time};
 use inalab_host::{DatagramConfig, DatagramSender, DatagramSink};
+use inalab_switch::{AtpSwitch, AtpSwitchConfig, AtpSwitchJob};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Who owns an endpoint, so its events reach the right workload.
 #[derive(Debug, Clone, Copy)]
@@ -134,6 +135,20 @@ fn input(job: u32, rank: u32, tensor: u64, len: usize) -> Payload {
 impl Sim {
     pub(crate) fn setup_workloads(&mut self, spec: &SimSpec) -> Result<(), SimError> {
         let mut used: HashMap<NodeId, usize> = HashMap::new();
+        // Aggregator pools of the programmable switches (memory / aggregator size).
+        let mut memory: BTreeMap<NodeId, u64> = BTreeMap::new();
+        for s in self.topo.switches().filter(|&s| self.topo.nodes[s as usize].programmable) {
+            memory.insert(s, spec.network.aggregator_memory_bytes);
+        }
+        for sm in &spec.network.switch_memory {
+            if let Some(m) = self.topo.find(&sm.switch).and_then(|s| memory.get_mut(&s)) {
+                *m = sm.value;
+            }
+        }
+        let aggregators = |s: NodeId| memory.get(&s).map(|&m| AtpSwitchConfig::aggregators_for(m));
+        // ATP: every job's admissions per switch, installed as one shared program per switch
+        // once all jobs are built. (switch -> (admissions, largest worker timeout)).
+        let mut atp: BTreeMap<NodeId, (Vec<(u32, AtpSwitchJob)>, u64)> = BTreeMap::new();
         for (j, js) in spec.jobs.iter().enumerate() {
             let field = format!("jobs[{j}]");
             if js.id as usize != j {
@@ -170,9 +185,14 @@ impl Sim {
             if let Some(i) = layers.iter().position(|l| l.0 == 0 || l.0 % 4 != 0) {
                 return Err(SimError::new(format!("{field}.workload.layers[{i}].bytes"), "must be a positive multiple of 4 (float32 values)"));
             }
-            let eps = schemes::build(js, &workers, &servers, &self.topo).map_err(|m| SimError::new(m.0, m.1))?;
+            let built = schemes::build(js, &workers, &servers, &self.topo, &aggregators).map_err(|m| SimError::new(m.0, m.1))?;
+            for (switch, adm) in built.atp_admissions {
+                let e = atp.entry(switch).or_default();
+                e.0.push((js.id, adm));
+                e.1 = e.1.max(built.atp_timeout_ps);
+            }
             let mut worker_eps = vec![0u16; workers.len()];
-            for (host, proto, owner) in eps {
+            for (host, proto, owner) in built.endpoints {
                 let ep = self.add_endpoint(host, proto, owner);
                 if let Owner::Worker { rank, .. } = owner {
                     worker_eps[rank as usize] = ep;
@@ -214,6 +234,17 @@ impl Sim {
                 self.wl.open_jobs += 1;
                 self.schedule(js.start_ps, Ev::JobStart { job: j as u32 });
             }
+        }
+        for (switch, (admissions, timeout)) in atp {
+            // Abandoned aggregators: freed by a parameter packet once older than four worker
+            // timeouts (a live fragment is resent within one).
+            let mut prog = AtpSwitch::new(AtpSwitchConfig { aggregators: aggregators(switch).unwrap_or(0), stale_timeout_ps: timeout.saturating_mul(4) });
+            let jobs: Vec<u32> = admissions.iter().map(|a| a.0).collect();
+            for (job, adm) in admissions {
+                prog.admit_job(job, adm);
+            }
+            self.install_ina_program(switch, "atp", Box::new(prog))
+                .map_err(|m| SimError::new(format!("jobs[{}].scheme", jobs[0]), m))?;
         }
         for (f, fs) in spec.flows.iter().enumerate() {
             let field = format!("flows[{f}]");

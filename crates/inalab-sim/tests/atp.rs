@@ -1,0 +1,202 @@
+//! ATP driven by the simulator in payload mode: every worker's result is the exact integer
+//! sum, whatever is lost or collides, and no aggregator is left reserved at the end.
+
+mod common;
+use common::*;
+use inalab_sim::SimResult;
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+const AGG_BYTES: u64 = 272;
+
+/// Three racks of `per_leaf` hosts over two spines.
+fn leaf_spine(per_leaf: u32) -> Value {
+    json!({"shape": {"kind": "leaf_spine", "leaves": 3, "spines": 2, "hosts_per_leaf": per_leaf, "switch_ports": 64,
+                     "host_rate_bps": G100, "fabric_rate_bps": G100, "link_delay_ps": US}})
+}
+
+fn atp_job(id: u32, workers: Vec<String>, ps: &str, bytes: u64, iterations: u32) -> Value {
+    let mut j = job(id, "atp", workers, vec![ps.into()], json!({"kind": "allreduce", "bytes": bytes, "iterations": iterations}));
+    j["ina"] = json!({"packet_bytes": 306, "header_bytes": 58, "hashing": "hash", "congestion_control": true,
+                      "timeout_ps": 200 * US, "pool_slots": 0});
+    j
+}
+
+fn atp_spec(topo: Value, jobs: Vec<Value>, aggregators: u64) -> Value {
+    let mut s = spec(topo, jobs, vec![]);
+    s["payload"] = json!(true);
+    s["network"]["aggregator_memory_bytes"] = json!(aggregators * AGG_BYTES);
+    s
+}
+
+fn counter(r: &SimResult, switch: &str, name: &str) -> u64 {
+    r.switches.iter().find(|s| s.name == switch).and_then(|s| s.counters.get(name).copied()).unwrap_or(0)
+}
+
+fn host_counter(r: &SimResult, name: &str) -> u64 {
+    r.hosts.iter().map(|h| h.counters.get(name).copied().unwrap_or(0)).sum()
+}
+
+/// Every job finished, every worker's every tensor is the exact sum, and no aggregator is
+/// left reserved anywhere.
+fn assert_exact(r: &SimResult) {
+    for j in &r.jobs {
+        assert!(j.finished, "job {} did not finish: {:?} ({})", j.id, j.failures, r.stopped_by);
+        assert!(j.failures.is_empty(), "{:?}", j.failures);
+        assert_eq!(j.payload_checked, j.workers as u64 * j.iterations as u64, "job {}: every worker checked every tensor", j.id);
+        assert_eq!(j.payload_errors, 0, "job {}: results equal the exact sums", j.id);
+    }
+    assert_eq!(r.stopped_by, "completed");
+    for s in &r.switches {
+        assert_eq!(s.aggregators_end, 0, "switch {} still holds aggregators: {:?}", s.name, s.counters);
+    }
+}
+
+#[test]
+fn one_rack_aggregates_in_the_switch() {
+    // Linear indexes over a pool larger than the stream: no collision at all.
+    let mut j = atp_job(0, hosts(0..8), "h8", 4 * 10_007, 3);
+    j["ina"]["hashing"] = json!("linear");
+    let r = simulate(&atp_spec(star(9, US), vec![j], 4096));
+    assert_exact(&r);
+    let frags = 10_007u64.div_ceil(62) * 3;
+    // All workers are in the PS's rack: one level-2 aggregation per fragment, one packet per
+    // fragment reaches the PS.
+    assert_eq!(counter(&r, "s0", "completed"), frags);
+    assert_eq!(counter(&r, "s0", "collisions"), 0);
+    assert_eq!(counter(&r, "s0", "deallocs"), frags);
+    let ps_rx = r.hosts.iter().find(|h| h.name == "h8").unwrap().rx_packets;
+    assert_eq!(ps_rx, frags);
+    assert_eq!(host_counter(&r, "fragments_sent"), frags * 8);
+}
+
+#[test]
+fn two_worker_racks_and_a_ps_rack() {
+    // Workers h0-h3 (leaf0) and h4-h7 (leaf1), PS h8 (leaf2): level 1 at leaf0/leaf1,
+    // level 2 at leaf2; the spines only route.
+    let mut j = atp_job(0, hosts(0..8), "h8", 4 * 5_000, 2);
+    j["ina"]["hashing"] = json!("linear");
+    let r = simulate(&atp_spec(leaf_spine(4), vec![j], 4096));
+    assert_exact(&r);
+    let frags = 5_000u64.div_ceil(62) * 2;
+    assert_eq!(counter(&r, "leaf0", "completed"), frags);
+    assert_eq!(counter(&r, "leaf1", "completed"), frags);
+    assert_eq!(counter(&r, "leaf2", "completed"), frags);
+    assert_eq!(counter(&r, "spine0", "completed") + counter(&r, "spine1", "completed"), 0);
+    let ps_rx = r.hosts.iter().find(|h| h.name == "h8").unwrap().rx_packets;
+    assert_eq!(ps_rx, frags, "one fully aggregated packet per fragment reaches the PS");
+}
+
+#[test]
+fn mixed_racks_with_workers_beside_the_ps() {
+    // h0-h2 on leaf0, h6-h7 beside the PS h8 on leaf2 (level-2 contributors themselves).
+    let workers = vec!["h0", "h1", "h2", "h6", "h7"].into_iter().map(String::from).collect();
+    let r = simulate(&atp_spec(leaf_spine(3), vec![atp_job(0, workers, "h8", 4 * 3_000, 2)], 1000));
+    assert_exact(&r);
+}
+
+#[test]
+fn losses_are_repaired_exactly() {
+    for loss in [0.00001, 0.001, 0.01] {
+        let mut s = atp_spec(leaf_spine(4), vec![atp_job(0, hosts(0..8), "h8", 4 * 5_000, 3)], 1000);
+        s["network"]["link_loss"] = json!([
+            {"a": "leaf0", "b": "spine0", "prob": loss}, {"a": "leaf0", "b": "spine1", "prob": loss},
+            {"a": "h5", "b": "leaf1", "prob": loss}, {"a": "h8", "b": "leaf2", "prob": loss}]);
+        let r = simulate(&s);
+        assert_exact(&r);
+        if loss >= 0.001 {
+            let lost: u64 = r.links.iter().map(|l| l.drops_loss).sum();
+            assert!(lost > 0, "loss {loss} was injected");
+            assert!(host_counter(&r, "resends") > 0, "loss {loss} was repaired by resends");
+        }
+    }
+}
+
+#[test]
+fn scarce_aggregators_collide_and_still_sum_exactly() {
+    let r = simulate(&atp_spec(leaf_spine(4), vec![atp_job(0, hosts(0..8), "h8", 4 * 5_000, 2)], 4));
+    assert_exact(&r);
+    let collisions: u64 = ["leaf0", "leaf1", "leaf2"].iter().map(|s| counter(&r, s, "collisions")).sum();
+    assert!(collisions > 0, "4 aggregators for a 200-packet window collide");
+    assert!(host_counter(&r, "rehashes") > 0, "collisions make the PS rehash");
+}
+
+#[test]
+fn two_jobs_share_the_switches() {
+    // Job 0: h0, h1 (leaf0) + h4, h5 (leaf1), PS h8. Job 1: h2, h3 (leaf0) + h6 (leaf1), PS h9.
+    let j0 = atp_job(0, vec!["h0".into(), "h1".into(), "h4".into(), "h5".into()], "h8", 4 * 6_000, 2);
+    let j1 = atp_job(1, vec!["h2".into(), "h3".into(), "h6".into()], "h9", 4 * 4_000, 3);
+    for aggs in [1000, 16] {
+        let r = simulate(&atp_spec(leaf_spine(4), vec![j0.clone(), j1.clone()], aggs));
+        assert_exact(&r);
+        if aggs == 16 {
+            let collisions: u64 = ["leaf0", "leaf1", "leaf2"].iter().map(|s| counter(&r, s, "collisions")).sum();
+            assert!(collisions > 0);
+        }
+    }
+}
+
+#[test]
+fn without_aggregator_memory_the_ps_does_it_all() {
+    let r = simulate(&atp_spec(leaf_spine(4), vec![atp_job(0, hosts(0..8), "h8", 4 * 2_000, 2)], 0));
+    assert_exact(&r);
+    assert_eq!(counter(&r, "leaf0", "completed"), 0);
+}
+
+#[test]
+fn deterministic() {
+    let run = || {
+        let mut s = atp_spec(leaf_spine(4), vec![atp_job(0, hosts(0..8), "h8", 4 * 3_000, 2)], 8);
+        s["network"]["link_loss"] = json!([{"a": "leaf0", "b": "spine0", "prob": 0.01}]);
+        let mut r = simulate(&s);
+        r.wall_s = 0.0;
+        serde_json::to_string(&r).unwrap()
+    };
+    assert_eq!(run(), run());
+}
+
+#[test]
+fn bad_atp_jobs_name_the_field() {
+    let bad = |s: Value| inalab_sim::run(&inalab_sim::parse_spec(&s.to_string()).unwrap(), None).unwrap_err();
+    let mut j = atp_job(0, hosts(0..2), "h3", 4096, 1);
+    j["servers"] = json!([]);
+    assert_eq!(bad(atp_spec(star(4, US), vec![j], 10)).field, "jobs[0].servers");
+    let j = atp_job(0, hosts(0..2), "h1", 4096, 1);
+    assert_eq!(bad(atp_spec(star(4, US), vec![j], 10)).field, "jobs[0].servers");
+    let mut j = atp_job(0, hosts(0..2), "h3", 4096, 1);
+    j["ina"]["header_bytes"] = json!(400);
+    assert_eq!(bad(atp_spec(star(4, US), vec![j], 10)).field, "jobs[0].ina");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+    #[test]
+    fn random_loss_pools_and_jobs_sum_exactly(loss in 0.0f64..0.02, aggs in prop::sample::select(vec![0u64, 1, 3, 8, 64, 1000]),
+                                              two in any::<bool>(), linear in any::<bool>()) {
+        let mut jobs = vec![atp_job(0, vec!["h0".into(), "h1".into(), "h4".into()], "h8", 4 * 1_500, 2)];
+        if two {
+            jobs.push(atp_job(1, vec!["h2".into(), "h5".into(), "h6".into(), "h7".into()], "h9", 4 * 1_000, 2));
+        }
+        if linear {
+            jobs[0]["ina"]["hashing"] = json!("linear");
+        }
+        let mut s = atp_spec(leaf_spine(4), jobs, aggs);
+        s["network"]["link_loss"] = json!([{"a": "leaf0", "b": "spine0", "prob": loss}, {"a": "h6", "b": "leaf1", "prob": loss},
+                                           {"a": "leaf2", "b": "spine1", "prob": loss}]);
+        let r = simulate(&s);
+        assert_exact(&r);
+    }
+}
+
+
+#[test]
+fn metadata_mode_finishes_and_frees_every_aggregator() {
+    let mut s = atp_spec(leaf_spine(4), vec![atp_job(0, hosts(0..8), "h8", 4 * 20_000, 2)], 64);
+    s["payload"] = json!(false);
+    s["network"]["link_loss"] = json!([{"a": "leaf0", "b": "spine0", "prob": 0.001}]);
+    let r = simulate(&s);
+    assert!(r.jobs[0].finished && r.jobs[0].failures.is_empty());
+    assert_eq!(r.jobs[0].payload_checked, 0);
+    assert!(r.switches.iter().all(|s| s.aggregators_end == 0));
+    assert!(counter(&r, "leaf0", "completed") > 0);
+}
