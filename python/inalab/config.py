@@ -346,7 +346,10 @@ class Network(_Model):
 
 # ---------------------------------------------------------------- jobs and traffic
 
-SCHEMES = ("ring", "hierarchical", "ps", "ps_sharded", "atp")
+SCHEMES = ("ring", "hierarchical", "ps", "ps_sharded", "atp", "switchml")
+INA_SCHEMES = ("atp", "switchml")
+# Gradient packet (bytes on the wire, header bytes) of each INA scheme when [jobs.ina] does not say.
+INA_PACKET = {"atp": (306, 58), "switchml": (180, 52)}
 
 
 class Transport(_Model):
@@ -358,18 +361,20 @@ class Transport(_Model):
 
 
 class Ina(_Model):
-    packet: Size = opt("306B", "Bytes on the wire per gradient packet, headers included (ATP: 58 B header + 62 x 4 B values).")
-    header: Size = opt("58B", "Header bytes of a gradient packet; the rest (a multiple of 4 B) carries 32-bit values.")
+    packet: OptSize = opt(None, "Bytes on the wire per gradient packet, headers included.",
+                          default_doc="atp: 306 B (58 B header + 62 x 4 B values); switchml: 180 B (52 B + 32 x 4 B)")
+    header: OptSize = opt(None, "Header bytes of a gradient packet; the rest (a multiple of 4 B) carries 32-bit values.",
+                          default_doc="atp: 58 B; switchml: 52 B")
     hashing: Literal["hash", "linear"] = opt(
-        "hash", 'Aggregator index of a fragment: "hash" = HASH(<job, seq>) % aggregators (ATP); "linear" = '
+        "hash", 'ATP only. Aggregator index of a fragment: "hash" = HASH(<job, seq>) % aggregators (ATP); "linear" = '
         "seq % aggregators, so every job starts at slot 0 (ATP Fig. 14's strawman)."
     )
     congestion_control: bool = opt(
-        True, "ECN/loss-driven AIMD window starting at transport.init_window, +1 MTU (transport.increment) per "
+        True, "ATP only. ECN/loss-driven AIMD window starting at transport.init_window, +1 MTU (transport.increment) per "
         "parameter in slow start; false: a fixed window of transport.init_window."
     )
-    timeout: Duration = opt("1ms", "Worker loss-recovery timeout: the expected fragment is resent after this long "
-                            "without progress.")
+    timeout: Duration = opt("1ms", "Worker loss-recovery timeout: a fragment (ATP) or a slot's packet (SwitchML) is "
+                            "resent after this long without progress.")
     pool_slots: int = opt(0, "SwitchML only (not used by atp): slots of the job's static switch pool, 0 = an equal share.",
                           ge=0)
 
@@ -379,10 +384,11 @@ _HOSTS_TYPE = 'list of names, "h0..h7" or count'
 
 class Job(_Model):
     name: Optional[str] = opt(None, "Job name, shown in results.", default_doc='"job{index}"')
-    scheme: Literal["ring", "hierarchical", "ps", "ps_sharded", "atp"] = opt(
+    scheme: Literal["ring", "hierarchical", "ps", "ps_sharded", "atp", "switchml"] = opt(
         _REQUIRED, "Allreduce scheme: ring, hierarchical (ring inside racks, then across), ps (N-to-1 "
         "parameter server), ps_sharded (servers sharded over the workers, BytePS-like), atp (ATP: best-effort "
-        "in-network aggregation in the workers' and the PS's top-of-rack switches, the PS completes the rest)."
+        "in-network aggregation in the workers' and the PS's top-of-rack switches, the PS completes the rest), switchml "
+        "(SwitchML: a static slot pool in the workers' shared top-of-rack switch, results multicast back, no PS)."
     )
     model: Optional[str] = opt(
         None, "Training workload: a model from the catalog (`inalab.models.list_models()`); exactly one of "
@@ -408,7 +414,8 @@ class Job(_Model):
     partition: Size = opt("4MiB", "Tensor partition size for parameter servers.")
     transport: Transport = opt(Transport(), "Transport parameters, see [jobs.transport] (atp uses init_window and "
                                "increment for its window).", default_doc="see below")
-    ina: Ina = opt(Ina(), "In-network aggregation parameters (scheme atp only), see [jobs.ina].", default_doc="see below")
+    ina: Ina = opt(Ina(), "In-network aggregation parameters (schemes atp and switchml), see [jobs.ina].",
+                   default_doc="see below")
 
     @field_validator("model")
     @classmethod
@@ -430,8 +437,8 @@ class Job(_Model):
             raise ConfigError("jitter", "applies only to model workloads (allreduce has no compute)")
         if self.servers is not None and self.scheme not in ("ps", "atp"):
             raise ConfigError("servers", f"applies only to schemes \"ps\" and \"atp\", not {self.scheme!r}")
-        if "ina" in self.model_fields_set and self.scheme != "atp":
-            raise ConfigError("ina", f"applies only to scheme = \"atp\", not {self.scheme!r}")
+        if "ina" in self.model_fields_set and self.scheme not in INA_SCHEMES:
+            raise ConfigError("ina", f"applies only to schemes {' and '.join(INA_SCHEMES)}, not {self.scheme!r}")
         return self
 
 
@@ -684,10 +691,11 @@ def _place_jobs(jobs: list[Job], background: Optional[Background], net: _Graph) 
             },
             "partition_bytes": job.partition,
             **({"ina": {
-                "packet_bytes": job.ina.packet, "header_bytes": job.ina.header, "hashing": job.ina.hashing,
+                "packet_bytes": job.ina.packet or INA_PACKET[job.scheme][0],
+                "header_bytes": job.ina.header or INA_PACKET[job.scheme][1], "hashing": job.ina.hashing,
                 "congestion_control": job.ina.congestion_control, "timeout_ps": job.ina.timeout,
                 "pool_slots": job.ina.pool_slots,
-            }} if job.scheme == "atp" else {}),
+            }} if job.scheme in INA_SCHEMES else {}),
         })
     return specs
 

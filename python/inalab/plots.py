@@ -43,7 +43,8 @@ def plot_jct(result: Result, ax) -> None:
     x = range(len(jobs))
     ax.bar([i - 0.2 for i in x], jobs["jct_s"] * 1e3, width=0.4, label="JCT")
     ax.bar([i + 0.2 for i in x], jobs["mean_iteration_s"] * 1e3, width=0.4, label="mean iteration")
-    ax.set_xticks(list(x), [_label(jobs, j) for j in jobs["id"]])
+    # Job names can be long: rotate them so neighbours do not overlap.
+    ax.set_xticks(list(x), [_label(jobs, j) for j in jobs["id"]], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("ms")
     ax.legend()
 

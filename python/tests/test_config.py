@@ -187,3 +187,36 @@ def test_markdown_cli_entry_point():
     out = subprocess.run([sys.executable, "-m", "inalab.config", "--markdown"], capture_output=True, text=True,
                          check=True).stdout
     assert out == markdown_reference()
+
+
+def test_ina_schemes_run_from_toml_with_their_packet_defaults():
+    import inalab
+
+    scenario = {
+        "name": "ina",
+        "payload": True,
+        "topology": {"kind": "leaf_spine", "leaves": 2, "spines": 1, "hosts_per_leaf": 5, "programmable": "tor"},
+        "jobs": [
+            {"name": "sml", "scheme": "switchml", "allreduce": "40KiB", "iterations": 2, "workers": "h0..h3"},
+            {"name": "atp", "scheme": "atp", "allreduce": "40KiB", "iterations": 2, "workers": "h5..h8", "servers": ["h9"]},
+        ],
+    }
+    spec = inalab.load_scenario(scenario).to_spec()
+    ina = {j["scheme"]: j["ina"] for j in spec["jobs"]}
+    assert (ina["switchml"]["packet_bytes"], ina["switchml"]["header_bytes"]) == (180, 52)
+    assert (ina["atp"]["packet_bytes"], ina["atp"]["header_bytes"]) == (306, 58)
+    jobs = inalab.simulate(scenario).jobs.set_index("name")
+    assert jobs["finished"].all()
+    assert (jobs["payload_errors"] == 0).all() and (jobs["payload_checked"] == 4 * 2).all()
+
+
+def test_switchml_across_racks_names_the_field():
+    import inalab
+
+    scenario = {
+        "topology": {"kind": "leaf_spine", "leaves": 2, "spines": 1, "hosts_per_leaf": 2},
+        "jobs": [{"scheme": "switchml", "allreduce": "4KiB", "workers": "h0..h3"}],
+    }
+    with pytest.raises(ConfigError) as e:
+        inalab.simulate(scenario)
+    assert e.value.field.startswith("jobs[0].workers")

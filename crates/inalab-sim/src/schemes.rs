@@ -7,9 +7,9 @@ use inalab_core::time::MS;
 use inalab_core::{Endpoint, HostProtocol, NodeId};
 use inalab_host::{
     atp_layout, AimdConfig, AtpConfig, AtpServer, AtpServerConfig, AtpWorker, Hashing, HierarchicalAllreduce, PsConfig, PsServer, PsWorker, RingAllreduce,
-    TransportConfig,
+    SwitchMlConfig, SwitchMlWorker, TransportConfig,
 };
-use inalab_switch::AtpSwitchJob;
+use inalab_switch::{AtpSwitchJob, SwitchMlJob};
 use inalab_topo::Topology;
 
 /// (field, message) of a job that cannot be built.
@@ -26,12 +26,30 @@ pub struct Built {
     pub atp_admissions: Vec<(NodeId, AtpSwitchJob)>,
     /// ATP: the workers' loss-recovery timeout (switches derive their stale timeout from it).
     pub atp_timeout_ps: u64,
+    /// SwitchML: (the workers' switch, the job's static pool there).
+    pub switchml_admission: Option<(NodeId, SwitchMlJob)>,
 }
 
-/// ATP's defaults when a job has no `ina` table: 306 B packets with a 58 B header, hashed
-/// indexes, congestion control on, a 1 ms timeout.
+/// The scheme's defaults when a job has no `ina` table: ATP's 306 B packets with a 58 B header,
+/// hashed indexes, congestion control on, a 1 ms timeout; SwitchML's 180 B packets with 52 B
+/// of headers and a 1 ms timeout.
 pub fn ina_or_default(js: &JobSpec) -> InaSpec {
-    js.ina.clone().unwrap_or(InaSpec { packet_bytes: 306, header_bytes: 58, hashing: SpecHashing::Hash, congestion_control: true, timeout_ps: MS, pool_slots: 0 })
+    js.ina.clone().unwrap_or(match js.scheme {
+        Scheme::SwitchMl => InaSpec { packet_bytes: 180, header_bytes: 52, hashing: SpecHashing::Hash, congestion_control: false, timeout_ps: MS, pool_slots: 0 },
+        _ => InaSpec { packet_bytes: 306, header_bytes: 58, hashing: SpecHashing::Hash, congestion_control: true, timeout_ps: MS, pool_slots: 0 },
+    })
+}
+
+/// The one switch a SwitchML job aggregates at: its workers' shared ToR.
+pub fn switchml_switch(js: &JobSpec, workers: &[NodeId], topo: &Topology) -> Result<NodeId, BuildError> {
+    let tor = topo.host_switch(workers[0]);
+    if let Some(w) = workers.iter().find(|&&w| topo.host_switch(w) != tor) {
+        return Err(BuildError(
+            format!("jobs[{}].workers", js.id),
+            format!("SwitchML aggregates at one switch, so all workers must share a ToR; {} is not under {}", topo.nodes[*w as usize].name, topo.nodes[tor as usize].name),
+        ));
+    }
+    Ok(tor)
 }
 
 pub fn transport_config(js: &JobSpec) -> TransportConfig {
@@ -62,9 +80,7 @@ pub fn build(js: &JobSpec, workers: &[NodeId], servers: &[NodeId], topo: &Topolo
     let worker = |rank: usize| Owner::Worker { job, rank: rank as u32 };
     match js.scheme {
         Scheme::Atp => return build_atp(js, workers, servers, topo, aggregators),
-        Scheme::SwitchMl => {
-            return Err(BuildError(format!("{f}.scheme"), format!("scheme {:?} is not available in the simulator yet", js.scheme.name())));
-        }
+        Scheme::SwitchMl => return build_switchml(js, workers, servers, topo, aggregators),
         Scheme::Ring | Scheme::Hierarchical | Scheme::PsSharded if !servers.is_empty() => {
             return Err(BuildError(format!("{f}.servers"), format!("scheme {:?} uses no separate servers; remove `servers`", js.scheme.name())));
         }
@@ -187,5 +203,38 @@ fn build_atp(js: &JobSpec, workers: &[NodeId], servers: &[NodeId], topo: &Topolo
         let local_workers = workers.iter().zip(&racks).filter(|(_, &r)| r == ps_rack).map(|(&w, _)| (port(ps_rack, w), w)).collect();
         out.atp_admissions.push((ps_rack, AtpSwitchJob { local_workers, ps: Some(ps_host), remote_targets, multicast }));
     }
+    Ok(out)
+}
+
+/// SwitchML: workers stream to their ToR, which aggregates in the job's static slot pool and
+/// multicasts results back; no parameter server. `pool_slots` has been resolved (> 0).
+fn build_switchml(js: &JobSpec, workers: &[NodeId], servers: &[NodeId], topo: &Topology, aggregators: &dyn Fn(NodeId) -> Option<u32>) -> Result<Built, BuildError> {
+    let f = format!("jobs[{}]", js.id);
+    if !servers.is_empty() {
+        return Err(BuildError(format!("{f}.servers"), "scheme \"switchml\" aggregates in the switch and uses no servers; remove `servers`".into()));
+    }
+    let tor = switchml_switch(js, workers, topo)?;
+    if aggregators(tor).is_none() {
+        return Err(BuildError(format!("{f}.workers"), format!("SwitchML needs the workers' switch {} to be programmable", topo.nodes[tor as usize].name)));
+    }
+    let ina = ina_or_default(js);
+    let job = js.id;
+    let switch = Endpoint { host: tor, port: worker_port(job) };
+    let mut out = Built::default();
+    let mut admitted = vec![];
+    for (r, &h) in workers.iter().enumerate() {
+        let local = Endpoint { host: h, port: worker_port(job) };
+        let cfg = SwitchMlConfig {
+            pool_slots: ina.pool_slots,
+            timeout_ps: ina.timeout_ps,
+            packet_bytes: ina.packet_bytes,
+            header_bytes: ina.header_bytes,
+            ..SwitchMlConfig::new(job, r as u16, switch)
+        };
+        let proto = SwitchMlWorker::new(local, cfg).map_err(|e| BuildError(format!("{f}.ina"), e.0))?;
+        out.endpoints.push((h, Box::new(proto), Owner::Worker { job, rank: r as u32 }));
+        admitted.push((local, topo.port_to(tor, h).expect("a host's ToR faces it")));
+    }
+    out.switchml_admission = Some((tor, SwitchMlJob { workers: admitted, pool_slots: ina.pool_slots }));
     Ok(out)
 }

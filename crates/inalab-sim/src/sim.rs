@@ -589,6 +589,9 @@ impl Sim {
                 }
             }
         }
+        if !self.topo.is_host(pkt.dst) {
+            return None; // only hosts are destinations; a packet for a switch nobody consumed
+        }
         let hops = self.routes.next_hops(node, pkt.dst);
         if hops.is_empty() {
             return None;

@@ -6,11 +6,11 @@
 use crate::events::Ev;
 use crate::schemes;
 use crate::sim::Sim;
-use crate::spec::{JobSpec, SimSpec, Workload};
+use crate::spec::{JobSpec, Scheme, SimSpec, Workload};
 use crate::SimError;
 use inalab_core::{splitmix64, AppRequest, Endpoint, HostEvent, NodeId, Payload, Time};
 use inalab_host::{DatagramConfig, DatagramSender, DatagramSink};
-use inalab_switch::{AtpSwitch, AtpSwitchConfig, AtpSwitchJob};
+use inalab_switch::{AtpSwitch, AtpSwitchConfig, AtpSwitchJob, SwitchMlJob, SwitchMlSwitch, SLOT_BYTES};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use std::collections::{BTreeMap, HashMap};
@@ -146,6 +146,15 @@ impl Sim {
             }
         }
         let aggregators = |s: NodeId| memory.get(&s).map(|&m| AtpSwitchConfig::aggregators_for(m));
+        // SwitchML: a pool of 0 slots means an equal share of the switch's slots among the
+        // SwitchML jobs aggregating there, so count them first.
+        let mut switchml_jobs: BTreeMap<NodeId, u64> = BTreeMap::new();
+        for js in spec.jobs.iter().filter(|js| js.scheme == Scheme::SwitchMl) {
+            if let Some(tor) = js.workers.first().and_then(|w| self.topo.find(w)).filter(|&h| self.topo.is_host(h)).map(|h| self.topo.host_switch(h)) {
+                *switchml_jobs.entry(tor).or_default() += 1;
+            }
+        }
+        let mut switchml: BTreeMap<NodeId, Vec<(u32, SwitchMlJob)>> = BTreeMap::new();
         // ATP: every job's admissions per switch, installed as one shared program per switch
         // once all jobs are built. (switch -> (admissions, largest worker timeout)).
         let mut atp: BTreeMap<NodeId, (Vec<(u32, AtpSwitchJob)>, u64)> = BTreeMap::new();
@@ -185,7 +194,21 @@ impl Sim {
             if let Some(i) = layers.iter().position(|l| l.0 == 0 || l.0 % 4 != 0) {
                 return Err(SimError::new(format!("{field}.workload.layers[{i}].bytes"), "must be a positive multiple of 4 (float32 values)"));
             }
+            let mut js = js.clone();
+            if js.scheme == Scheme::SwitchMl {
+                let mut ina = schemes::ina_or_default(&js);
+                if ina.pool_slots == 0 {
+                    let tor = schemes::switchml_switch(&js, &workers, &self.topo).map_err(|m| SimError::new(m.0, m.1))?;
+                    let slots = memory.get(&tor).map_or(0, |&m| m / SLOT_BYTES);
+                    ina.pool_slots = (slots / switchml_jobs.get(&tor).copied().unwrap_or(1).max(1)).min(u32::MAX as u64) as u32;
+                }
+                js.ina = Some(ina);
+            }
+            let js = &js;
             let built = schemes::build(js, &workers, &servers, &self.topo, &aggregators).map_err(|m| SimError::new(m.0, m.1))?;
+            if let Some((switch, adm)) = built.switchml_admission {
+                switchml.entry(switch).or_default().push((js.id, adm));
+            }
             for (switch, adm) in built.atp_admissions {
                 let e = atp.entry(switch).or_default();
                 e.0.push((js.id, adm));
@@ -245,6 +268,14 @@ impl Sim {
             }
             self.install_ina_program(switch, "atp", Box::new(prog))
                 .map_err(|m| SimError::new(format!("jobs[{}].scheme", jobs[0]), m))?;
+        }
+        for (switch, admissions) in switchml {
+            let mut prog = SwitchMlSwitch::new(memory.get(&switch).copied().unwrap_or(0));
+            let first = admissions[0].0;
+            for (job, adm) in admissions {
+                prog.admit_job(job, adm).map_err(|e| SimError::new(format!("jobs[{job}].ina.pool_slots"), e.to_string()))?;
+            }
+            self.install_ina_program(switch, "switchml", Box::new(prog)).map_err(|m| SimError::new(format!("jobs[{first}].scheme"), m))?;
         }
         for (f, fs) in spec.flows.iter().enumerate() {
             let field = format!("flows[{f}]");
