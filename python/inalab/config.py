@@ -365,9 +365,10 @@ class Ina(_Model):
                           default_doc="atp: 306 B (58 B header + 62 x 4 B values); switchml: 180 B (52 B + 32 x 4 B)")
     header: OptSize = opt(None, "Header bytes of a gradient packet; the rest (a multiple of 4 B) carries 32-bit values.",
                           default_doc="atp: 58 B; switchml: 52 B")
-    hashing: Literal["hash", "linear"] = opt(
+    hashing: Literal["hash", "linear", "static"] = opt(
         "hash", 'ATP only. Aggregator index of a fragment: "hash" = HASH(<job, seq>) % aggregators (ATP); "linear" = '
-        "seq % aggregators, so every job starts at slot 0 (ATP Fig. 14's strawman)."
+        "seq % aggregators, so every job starts at slot 0 (ATP Fig. 14's strawman); \"static\" = the pool is split "
+        "equally among the scenario's static jobs, each using seq % its slice (the static baseline of Figs. 13a, 14)."
     )
     congestion_control: bool = opt(
         True, "ATP only. ECN/loss-driven AIMD window starting at transport.init_window, +1 MTU (transport.increment) per "

@@ -72,6 +72,9 @@ pub enum Hashing {
     Hash,
     /// `seq % aggregators`: every job starts at slot 0 (ATP Fig. 14's strawman).
     Linear,
+    /// Static allocation (SwitchML-style, ATP Figs. 13a and 14): the job owns slots
+    /// `[offset, offset + size)` of the pool and uses `offset + seq % size`; jobs never collide.
+    Static { offset: u32, size: u32 },
 }
 
 /// A worker's position in the aggregation hierarchy: the header fields it sends.
@@ -199,15 +202,19 @@ impl AtpConfig {
         match self.hashing {
             Hashing::Hash => (splitmix64((self.job as u64) << 32 | seq as u64) % self.aggregators as u64) as u32,
             Hashing::Linear => seq % self.aggregators,
+            Hashing::Static { offset, size } => offset + seq % size.max(1),
         }
     }
 
-    /// The PS's rehash of a colliding index.
+    /// The PS's rehash of a colliding index (inside the job's slice under static allocation).
     pub fn rehash(&self, index: u32) -> u32 {
         if self.aggregators == 0 {
             return 0;
         }
-        (splitmix64(index as u64) % self.aggregators as u64) as u32
+        match self.hashing {
+            Hashing::Static { offset, size } => offset + (splitmix64(index as u64) % size.max(1) as u64) as u32,
+            _ => (splitmix64(index as u64) % self.aggregators as u64) as u32,
+        }
     }
 }
 

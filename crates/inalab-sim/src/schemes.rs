@@ -65,8 +65,16 @@ pub fn transport_config(js: &JobSpec) -> TransportConfig {
 }
 
 /// Builds a job. `aggregators(switch)` is the pool size of a programmable switch (`None` for
-/// a switch that runs no INA program).
-pub fn build(js: &JobSpec, workers: &[NodeId], servers: &[NodeId], topo: &Topology, aggregators: &dyn Fn(NodeId) -> Option<u32>) -> Result<Built, BuildError> {
+/// a switch that runs no INA program); `static_share` = (this job's index, count) among the
+/// ATP jobs with static allocation.
+pub fn build(
+    js: &JobSpec,
+    workers: &[NodeId],
+    servers: &[NodeId],
+    topo: &Topology,
+    aggregators: &dyn Fn(NodeId) -> Option<u32>,
+    static_share: (u32, u32),
+) -> Result<Built, BuildError> {
     let f = format!("jobs[{}]", js.id);
     let cfg = transport_config(js);
     let err = |field: &str| {
@@ -79,7 +87,7 @@ pub fn build(js: &JobSpec, workers: &[NodeId], servers: &[NodeId], topo: &Topolo
     let mut out: Endpoints = vec![];
     let worker = |rank: usize| Owner::Worker { job, rank: rank as u32 };
     match js.scheme {
-        Scheme::Atp => return build_atp(js, workers, servers, topo, aggregators),
+        Scheme::Atp => return build_atp(js, workers, servers, topo, aggregators, static_share),
         Scheme::SwitchMl => return build_switchml(js, workers, servers, topo, aggregators),
         Scheme::Ring | Scheme::Hierarchical | Scheme::PsSharded if !servers.is_empty() => {
             return Err(BuildError(format!("{f}.servers"), format!("scheme {:?} uses no separate servers; remove `servers`", js.scheme.name())));
@@ -125,7 +133,14 @@ pub fn build(js: &JobSpec, workers: &[NodeId], servers: &[NodeId], topo: &Topolo
 
 /// ATP: one PS (`servers[0]`), a worker per host, and the ToR admissions: every worker rack
 /// whose switch runs ATP aggregates at level 1, the PS's rack at level 2 and multicasts.
-fn build_atp(js: &JobSpec, workers: &[NodeId], servers: &[NodeId], topo: &Topology, aggregators: &dyn Fn(NodeId) -> Option<u32>) -> Result<Built, BuildError> {
+fn build_atp(
+    js: &JobSpec,
+    workers: &[NodeId],
+    servers: &[NodeId],
+    topo: &Topology,
+    aggregators: &dyn Fn(NodeId) -> Option<u32>,
+    (k, of): (u32, u32),
+) -> Result<Built, BuildError> {
     let f = format!("jobs[{}]", js.id);
     let job = js.id;
     let ps_host = match servers {
@@ -155,6 +170,10 @@ fn build_atp(js: &JobSpec, workers: &[NodeId], servers: &[NodeId], topo: &Topolo
         hashing: match ina.hashing {
             SpecHashing::Hash => Hashing::Hash,
             SpecHashing::Linear => Hashing::Linear,
+            SpecHashing::Static => {
+                let size = pool / of.max(1);
+                Hashing::Static { offset: k * size, size }
+            }
         },
         aggregators: pool,
         congestion_control: ina.congestion_control,

@@ -132,6 +132,9 @@ pub enum Hashing {
     Hash,
     /// seq % aggregators: every job starts at slot 0 (ATP Fig. 14's strawman).
     Linear,
+    /// Static allocation: the pool is split equally among the scenario's `static` ATP jobs
+    /// and each uses seq % its slice (ATP Figs. 13a and 14's baseline).
+    Static,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]

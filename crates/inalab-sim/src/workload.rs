@@ -155,6 +155,9 @@ impl Sim {
             }
         }
         let mut switchml: BTreeMap<NodeId, Vec<(u32, SwitchMlJob)>> = BTreeMap::new();
+        // ATP with static allocation: the pool is split equally among those jobs.
+        let is_static = |js: &JobSpec| js.scheme == Scheme::Atp && js.ina.as_ref().is_some_and(|i| i.hashing == crate::spec::Hashing::Static);
+        let static_jobs: Vec<u32> = spec.jobs.iter().filter(|js| is_static(js)).map(|js| js.id).collect();
         // ATP: every job's admissions per switch, installed as one shared program per switch
         // once all jobs are built. (switch -> (admissions, largest worker timeout)).
         let mut atp: BTreeMap<NodeId, (Vec<(u32, AtpSwitchJob)>, u64)> = BTreeMap::new();
@@ -205,7 +208,8 @@ impl Sim {
                 js.ina = Some(ina);
             }
             let js = &js;
-            let built = schemes::build(js, &workers, &servers, &self.topo, &aggregators).map_err(|m| SimError::new(m.0, m.1))?;
+            let share = (static_jobs.iter().position(|&id| id == js.id).unwrap_or(0) as u32, static_jobs.len() as u32);
+            let built = schemes::build(js, &workers, &servers, &self.topo, &aggregators, share).map_err(|m| SimError::new(m.0, m.1))?;
             if let Some((switch, adm)) = built.switchml_admission {
                 switchml.entry(switch).or_default().push((js.id, adm));
             }

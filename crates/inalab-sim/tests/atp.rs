@@ -200,3 +200,22 @@ fn metadata_mode_finishes_and_frees_every_aggregator() {
     assert!(r.switches.iter().all(|s| s.aggregators_end == 0));
     assert!(counter(&r, "leaf0", "completed") > 0);
 }
+
+#[test]
+fn static_allocation_splits_the_pool_without_collisions() {
+    // Three jobs on one switch with 30 aggregators: each owns 10 and never meets another job;
+    // a fixed window of 10 packets keeps a job inside its own slice too.
+    let jobs: Vec<Value> = (0..3)
+        .map(|j| {
+            let mut job = atp_job(j, hosts(4 * j..4 * j + 3), &format!("h{}", 4 * j + 3), 4 * 3000, 2);
+            job["ina"]["hashing"] = json!("static");
+            job["ina"]["congestion_control"] = json!(false);
+            job["transport"]["init_window_bytes"] = json!(10 * 306);
+            job
+        })
+        .collect();
+    let r = simulate(&atp_spec(star(12, US), jobs, 30));
+    assert_exact(&r);
+    assert_eq!(counter(&r, "s0", "collisions"), 0, "static slices never collide");
+    assert!(counter(&r, "s0", "completed") > 0);
+}
