@@ -123,6 +123,26 @@ struct Aggregator {
     timestamp: Time,
 }
 
+impl Aggregator {
+    /// Adds one contribution (box 5 of Fig. 7): values with saturation, bitmap, counter,
+    /// timestamp. Returns whether the value saturated with this packet.
+    fn absorb(&mut self, values: Option<&[i32]>, bitmap: u32, now: Time) -> bool {
+        let saturated = values.is_some_and(|v| saturating_add(&mut self.value, v));
+        self.overflow |= saturated;
+        self.bitmap |= bitmap;
+        self.counter += 1;
+        self.timestamp = now;
+        saturated
+    }
+}
+
+impl Counters {
+    fn count_aggregation(&mut self, saturated: bool) {
+        self.aggregated += 1;
+        self.overflows += saturated as u64;
+    }
+}
+
 #[derive(Debug, Default, Clone)]
 struct Counters {
     aggregated: u64,
@@ -216,15 +236,8 @@ impl AtpSwitch {
                 if level == 1 {
                     let a = self.pool[idx].as_mut().expect("matched");
                     if a.bitmap & bm == 0 {
-                        if let Some(v) = values(&pkt) {
-                            if saturating_add(&mut a.value, v) {
-                                a.overflow = true;
-                                self.c.overflows += 1;
-                            }
-                        }
-                        a.bitmap |= bm;
-                        a.counter += 1;
-                        self.c.aggregated += 1;
+                        let saturated = a.absorb(values(&pkt), bm, now);
+                        self.c.count_aggregation(saturated);
                     }
                     a.ecn |= pkt_ecn;
                     a.overflow |= h.has(AtpHeader::FLAG_OVERFLOW);
@@ -275,18 +288,10 @@ impl AtpSwitch {
                     self.c.duplicates += 1;
                     return out.push(SwitchAction::Drop { pkt, reason: "atp_duplicate" });
                 }
-                if let Some(v) = values(&pkt) {
-                    if saturating_add(&mut a.value, v) {
-                        a.overflow = true;
-                        self.c.overflows += 1;
-                    }
-                }
-                a.bitmap |= bm;
-                a.counter += 1;
+                let saturated = a.absorb(values(&pkt), bm, now);
+                self.c.count_aggregation(saturated);
                 a.ecn |= pkt_ecn;
                 a.overflow |= pkt_overflow;
-                a.timestamp = now;
-                self.c.aggregated += 1;
                 a
             }
         };
