@@ -13,15 +13,18 @@
 //!
 //! # Worker
 //! Each `Allreduce` is cut into fragments of `(packet_bytes - header_bytes) / 4` values (62
-//! for 306 B); sequence numbers run across the job's whole stream. The aggregator index is
-//! `splitmix64(job << 32 | seq) % aggregators` ([`Hashing::Hash`]) or `seq % aggregators`
-//! ([`Hashing::Linear`]), then remapped by the PS's rehash instructions (a per-worker map
+//! for 306 B); sequence numbers run across the job's whole stream. The aggregator index of a
+//! fragment with position `key` inside its tensor is `splitmix64(job << 32 | key) %
+//! aggregators` ([`Hashing::Hash`]) or `key % aggregators` ([`Hashing::Linear`]), so a
+//! tensor's fragments use the same aggregators every iteration; then it is remapped by the PS's rehash instructions (a per-worker map
 //! original index -> current index). A sliding window with an expected sequence number:
 //! fragments are sent while in flight < window (AIMD in packets of `packet_bytes`, or fixed);
-//! a parameter with the expected seq advances it, already-received ones are ignored; three
-//! out-of-order parameters resend the expected fragment with `FLAG_RESEND` and halve the
-//! window (once per expected seq, then the timeout takes over); a timeout without progress
-//! resends the expected fragment and halves. A request is `Done` when all its fragments'
+//! a parameter with the expected seq advances it, already-received ones are ignored. Loss is
+//! detected per fragment, like SACK holes: a fragment still missing when three parameters of
+//! later fragments have arrived is resent once with `FLAG_RESEND` (ATP's "three out-of-order
+//! parameters", counted for every missing fragment rather than only the expected one, so that
+//! several fragments stalled in partial aggregations recover in one round trip) and the window
+//! halves; a timeout resends every fragment without progress for a whole timeout and halves. A request is `Done` when all its fragments'
 //! parameters arrived (requests complete in FIFO order).
 //!
 //! # PS
@@ -31,9 +34,10 @@
 //! are summed; a packet overlapping what is already summed is dropped whole (§3.6). On
 //! completion the parameter packet (`FLAG_ACK`, `FLAG_ECN` if any contributing packet was
 //! marked, the values) goes either once toward the PS's ATP switch for multicast or once per
-//! worker. Results are kept, so a resend for a completed seq gets its parameter again (at
-//! most once per `resend_holdoff_ps`). A `FLAG_COLLISION` on any packet of a seq makes the
-//! PS rehash: `new = splitmix64(old) % aggregators`, announced with `FLAG_REHASH` and
+//! worker. Results are kept, so a resend for a completed seq is answered again: the first
+//! resend at once, further ones at most once per `resend_holdoff_ps` (every worker resends a
+//! seq whose multicast was lost, and one answer serves them all). A `FLAG_COLLISION` on any packet of a seq makes the
+//! PS rehash: `new = splitmix64(old << 32 | seq) % aggregators` (see [`AtpConfig::rehash`]), announced with `FLAG_REHASH` and
 //! `bitmap0 = new` in that seq's parameter packets.
 //!
 //! # Overflow (§3.8)
@@ -194,26 +198,32 @@ impl AtpConfig {
         Ok(((self.packet_bytes - self.header_bytes) / 4) as usize)
     }
 
-    /// The original aggregator index of `seq` (before rehashing).
-    pub fn base_index(&self, seq: u32) -> u32 {
+    /// The original aggregator index (before rehashing) of the fragment `key` of a tensor
+    /// (its position within the tensor).
+    pub fn base_index(&self, key: u32) -> u32 {
         if self.aggregators == 0 {
             return 0;
         }
         match self.hashing {
-            Hashing::Hash => (splitmix64((self.job as u64) << 32 | seq as u64) % self.aggregators as u64) as u32,
-            Hashing::Linear => seq % self.aggregators,
-            Hashing::Static { offset, size } => offset + seq % size.max(1),
+            Hashing::Hash => (splitmix64((self.job as u64) << 32 | key as u64) % self.aggregators as u64) as u32,
+            Hashing::Linear => key % self.aggregators,
+            Hashing::Static { offset, size } => offset + key % size.max(1),
         }
     }
 
-    /// The PS's rehash of a colliding index (inside the job's slice under static allocation).
-    pub fn rehash(&self, index: u32) -> u32 {
+    /// The PS's new index for a colliding `index` of fragment `seq` (inside the job's slice
+    /// under static allocation). The paper writes HASH(<aggregatorIndex>); hashing the index
+    /// alone sends every remapped fragment along the same chains i -> f(i) -> f(f(i)), which
+    /// end in a few cycles of f, so the remapped fragments pile onto those few slots and
+    /// rehashing never converges. Salting with the seq gives each fragment a fresh slot.
+    pub fn rehash(&self, index: u32, seq: u32) -> u32 {
         if self.aggregators == 0 {
             return 0;
         }
+        let h = splitmix64((index as u64) << 32 | seq as u64);
         match self.hashing {
-            Hashing::Static { offset, size } => offset + (splitmix64(index as u64) % size.max(1) as u64) as u32,
-            _ => (splitmix64(index as u64) % self.aggregators as u64) as u32,
+            Hashing::Static { offset, size } => offset + (h % size.max(1) as u64) as u32,
+            _ => (h % self.aggregators as u64) as u32,
         }
     }
 }
@@ -250,16 +260,14 @@ pub struct AtpWorker {
     expected: u32,
     /// Parameters received above `expected`.
     received: BTreeSet<u32>,
-    /// Aggregator index each sent, unacknowledged fragment used.
-    sent_index: BTreeMap<u32, u32>,
+    /// Sent fragments whose parameter has not arrived.
+    outstanding: BTreeMap<u32, Outstanding>,
     /// Rehash map: original index -> current index.
     remap: BTreeMap<u32, u32>,
     /// Fragments to send as floats (the PS asked after an overflow).
     float_seqs: BTreeSet<u32>,
     /// Resends waiting for the NIC.
     resend_q: VecDeque<u32>,
-    ooo: u32,
-    fast_resent: Option<u32>,
     window: AimdWindow,
     deadline: Option<Time>,
     events: VecDeque<HostEvent>,
@@ -268,6 +276,18 @@ pub struct AtpWorker {
     timeouts: u64,
     ecn_cuts: u64,
     float_resends: u64,
+}
+
+/// A sent fragment waiting for its parameter.
+#[derive(Debug, Clone, Copy)]
+struct Outstanding {
+    /// Aggregator index it was sent with (resends reuse it).
+    index: u32,
+    /// Last (re)send.
+    sent_at: Time,
+    /// Parameters of later fragments received since that send.
+    later_params: u8,
+    fast_resent: bool,
 }
 
 impl AtpWorker {
@@ -285,12 +305,10 @@ impl AtpWorker {
             end_seq: 0,
             expected: 0,
             received: BTreeSet::new(),
-            sent_index: BTreeMap::new(),
+            outstanding: BTreeMap::new(),
             remap: BTreeMap::new(),
             float_seqs: BTreeSet::new(),
             resend_q: VecDeque::new(),
-            ooo: 0,
-            fast_resent: None,
             window,
             deadline: None,
             events: VecDeque::new(),
@@ -330,8 +348,15 @@ impl AtpWorker {
         (r, start, (q.values - start).min(self.per_packet))
     }
 
+    /// The fragment's position inside its tensor: ATP numbers fragments per tensor (key), so
+    /// the same fragment of the same tensor maps to the same aggregator every iteration and
+    /// the PS's rehashing can settle collisions for good (§5.4.1: it converges in ~500 ms).
+    fn fragment_key(&self, seq: u32) -> u32 {
+        self.request_of(seq).map_or(seq, |r| seq - self.reqs[r].first_seq)
+    }
+
     fn current_index(&self, seq: u32) -> u32 {
-        let base = self.cfg.base_index(seq);
+        let base = self.cfg.base_index(self.fragment_key(seq));
         *self.remap.get(&base).unwrap_or(&base)
     }
 
@@ -343,7 +368,7 @@ impl AtpWorker {
         if float {
             flags |= AtpHeader::FLAG_FLOAT | AtpHeader::FLAG_RESEND;
         }
-        let agg_index = self.sent_index.get(&seq).copied().unwrap_or_else(|| self.current_index(seq));
+        let agg_index = self.outstanding.get(&seq).map_or_else(|| self.current_index(seq), |o| o.index);
         let h = AtpHeader {
             job: self.cfg.job,
             seq,
@@ -410,12 +435,12 @@ impl AtpWorker {
         }
         req.remaining -= 1;
         if h.has(AtpHeader::FLAG_REHASH) {
-            let base = self.cfg.base_index(seq);
+            let base = self.cfg.base_index(self.fragment_key(seq));
             if self.current_index(seq) == h.agg_index {
                 self.remap.insert(base, h.bitmap0);
             }
         }
-        self.sent_index.remove(&seq);
+        self.outstanding.remove(&seq);
         self.float_seqs.remove(&seq);
         let ecn = pkt.ecn || h.has(AtpHeader::FLAG_ECN);
         if seq == self.expected {
@@ -423,21 +448,27 @@ impl AtpWorker {
             while self.received.remove(&self.expected) {
                 self.expected += 1;
             }
-            self.ooo = 0;
             self.arm(now);
         } else {
             self.received.insert(seq);
-            self.ooo += 1;
+            // Every fragment still missing below `seq` saw one more out-of-order parameter;
+            // at three it is taken as lost (or stalled in a partial aggregation) and resent
+            // once, like a SACK hole; the timeout covers a lost resend.
+            let mut lost = vec![];
+            for (&m, o) in self.outstanding.range_mut(self.expected..seq) {
+                o.later_params = o.later_params.saturating_add(1);
+                if o.later_params == 3 && !o.fast_resent {
+                    o.fast_resent = true;
+                    lost.push(m);
+                }
+            }
+            if !lost.is_empty() {
+                lost.into_iter().for_each(|m| self.queue_resend(m));
+                self.congestion();
+            }
         }
         if self.cfg.congestion_control && self.window.on_ack(self.cfg.packet_bytes as u64, ecn, self.expected as u64, self.next_seq as u64) {
             self.ecn_cuts += 1;
-        }
-        if self.ooo >= 3 && self.fast_resent != Some(self.expected) {
-            self.fast_resent = Some(self.expected);
-            self.ooo = 0;
-            let e = self.expected;
-            self.queue_resend(e);
-            self.congestion();
         }
         // Completed requests, in order.
         while self.reqs.front().is_some_and(|q| q.remaining == 0) {
@@ -485,9 +516,15 @@ impl HostProtocol for AtpWorker {
     fn handle_timeout(&mut self, now: Time) {
         if self.deadline.is_some_and(|d| now >= d) {
             if self.in_flight() > 0 {
+                // Every fragment without progress for a whole timeout is resent, not only the
+                // oldest: stalled fragments then recover together instead of one per timeout.
                 self.timeouts += 1;
+                let stale: Vec<u32> = self.outstanding.iter().filter(|(_, o)| o.sent_at + self.cfg.timeout_ps <= now).map(|(&q, _)| q).collect();
                 let e = self.expected;
-                self.queue_resend(e);
+                if stale.is_empty() {
+                    self.queue_resend(e);
+                }
+                stale.into_iter().for_each(|q| self.queue_resend(q));
                 self.congestion();
             }
             self.arm(now);
@@ -500,12 +537,17 @@ impl HostProtocol for AtpWorker {
                 continue;
             }
             self.resends += 1;
+            if let Some(o) = self.outstanding.get_mut(&seq) {
+                o.sent_at = now;
+                o.later_params = 0;
+            }
             return Some(self.build(now, seq, true));
         }
         if self.next_seq < self.end_seq && self.in_flight() < self.window_packets() {
             let seq = self.next_seq;
             let pkt = self.build(now, seq, false);
-            self.sent_index.insert(seq, self.current_index(seq));
+            let index = self.current_index(seq);
+            self.outstanding.insert(seq, Outstanding { index, sent_at: now, later_params: 0, fast_resent: false });
             if self.in_flight() == 0 {
                 self.deadline = Some(now + self.cfg.timeout_ps);
             }
@@ -575,7 +617,8 @@ struct Seq {
     float_covered: Bits,
     float_sum: Option<Vec<f32>>,
     answer: Option<Answer>,
-    last_sent: Option<Time>,
+    /// When a resend was last answered.
+    last_resent: Option<Time>,
 }
 
 /// PS settings beyond [`AtpConfig`].
@@ -587,8 +630,9 @@ pub struct AtpServerConfig {
     pub workers: Vec<Endpoint>,
     /// The PS's switch runs ATP: send one parameter packet per seq for it to multicast.
     pub multicast: bool,
-    /// A completed seq's parameter is sent again at most this often on resends. Default:
-    /// half the worker timeout.
+    /// After answering a resend, further resends of the same seq are answered at most this
+    /// often (all workers resend a seq whose multicast was lost). Default: half the worker
+    /// timeout.
     pub resend_holdoff_ps: Time,
 }
 
@@ -668,10 +712,14 @@ impl AtpServer {
         Some(b)
     }
 
-    fn send_answer(&mut self, now: Time, seq: u32) {
+    /// Sends a seq's parameter. `resend` answers a worker's resend; only those are
+    /// rate-limited, so the first resend after the original answer is always answered.
+    fn send_answer(&mut self, now: Time, seq: u32, resend: bool) {
         let s = self.seqs.get_mut(&seq).expect("seq");
         let Some(ans) = s.answer.clone() else { return };
-        s.last_sent = Some(now);
+        if resend {
+            s.last_resent = Some(now);
+        }
         let mut flags = AtpHeader::FLAG_ACK;
         if s.ecn {
             flags |= AtpHeader::FLAG_ECN;
@@ -680,7 +728,7 @@ impl AtpServer {
         let agg_index = s.agg_index.unwrap_or(0);
         if s.collision {
             flags |= AtpHeader::FLAG_REHASH;
-            bitmap0 = self.cfg.atp.rehash(agg_index);
+            bitmap0 = self.cfg.atp.rehash(agg_index, seq);
         }
         let (payload, size) = match ans {
             Answer::Result(p, float) => {
@@ -725,9 +773,9 @@ impl AtpServer {
             Some(Answer::Overflow) if float => {}
             // Already answered (a resend, or a late copy): answer again, rate-limited.
             Some(_) => {
-                if !matches!(s.last_sent, Some(t) if now < t + holdoff) {
+                if !matches!(s.last_resent, Some(t) if now < t + holdoff) {
                     self.params_resent += 1;
-                    self.send_answer(now, h.seq);
+                    self.send_answer(now, h.seq, true);
                 }
                 return;
             }
@@ -754,7 +802,7 @@ impl AtpServer {
             if bits_count(&s.float_covered) == n {
                 s.answer = Some(Answer::Result(s.float_sum.take().map(Payload::F32), true));
                 self.completed += 1;
-                self.send_answer(now, h.seq);
+                self.send_answer(now, h.seq, false);
             }
             return;
         }
@@ -791,7 +839,7 @@ impl AtpServer {
                 s.answer = Some(Answer::Result(s.sum.take().map(Payload::I32), false));
                 self.completed += 1;
             }
-            self.send_answer(now, h.seq);
+            self.send_answer(now, h.seq, false);
         }
     }
 }
@@ -982,13 +1030,14 @@ mod tests {
                     h.flags |= AtpHeader::FLAG_COLLISION | AtpHeader::FLAG_RESEND;
                 } else {
                     assert!(h.has(AtpHeader::FLAG_REHASH));
-                    assert_eq!(h.bitmap0, (splitmix64(0) % 4) as u32);
+                    assert_eq!(h.bitmap0, AtpConfig { aggregators: 4, ..AtpConfig::default() }.rehash(0, 0));
                 }
             }
             true
         });
         ws.iter_mut().for_each(|w| assert_eq!(done(w), vec![2; 62]));
-        // Seqs 1..=4: seq 4's original index 0 is now remapped.
+        // The next tensor (seqs 1..=4, keys 0..=3): key 0's index 0 is now remapped, the same
+        // fragment position in every later tensor uses the new index.
         submit_all(&mut ws, 2, |_, _| 1, 62 * 4);
         let mut idx = BTreeMap::new();
         exchange(&mut ws, &mut ps, &mut now, &mut |p| {
@@ -999,8 +1048,8 @@ mod tests {
             }
             true
         });
-        let new = (splitmix64(0) % 4) as u32;
-        assert_eq!(idx.into_iter().collect::<Vec<_>>(), vec![(1, 1), (2, 2), (3, 3), (4, new)]);
+        let new = AtpConfig { aggregators: 4, ..AtpConfig::default() }.rehash(0, 0);
+        assert_eq!(idx.into_iter().collect::<Vec<_>>(), vec![(1, new), (2, 1), (3, 2), (4, 3)]);
     }
 
     #[test]
@@ -1016,12 +1065,16 @@ mod tests {
         let param = ps.poll_transmit(2).unwrap();
         assert!(matches!(param.payload.as_deref(), Some(Payload::I32(v)) if v == &vec![3; 62]));
         ps.poll_transmit(2).unwrap(); // the copy for worker 1
-        // A resend for the completed seq gets the parameter again (after the holdoff).
+        // The first resend for the completed seq is answered at once (its worker lost the
+        // parameter), further ones at most once per holdoff.
         ps.handle_packet(3, p0.clone());
-        assert!(ps.poll_transmit(3).is_none(), "within the holdoff");
-        ps.handle_packet(5_002, p0);
-        assert!(ps.poll_transmit(5_002).is_some());
+        assert!(ps.poll_transmit(3).is_some(), "the first resend right after the answer");
+        ps.poll_transmit(3).unwrap(); // unicast mode: one copy per worker
+        ps.handle_packet(4, p0.clone());
+        assert!(ps.poll_transmit(4).is_none(), "within the holdoff");
+        ps.handle_packet(5_004, p0);
+        assert!(ps.poll_transmit(5_004).is_some());
         let c: BTreeMap<_, _> = ps.counters().into_iter().collect();
-        assert_eq!((c["duplicates"], c["fragments_completed"], c["params_resent"]), (1, 1, 1));
+        assert_eq!((c["duplicates"], c["fragments_completed"], c["params_resent"]), (1, 1, 2));
     }
 }

@@ -219,3 +219,22 @@ fn static_allocation_splits_the_pool_without_collisions() {
     assert_eq!(counter(&r, "s0", "collisions"), 0, "static slices never collide");
     assert!(counter(&r, "s0", "completed") > 0);
 }
+
+#[test]
+fn losses_are_repaired_by_fast_resends_not_timeouts() {
+    // 1 % loss at one worker: each lost gradient or parameter is found missing when three
+    // later parameters arrive and resent at once; timeouts stay rare.
+    let mut j = atp_job(0, hosts(0..4), "h4", 4 * 62 * 4000, 1);
+    j["ina"]["timeout_ps"] = json!(1000 * US);
+    let mut s = atp_spec(star(5, US), vec![j], 4096);
+    s["network"]["host_loss"] = json!([{"host": "h0", "prob": 0.01}]);
+    let r = simulate(&s);
+    assert_exact(&r);
+    let h0 = r.hosts.iter().find(|h| h.name == "h0").unwrap();
+    let lost = h0.drops_loss;
+    assert!(lost > 20, "loss was injected: {lost}");
+    assert!(h0.counters["timeouts"] * 10 <= lost, "timeouts {} for {lost} losses", h0.counters["timeouts"]);
+    // 4000 fragments in about 4000 x 306 B x 8 / 100 Gbps plus repairs: far below one timeout
+    // per loss (which alone would be {lost} ms).
+    assert!(r.jobs[0].jct_s < 0.002, "jct {}", r.jobs[0].jct_s);
+}
