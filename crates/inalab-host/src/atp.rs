@@ -15,8 +15,8 @@
 //! Each `Allreduce` is cut into fragments of `(packet_bytes - header_bytes) / 4` values (62
 //! for 306 B); sequence numbers run across the job's whole stream. The aggregator index of a
 //! fragment with position `key` inside its tensor is `splitmix64(job << 32 | key) %
-//! aggregators` ([`Hashing::Hash`]) or `key % aggregators` ([`Hashing::Linear`]), so a
-//! tensor's fragments use the same aggregators every iteration; then it is remapped by the PS's rehash instructions (a per-worker map
+//! aggregators` ([`Hashing::Hash`]; a tensor's fragments use the same aggregators every
+//! iteration), or `seq % aggregators` ([`Hashing::Linear`]); then it is remapped by the PS's rehash instructions (a per-worker map
 //! original index -> current index). A sliding window with an expected sequence number:
 //! fragments are sent while in flight < window (AIMD in packets of `packet_bytes`, or fixed);
 //! a parameter with the expected seq advances it, already-received ones are ignored. Loss is
@@ -348,11 +348,16 @@ impl AtpWorker {
         (r, start, (q.values - start).min(self.per_packet))
     }
 
-    /// The fragment's position inside its tensor: ATP numbers fragments per tensor (key), so
-    /// the same fragment of the same tensor maps to the same aggregator every iteration and
-    /// the PS's rehashing can settle collisions for good (§5.4.1: it converges in ~500 ms).
+    /// What the aggregator index is computed from. Hashing uses the fragment's position inside
+    /// its tensor: ATP numbers fragments per tensor, so the same fragment maps to the same
+    /// aggregator every iteration and the PS's rehashes persist (§5.4.1: they converge in
+    /// ~500 ms). Linear and static indexing walk the job's stream seq, so consecutive
+    /// fragments, across tensor boundaries too, take consecutive slots.
     fn fragment_key(&self, seq: u32) -> u32 {
-        self.request_of(seq).map_or(seq, |r| seq - self.reqs[r].first_seq)
+        match self.cfg.hashing {
+            Hashing::Hash => self.request_of(seq).map_or(seq, |r| seq - self.reqs[r].first_seq),
+            Hashing::Linear | Hashing::Static { .. } => seq,
+        }
     }
 
     fn current_index(&self, seq: u32) -> u32 {
@@ -1036,8 +1041,7 @@ mod tests {
             true
         });
         ws.iter_mut().for_each(|w| assert_eq!(done(w), vec![2; 62]));
-        // The next tensor (seqs 1..=4, keys 0..=3): key 0's index 0 is now remapped, the same
-        // fragment position in every later tensor uses the new index.
+        // Seqs 1..=4 (linear: index = seq % 4): seq 4 maps to index 0, which is now remapped.
         submit_all(&mut ws, 2, |_, _| 1, 62 * 4);
         let mut idx = BTreeMap::new();
         exchange(&mut ws, &mut ps, &mut now, &mut |p| {
@@ -1049,7 +1053,7 @@ mod tests {
             true
         });
         let new = AtpConfig { aggregators: 4, ..AtpConfig::default() }.rehash(0, 0);
-        assert_eq!(idx.into_iter().collect::<Vec<_>>(), vec![(1, new), (2, 1), (3, 2), (4, 3)]);
+        assert_eq!(idx.into_iter().collect::<Vec<_>>(), vec![(1, 1), (2, 2), (3, 3), (4, new)]);
     }
 
     #[test]

@@ -12,6 +12,8 @@ pub enum Ev {
     Arrive { port: u32 },
     /// A host's NIC finished serializing and may take the next packet.
     NicFree { host: u32 },
+    /// Packets between co-located endpoints of a host wait to be delivered.
+    Local { host: u32 },
     /// A host endpoint's protocol timer (stale ones are skipped by the handler).
     HostTimer { host: u32, ep: u16 },
     SwitchTimer { switch: u32, token: TimerToken },

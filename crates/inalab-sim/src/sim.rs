@@ -34,6 +34,9 @@ pub(crate) struct HostState {
     pub drops_loss: u64,
     pub drops_no_endpoint: u64,
     pub loss: f64,
+    /// Packets between endpoints of this host, delivered by an `Ev::Local` at the same time
+    /// (not by a nested call, which would recurse once per packet).
+    local: std::collections::VecDeque<Packet>,
 }
 
 pub(crate) struct SwitchState {
@@ -283,6 +286,13 @@ impl Sim {
                 self.hosts[host as usize].nic_busy = false;
                 self.try_transmit(host);
             }
+            Ev::Local { host } => {
+                while let Some(pkt) = self.hosts[host as usize].local.pop_front() {
+                    self.cons.delivered_packets += 1;
+                    self.cons.delivered_bytes += pkt.size as u64;
+                    self.deliver(host, pkt);
+                }
+            }
             Ev::HostTimer { host, ep } => {
                 let e = &mut self.hosts[host as usize].eps[ep as usize];
                 if e.timer_armed != Some(self.now) {
@@ -444,9 +454,11 @@ impl Sim {
             if pkt.dst == host {
                 // Co-located endpoints (e.g. a BytePS server beside its worker) talk through
                 // host memory, not the NIC.
-                self.cons.delivered_packets += 1;
-                self.cons.delivered_bytes += pkt.size as u64;
-                self.deliver(host, pkt);
+                let local = &mut self.hosts[host as usize].local;
+                if local.is_empty() {
+                    self.q.push(self.now, Ev::Local { host });
+                }
+                local.push_back(pkt);
                 continue;
             }
             pkt.hop = 0;
@@ -656,8 +668,9 @@ impl Sim {
         self.q.push(at, ev);
     }
 
-    /// Packets and bytes on wires (serializing or propagating).
+    /// Packets and bytes on wires (serializing or propagating) or between local endpoints.
     pub(crate) fn in_flight(&self) -> (u64, u64) {
-        self.ports.iter().fold((0, 0), |(n, b), p| (n + p.wire.len() as u64, b + p.on_wire_bytes))
+        let wires = self.ports.iter().fold((0, 0), |(n, b), p| (n + p.wire.len() as u64, b + p.on_wire_bytes));
+        self.hosts.iter().flat_map(|h| &h.local).fold(wires, |(n, b), p| (n + 1, b + p.size as u64))
     }
 }

@@ -116,3 +116,12 @@ fn adaptive_routing_spreads_load_on_congested_uplinks() {
     let up = |r: &inalab_sim::SimResult| r.links.iter().filter(|l| l.src == "leaf0" && l.dst.starts_with("spine") && l.tx_bytes > 0).count();
     assert_eq!(up(&adaptive), 4, "adaptive routing uses every uplink");
 }
+
+#[test]
+fn co_located_servers_deliver_without_deep_recursion() {
+    // Sharded PS: a quarter of each worker's 64 MiB goes to its own host's server, tens of
+    // thousands of host-local packets; delivering them by nested calls overflowed the stack.
+    let workload = json!({"kind": "allreduce", "bytes": 64u64 << 20, "iterations": 1});
+    let r = simulate(&spec(star(4, US), vec![job(0, "ps_sharded", hosts(0..4), vec![], workload)], vec![]));
+    assert!(r.jobs[0].finished);
+}
