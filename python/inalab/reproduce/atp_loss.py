@@ -1,0 +1,137 @@
+"""ATP Fig. 10: throughput against packet loss at one worker, ATP vs SwitchML (timeout recovery)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from . import markdown_table, register
+
+LOSS = (0.0, 1e-5, 1e-4, 1e-3, 1e-2)  # 0, 0.001 %, 0.01 %, 0.1 %, 1 %
+
+
+def scenario(scheme: str, prob: float, size: str, workers: int, seed: int = 1) -> dict:
+    job = {"name": scheme, "scheme": scheme, "allreduce": size, "iterations": 1,
+           "workers": f"h0..h{workers - 1}", "ina": {"timeout": "1ms"}}
+    if scheme == "atp":
+        job["servers"] = [f"h{workers}"]
+        job["ina"]["congestion_control"] = False  # as in the paper's §5.2.3
+    return {"name": f"atp-fig10-{scheme}-{prob:g}", "seed": seed, "stop": "30s",
+            "topology": {"kind": "star", "hosts": workers + 1}, "jobs": [job],
+            "network": {"host_loss": [{"host": "h0", "prob": prob}] if prob else []}}
+
+
+class AtpLoss:
+    name = "atp-loss"
+    claim = ("ATP Fig. 10 (§5.2.3): with one worker dropping 0.001 %-1 % of its packets and congestion "
+             "control off, ATP's throughput (normalized to no loss) degrades gracefully and less than "
+             "SwitchML's, whose loss recovery is a 1 ms timeout.")
+
+    def __init__(self, size: str = "32MiB", workers: int = 4, loss=LOSS):
+        self.size, self.workers, self.loss = size, workers, list(loss)
+
+    def run(self, progress) -> pd.DataFrame:
+        from .. import simulate
+
+        rows = []
+        for scheme in ("atp", "switchml"):
+            for p in self.loss:
+                progress(f"atp-fig10: {scheme}, loss {p:g}")
+                r = simulate(scenario(scheme, p, self.size, self.workers))
+                j = r.jobs.iloc[0]
+                h = r.hosts.set_index("name")
+                c = h.loc["h0", "counters"]
+                rows.append({"scheme": scheme, "loss_pct": p * 100, "goodput_gbps": float(j["goodput_gbps"]),
+                             "jct_s": float(j["jct_s"]), "finished": bool(j["finished"]),
+                             "packets_lost": int(h["drops_loss"].sum()),
+                             "lossy_worker_timeouts": int(c.get("timeouts", 0)),
+                             "lossy_worker_resends": int(c.get("resends", c.get("retransmissions", 0)))})
+        df = pd.DataFrame(rows)
+        base = df[df.loss_pct == 0].set_index("scheme")["goodput_gbps"]
+        df["normalized"] = df["goodput_gbps"] / df["scheme"].map(base)
+        return df
+
+    # Tolerance: at every loss rate > 0, ATP's normalized throughput >= SwitchML's minus 0.05
+    # ("ATP degrades ... to a lesser degree than SwitchML"), and ATP keeps >= 50 % at 0.01 % loss
+    # ("degrades gracefully").
+    MARGIN = 0.05
+
+    def holds(self, rows: pd.DataFrame) -> bool:
+        n = rows[rows.loss_pct > 0].pivot(index="loss_pct", columns="scheme", values="normalized")
+        graceful = True
+        if 0.01 in n.index:
+            graceful = n.loc[0.01, "atp"] >= 0.5
+        return bool((n["atp"] >= n["switchml"] - self.MARGIN).all() and graceful)
+
+    def explain(self, rows: pd.DataFrame) -> str:
+        n = rows.pivot(index="loss_pct", columns="scheme", values="normalized").reset_index()
+        a = rows[rows.scheme == "atp"].set_index("loss_pct")
+        top = a.index.max()
+        return f"""# atp-loss (ATP Fig. 10b, microbenchmark)
+
+**Claim.** {self.claim}
+
+**Command.** `inalab reproduce atp-loss`. Scenario: one allreduce of {self.size} with {self.workers} workers
+on a 100 Gbps star; ATP (`congestion_control = false`, fixed 60000 B window, 1 ms timeout, one PS
+host) vs SwitchML (1 ms timeout, equal-share slot pool); `host_loss` on worker `h0` (each packet
+it sends or receives is lost with this probability). Throughput = allreduce bytes / JCT,
+normalized to the scheme's no-loss run.
+
+**Our result** (`holds` = {self.holds(rows)}; tolerance: ATP's normalized throughput >= SwitchML's - {self.MARGIN}
+at every loss rate, and >= 0.5 at 0.01 %):
+
+Normalized throughput:
+
+{markdown_table(n)}
+
+All runs:
+
+{markdown_table(rows)}
+
+**Where and why they differ.**
+
+* ATP degrades less than SwitchML, the paper's order. ATP's workers treat a fragment as lost
+  when three parameters of later fragments have arrived and resend it at once (counted for every
+  missing fragment, like SACK holes), so a loss costs about a round trip; the PS answers the first
+  resend of an already completed fragment at once. SwitchML's only signal is its 1 ms per-slot
+  timeout, so every loss stalls one slot for a millisecond (the `lossy_worker_timeouts` column
+  equals its losses).
+* At the highest rate ATP still loses {1 - a.loc[top, 'normalized']:.0%} of its throughput: with
+  congestion control off its window does not shrink, and resends compete with new fragments.
+* History: an earlier version resent only the oldest missing fragment once and let the PS ignore a
+  resend within half a timeout of its answer; losses then cost serialized 1 ms timeouts and this
+  reproduction showed the reverse order. That was a modelling error (the paper's recovery is
+  meant to react within a round trip), fixed in the ATP worker and PS.
+* The paper's SwitchML is its own prototype with 180 B packets; ours is a packet-level model of
+  SwitchML's per-slot protocol with the same packet size. The paper's SwitchML may also lose more
+  per timeout (its Fig. 10 shows it falling much faster), which we cannot check.
+* Scaled down: one {self.size} allreduce (~{int(rows.loc[(rows.scheme == 'atp') & (rows.loss_pct == 0), 'jct_s'].iloc[0] * 1e3 + 0.5)} ms simulated without loss)
+  instead of a long training run, one seed. The lossy worker sends and receives ~1.4e5 (ATP) /
+  ~2.6e5 (SwitchML) packets each way, so 0.001 % gives only a few losses and that point is noisy
+  (a larger tensor would sharpen it at a proportional wall-time cost).
+"""
+
+    def plot(self, rows: pd.DataFrame, path: Path) -> Path:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(5.5, 3.3))
+        lossy = rows[rows.loss_pct > 0]
+        for scheme, m in (("atp", "o"), ("switchml", "s")):
+            d = lossy[lossy.scheme == scheme]
+            ax.plot(d["loss_pct"], d["normalized"], marker=m, label=scheme)
+        ax.set_xscale("log")
+        ax.set_ylim(0, 1.05)
+        ax.set_xlabel("loss rate at one worker (%)")
+        ax.set_ylabel("throughput / no-loss throughput")
+        ax.set_title("ATP Fig. 10b in inalab")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        return path
+
+
+register(AtpLoss())

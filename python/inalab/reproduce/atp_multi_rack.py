@@ -1,0 +1,144 @@
+"""ATP §5.2.2 / Fig. 9: traffic at the PS with two-level aggregation vs a rack-scale solution."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from . import markdown_table, register
+
+WORKERS = {"w0": "sw0", "w1": "sw0", "w2": "sw1", "w3": "sw1", "w4": "sw2", "w5": "sw2"}
+
+
+def topology(variant: str) -> dict:
+    """Fig. 9: three racks sw0..sw2 under one core switch; w0-w1 at sw0, w2-w3 at sw1, w4-w5 and
+    the PS at sw2. Variant "rss" moves the PS to its own non-programmable rack sw3 (see explain)."""
+    tors = ["sw0", "sw1", "sw2"] + (["sw3"] if variant == "rss" else [])
+    nodes = [{"name": s, "kind": "switch", "tier": 1} for s in tors] + [{"name": "core", "kind": "switch", "tier": 2}]
+    links = [{"a": s, "b": "core"} for s in tors]
+    hosts = dict(WORKERS, ps="sw3" if variant == "rss" else "sw2")
+    for h, s in hosts.items():
+        nodes.append({"name": h, "kind": "host"})
+        links.append({"a": h, "b": s})
+    programmable = {"atp": ["sw0", "sw1", "sw2"], "rss": ["sw0", "sw1", "sw2"],
+                    "level1_only": ["sw0", "sw1"], "none": []}[variant]
+    return {"kind": "edges", "nodes": nodes, "links": links, "programmable": programmable}
+
+
+def scenario(variant: str, size: str, iterations: int) -> dict:
+    return {"name": f"atp-fig9-{variant}", "stop": "10s", "topology": topology(variant),
+            "jobs": [{"name": "job", "scheme": "atp", "allreduce": size, "iterations": iterations,
+                      "workers": list(WORKERS), "servers": ["ps"]}]}
+
+
+VARIANTS = {
+    "atp": "ATP two-level (sw0, sw1 level 1; sw2 aggregates w4, w5 and the sw0/sw1 partials)",
+    "rss": "RSS: each rack aggregates its own workers, PS aggregates the 3 partials",
+    "level1_only": "PS's ToR not programmable (sw0, sw1 aggregate; w4, w5 raw to PS)",
+    "none": "no aggregation (reference)",
+}
+
+
+class AtpMultiRack:
+    name = "atp-multi-rack"
+    claim = ("ATP §5.2.2 (Fig. 9): with workers w0-w5 in three racks (two per ToR, the PS under SW2), a "
+             "rack-scale solution (RSS: aggregate per rack, then at the PS) makes the PS receive 3x more "
+             "traffic than ATP, whose second level at SW2 merges w4, w5 and the SW0/SW1 partials.")
+
+    def __init__(self, size: str = "4MiB", iterations: int = 3, variants=tuple(VARIANTS)):
+        self.size, self.iterations, self.variants = size, iterations, list(variants)
+
+    def run(self, progress) -> pd.DataFrame:
+        from .. import simulate
+        from ..units import parse_size
+
+        # One stream = one worker's gradient packets: ceil(size / 248 B) x 306 B per iteration.
+        stream = math.ceil(parse_size(self.size) / 248) * 306 * self.iterations
+        rows = []
+        for v in self.variants:
+            progress(f"atp-fig9: {v}")
+            r = simulate(scenario(v, self.size, self.iterations))
+            h = r.hosts.set_index("name")
+            j = r.jobs.iloc[0]
+            sw = r.switches.set_index("name")
+            rows.append({"variant": v, "ps_rx_bytes": int(h.loc["ps", "rx_bytes"]),
+                         "ps_rx_streams": h.loc["ps", "rx_bytes"] / stream,
+                         "finished": bool(j["finished"]), "jct_s": float(j["jct_s"]),
+                         "queue_drops": int(sw["drops_queue"].sum()),
+                         "collisions": int(sum(c.get("collisions", 0) for c in sw["counters"])),
+                         "worker_timeouts": int(sum(h.loc[w, "counters"].get("timeouts", 0) for w in WORKERS))})
+        df = pd.DataFrame(rows)
+        atp = df.set_index("variant").loc["atp", "ps_rx_bytes"] if "atp" in self.variants else float("nan")
+        df["vs_atp"] = df["ps_rx_bytes"] / atp
+        return df
+
+    # Tolerance: the PS's traffic under RSS is 3x ATP's within +-20 % (2.4x-3.6x).
+    LO, HI = 2.4, 3.6
+
+    def holds(self, rows: pd.DataFrame) -> bool:
+        r = rows.set_index("variant")["vs_atp"]
+        return bool(self.LO <= r["rss"] <= self.HI)
+
+    def explain(self, rows: pd.DataFrame) -> str:
+        t = rows.set_index("variant")
+        desc = pd.DataFrame({"variant": list(VARIANTS), "meaning": list(VARIANTS.values())})
+        return f"""# atp-multi-rack (ATP §5.2.2, Fig. 9)
+
+**Claim.** {self.claim}
+
+**Command.** `inalab reproduce atp-multi-rack`. Scenario: an `edges` topology of three ToRs sw0, sw1,
+sw2 (100 Gbps, 1 us links) under one non-programmable core switch; w0-w1 under sw0, w2-w3 under
+sw1, w4-w5 and the PS under sw2 (the paper's text: "the PS is connected to switch SW2"; we assume
+the ToRs meet at a core switch, which does not change the PS's traffic). One ATP job, allreduce
+{self.size} x {self.iterations}, default congestion control. Metric: the PS's `rx_bytes`, also in units of one
+worker's gradient stream (ceil({self.size} / 248 B) x 306 B per iteration).
+
+{markdown_table(desc)}
+
+How RSS is modelled: in the paper RSS aggregates w4-w5 at SW2 but does *not* merge the SW0/SW1
+partials there. inalab's ATP switch at the PS's rack always does both (level 2), so that exact mix
+is not configurable. `rss` reproduces RSS's traffic instead: w4-w5 keep their programmable ToR sw2
+and the PS moves to its own non-programmable ToR sw3, so three rack partials reach the PS, as in
+RSS. `level1_only` is the literal "PS's ToR not programmable" setting on the Fig. 9 topology: w4 and
+w5 then reach the PS unaggregated (4 streams), an upper bound for RSS.
+
+**Our result** (`holds` = {self.holds(rows)}; tolerance: RSS / ATP in [{self.LO}, {self.HI}], the paper's 3x +-20 %):
+
+{markdown_table(rows)}
+
+**Where and why they differ.**
+
+* The shape holds: with ATP the PS receives about one stream ({t.loc['atp', 'ps_rx_streams']:.2f}), with RSS about three
+  ({t.loc['rss', 'ps_rx_streams']:.2f}): RSS / ATP = {t.loc['rss', 'vs_atp']:.2f} (paper: 3x, i.e. 2/3 of the PS's traffic removed).
+* Both counts are above the ideal (1 and 3 streams) because of hash collisions (a colliding
+  packet goes to the PS unaggregated) and of resends after queue drops: in `atp` the two level-1
+  partials meet at the core->sw2 link at 2x its rate, in `rss` three partials meet at core->sw3 at
+  3x, so the windows overshoot in slow start and drop packets. The excess is relatively larger
+  for ATP, which lowers the ratio below 3x (and below 2.4x in runs of a single 1 MiB allreduce,
+  where the fixed slow-start episode weighs more). The paper's software-switch measurement has
+  neither congestion nor (presumably) many collisions.
+* Not part of the claim: `jct_s` shows what the slow-start drops cost each variant.
+* Scaled down: {self.iterations} x {self.size} instead of a training run; the paper only reports the ratio.
+"""
+
+    def plot(self, rows: pd.DataFrame, path: Path) -> Path:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(5.5, 3.3))
+        ax.bar(rows["variant"], rows["ps_rx_streams"], color=["C0", "C1", "C2", "C7"][: len(rows)])
+        ax.axhline(1, ls=":", c="k", lw=0.8)
+        ax.axhline(3, ls="--", c="k", lw=0.8, label="paper: RSS = 3x ATP")
+        ax.set_ylabel("PS rx (worker streams)")
+        ax.set_title("ATP Fig. 9: traffic arriving at the PS")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        return path
+
+
+register(AtpMultiRack())

@@ -1,0 +1,51 @@
+"""ATP reproductions (Fig. 13a dynamic vs static, Fig. 15 congestion control, Fig. 8 single job)
+on reduced variants that run in a few seconds."""
+from __future__ import annotations
+
+from inalab.reproduce import REPRODUCTIONS
+from inalab.reproduce.atp_congestion import AtpCongestion
+from inalab.reproduce.atp_dynamic_static import AtpDynamicVsStatic
+from inalab.reproduce.atp_single_job import AtpSingleJob
+
+
+def test_registry_lists_atp_a():
+    assert {"atp-dynamic-vs-static", "atp-congestion-control", "atp-single-job"} <= set(REPRODUCTIONS)
+
+
+def test_dynamic_vs_static_reduced():
+    # Reduced: 3 jobs of 2 workers, dnn_b (8 MB), 2 iterations, 100 % and 33 % of the measured PTA.
+    rep = AtpDynamicVsStatic(model="dnn_b", workers=2, iterations=2, fractions=(1.0, 0.33))
+    rows = rep.run(lambda m: None)
+    assert len(rows) == 6 and rows.finished.all()
+    r = rows.set_index(["pta_fraction", "sharing"]).throughput
+    # the slice-windowed static baseline slows down in proportion to its slots...
+    assert r[(0.33, "static-window")] < 0.8 * r[(1.0, "static-window")]
+    # ...and dynamic sharing degrades less at 33 % PTA (the paper's direction)
+    assert r[(0.33, "dynamic")] > r[(0.33, "static-window")]
+    sw = rows[rows.sharing == "static-window"]
+    assert (sw.switch_agg_fraction > 0.5).all()
+    assert isinstance(rep.holds(rows), bool) and "Where and why" in rep.explain(rows)
+
+
+def test_congestion_control_reduced():
+    # Reduced: 4 workers, 3 iterations. Without CC an 8x window overflows the PS port; with CC the
+    # job completes and runs faster (shape of Fig. 15).
+    rep = AtpCongestion(workers=4, iterations=3, extra_1x=False)
+    rows = rep.run(lambda m: None)
+    cc, nocc = rows[rows.cc].iloc[0], rows[~rows.cc].iloc[0]
+    assert cc.finished
+    assert nocc.drops_queue > 0
+    assert cc.iters_per_s > 1.5 * nocc.iters_per_s
+    assert "Where and why" in rep.explain(rows)
+
+
+def test_single_job_reduced():
+    # Reduced: the catalog's small synthetic models (dnn_a comm:comp 2, dnn_b 0.5), 4 workers, 2 iterations.
+    rep = AtpSingleJob(models=("dnn_a", "dnn_b"), iterations=2, compute_scale=1.0, workers=4,
+                       network_intensive="dnn_a", compute_intensive="dnn_b", extra_scales=())
+    rows = rep.run(lambda m: None)
+    assert len(rows) == 10 and rows.finished.all()
+    t = rows.pivot(index="model", columns="scheme", values="img_per_s_per_worker")
+    assert (t.atp > t.ps).all()  # in-network aggregation beats the N-to-1 PS incast
+    assert t.loc["dnn_a", "atp"] / t.loc["dnn_a", "ps"] > t.loc["dnn_b", "atp"] / t.loc["dnn_b", "ps"]
+    assert isinstance(rep.holds(rows), bool) and "Where and why" in rep.explain(rows)

@@ -1,0 +1,49 @@
+"""ATP reproductions (Fig. 14 hashing, Fig. 10 loss, §5.2.2 multi-rack) on reduced variants."""
+from __future__ import annotations
+
+from inalab.reproduce import REPRODUCTIONS
+from inalab.reproduce.atp_hash_vs_linear import AtpHashVsLinear
+from inalab.reproduce.atp_loss import AtpLoss
+from inalab.reproduce.atp_multi_rack import AtpMultiRack
+
+
+def test_registry_lists_atp_b():
+    assert {"atp-hash-vs-linear", "atp-loss", "atp-multi-rack"} <= set(REPRODUCTIONS)
+
+
+def test_multi_rack_reduced():
+    # Reduced: one 4 MiB allreduce. A fixed slow-start loss episode weighs more in a short run, so
+    # the tolerance here is looser than holds()'s: RSS / ATP > 2 (paper: 3).
+    rep = AtpMultiRack(size="4MiB", iterations=1, variants=("atp", "rss", "level1_only"))
+    rows = rep.run(lambda m: None)
+    r = rows.set_index("variant")
+    assert r.loc["rss", "vs_atp"] > 2.0
+    assert r.loc["atp", "ps_rx_streams"] < 1.5 and 3.8 < r.loc["level1_only", "ps_rx_streams"] < 4.6
+    assert "Where and why" in rep.explain(rows)
+
+
+def test_hash_vs_linear_reduced():
+    # Reduced: 1 and 4 jobs of 2 workers, one 1 MiB allreduce. Static and linear must show the
+    # paper's shape (linear loses to static with several jobs; tolerance 0.6 in this short run).
+    rep = AtpHashVsLinear(jobs=(1, 4), workers=2, size="1MiB", iterations=1)
+    rows = rep.run(lambda m: None)
+    g = rows.pivot(index="jobs", columns="allocation", values="mean_goodput_gbps")
+    assert len(rows) == 6 and rows.all_finished.all()
+    assert g.loc[1, "hash"] < g.loc[1, "static"]  # our finding: hash self-collisions cost goodput
+    assert abs(g.loc[1, "static"] - g.loc[1, "linear"]) < 1e-9  # identical for one job
+    assert g.loc[4, "linear"] < 0.6 * g.loc[4, "static"]
+    assert (rows[rows.allocation == "static"].collisions == 0).all()
+    assert isinstance(rep.holds(rows), bool)
+
+
+def test_loss_reduced():
+    # Reduced: 4 MiB, loss 0 and 1 % only: ATP's fast resends degrade less than SwitchML's
+    # 1 ms timeouts, the paper's order.
+    rep = AtpLoss(size="4MiB", loss=(0.0, 1e-2))
+    rows = rep.run(lambda m: None)
+    n = rows.set_index(["scheme", "loss_pct"])["normalized"]
+    assert n[("atp", 0.0)] == 1.0 and n[("switchml", 0.0)] == 1.0
+    assert 0 < n[("atp", 1.0)] < 1 and 0 < n[("switchml", 1.0)] < 1
+    assert rows.packets_lost[rows.loss_pct > 0].min() > 0
+    assert n[("atp", 1.0)] > n[("switchml", 1.0)]
+    assert rep.holds(rows)
