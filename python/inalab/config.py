@@ -747,15 +747,20 @@ def load_scenario(source: Union[str, Path, dict, Scenario]) -> Scenario:
     """A validated Scenario from a TOML path, a shipped scenario name, TOML text, a dict or a Scenario."""
     if isinstance(source, Scenario):
         return source
+    return _validate(read_source(source, shipped_scenarios(), "shipped scenario"))
+
+
+def read_source(source: Union[str, Path, dict], shipped: dict[str, Path], what: str) -> dict:
+    """The raw table of a scenario given as a dict, TOML text, a file path or the name of a
+    shipped file (``what`` names that kind in errors); a file's name becomes the default ``name``."""
     if isinstance(source, dict):
-        return _validate(source)
+        return dict(source)
     if isinstance(source, str) and "\n" in source:
-        return _validate(_parse_toml(source, "scenario"))
+        return _parse_toml(source, "scenario")
     path = Path(source)
     if not path.exists():
-        shipped = shipped_scenarios()
         if str(source) not in shipped:
-            raise ConfigError("scenario", f"no file {str(source)!r} and no shipped scenario of that name; "
+            raise ConfigError("scenario", f"no file {str(source)!r} and no {what} of that name; "
                               f"shipped: {', '.join(shipped)}")
         path = shipped[str(source)]
     try:
@@ -764,7 +769,7 @@ def load_scenario(source: Union[str, Path, dict, Scenario]) -> Scenario:
         raise ConfigError("scenario", f"cannot read {str(path)!r}: {e.strerror}") from None
     data = _parse_toml(text, str(path))
     data.setdefault("name", path.stem)
-    return _validate(data)
+    return data
 
 
 def _parse_toml(text: str, where: str) -> dict:

@@ -18,7 +18,7 @@ import pandas as pd
 from pydantic import ValidationError, model_validator
 
 from ..config import (_HOSTS_TYPE, _REQUIRED, Hosts, OptRate, Rate, Topology, _from_validation, _Graph, _Model,
-                      _parse_toml, build_topology, opt)
+                      build_topology, opt, read_source)
 from ..errors import ConfigError
 from .flow_model import SCHEMES, FlowResult, Problem, run_scheme
 from .network import GBPS, Net
@@ -147,23 +147,7 @@ def load_analysis(source: Union[str, Path, dict, AnalysisScenario]) -> AnalysisS
     """An AnalysisScenario from a TOML path, a shipped analysis scenario name, TOML text or a dict."""
     if isinstance(source, AnalysisScenario):
         return source
-    name = None
-    if isinstance(source, dict):
-        data = dict(source)
-    elif isinstance(source, str) and "\n" in source:
-        data = _parse_toml(source, "scenario")
-    else:
-        path = Path(source)
-        if not path.exists():
-            shipped = shipped_analyses()
-            if str(source) not in shipped:
-                raise ConfigError("scenario", f"no file {str(source)!r} and no shipped analysis scenario of that "
-                                  f"name; shipped: {', '.join(shipped)}")
-            path = shipped[str(source)]
-        data = _parse_toml(path.read_text(), str(path))
-        name = path.stem
-    if name and "name" not in data:
-        data["name"] = name
+    data = read_source(source, shipped_analyses(), "shipped analysis scenario")
     try:
         return AnalysisScenario.model_validate(data)
     except ValidationError as e:
