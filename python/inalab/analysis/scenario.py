@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import random
-import tomllib
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
