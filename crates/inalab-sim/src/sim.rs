@@ -108,6 +108,15 @@ impl SwitchCtx for Ctx<'_> {
     }
 }
 
+/// The host called `name`, or an error at `field` that says why not.
+pub(crate) fn host_named(topo: &Topology, field: String, name: &str) -> Result<NodeId, SimError> {
+    match topo.find(name) {
+        Some(n) if topo.is_host(n) => Ok(n),
+        Some(_) => Err(SimError::new(field, format!("{name:?} is a switch, not a host"))),
+        None => Err(SimError::new(field, format!("no host named {name:?}; hosts are h0..h{}", topo.hosts.saturating_sub(1)))),
+    }
+}
+
 fn check_prob(field: String, p: f64) -> Result<f64, SimError> {
     if !(0.0..=1.0).contains(&p) {
         return Err(SimError::new(field, format!("must be a probability in [0, 1], got {p}")));
@@ -171,10 +180,8 @@ impl Sim {
         let mut hosts: Vec<HostState> = (0..topo.hosts).map(|_| HostState::default()).collect();
         for (i, hl) in net.host_loss.iter().enumerate() {
             let p = check_prob(format!("network.host_loss[{i}].prob"), hl.prob)?;
-            match topo.find(&hl.host) {
-                Some(h) if topo.is_host(h) => hosts[h as usize].loss = p,
-                _ => return Err(SimError::new(format!("network.host_loss[{i}].host"), format!("no host named {:?}", hl.host))),
-            }
+            let h = host_named(&topo, format!("network.host_loss[{i}].host"), &hl.host)?;
+            hosts[h as usize].loss = p;
         }
         let mut switches: Vec<SwitchState> = topo
             .switches()

@@ -5,7 +5,7 @@
 
 use crate::events::Ev;
 use crate::schemes;
-use crate::sim::Sim;
+use crate::sim::{host_named, Sim};
 use crate::spec::{JobSpec, Scheme, SimSpec, Workload};
 use crate::SimError;
 use inalab_core::{splitmix64, AppRequest, Endpoint, HostEvent, NodeId, Payload, Time};
@@ -166,16 +166,7 @@ impl Sim {
             if js.id as usize != j {
                 return Err(SimError::new(format!("{field}.id"), format!("job ids must be 0, 1, ... in order; expected {j}, got {}", js.id)));
             }
-            let host = |i: usize, name: &String, what: &str| -> Result<NodeId, SimError> {
-                match self.topo.find(name) {
-                    Some(n) if self.topo.is_host(n) => Ok(n),
-                    Some(_) => Err(SimError::new(format!("{field}.{what}[{i}]"), format!("{name:?} is a switch, not a host"))),
-                    None => Err(SimError::new(
-                        format!("{field}.{what}[{i}]"),
-                        format!("no host named {name:?}; hosts are h0..h{}", self.topo.hosts - 1),
-                    )),
-                }
-            };
+            let host = |i: usize, name: &String, what: &str| host_named(&self.topo, format!("{field}.{what}[{i}]"), name);
             let workers = js.workers.iter().enumerate().map(|(i, n)| host(i, n, "workers")).collect::<Result<Vec<_>, _>>()?;
             let servers = js.servers.iter().enumerate().map(|(i, n)| host(i, n, "servers")).collect::<Result<Vec<_>, _>>()?;
             if workers.is_empty() {
@@ -283,9 +274,7 @@ impl Sim {
         }
         for (f, fs) in spec.flows.iter().enumerate() {
             let field = format!("flows[{f}]");
-            let host = |name: &String, what: &str| -> Result<NodeId, SimError> {
-                self.topo.find(name).filter(|&n| self.topo.is_host(n)).ok_or_else(|| SimError::new(format!("{field}.{what}"), format!("no host named {name:?}")))
-            };
+            let host = |name: &String, what: &str| host_named(&self.topo, format!("{field}.{what}"), name);
             let (src, dst) = (host(&fs.src, "src")?, host(&fs.dst, "dst")?);
             if src == dst {
                 return Err(SimError::new(format!("{field}.dst"), "a flow needs two different hosts"));
@@ -328,13 +317,7 @@ impl Sim {
             if bg.message_bytes == 0 {
                 return Err(SimError::new("background.message", "must be a positive size"));
             }
-            let mut hosts = vec![];
-            for (i, name) in bg.hosts.iter().enumerate() {
-                match self.topo.find(name) {
-                    Some(h) if self.topo.is_host(h) => hosts.push(h),
-                    _ => return Err(SimError::new(format!("background.hosts[{i}]"), format!("no host named {name:?}"))),
-                }
-            }
+            let hosts = bg.hosts.iter().enumerate().map(|(i, name)| host_named(&self.topo, format!("background.hosts[{i}]"), name)).collect::<Result<Vec<_>, _>>()?;
             if hosts.len() < 2 {
                 return Err(SimError::new("background.hosts", "background traffic needs at least two hosts"));
             }

@@ -92,11 +92,10 @@ pub fn build(spec: &TopologySpec) -> Result<Topology, TopoError> {
             let mut b = Builder::new(g * a * p);
             let r: Vec<Vec<NodeId>> =
                 (0..*g).map(|gi| (0..*a).map(|ri| b.switch(format!("r{gi}_{ri}"), 1)).collect()).collect();
-            for gi in 0..*g as usize {
-                for ri in 0..*a as usize {
-                    for k in 0..*p {
-                        b.link(((gi as u32 * a) + ri as u32) * p + k, r[gi][ri], *link_rate_bps, *link_delay_ps);
-                    }
+            // Hosts are numbered router by router: router n of the flattened list has hosts n*p...
+            for (n, &router) in r.iter().flatten().enumerate() {
+                for k in 0..*p {
+                    b.link(n as u32 * p + k, router, *link_rate_bps, *link_delay_ps);
                 }
             }
             for grp in &r {
