@@ -4,9 +4,11 @@
 //! pure state machine: it is handed the current time and an input (a packet, a fired timer, an
 //! application request) and answers with outputs (packets, timers, completions). It owns no
 //! clock, socket, thread or random number generator. Two drivers run it: the discrete-event
-//! simulator (`inalab-sim`) and the UDP runtime (a later issue). Anything random a protocol
+//! simulator (`inalab-sim`) and the UDP runtime (`inalab-net`), which puts packets on the wire
+//! with [`frame`]. Anything random a protocol
 //! needs (for example a hash seed) is passed in by the driver at construction.
 
+pub mod frame;
 mod host;
 mod packet;
 mod switch;

@@ -9,7 +9,7 @@ use inalab_host::{
     atp_layout, AimdConfig, AtpConfig, AtpServer, AtpServerConfig, AtpWorker, Hashing, HierarchicalAllreduce, PsConfig, PsServer, PsWorker, RingAllreduce,
     SwitchMlConfig, SwitchMlWorker, TransportConfig,
 };
-use inalab_switch::{AtpSwitchJob, SwitchMlJob};
+use inalab_switch::{atp_admissions, AtpSwitchJob, SwitchMlJob};
 use inalab_topo::Topology;
 
 /// (field, message) of a job that cannot be built.
@@ -196,32 +196,8 @@ fn build_atp(
     }
     let scfg = AtpServerConfig { atp: cfg.clone(), layout, workers: wep, multicast, resend_holdoff_ps: ina.timeout_ps / 2 };
     out.endpoints.push((ps_host, Box::new(AtpServer::new(ps, scfg).map_err(err)?), Owner::Server { job }));
-    // Admissions: worker racks (level 1) in order of first appearance, then the PS's rack.
     let port = |s: NodeId, h: NodeId| topo.port_to(s, h).expect("a host's ToR faces it");
-    let mut rack_order: Vec<NodeId> = vec![];
-    for &r in &racks {
-        if !rack_order.contains(&r) {
-            rack_order.push(r);
-        }
-    }
-    let mut remote_targets = vec![];
-    for &rack in &rack_order {
-        let local: Vec<NodeId> = workers.iter().zip(&racks).filter(|(_, &r)| r == rack).map(|(&w, _)| w).collect();
-        if rack == ps_rack {
-            continue;
-        }
-        if runs_atp(rack) {
-            remote_targets.push(local[0]);
-            let local_workers = local.iter().map(|&w| (port(rack, w), w)).collect();
-            out.atp_admissions.push((rack, AtpSwitchJob { local_workers, ps: None, remote_targets: vec![], multicast }));
-        } else {
-            remote_targets.extend(local);
-        }
-    }
-    if multicast {
-        let local_workers = workers.iter().zip(&racks).filter(|(_, &r)| r == ps_rack).map(|(&w, _)| (port(ps_rack, w), w)).collect();
-        out.atp_admissions.push((ps_rack, AtpSwitchJob { local_workers, ps: Some(ps_host), remote_targets, multicast }));
-    }
+    out.atp_admissions = atp_admissions(workers, &racks, ps_host, ps_rack, runs_atp, port);
     Ok(out)
 }
 

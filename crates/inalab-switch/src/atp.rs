@@ -111,6 +111,50 @@ pub struct AtpSwitchJob {
     pub multicast: bool,
 }
 
+/// The control plane's admissions of one ATP job: an [`AtpSwitchJob`] per switch that
+/// aggregates it, in order (worker racks by first appearance, then the PS's rack). Shared by
+/// the simulator and the UDP runtime so both set jobs up the same way.
+///
+/// `workers[r]` is worker r's host and `racks[r]` its switch; `ps` the PS host behind
+/// `ps_rack`; `runs_atp(rack)` whether a switch runs ATP; `port(rack, host)` the switch's port
+/// facing a host attached to it. Every worker rack with ATP other than the PS's aggregates at
+/// level 1 and gets one routed parameter copy (to its first worker, which it multicasts on);
+/// workers in the PS's rack or in racks without ATP are level-2 contributors. When the PS's
+/// rack does not run ATP the PS unicasts to every worker and no level-2 admission is made.
+pub fn atp_admissions<R: PartialEq + Copy>(
+    workers: &[NodeId],
+    racks: &[R],
+    ps: NodeId,
+    ps_rack: R,
+    runs_atp: impl Fn(R) -> bool,
+    port: impl Fn(R, NodeId) -> PortId,
+) -> Vec<(R, AtpSwitchJob)> {
+    let multicast = runs_atp(ps_rack);
+    let mut rack_order: Vec<R> = vec![];
+    for &r in racks {
+        if !rack_order.contains(&r) {
+            rack_order.push(r);
+        }
+    }
+    let mut out = vec![];
+    let mut remote_targets = vec![];
+    for &rack in rack_order.iter().filter(|&&r| r != ps_rack) {
+        let local: Vec<NodeId> = workers.iter().zip(racks).filter(|(_, &r)| r == rack).map(|(&w, _)| w).collect();
+        if runs_atp(rack) {
+            remote_targets.push(local[0]);
+            let local_workers = local.iter().map(|&w| (port(rack, w), w)).collect();
+            out.push((rack, AtpSwitchJob { local_workers, ps: None, remote_targets: vec![], multicast }));
+        } else {
+            remote_targets.extend(local);
+        }
+    }
+    if multicast {
+        let local_workers = workers.iter().zip(racks).filter(|(_, &r)| r == ps_rack).map(|(&w, _)| (port(ps_rack, w), w)).collect();
+        out.push((ps_rack, AtpSwitchJob { local_workers, ps: Some(ps), remote_targets, multicast }));
+    }
+    out
+}
+
 #[derive(Debug, Clone)]
 struct Aggregator {
     job: u32,
@@ -204,6 +248,16 @@ impl AtpSwitch {
     /// stale timeout.
     pub fn remove_job(&mut self, job: u32) {
         self.jobs.remove(&job);
+    }
+
+    /// Control plane, when a job ends or fails: removes its configuration and frees every
+    /// aggregator it holds (a register reset from the control plane). Returns the number
+    /// of aggregators freed.
+    pub fn release_job(&mut self, job: u32) -> u32 {
+        self.jobs.remove(&job);
+        let held: Vec<usize> = (0..self.pool.len()).filter(|&i| self.pool[i].as_ref().is_some_and(|a| a.job == job)).collect();
+        held.iter().for_each(|&i| self.free(i));
+        held.len() as u32
     }
 
     pub fn aggregators(&self) -> u32 {
