@@ -1,0 +1,445 @@
+//! The worker library: joins a job at its switch, then allreduces float32 arrays through the
+//! job's INA protocol (the same `SwitchMlWorker` / `AtpWorker` the simulator runs) on an I/O
+//! thread of its own.
+//!
+//! # Quantization
+//! Switches sum integers, so the client converts (with `inalab_host::quant`):
+//! - **SwitchML**: per tensor, the workers first agree on the largest exponent of the
+//!   tensor's values (one extra packet: each worker contributes its exponent in its own slot
+//!   of a `world`-long vector, the sum holds them all, and each takes the maximum), then send
+//!   the values scaled by `i32::MAX / (n 2^e_max)`: the sum cannot overflow, and its error is
+//!   at most `n^2 2^e_max / i32::MAX` per value (SwitchML's per-block exponents, with the
+//!   tensor as the block).
+//! - **ATP**: ATP's fixed scale (`atp_scale`, 1e8 by default): per-value error at most
+//!   `n / (2 scale)`. A value whose scaled magnitude does not fit an i32 fails the request
+//!   with an error naming it (the switch would saturate it), instead of returning a wrong sum.
+//!
+//! Requests run in submission order; every worker of a job must submit the same sizes in the
+//! same order (as with any allreduce). Results are handed to a completion thread, never run on
+//! the I/O thread, so a slow callback (one waiting for Python's GIL) does not stall packets.
+//!
+//! # Failure
+//! The join connection to the switch stays open. If the switch reports that another worker
+//! of the job died, or the connection drops, every pending and later request fails with a
+//! [`NetError::JobFailed`] that says why.
+
+use crate::clock::Clock;
+use crate::control::{self, field, JobSpec, Scheme};
+use crate::host::{counters_json, HostIo};
+use crate::udp::{wait, Udp, Waker};
+use crate::NetError;
+use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Payload};
+use inalab_host::quant::{block_exponent, from_fixed, switchml_scale, switchml_to_fixed, to_fixed};
+use inalab_host::{AtpWorker, SwitchMlWorker};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{BufReader, Read};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Client settings.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Control address of the worker's switch.
+    pub switch: SocketAddr,
+    pub job: u32,
+    pub rank: usize,
+    pub world: usize,
+    pub scheme: Scheme,
+    /// How long to wait for the other workers to join. Default 60 s.
+    pub join_timeout: Duration,
+}
+
+/// What a finished request hands its callback.
+pub type Completion = Box<dyn FnOnce(Result<Vec<f32>, NetError>) + Send>;
+
+enum Stage {
+    /// SwitchML: agreeing on the exponent; the values wait.
+    Exponent { values: Vec<f32> },
+    /// The values are on the wire; `scale` converts the sum back.
+    Data { scale: f64, len: usize },
+}
+
+struct Request {
+    stage: Stage,
+    done: Completion,
+}
+
+enum Proto {
+    SwitchMl(SwitchMlWorker),
+    Atp(AtpWorker),
+}
+
+impl Proto {
+    fn as_dyn(&mut self) -> &mut dyn HostProtocol {
+        match self {
+            Proto::SwitchMl(p) => p,
+            Proto::Atp(p) => p,
+        }
+    }
+    fn as_ref(&self) -> &dyn HostProtocol {
+        match self {
+            Proto::SwitchMl(p) => p,
+            Proto::Atp(p) => p,
+        }
+    }
+}
+
+struct State {
+    spec: JobSpec,
+    rank: usize,
+    proto: Proto,
+    io: HostIo,
+    control: TcpStream,
+    control_buf: Vec<u8>,
+    /// Requests not started (SwitchML starts one exponent round at a time, in order).
+    queue: VecDeque<(Vec<f32>, Completion)>,
+    /// Requests in the protocol, by protocol request id.
+    active: BTreeMap<u64, Request>,
+    /// SwitchML: whether an exponent round is in flight (the next waits for it).
+    exponent_busy: bool,
+    next_id: u64,
+    failed: Option<String>,
+    finished: Vec<(Completion, Result<Vec<f32>, NetError>)>,
+    completed: u64,
+}
+
+struct Inner {
+    st: Mutex<State>,
+    waker: Waker,
+    stop: AtomicBool,
+    clock: Clock,
+}
+
+/// A worker's connection to its job. See the module docs.
+pub struct Client {
+    inner: Arc<Inner>,
+    threads: Vec<JoinHandle<()>>,
+    pub node: u32,
+    pub spec: JobSpec,
+}
+
+impl Client {
+    /// Binds a UDP socket on the address the switch is reached from, joins the job and waits
+    /// until every rank joined and the job is admitted.
+    pub fn connect(opts: ClientOptions) -> Result<Client, NetError> {
+        if opts.world == 0 || opts.rank >= opts.world {
+            return Err(NetError::Config(format!("rank must be in 0..world ({}), got {}", opts.world, opts.rank)));
+        }
+        let mut conn = TcpStream::connect_timeout(&opts.switch, Duration::from_secs(10))
+            .map_err(|e| NetError::Config(format!("cannot reach the switch's control plane at {}: {e}", opts.switch)))?;
+        let udp = Udp::bind(SocketAddr::new(conn.local_addr()?.ip(), 0))?;
+        let msg = json!({"op": "join", "job": opts.job, "rank": opts.rank, "world": opts.world, "scheme": opts.scheme, "udp": udp.local_addr()?});
+        control::send_line(&mut conn, &msg)?;
+        conn.set_read_timeout(Some(opts.join_timeout))?;
+        let mut reader = BufReader::new(conn.try_clone()?);
+        let reply = match control::read_line(&mut reader) {
+            Ok(Some(v)) => control::check_ok(v)?,
+            Ok(None) => return Err(NetError::JobFailed("the switch closed the control connection during the rendezvous".into())),
+            Err(NetError::Io(e)) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                return Err(NetError::JobFailed(format!(
+                    "job {}: not every one of the {} workers joined within {:?}",
+                    opts.job, opts.world, opts.join_timeout
+                )))
+            }
+            Err(e) => return Err(e),
+        };
+        if !reader.buffer().is_empty() {
+            return Err(NetError::Protocol("unexpected data after the join reply".into()));
+        }
+        let spec: JobSpec = field(&reply, "spec")?;
+        let node: u32 = field(&reply, "node")?;
+        let local = Endpoint { host: node, port: control::PROTOCOL_PORT };
+        let proto = match spec.scheme {
+            Scheme::Switchml => Proto::SwitchMl(SwitchMlWorker::new(local, spec.switchml_config(opts.rank)).map_err(|e| NetError::Config(e.0))?),
+            Scheme::Atp => {
+                let (ps, _) = spec.ps_endpoint()?;
+                let pos = spec.atp_layout()?.positions[opts.rank];
+                Proto::Atp(AtpWorker::new(local, ps, pos, spec.atp_config()).map_err(|e| NetError::Config(e.0))?)
+            }
+        };
+        // The switch's data-plane address: the only source the worker accepts packets from.
+        let gateway: SocketAddr = field(&reply, "switch_udp")?;
+        conn.set_read_timeout(None)?;
+        conn.set_nonblocking(true)?;
+        let inner = Arc::new(Inner {
+            st: Mutex::new(State {
+                spec: spec.clone(),
+                rank: opts.rank,
+                proto,
+                io: HostIo::new(udp, gateway),
+                control: conn,
+                control_buf: vec![],
+                queue: VecDeque::new(),
+                active: BTreeMap::new(),
+                exponent_busy: false,
+                next_id: 0,
+                failed: None,
+                finished: vec![],
+                completed: 0,
+            }),
+            waker: Waker::new()?,
+            stop: AtomicBool::new(false),
+            clock: Clock::new(),
+        });
+        let (tx, rx) = mpsc::channel::<(Completion, Result<Vec<f32>, NetError>)>();
+        let i = inner.clone();
+        let io = std::thread::Builder::new().name("inalab-client-io".into()).spawn(move || io_loop(&i, tx))?;
+        let done = std::thread::Builder::new().name("inalab-client-done".into()).spawn(move || {
+            for (f, r) in rx {
+                f(r);
+            }
+        })?;
+        Ok(Client { inner, threads: vec![io, done], node, spec })
+    }
+
+    /// Starts an allreduce of `values`; `done` gets the element-wise sum over the job's
+    /// workers (or why it failed) on the client's completion thread.
+    pub fn allreduce_with(&self, values: Vec<f32>, done: Completion) {
+        let mut st = self.inner.st.lock().expect("client lock");
+        if let Some(reason) = &st.failed {
+            let reason = reason.clone();
+            drop(st);
+            return done(Err(NetError::JobFailed(reason)));
+        }
+        st.queue.push_back((values, done));
+        drop(st);
+        self.inner.waker.wake();
+    }
+
+    /// Allreduce, blocking until the sum is back.
+    pub fn allreduce(&self, values: Vec<f32>) -> Result<Vec<f32>, NetError> {
+        let (tx, rx) = mpsc::channel();
+        self.allreduce_with(values, Box::new(move |r| drop(tx.send(r))));
+        rx.recv().unwrap_or_else(|_| Err(NetError::JobFailed("the client stopped".into())))
+    }
+
+    /// Protocol and I/O counters.
+    pub fn stats(&self) -> Value {
+        let st = self.inner.st.lock().expect("client lock");
+        json!({"node": self.node, "rank": st.rank, "job": st.spec.job, "completed": st.completed,
+               "failed": st.failed, "protocol": counters_json(st.proto.as_ref()), "io": st.io.stats()})
+    }
+
+    /// Tells the switch this worker is done (the job is released when all are) and stops.
+    pub fn close(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if self.threads.is_empty() {
+            return;
+        }
+        {
+            let mut st = self.inner.st.lock().expect("client lock");
+            // The socket stays non-blocking (the I/O thread reads it); a short line fits the
+            // empty send buffer.
+            let _ = control::send_line(&mut st.control, &json!({"op": "leave"}));
+        }
+        self.inner.stop.store(true, Ordering::SeqCst);
+        self.inner.waker.wake();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn io_loop(inner: &Inner, done_tx: mpsc::Sender<(Completion, Result<Vec<f32>, NetError>)>) {
+    let (udp_fd, ctl_fd) = {
+        let st = inner.st.lock().expect("client lock");
+        (st.io.udp.fd(), st.control.as_raw_fd())
+    };
+    loop {
+        let stopping = inner.stop.load(Ordering::SeqCst);
+        let finished = {
+            let mut st = inner.st.lock().expect("client lock");
+            std::mem::take(&mut st.finished)
+        };
+        for f in finished {
+            let _ = done_tx.send(f);
+        }
+        if stopping {
+            let mut st = inner.st.lock().expect("client lock");
+            st.fail("the client was closed".into());
+            for f in std::mem::take(&mut st.finished) {
+                let _ = done_tx.send(f);
+            }
+            return;
+        }
+        let next = inner.st.lock().expect("client lock").proto.as_ref().poll_timeout();
+        let timeout = next.map_or(Duration::from_millis(50), |at| inner.clock.until(at).min(Duration::from_millis(50)));
+        let ready = wait(&[(udp_fd, libc::POLLIN), (inner.waker.fd(), libc::POLLIN), (ctl_fd, libc::POLLIN)], Some(timeout))
+            .unwrap_or_else(|_| vec![false; 3]);
+        let mut st = inner.st.lock().expect("client lock");
+        if ready[1] {
+            inner.waker.drain();
+        }
+        if ready[2] {
+            st.read_control();
+        }
+        st.pump(&inner.clock);
+    }
+}
+
+impl State {
+    /// Receives, fires timers, starts queued requests and sends, until nothing is queued.
+    fn pump(&mut self, clock: &Clock) {
+        for _ in 0..64 {
+            let now = clock.now();
+            let proto = self.proto.as_dyn();
+            let n = self.io.recv(|pkt| proto.handle_packet(now, pkt)).unwrap_or(0);
+            if proto.poll_timeout().is_some_and(|t| t <= now) {
+                proto.handle_timeout(now);
+            }
+            self.collect_events(now);
+            self.start_queued(now);
+            self.io.transmit(now, self.proto.as_dyn());
+            self.io.flush();
+            if n == 0 {
+                break;
+            }
+        }
+    }
+
+    fn submit(&mut self, now: u64, values: Payload, req: Request) {
+        self.next_id += 1;
+        let id = self.next_id;
+        let bytes = values.len() as u64 * 4;
+        self.active.insert(id, req);
+        self.proto.as_dyn().submit(now, AppRequest::Allreduce { id, bytes, data: Some(values) });
+    }
+
+    fn start_queued(&mut self, now: u64) {
+        if self.failed.is_some() {
+            return;
+        }
+        while let Some((values, done)) = self.queue.pop_front() {
+            let n = self.spec.workers.len() as u32;
+            if values.is_empty() {
+                self.finished.push((done, Ok(vec![])));
+                continue;
+            }
+            match self.spec.scheme {
+                Scheme::Atp => match to_fixed(&values, self.spec.atp_scale) {
+                    Ok(f) if f.saturated == 0 => {
+                        let len = values.len();
+                        self.submit(now, Payload::I32(f.values), Request { stage: Stage::Data { scale: self.spec.atp_scale, len }, done });
+                    }
+                    Ok(f) => {
+                        let (i, v) = values.iter().enumerate().find(|(_, v)| (**v as f64 * self.spec.atp_scale).abs() >= i32::MAX as f64).expect("one saturated");
+                        let msg = format!(
+                            "value {i} is {v}: {} values exceed ATP's fixed-point range ±{:.3} at scale {:e}; lower the switch's atp_scale",
+                            f.saturated,
+                            i32::MAX as f64 / self.spec.atp_scale,
+                            self.spec.atp_scale
+                        );
+                        self.finished.push((done, Err(NetError::Config(msg))));
+                    }
+                    Err(e) => self.finished.push((done, Err(NetError::Config(e.to_string())))),
+                },
+                Scheme::Switchml => {
+                    if self.exponent_busy {
+                        self.queue.push_front((values, done));
+                        return;
+                    }
+                    if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+                        let msg = format!("value {i} is {}, which has no fixed-point form", values[i]);
+                        self.finished.push((done, Err(NetError::Config(msg))));
+                        continue;
+                    }
+                    let mut exps = vec![0i32; n as usize];
+                    exps[self.rank] = block_exponent(&values) as i32 + 129;
+                    self.exponent_busy = true;
+                    self.submit(now, Payload::I32(exps), Request { stage: Stage::Exponent { values }, done });
+                }
+            }
+        }
+    }
+
+    fn collect_events(&mut self, now: u64) {
+        while let Some(ev) = self.proto.as_dyn().poll_event() {
+            match ev {
+                HostEvent::Done { id, data } => {
+                    let Some(req) = self.active.remove(&id) else { continue };
+                    let sum = match data {
+                        Some(Payload::I32(v)) => v,
+                        _ => {
+                            self.finished.push((req.done, Err(NetError::Protocol("a result without values".into()))));
+                            continue;
+                        }
+                    };
+                    match req.stage {
+                        Stage::Exponent { values } => {
+                            self.exponent_busy = false;
+                            let n = self.spec.workers.len() as u32;
+                            let e_max = (sum.iter().copied().max().unwrap_or(1) - 129).clamp(-128, 127) as i8;
+                            let f = switchml_to_fixed(&values, n, e_max).expect("checked finite, n > 0");
+                            let len = values.len();
+                            let scale = switchml_scale(n, e_max);
+                            self.submit(now, Payload::I32(f.values), Request { stage: Stage::Data { scale, len }, done: req.done });
+                        }
+                        Stage::Data { scale, len } => {
+                            self.completed += 1;
+                            let mut out = from_fixed(&sum, scale);
+                            out.truncate(len);
+                            self.finished.push((req.done, Ok(out)));
+                        }
+                    }
+                }
+                HostEvent::Failed { id, reason } => {
+                    if let Some(req) = self.active.remove(&id) {
+                        self.finished.push((req.done, Err(NetError::Protocol(reason))));
+                    }
+                }
+                HostEvent::Received { .. } => {}
+            }
+        }
+    }
+
+    /// Reads control events (non-blocking); a `failed` event or a closed connection fails
+    /// the job.
+    fn read_control(&mut self) {
+        let mut buf = [0u8; 4096];
+        loop {
+            match self.control.read(&mut buf) {
+                Ok(0) => return self.fail("the switch closed the control connection".into()),
+                Ok(n) => self.control_buf.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => return self.fail(format!("control connection to the switch failed: {e}")),
+            }
+        }
+        while let Some(i) = self.control_buf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.control_buf.drain(..=i).collect();
+            if let Ok(v) = serde_json::from_slice::<Value>(&line) {
+                if v["event"] == "failed" {
+                    let reason = v["reason"].as_str().unwrap_or("unknown").to_string();
+                    self.fail(reason);
+                }
+            }
+        }
+    }
+
+    fn fail(&mut self, reason: String) {
+        if self.failed.is_none() {
+            self.failed = Some(reason.clone());
+        }
+        let reason = self.failed.clone().expect("set");
+        for (_, req) in std::mem::take(&mut self.active) {
+            self.finished.push((req.done, Err(NetError::JobFailed(reason.clone()))));
+        }
+        for (_, done) in std::mem::take(&mut self.queue) {
+            self.finished.push((done, Err(NetError::JobFailed(reason.clone()))));
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! The parameter server process: one [`AtpServer`] per admitted ATP job, behind its switch.
+//! It attaches to its switch's control plane at start; jobs are admitted and released by the
+//! switch (`admit` / `release` with the job's [`JobSpec`]).
+
+use crate::clock::Clock;
+use crate::control::{self, err, field, ok, JobSpec, PROTOCOL_PORT};
+use crate::host::{counters_json, HostIo};
+use crate::udp::{wait, Udp};
+use crate::NetError;
+use inalab_core::wire::Header;
+use inalab_core::{Endpoint, HostProtocol, NodeId};
+use inalab_host::AtpServer;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::io::BufReader;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// PS settings.
+#[derive(Debug, Clone)]
+pub struct PsOptions {
+    /// Node id, unique in the deployment. Default 2.
+    pub node: NodeId,
+    /// Data-plane UDP address. Default 127.0.0.1:9200.
+    pub udp: SocketAddr,
+    /// Control-plane TCP address. Default 127.0.0.1:9300.
+    pub control: SocketAddr,
+    /// Control address of the ATP switch the PS is attached to. Default 127.0.0.1:9100.
+    pub switch: SocketAddr,
+}
+
+impl Default for PsOptions {
+    fn default() -> Self {
+        PsOptions {
+            node: 2,
+            udp: "127.0.0.1:9200".parse().expect("valid"),
+            control: "127.0.0.1:9300".parse().expect("valid"),
+            switch: "127.0.0.1:9100".parse().expect("valid"),
+        }
+    }
+}
+
+struct PsState {
+    io: HostIo,
+    servers: BTreeMap<u32, AtpServer>,
+    /// Packets for jobs not admitted here, dropped.
+    unadmitted: u64,
+}
+
+struct Shared {
+    node: NodeId,
+    st: Mutex<PsState>,
+    stop: AtomicBool,
+}
+
+pub struct PsHandle {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+    pub udp_addr: SocketAddr,
+    pub control_addr: SocketAddr,
+}
+
+impl PsHandle {
+    pub fn start(opts: PsOptions) -> Result<PsHandle, NetError> {
+        let udp = Udp::bind(opts.udp)?;
+        let listener = TcpListener::bind(opts.control)?;
+        let (udp_addr, control_addr) = (udp.local_addr()?, listener.local_addr()?);
+        let reply = control::request(
+            opts.switch,
+            &json!({"op": "attach", "role": "ps", "node": opts.node, "udp": udp_addr, "control": control_addr}),
+            Duration::from_secs(10),
+        )?;
+        let gateway: SocketAddr = field(&reply, "udp")?;
+        let shared = Arc::new(Shared {
+            node: opts.node,
+            st: Mutex::new(PsState { io: HostIo::new(udp, gateway), servers: BTreeMap::new(), unadmitted: 0 }),
+            stop: AtomicBool::new(false),
+        });
+        let s = shared.clone();
+        let data = std::thread::Builder::new().name("inalab-ps-dp".into()).spawn(move || data_loop(&s))?;
+        let s = shared.clone();
+        listener.set_nonblocking(true)?;
+        let ctl = std::thread::Builder::new().name("inalab-ps-cp".into()).spawn(move || accept_loop(&s, listener))?;
+        Ok(PsHandle { shared, threads: vec![data, ctl], udp_addr, control_addr })
+    }
+
+    pub fn stats(&self) -> Value {
+        stats(&self.shared)
+    }
+
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for PsHandle {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn stats(s: &Shared) -> Value {
+    let st = s.st.lock().expect("ps lock");
+    let jobs: serde_json::Map<String, Value> = st.servers.iter().map(|(j, p)| (j.to_string(), counters_json(p))).collect();
+    json!({"node": s.node, "io": st.io.stats(), "unadmitted": st.unadmitted, "jobs": jobs})
+}
+
+fn data_loop(s: &Shared) {
+    let clock = Clock::new();
+    let fd = s.st.lock().expect("ps lock").io.udp.fd();
+    while !s.stop.load(Ordering::Relaxed) {
+        let next = s.st.lock().expect("ps lock").servers.values().filter_map(|p| p.poll_timeout()).min();
+        let timeout = next.map_or(Duration::from_millis(10), |at| clock.until(at).min(Duration::from_millis(10)));
+        let _ = wait(&[(fd, libc::POLLIN)], Some(timeout));
+        let mut guard = s.st.lock().expect("ps lock");
+        let st = &mut *guard;
+        for _ in 0..32 {
+            let now = clock.now();
+            let (servers, unadmitted) = (&mut st.servers, &mut st.unadmitted);
+            let n = st.io.recv(|pkt| {
+                let server = match &pkt.header {
+                    Header::Atp(h) => servers.get_mut(&h.job),
+                    _ => None,
+                };
+                match server {
+                    Some(p) => p.handle_packet(now, pkt),
+                    None => *unadmitted += 1,
+                }
+            });
+            let now = clock.now();
+            for p in st.servers.values_mut() {
+                if p.poll_timeout().is_some_and(|t| t <= now) {
+                    p.handle_timeout(now);
+                }
+                st.io.transmit(now, p);
+                while p.poll_event().is_some() {}
+            }
+            st.io.flush();
+            if !matches!(n, Ok(k) if k > 0) {
+                break;
+            }
+        }
+    }
+}
+
+fn accept_loop(s: &Arc<Shared>, listener: TcpListener) {
+    while !s.stop.load(Ordering::Relaxed) {
+        match listener.accept() {
+            Ok((conn, _)) => {
+                let s = s.clone();
+                let _ = std::thread::Builder::new().name("inalab-ps-conn".into()).spawn(move || serve(&s, conn));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+fn serve(s: &Shared, conn: TcpStream) {
+    let _ = conn.set_nonblocking(false);
+    let Ok(mut w) = conn.try_clone() else { return };
+    let mut r = BufReader::new(conn);
+    while let Ok(Some(msg)) = control::read_line(&mut r) {
+        let reply = handle(s, &msg).unwrap_or_else(err);
+        if control::send_line(&mut w, &reply).is_err() {
+            break;
+        }
+    }
+}
+
+fn handle(s: &Shared, msg: &Value) -> Result<Value, NetError> {
+    match msg["op"].as_str().unwrap_or("") {
+        "admit" => {
+            let spec: JobSpec = field(msg, "spec")?;
+            let cfg = spec.atp_server_config()?;
+            let server = AtpServer::new(Endpoint { host: s.node, port: PROTOCOL_PORT }, cfg).map_err(|e| NetError::Config(e.0))?;
+            let mut st = s.st.lock().expect("ps lock");
+            if st.servers.contains_key(&spec.job) {
+                return Err(NetError::Config(format!("job {} is already admitted at the PS", spec.job)));
+            }
+            st.servers.insert(spec.job, server);
+            Ok(ok(json!({})))
+        }
+        "release" => {
+            let job: u32 = field(msg, "job")?;
+            s.st.lock().expect("ps lock").servers.remove(&job);
+            Ok(ok(json!({})))
+        }
+        "stats" => Ok(ok(stats(s))),
+        other => Err(NetError::Protocol(format!("field `op`: {other:?} is not one of \"admit\", \"release\", \"stats\""))),
+    }
+}

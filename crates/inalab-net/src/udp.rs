@@ -1,0 +1,265 @@
+//! Batched UDP I/O: `recvmmsg` with UDP GRO on receive and `sendmsg` with UDP GSO on send
+//! (through `quinn-udp`, which falls back to one datagram per call where the kernel lacks
+//! them), plus `ppoll` to wait on several descriptors with a sub-millisecond timeout.
+
+use quinn_udp::{RecvMeta, Transmit, UdpSocketState, BATCH_SIZE};
+use std::io::{self, IoSliceMut};
+use std::net::{SocketAddr, UdpSocket};
+use std::ops::Range;
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::Duration;
+
+/// Socket buffer size asked for (bytes); the kernel may cap it at `net.core.rmem_max`.
+pub const SOCKET_BUFFER_BYTES: usize = 8 << 20;
+/// Largest datagram (or GRO-coalesced train) one receive buffer holds.
+const RECV_BUF_BYTES: usize = 64 * 1024;
+/// A GSO train stays below this many bytes (the IP datagram limit).
+const MAX_TRAIN_BYTES: usize = 60_000;
+
+/// I/O counters: syscalls against datagrams show the batching.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct IoStats {
+    pub datagrams_sent: u64,
+    pub datagrams_received: u64,
+    pub send_calls: u64,
+    pub recv_calls: u64,
+    pub send_errors: u64,
+}
+
+/// Frames waiting to be sent: one buffer, with (destination, byte range) per datagram.
+#[derive(Default)]
+pub struct TxBatch {
+    buf: Vec<u8>,
+    items: Vec<(SocketAddr, Range<usize>)>,
+}
+
+impl TxBatch {
+    /// Appends one datagram for `dst`, written by `write` into the shared buffer.
+    pub fn push(&mut self, dst: SocketAddr, write: impl FnOnce(&mut Vec<u8>)) {
+        let start = self.buf.len();
+        write(&mut self.buf);
+        self.items.push((dst, start..self.buf.len()));
+    }
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
+
+/// A non-blocking UDP socket with batched send and receive.
+pub struct Udp {
+    sock: UdpSocket,
+    state: UdpSocketState,
+    bufs: Vec<Vec<u8>>,
+    metas: Vec<RecvMeta>,
+    pub stats: IoStats,
+}
+
+impl Udp {
+    pub fn bind(addr: SocketAddr) -> io::Result<Udp> {
+        let sock = UdpSocket::bind(addr)?;
+        let state = UdpSocketState::new((&sock).into())?;
+        let s2 = socket2::SockRef::from(&sock);
+        // Ask for big buffers; as root the FORCE variants pass the sysctl caps.
+        let _ = s2.set_recv_buffer_size(SOCKET_BUFFER_BYTES);
+        let _ = s2.set_send_buffer_size(SOCKET_BUFFER_BYTES);
+        force_buffer(sock.as_raw_fd(), libc::SO_RCVBUFFORCE);
+        force_buffer(sock.as_raw_fd(), libc::SO_SNDBUFFORCE);
+        Ok(Udp {
+            sock,
+            state,
+            bufs: vec![vec![0u8; RECV_BUF_BYTES]; BATCH_SIZE],
+            metas: vec![RecvMeta::default(); BATCH_SIZE],
+            stats: IoStats::default(),
+        })
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.sock.local_addr()
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
+    /// Segments one send may carry (1 without GSO).
+    pub fn max_gso_segments(&self) -> usize {
+        self.state.max_gso_segments()
+    }
+
+    /// Datagrams the kernel may coalesce into one receive (1 without GRO).
+    pub fn gro_segments(&self) -> usize {
+        self.state.gro_segments()
+    }
+
+    /// One `recvmmsg`: calls `f(source, datagram)` for every datagram queued (GRO trains
+    /// split into their datagrams). Returns how many; 0 when nothing was queued.
+    pub fn recv_batch(&mut self, mut f: impl FnMut(SocketAddr, &[u8])) -> io::Result<usize> {
+        let mut slices: Vec<IoSliceMut<'_>> = self.bufs.iter_mut().map(|b| IoSliceMut::new(b)).collect();
+        self.stats.recv_calls += 1;
+        let n = match self.state.recv((&self.sock).into(), &mut slices, &mut self.metas) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
+            // ICMP port unreachable from an earlier send to a closed peer: not ours to fail on.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return Ok(0),
+            Err(e) => return Err(e),
+        };
+        let mut count = 0;
+        for (meta, buf) in self.metas[..n].iter().zip(&slices) {
+            let stride = meta.stride.max(1);
+            for seg in buf[..meta.len].chunks(stride) {
+                f(meta.addr, seg);
+                count += 1;
+            }
+        }
+        self.stats.datagrams_received += count as u64;
+        Ok(count)
+    }
+
+    /// Sends every datagram of `tx` in order and empties it. Consecutive datagrams to one
+    /// destination of one size (the last may be shorter) go out as one GSO train. A full
+    /// socket buffer waits for room; other errors are counted and the datagram dropped
+    /// (UDP offers no more, and the protocols recover lost packets).
+    pub fn send_batch(&mut self, tx: &mut TxBatch) {
+        let max_segs = self.max_gso_segments().max(1);
+        let mut i = 0;
+        while i < tx.items.len() {
+            let (dst, ref first) = tx.items[i];
+            let seg = first.len();
+            let mut j = i + 1;
+            while j < tx.items.len() && j - i < max_segs {
+                let (d, ref r) = tx.items[j];
+                let total = r.end - first.start;
+                if d != dst || r.len() > seg || total > MAX_TRAIN_BYTES {
+                    break;
+                }
+                j += 1;
+                if r.len() < seg {
+                    break;
+                }
+            }
+            let range = first.start..tx.items[j - 1].1.end;
+            let transmit = Transmit {
+                destination: dst,
+                ecn: None,
+                contents: &tx.buf[range],
+                segment_size: (j - i > 1).then_some(seg),
+                src_ip: None,
+            };
+            loop {
+                self.stats.send_calls += 1;
+                match self.state.try_send((&self.sock).into(), &transmit) {
+                    Ok(()) => {
+                        self.stats.datagrams_sent += (j - i) as u64;
+                        break;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        let _ = wait(&[(self.fd(), libc::POLLOUT)], Some(Duration::from_millis(1)));
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        self.stats.send_errors += 1;
+                        break;
+                    }
+                }
+            }
+            i = j;
+        }
+        tx.items.clear();
+        tx.buf.clear();
+    }
+}
+
+fn force_buffer(fd: RawFd, opt: libc::c_int) {
+    let v = SOCKET_BUFFER_BYTES as libc::c_int;
+    // SAFETY: setsockopt with a valid fd and a pointer to an int of the given length.
+    unsafe {
+        libc::setsockopt(fd, libc::SOL_SOCKET, opt, &v as *const _ as *const libc::c_void, std::mem::size_of::<libc::c_int>() as u32);
+    }
+}
+
+/// Waits until one of `fds` (descriptor, poll events) is ready or `timeout` passes (`None`:
+/// forever). Returns the ready flags per descriptor.
+pub fn wait(fds: &[(RawFd, libc::c_short)], timeout: Option<Duration>) -> io::Result<Vec<bool>> {
+    let mut p: Vec<libc::pollfd> = fds.iter().map(|&(fd, events)| libc::pollfd { fd, events, revents: 0 }).collect();
+    let ts = timeout.map(|t| libc::timespec { tv_sec: t.as_secs() as libc::time_t, tv_nsec: t.subsec_nanos() as libc::c_long });
+    let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `p` is a valid array of pollfd for the call's duration; `tsp` null or valid.
+    let r = unsafe { libc::ppoll(p.as_mut_ptr(), p.len() as libc::nfds_t, tsp, std::ptr::null()) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(vec![false; fds.len()]);
+        }
+        return Err(e);
+    }
+    Ok(p.iter().map(|x| x.revents != 0).collect())
+}
+
+/// An eventfd another thread writes to wake a thread blocked in [`wait`].
+pub struct Waker(RawFd);
+
+impl Waker {
+    pub fn new() -> io::Result<Waker> {
+        // SAFETY: plain syscall; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Waker(fd))
+    }
+    pub fn fd(&self) -> RawFd {
+        self.0
+    }
+    pub fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
+        unsafe { libc::write(self.0, &one as *const u64 as *const libc::c_void, 8) };
+    }
+    /// Clears pending wake-ups.
+    pub fn drain(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a valid u64 from our non-blocking eventfd.
+        unsafe { libc::read(self.0, &mut v as *mut u64 as *mut libc::c_void, 8) };
+    }
+}
+
+impl Drop for Waker {
+    fn drop(&mut self) {
+        // SAFETY: we own the descriptor.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_round_trip_with_trains_and_a_short_tail() {
+        let mut a = Udp::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let mut b = Udp::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let dst = b.local_addr().unwrap();
+        let mut tx = TxBatch::default();
+        for i in 0..100u32 {
+            let len = if i == 99 { 7 } else { 100 };
+            tx.push(dst, |buf| buf.extend((0..len).map(|k| (i as u8).wrapping_add(k as u8))));
+        }
+        a.send_batch(&mut tx);
+        assert!(tx.is_empty());
+        let mut got = vec![];
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while got.len() < 100 && std::time::Instant::now() < deadline {
+            wait(&[(b.fd(), libc::POLLIN)], Some(Duration::from_millis(50))).unwrap();
+            b.recv_batch(|_, d| got.push(d.to_vec())).unwrap();
+        }
+        assert_eq!(got.len(), 100);
+        for (i, d) in got.iter().enumerate() {
+            assert_eq!(d.len(), if i == 99 { 7 } else { 100 });
+            assert_eq!(d[0], i as u8);
+        }
+        assert!(a.stats.send_calls < 100 || a.max_gso_segments() == 1, "GSO batches trains: {:?}", a.stats);
+    }
+}

@@ -1,0 +1,86 @@
+//! End-to-end on localhost: a software switch (and PS), workers in threads, real UDP.
+
+use inalab_net::client::{Client, ClientOptions};
+use inalab_net::control::Scheme;
+use inalab_net::ps::{PsHandle, PsOptions};
+use inalab_net::switch::{ProgramKind, SwitchHandle, SwitchOptions};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+fn any_port() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+fn switch(program: ProgramKind, drop_probability: f64) -> SwitchHandle {
+    let opts = SwitchOptions { udp: any_port(), control: any_port(), drop_probability, ..SwitchOptions::new(program) };
+    SwitchHandle::start(opts).unwrap()
+}
+
+fn ps(switch: &SwitchHandle) -> PsHandle {
+    PsHandle::start(PsOptions { udp: any_port(), control: any_port(), switch: switch.control_addr, ..PsOptions::default() }).unwrap()
+}
+
+/// Runs `world` workers of `job`; worker r allreduces `sizes` arrays whose values depend on r.
+fn run_job(sw: SocketAddr, scheme: Scheme, job: u32, world: usize, sizes: &[usize]) -> Vec<Vec<Vec<f32>>> {
+    let threads: Vec<_> = (0..world)
+        .map(|rank| {
+            let sizes = sizes.to_vec();
+            std::thread::spawn(move || {
+                let opts = ClientOptions { switch: sw, job, rank, world, scheme, join_timeout: Duration::from_secs(20) };
+                let c = Client::connect(opts).unwrap();
+                let out: Vec<Vec<f32>> = sizes.iter().map(|&n| c.allreduce(input(rank, n)).unwrap()).collect();
+                c.close();
+                out
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+fn input(rank: usize, n: usize) -> Vec<f32> {
+    (0..n).map(|i| ((i * 7 + rank * 13) % 101) as f32 / 50.0 - 1.0).collect()
+}
+
+fn check(results: &[Vec<Vec<f32>>], sizes: &[usize], tol: f32) {
+    let world = results.len();
+    for (k, &n) in sizes.iter().enumerate() {
+        let inputs: Vec<Vec<f32>> = (0..world).map(|r| input(r, n)).collect();
+        let want: Vec<f32> = (0..n).map(|i| inputs.iter().map(|v| v[i]).sum()).collect();
+        for r in results {
+            assert_eq!(r[k].len(), n);
+            for (a, b) in r[k].iter().zip(&want) {
+                assert!((a - b).abs() <= tol, "size {n}: got {a}, want {b}");
+            }
+        }
+    }
+}
+
+const SIZES: &[usize] = &[1, 31, 32, 33, 1000, 4097, 100_000];
+
+#[test]
+fn switchml_sums_match() {
+    let sw = switch(ProgramKind::Switchml, 0.0);
+    let res = run_job(sw.control_addr, Scheme::Switchml, 7, 4, SIZES);
+    check(&res, SIZES, 1e-5);
+    let st = sw.stats();
+    assert_eq!(st["aggregators_in_use"], 0, "{st}");
+    assert_eq!(st["malformed"], 0);
+}
+
+#[test]
+fn atp_sums_match() {
+    let sw = switch(ProgramKind::Atp, 0.0);
+    let _ps = ps(&sw);
+    let res = run_job(sw.control_addr, Scheme::Atp, 3, 4, SIZES);
+    check(&res, SIZES, 1e-6);
+}
+
+#[test]
+fn switchml_recovers_from_loss() {
+    let sw = switch(ProgramKind::Switchml, 0.01);
+    let sizes = [50_000, 3];
+    let res = run_job(sw.control_addr, Scheme::Switchml, 1, 3, &sizes);
+    check(&res, &sizes, 1e-5);
+    assert!(sw.stats()["injected_drops"].as_u64().unwrap() > 0);
+}
+
