@@ -21,7 +21,10 @@ from .results import Result
 if TYPE_CHECKING:
     from .config import Scenario
 
-__all__ = ["simulate", "analyze", "load_scenario", "Scenario", "Result", "ConfigError", "__version__"]
+__all__ = [
+    "simulate", "analyze", "load_scenario", "Scenario", "Result", "ConfigError", "__version__",
+    "Switch", "ParameterServer", "Client",
+]
 
 try:
     __version__ = _dist_version("inalab")
@@ -37,6 +40,10 @@ def __getattr__(name: str):
         from . import config
 
         return getattr(config, name)
+    if name in ("Switch", "ParameterServer", "Client"):
+        from . import runtime
+
+        return getattr(runtime, name)
     raise AttributeError(f"module 'inalab' has no attribute {name!r}")
 
 

@@ -70,30 +70,10 @@ struct Request {
     done: Completion,
 }
 
-enum Proto {
-    SwitchMl(SwitchMlWorker),
-    Atp(AtpWorker),
-}
-
-impl Proto {
-    fn as_dyn(&mut self) -> &mut dyn HostProtocol {
-        match self {
-            Proto::SwitchMl(p) => p,
-            Proto::Atp(p) => p,
-        }
-    }
-    fn as_ref(&self) -> &dyn HostProtocol {
-        match self {
-            Proto::SwitchMl(p) => p,
-            Proto::Atp(p) => p,
-        }
-    }
-}
-
 struct State {
     spec: JobSpec,
     rank: usize,
-    proto: Proto,
+    proto: Box<dyn HostProtocol>,
     io: HostIo,
     control: TcpStream,
     control_buf: Vec<u8>,
@@ -156,11 +136,11 @@ impl Client {
         let node: u32 = field(&reply, "node")?;
         let local = Endpoint { host: node, port: control::PROTOCOL_PORT };
         let proto = match spec.scheme {
-            Scheme::Switchml => Proto::SwitchMl(SwitchMlWorker::new(local, spec.switchml_config(opts.rank)).map_err(|e| NetError::Config(e.0))?),
+            Scheme::Switchml => Box::new(SwitchMlWorker::new(local, spec.switchml_config(opts.rank)).map_err(|e| NetError::Config(e.0))?) as Box<dyn HostProtocol>,
             Scheme::Atp => {
                 let (ps, _) = spec.ps_endpoint()?;
                 let pos = spec.atp_layout()?.positions[opts.rank];
-                Proto::Atp(AtpWorker::new(local, ps, pos, spec.atp_config()).map_err(|e| NetError::Config(e.0))?)
+                Box::new(AtpWorker::new(local, ps, pos, spec.atp_config()).map_err(|e| NetError::Config(e.0))?)
             }
         };
         // The switch's data-plane address: the only source the worker accepts packets from.
@@ -297,14 +277,14 @@ impl State {
     fn pump(&mut self, clock: &Clock) {
         for _ in 0..64 {
             let now = clock.now();
-            let proto = self.proto.as_dyn();
+            let proto = self.proto.as_mut();
             let n = self.io.recv(|pkt| proto.handle_packet(now, pkt)).unwrap_or(0);
             if proto.poll_timeout().is_some_and(|t| t <= now) {
                 proto.handle_timeout(now);
             }
             self.collect_events(now);
             self.start_queued(now);
-            self.io.transmit(now, self.proto.as_dyn());
+            self.io.transmit(now, self.proto.as_mut());
             self.io.flush();
             if n == 0 {
                 break;
@@ -317,7 +297,7 @@ impl State {
         let id = self.next_id;
         let bytes = values.len() as u64 * 4;
         self.active.insert(id, req);
-        self.proto.as_dyn().submit(now, AppRequest::Allreduce { id, bytes, data: Some(values) });
+        self.proto.as_mut().submit(now, AppRequest::Allreduce { id, bytes, data: Some(values) });
     }
 
     fn start_queued(&mut self, now: u64) {
@@ -368,7 +348,7 @@ impl State {
     }
 
     fn collect_events(&mut self, now: u64) {
-        while let Some(ev) = self.proto.as_dyn().poll_event() {
+        while let Some(ev) = self.proto.as_mut().poll_event() {
             match ev {
                 HostEvent::Done { id, data } => {
                     let Some(req) = self.active.remove(&id) else { continue };

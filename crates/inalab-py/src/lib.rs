@@ -1,6 +1,8 @@
-//! `inalab._core`: the Rust simulator behind the Python front. JSON crosses the boundary in
+//! `inalab._core`: the Rust simulator and UDP runtime behind the Python front. JSON crosses the boundary in
 //! both directions so the Python side owns configs and DataFrames and the Rust side owns the
 //! simulation; errors become `ValueError("field.path: message")`.
+
+mod net;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -53,5 +55,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(build_topology, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
+    m.add_class::<net::Switch>()?;
+    m.add_class::<net::ParameterServer>()?;
+    m.add_class::<net::PyClient>()?;
     Ok(())
 }

@@ -1,0 +1,212 @@
+//! Bindings of the UDP runtime (`inalab-net`): the software switch, the PS and the worker
+//! client. The Python wrappers in `inalab.runtime` validate options and convert arrays.
+
+use inalab_net::client::{Client, ClientOptions};
+use inalab_net::control::Scheme;
+use inalab_net::ps::{PsHandle, PsOptions};
+use inalab_net::switch::{ProgramKind, SwitchHandle, SwitchOptions};
+use inalab_net::NetError;
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyByteArray;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+fn addr(field: &str, s: &str) -> PyResult<SocketAddr> {
+    s.parse().map_err(|_| PyValueError::new_err(format!("{field}: {s:?} is not an ip:port address")))
+}
+
+fn net_err(e: NetError) -> PyErr {
+    match e {
+        NetError::Config(m) => PyValueError::new_err(m),
+        e => PyRuntimeError::new_err(e.to_string()),
+    }
+}
+
+fn bytes_of(py: Python<'_>, v: &[f32]) -> Py<PyByteArray> {
+    // SAFETY: f32 has no padding; the slice's memory is valid for its byte length.
+    let b = unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) };
+    PyByteArray::new(py, b).unbind()
+}
+
+fn values(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Vec<f32>> {
+    let buf = PyBuffer::<f32>::get(data)?;
+    buf.to_vec(py)
+}
+
+/// A running software switch (threads inside this process).
+#[pyclass(module = "inalab._core")]
+pub struct Switch(Option<SwitchHandle>);
+
+#[pymethods]
+impl Switch {
+    #[new]
+    #[pyo3(signature = (program, udp, control, node, memory_bytes, pool_slots, drop_probability, seed, upstream, timeout_us, atp_scale))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        program: &str,
+        udp: &str,
+        control: &str,
+        node: u32,
+        memory_bytes: u64,
+        pool_slots: u32,
+        drop_probability: f64,
+        seed: u64,
+        upstream: Option<&str>,
+        timeout_us: u64,
+        atp_scale: f64,
+    ) -> PyResult<Switch> {
+        let program = match program {
+            "atp" => ProgramKind::Atp,
+            "switchml" => ProgramKind::Switchml,
+            p => return Err(PyValueError::new_err(format!("program: {p:?} is not one of \"atp\", \"switchml\""))),
+        };
+        let opts = SwitchOptions {
+            node,
+            udp: addr("udp", udp)?,
+            control: addr("control", control)?,
+            memory_bytes,
+            pool_slots,
+            drop_probability,
+            seed,
+            upstream: upstream.map(|u| addr("upstream", u)).transpose()?,
+            timeout_us,
+            atp_scale,
+            ..SwitchOptions::new(program)
+        };
+        SwitchHandle::start(opts).map(|h| Switch(Some(h))).map_err(net_err)
+    }
+
+    #[getter]
+    fn udp_addr(&self) -> PyResult<String> {
+        Ok(self.handle()?.udp_addr.to_string())
+    }
+    #[getter]
+    fn control_addr(&self) -> PyResult<String> {
+        Ok(self.handle()?.control_addr.to_string())
+    }
+    /// Counters as JSON.
+    fn stats(&self) -> PyResult<String> {
+        Ok(self.handle()?.stats().to_string())
+    }
+    fn stop(&mut self, py: Python<'_>) {
+        if let Some(h) = self.0.take() {
+            py.detach(|| h.stop());
+        }
+    }
+}
+
+impl Switch {
+    fn handle(&self) -> PyResult<&SwitchHandle> {
+        self.0.as_ref().ok_or_else(|| PyRuntimeError::new_err("the switch was stopped"))
+    }
+}
+
+/// A running parameter server.
+#[pyclass(module = "inalab._core")]
+pub struct ParameterServer(Option<PsHandle>);
+
+#[pymethods]
+impl ParameterServer {
+    #[new]
+    fn new(udp: &str, control: &str, switch: &str, node: u32) -> PyResult<ParameterServer> {
+        let opts = PsOptions { node, udp: addr("udp", udp)?, control: addr("control", control)?, switch: addr("switch", switch)? };
+        PsHandle::start(opts).map(|h| ParameterServer(Some(h))).map_err(net_err)
+    }
+    #[getter]
+    fn udp_addr(&self) -> PyResult<String> {
+        Ok(self.handle()?.udp_addr.to_string())
+    }
+    #[getter]
+    fn control_addr(&self) -> PyResult<String> {
+        Ok(self.handle()?.control_addr.to_string())
+    }
+    fn stats(&self) -> PyResult<String> {
+        Ok(self.handle()?.stats().to_string())
+    }
+    fn stop(&mut self, py: Python<'_>) {
+        if let Some(h) = self.0.take() {
+            py.detach(|| h.stop());
+        }
+    }
+}
+
+impl ParameterServer {
+    fn handle(&self) -> PyResult<&PsHandle> {
+        self.0.as_ref().ok_or_else(|| PyRuntimeError::new_err("the parameter server was stopped"))
+    }
+}
+
+/// A worker's connection to its job.
+#[pyclass(module = "inalab._core", name = "Client")]
+pub struct PyClient(Option<Client>);
+
+#[pymethods]
+impl PyClient {
+    /// Joins the job; blocks (without the GIL) until every rank joined.
+    #[new]
+    fn new(py: Python<'_>, switch: &str, job: u32, rank: usize, world: usize, scheme: &str, join_timeout_s: f64) -> PyResult<PyClient> {
+        let scheme = match scheme {
+            "atp" => Scheme::Atp,
+            "switchml" => Scheme::Switchml,
+            s => return Err(PyValueError::new_err(format!("scheme: {s:?} is not one of \"atp\", \"switchml\""))),
+        };
+        let opts = ClientOptions { switch: addr("switch", switch)?, job, rank, world, scheme, join_timeout: Duration::from_secs_f64(join_timeout_s) };
+        let c = py.detach(|| Client::connect(opts)).map_err(net_err)?;
+        Ok(PyClient(Some(c)))
+    }
+
+    /// Sums a float32 buffer over the job's workers; returns the sum as a bytearray of
+    /// float32. The GIL is released while waiting.
+    fn allreduce(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Py<PyByteArray>> {
+        let v = values(py, data)?;
+        let c = self.client()?;
+        let out = py.detach(|| c.allreduce(v)).map_err(net_err)?;
+        Ok(bytes_of(py, &out))
+    }
+
+    /// Starts an allreduce; `callback(result: bytearray | None, error: str | None)` runs on
+    /// the client's completion thread (it takes the GIL only to call back).
+    fn allreduce_async(&self, py: Python<'_>, data: &Bound<'_, PyAny>, callback: Py<PyAny>) -> PyResult<()> {
+        let v = values(py, data)?;
+        let c = self.client()?;
+        c.allreduce_with(
+            v,
+            Box::new(move |r| {
+                Python::attach(|py| {
+                    let res = match r {
+                        Ok(out) => callback.call1(py, (bytes_of(py, &out), py.None())),
+                        Err(e) => callback.call1(py, (py.None(), e.to_string())),
+                    };
+                    if let Err(e) = res {
+                        e.print(py);
+                    }
+                })
+            }),
+        );
+        Ok(())
+    }
+
+    #[getter]
+    fn node(&self) -> PyResult<u32> {
+        Ok(self.client()?.node)
+    }
+
+    fn stats(&self) -> PyResult<String> {
+        Ok(self.client()?.stats().to_string())
+    }
+
+    /// Leaves the job (it is released at the switch when every worker left).
+    fn close(&mut self, py: Python<'_>) {
+        if let Some(c) = self.0.take() {
+            py.detach(|| c.close());
+        }
+    }
+}
+
+impl PyClient {
+    fn client(&self) -> PyResult<&Client> {
+        self.0.as_ref().ok_or_else(|| PyRuntimeError::new_err("the client was closed"))
+    }
+}

@@ -1,0 +1,210 @@
+"""The real data plane: a software switch, a parameter server and the worker client, over UDP.
+
+They run the same Rust protocol code as the simulator (``inalab-net`` drives it over sockets)::
+
+    sw = inalab.Switch("switchml")                       # 127.0.0.1:9000 (UDP), :9100 (control)
+    c = inalab.Client(switch="127.0.0.1:9100", job=1, rank=0, world=1)
+    c.allreduce(np.ones(10, np.float32))                  # -> array of sums over the job's workers
+
+Every worker of a job calls ``allreduce`` with arrays of the same lengths in the same order.
+Values are float32 in and out, summed as integers by the switch: SwitchML with a per-tensor
+exponent (error at most ``n^2 2^e / 2^31`` per value, ``e`` the largest binary exponent of the
+tensor's values over the workers), ATP with a fixed scale (``atp_scale``, 1e8: error at most
+``n / 2e8``, values above 21.47 / n fail the call).
+"""
+from __future__ import annotations
+
+import json
+from concurrent.futures import Future
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from . import _core
+
+__all__ = ["Switch", "ParameterServer", "Client", "SCHEMES", "quantization_bound"]
+
+SCHEMES = ("switchml", "atp")
+
+
+def _check_choice(field: str, value: str, allowed) -> str:
+    if value not in allowed:
+        raise ValueError(f"{field}: {value!r} is not one of {', '.join(map(repr, allowed))}")
+    return value
+
+
+class Switch:
+    """A software switch running ``program`` ("switchml" or "atp") in this process.
+
+    Defaults: ``udp`` 127.0.0.1:9000, ``control`` 127.0.0.1:9100 (port 0 = any free port),
+    ``node`` 1 (unique per switch and PS of a deployment, below 65536), ``memory_bytes`` 5 MB of
+    aggregator memory (ATP: 272 B per aggregator, SwitchML: 280 B per slot), ``pool_slots``
+    128 (SwitchML slots per job), ``drop_probability`` 0 (share of incoming packets dropped
+    at random, seeded by ``seed`` 1), ``upstream`` none (control address of the next switch
+    toward the PS, for ATP chains), ``timeout_us`` 5000 (workers' loss-recovery timeout, µs),
+    ``atp_scale`` 1e8.
+    """
+
+    def __init__(
+        self,
+        program: str = "switchml",
+        udp: str = "127.0.0.1:9000",
+        control: str = "127.0.0.1:9100",
+        node: int = 1,
+        memory_bytes: int = 5_000_000,
+        pool_slots: int = 128,
+        drop_probability: float = 0.0,
+        seed: int = 1,
+        upstream: Optional[str] = None,
+        timeout_us: int = 5000,
+        atp_scale: float = 1e8,
+    ):
+        _check_choice("program", program, SCHEMES)
+        if not 0.0 <= drop_probability <= 1.0:
+            raise ValueError(f"drop_probability: {drop_probability} is not in [0, 1]")
+        for name, v in (("memory_bytes", memory_bytes), ("pool_slots", pool_slots), ("timeout_us", timeout_us)):
+            if v <= 0:
+                raise ValueError(f"{name}: must be positive, got {v}")
+        self.program = program
+        self._h = _core.Switch(
+            program, udp, control, node, memory_bytes, pool_slots, drop_probability, seed, upstream, timeout_us, atp_scale
+        )
+
+    @property
+    def udp_addr(self) -> str:
+        return self._h.udp_addr
+
+    @property
+    def control_addr(self) -> str:
+        return self._h.control_addr
+
+    def stats(self) -> dict:
+        """Counters: packets received/forwarded, drops by cause (``malformed``,
+        ``unknown_source``, ``spoofed``, ``unadmitted``, ``injected_drops``, ...), the program's
+        own counters, ``aggregators_in_use``, admitted ``jobs`` and syscall batching (``io``)."""
+        return json.loads(self._h.stats())
+
+    def stop(self) -> None:
+        self._h.stop()
+
+    def __enter__(self) -> "Switch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class ParameterServer:
+    """ATP's parameter server, attached to the ATP switch whose control address is ``switch``.
+
+    Defaults: ``udp`` 127.0.0.1:9200, ``control`` 127.0.0.1:9300, ``switch`` 127.0.0.1:9100,
+    ``node`` 2.
+    """
+
+    def __init__(self, switch: str = "127.0.0.1:9100", udp: str = "127.0.0.1:9200", control: str = "127.0.0.1:9300", node: int = 2):
+        self._h = _core.ParameterServer(udp, control, switch, node)
+
+    @property
+    def udp_addr(self) -> str:
+        return self._h.udp_addr
+
+    @property
+    def control_addr(self) -> str:
+        return self._h.control_addr
+
+    def stats(self) -> dict:
+        return json.loads(self._h.stats())
+
+    def stop(self) -> None:
+        self._h.stop()
+
+    def __enter__(self) -> "ParameterServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _as_f32(array: Any) -> np.ndarray:
+    a = np.ascontiguousarray(array, dtype=np.float32)
+    return a.reshape(-1)
+
+
+class Client:
+    """A worker of job ``job`` (rank ``rank`` of ``world``) attached to the switch whose control
+    address is ``switch``. Construction blocks until all ``world`` ranks joined (at most
+    ``join_timeout_s``, default 60 s). ``scheme`` must match the switch's program (default
+    "switchml")."""
+
+    def __init__(
+        self,
+        switch: str = "127.0.0.1:9100",
+        job: int = 1,
+        rank: int = 0,
+        world: int = 1,
+        scheme: str = "switchml",
+        join_timeout_s: float = 60.0,
+    ):
+        _check_choice("scheme", scheme, SCHEMES)
+        if world < 1 or not 0 <= rank < world:
+            raise ValueError(f"rank: {rank} is not in 0..{world} (world)")
+        self.scheme, self.job, self.rank, self.world = scheme, job, rank, world
+        self._c = _core.Client(switch, job, rank, world, scheme, join_timeout_s)
+
+    def allreduce(self, array: Any) -> np.ndarray:
+        """Element-wise sum of ``array`` over the job's workers, as a new float32 array of the
+        same shape."""
+        a = _as_f32(array)
+        out = np.frombuffer(self._c.allreduce(a), dtype=np.float32)
+        return out.reshape(np.shape(array))
+
+    def allreduce_async(self, array: Any, callback: Optional[Callable[[Optional[np.ndarray], Optional[str]], None]] = None) -> Future:
+        """Starts an allreduce and returns a ``concurrent.futures.Future`` of the sum. If given,
+        ``callback(result, error)`` runs on the client's completion thread instead (used by the
+        PyTorch hook to resolve a ``torch.futures.Future`` without an extra thread hop)."""
+        a = _as_f32(array)
+        shape = np.shape(array)
+        fut: Future = Future()
+
+        def done(buf, err):
+            result = None if buf is None else np.frombuffer(buf, dtype=np.float32).reshape(shape)
+            if callback is not None:
+                callback(result, err)
+            if err is None:
+                fut.set_result(result)
+            else:
+                fut.set_exception(RuntimeError(err))
+
+        self._c.allreduce_async(a, done)
+        return fut
+
+    @property
+    def node(self) -> int:
+        return self._c.node
+
+    def stats(self) -> dict:
+        return json.loads(self._c.stats())
+
+    def close(self) -> None:
+        """Leaves the job; the switch frees its aggregators when every worker left."""
+        self._c.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def quantization_bound(scheme: str, world: int, max_abs: float, atp_scale: float = 1e8) -> float:
+    """Largest absolute error of one summed value: SwitchML ``n^2 2^e / (2^31 - 1)`` with ``e``
+    the binary exponent bound of ``max_abs`` (``max_abs < 2^e``), ATP ``n / (2 scale)``; plus
+    the float32 rounding of the result."""
+    _check_choice("scheme", scheme, SCHEMES)
+    f32 = np.finfo(np.float32).eps * world * max(max_abs, 1e-30)
+    if scheme == "atp":
+        return world / (2 * atp_scale) + f32
+    e = int(np.frexp(np.float64(max_abs))[1]) if max_abs > 0 else -128
+    return world * world * 2.0**e / (2**31 - 1) + f32
+
+

@@ -1,0 +1,187 @@
+"""PyTorch integration: a DDP communication hook and a ``torch.distributed`` backend that sum
+gradients through inalab's software switch.
+
+Hook (gradients through INA, everything else through the process group DDP was built on)::
+
+    dist.init_process_group("gloo")                  # torchrun sets RANK, WORLD_SIZE, ...
+    client = inalab.torch.connect()                  # joins the job at $INALAB_SWITCH
+    model = DDP(model)
+    model.register_comm_hook(client, inalab.torch.allreduce_hook)
+
+Backend (every SUM/AVG allreduce through INA, other collectives delegated to gloo)::
+
+    import inalab.torch                              # registers the backend "inalab"
+    dist.init_process_group("inalab")
+
+Environment (all optional): ``INALAB_SWITCH`` the switch's control address (default
+127.0.0.1:9100), ``INALAB_SCHEME`` "switchml" or "atp" (default switchml), ``INALAB_JOB`` the
+job id (default: a random id rank 0 draws and shares through the process group's store).
+
+The futures the hook and the backend return are resolved on the client's completion thread,
+a Rust thread that takes the GIL only to copy the sum into the gradient bucket; waiting for
+packets never holds the GIL.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import random
+from datetime import timedelta
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import Backend as _CBackend
+
+from .runtime import Client
+
+__all__ = ["connect", "allreduce_hook", "InalabBackend", "BACKEND_NAME"]
+
+BACKEND_NAME = "inalab"
+DEFAULT_SWITCH = "127.0.0.1:9100"
+DEFAULT_SCHEME = "switchml"
+
+
+def _job_id(store: Optional[dist.Store], rank: int, key: str) -> int:
+    if "INALAB_JOB" in os.environ:
+        try:
+            return int(os.environ["INALAB_JOB"])
+        except ValueError:
+            raise ValueError(f"INALAB_JOB: {os.environ['INALAB_JOB']!r} is not an integer job id") from None
+    if store is None:
+        return 1
+    if rank == 0:
+        store.set(key, str(random.SystemRandom().randrange(1, 2**31)))
+    return int(store.get(key))
+
+
+def connect(
+    switch: Optional[str] = None,
+    scheme: Optional[str] = None,
+    job: Optional[int] = None,
+    rank: Optional[int] = None,
+    world: Optional[int] = None,
+    store: Optional[dist.Store] = None,
+) -> Client:
+    """Joins this process's job: rank and world from the default process group (or
+    ``RANK``/``WORLD_SIZE``), the rest from the arguments or the environment (module docs)."""
+    if rank is None or world is None:
+        if dist.is_initialized():
+            rank, world = dist.get_rank(), dist.get_world_size()
+        else:
+            rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    if store is None and dist.is_initialized():
+        store = dist.distributed_c10d._get_default_store()
+    if job is None:
+        job = _job_id(store, rank, "inalab/hook_job")
+    client = Client(
+        switch=switch or os.environ.get("INALAB_SWITCH", DEFAULT_SWITCH),
+        job=job,
+        rank=rank,
+        world=world,
+        scheme=scheme or os.environ.get("INALAB_SCHEME", DEFAULT_SCHEME),
+    )
+    # Leave the job cleanly at exit: a worker that vanishes without leaving fails the job.
+    atexit.register(client.close)
+    return client
+
+
+def _allreduce_into(client: Client, tensors: list, divide: int) -> torch.futures.Future:
+    """Sums ``tensors`` (flattened together) over the job, writes the sum (divided by
+    ``divide``) back into them, and resolves the returned future with them."""
+    fut: torch.futures.Future = torch.futures.Future()
+    flat = torch.cat([t.detach().reshape(-1).to("cpu", torch.float32) for t in tensors]) if len(tensors) > 1 else (
+        tensors[0].detach().reshape(-1).to("cpu", torch.float32)
+    )
+
+    def done(result: Optional[np.ndarray], err: Optional[str]) -> None:
+        if err is not None:
+            fut.set_exception(RuntimeError(f"inalab allreduce failed: {err}"))
+            return
+        out = torch.from_numpy(result)
+        if divide != 1:
+            out = out.div_(divide)
+        offset = 0
+        for t in tensors:
+            n = t.numel()
+            t.copy_(out[offset : offset + n].view_as(t))
+            offset += n
+        fut.set_result(tensors)
+
+    client.allreduce_async(flat.numpy(), callback=done)
+    return fut
+
+
+def allreduce_hook(state: Client, bucket: dist.GradBucket) -> torch.futures.Future:
+    """DDP communication hook: averages the bucket over the job's workers through INA (like
+    DDP's default allreduce hook, which sums and divides by the world size)."""
+    buf = bucket.buffer()
+    return _allreduce_into(state, [buf], state.world).then(lambda f: f.value()[0])
+
+
+class _Work(dist._Work):
+    def __init__(self, fut: torch.futures.Future):
+        super().__init__()
+        self._fut = fut
+
+    def wait(self, timeout: timedelta = timedelta(0)) -> bool:
+        self._fut.wait()
+        return True
+
+    def is_completed(self) -> bool:
+        return self._fut.done()
+
+    def get_future(self) -> torch.futures.Future:
+        return self._fut
+
+
+# Collectives the backend hands to gloo unchanged.
+_DELEGATED = (
+    "broadcast", "allgather", "_allgather_base", "allgather_coalesced", "allgather_into_tensor_coalesced",
+    "reduce", "gather", "scatter", "reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced",
+    "alltoall", "alltoall_base", "barrier", "send", "recv", "recv_anysource", "monitored_barrier",
+)
+
+
+class InalabBackend(_CBackend):
+    """``torch.distributed`` backend "inalab": allreduce with SUM or AVG of float tensors goes
+    through the switch; everything else (and other ops or dtypes) through a gloo group built
+    on the same store."""
+
+    def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta):
+        super().__init__(rank, size)
+        self.gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+        job = _job_id(store, rank, "inalab/backend_job")
+        self.client = connect(job=job, rank=rank, world=size)
+
+    def getBackendName(self) -> str:
+        return BACKEND_NAME
+
+    def allreduce(self, tensors, opts=None):
+        op = getattr(opts, "reduceOp", dist.ReduceOp.SUM)
+        ina = op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG) and all(t.is_floating_point() for t in tensors)
+        if not ina:
+            return self.gloo.allreduce(tensors, opts) if opts is not None else self.gloo.allreduce(tensors)
+        divide = self.size() if op == dist.ReduceOp.AVG else 1
+        return _Work(_allreduce_into(self.client, list(tensors), divide))
+
+
+def _delegate(name: str):
+    def method(self, *args):
+        return getattr(self.gloo, name)(*args)
+
+    method.__name__ = name
+    return method
+
+
+for _name in _DELEGATED:
+    setattr(InalabBackend, _name, _delegate(_name))
+
+
+def _create(store, rank, size, timeout):
+    return InalabBackend(store, rank, size, timeout)
+
+
+if BACKEND_NAME not in dist.Backend.backend_list:
+    dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu"])
