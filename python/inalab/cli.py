@@ -212,3 +212,85 @@ def reproduce(
 
 if __name__ == "__main__":
     app()
+
+
+# ---------------------------------------------------------------- the real data plane (docs/runtime.md)
+
+StatsEvery = Annotated[float, typer.Option("--stats-every", help="Seconds between status lines (0: none).")]
+
+
+def _serve(kind: str, start, as_json: bool, every: float) -> None:
+    """Runs a switch or PS until Ctrl-C / SIGTERM, printing a status line every `every` s."""
+    import signal
+    import time
+
+    try:
+        node = start()
+    except (ValueError, RuntimeError, OSError) as e:
+        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_CONFIG)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    ready = {"event": "ready", "kind": kind, "udp": node.udp_addr, "control": node.control_addr}
+    if as_json:
+        print(json.dumps(ready), flush=True)
+    err_console.print(f"{kind} ready: data plane udp {node.udp_addr}, control tcp {node.control_addr}", highlight=False)
+    try:
+        while True:
+            time.sleep(every if every > 0 else 3600)
+            if every > 0:
+                st = node.stats()
+                if as_json:
+                    print(json.dumps({"event": "stats", **st}), flush=True)
+                else:
+                    err_console.print(_status_line(kind, st), highlight=False)
+    except KeyboardInterrupt:
+        pass
+    final = node.stats()
+    node.stop()
+    print(json.dumps({"event": "stopped", **final}) if as_json else json.dumps(final, indent=1), flush=True)
+
+
+def _status_line(kind: str, st: dict) -> str:
+    if kind == "switch":
+        drops = sum(st[k] for k in ("malformed", "unknown_source", "spoofed", "unadmitted", "no_route", "injected_drops"))
+        return (f"switch: jobs {st['jobs']} | packets in {st['received']} out {st['forwarded']} dropped {drops} | "
+                f"aggregators in use {st['aggregators_in_use']}")
+    return f"ps: jobs {list(st['jobs'])} | datagrams in {st['io']['datagrams_received']} out {st['io']['datagrams_sent']}"
+
+
+@app.command()
+def switch(
+    program: Annotated[str, typer.Option(help="Switch program: switchml or atp.")] = "switchml",
+    udp: Annotated[str, typer.Option(help="Data-plane UDP address (ip:port).")] = "127.0.0.1:9000",
+    control: Annotated[str, typer.Option(help="Control-plane TCP address (ip:port).")] = "127.0.0.1:9100",
+    node: Annotated[int, typer.Option(help="Node id, unique among the switches and PS (< 65536).")] = 1,
+    memory_bytes: Annotated[int, typer.Option(help="Aggregator memory, bytes.")] = 5_000_000,
+    pool_slots: Annotated[int, typer.Option(help="SwitchML slots per job.")] = 128,
+    drop_probability: Annotated[float, typer.Option(help="Share of incoming packets dropped at random (0-1).")] = 0.0,
+    seed: Annotated[int, typer.Option(help="Seed of the random drops.")] = 1,
+    upstream: Annotated[Optional[str], typer.Option(help="Control address of the next switch toward the PS (ATP chains).")] = None,
+    timeout_us: Annotated[int, typer.Option(help="Workers' loss-recovery timeout, microseconds.")] = 5000,
+    atp_scale: Annotated[float, typer.Option(help="ATP fixed-point scale.")] = 1e8,
+    every: StatsEvery = 5.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a software INA switch (ATP or SwitchML) over UDP until interrupted."""
+    from .runtime import Switch
+
+    _serve("switch", lambda: Switch(program, udp, control, node, memory_bytes, pool_slots, drop_probability, seed,
+                                    upstream, timeout_us, atp_scale), as_json, every)
+
+
+@app.command()
+def ps(
+    switch: Annotated[str, typer.Option("--switch", help="Control address of the ATP switch the PS attaches to.")] = "127.0.0.1:9100",
+    udp: Annotated[str, typer.Option(help="Data-plane UDP address (ip:port).")] = "127.0.0.1:9200",
+    control: Annotated[str, typer.Option(help="Control-plane TCP address (ip:port).")] = "127.0.0.1:9300",
+    node: Annotated[int, typer.Option(help="Node id, unique among the switches and PS.")] = 2,
+    every: StatsEvery = 5.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run ATP's parameter server (the fallback aggregator) until interrupted."""
+    from .runtime import ParameterServer
+
+    _serve("ps", lambda: ParameterServer(switch, udp, control, node), as_json, every)

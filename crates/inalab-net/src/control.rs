@@ -132,6 +132,18 @@ impl JobSpec {
     }
 }
 
+/// The address to announce for a socket bound to `bound` to a peer at `peer`: a wildcard
+/// bind (0.0.0.0) is replaced by the local address the kernel routes toward the peer (found by
+/// connecting a throwaway UDP socket, which sends nothing).
+pub fn announce(bound: SocketAddr, peer: SocketAddr) -> SocketAddr {
+    if !bound.ip().is_unspecified() {
+        return bound;
+    }
+    let local = std::net::UdpSocket::bind(SocketAddr::new(bound.ip(), 0))
+        .and_then(|s| s.connect(peer).and_then(|_| s.local_addr()));
+    local.map_or(bound, |l| SocketAddr::new(l.ip(), bound.port()))
+}
+
 /// Writes one JSON line.
 pub fn send_line(stream: &mut TcpStream, v: &Value) -> std::io::Result<()> {
     let mut s = serde_json::to_string(v).expect("JSON values serialize");

@@ -70,7 +70,8 @@ impl PsHandle {
         let (udp_addr, control_addr) = (udp.local_addr()?, listener.local_addr()?);
         let reply = control::request(
             opts.switch,
-            &json!({"op": "attach", "role": "ps", "node": opts.node, "udp": udp_addr, "control": control_addr}),
+            &json!({"op": "attach", "role": "ps", "node": opts.node,
+                    "udp": control::announce(udp_addr, opts.switch), "control": control::announce(control_addr, opts.switch)}),
             Duration::from_secs(10),
         )?;
         let gateway: SocketAddr = field(&reply, "udp")?;

@@ -426,7 +426,8 @@ impl SwitchHandle {
         if let Some(up) = opts.upstream {
             let reply = control::request(
                 up,
-                &json!({"op": "attach", "role": "switch", "node": opts.node, "udp": udp_addr, "control": control_addr}),
+                &json!({"op": "attach", "role": "switch", "node": opts.node,
+                        "udp": control::announce(udp_addr, up), "control": control::announce(control_addr, up)}),
                 CONTROL_TIMEOUT,
             )?;
             let up_udp: SocketAddr = field(&reply, "udp")?;
@@ -533,7 +534,7 @@ fn serve(s: &Arc<Shared>, conn: TcpStream) {
                 }
                 None => err("`leave` needs a `join` first on this connection"),
             },
-            _ => handle(s, op, &msg).unwrap_or_else(err),
+            _ => handle(s, op, &msg, &w).unwrap_or_else(err),
         };
         if control::send_line(&mut w, &reply).is_err() {
             break;
@@ -545,7 +546,7 @@ fn serve(s: &Arc<Shared>, conn: TcpStream) {
 }
 
 /// Requests that are answered at once.
-fn handle(s: &Arc<Shared>, op: &str, msg: &Value) -> Result<Value, NetError> {
+fn handle(s: &Arc<Shared>, op: &str, msg: &Value, conn: &TcpStream) -> Result<Value, NetError> {
     match op {
         "attach" => {
             let role: String = field(msg, "role")?;
@@ -564,7 +565,8 @@ fn handle(s: &Arc<Shared>, op: &str, msg: &Value) -> Result<Value, NetError> {
                 let control: SocketAddr = field(msg, "control")?;
                 s.cp.lock().expect("control lock").ps = Some((node, control));
             }
-            Ok(ok(json!({"port": port, "node": s.opts.node, "udp": s.dp.lock().expect("data plane lock").udp.local_addr()?})))
+            let bound = s.dp.lock().expect("data plane lock").udp.local_addr()?;
+            Ok(ok(json!({"port": port, "node": s.opts.node, "udp": seen_from(bound, conn)})))
         }
         "ps_info" => ps_info(s).map(ok),
         "admit" => {
@@ -586,6 +588,16 @@ fn handle(s: &Arc<Shared>, op: &str, msg: &Value) -> Result<Value, NetError> {
         other => Err(NetError::Protocol(format!(
             "field `op`: {other:?} is not one of \"join\", \"leave\", \"attach\", \"ps_info\", \"admit\", \"release\", \"stats\""
         ))),
+    }
+}
+
+/// The data-plane address as a peer reaches it: a socket bound to an unspecified address
+/// (0.0.0.0) is reported with the local address of the peer's control connection, which is
+/// also the source address of the switch's datagrams to that peer.
+fn seen_from(bound: SocketAddr, conn: &TcpStream) -> SocketAddr {
+    match conn.local_addr() {
+        Ok(local) if bound.ip().is_unspecified() => SocketAddr::new(local.ip(), bound.port()),
+        _ => bound,
     }
 }
 
@@ -665,8 +677,9 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
         }
         Err(e) => Some(err(e)),
     };
-    let switch_udp = s.dp.lock().expect("data plane lock").udp.local_addr()?;
+    let bound = s.dp.lock().expect("data plane lock").udp.local_addr()?;
     for m in st.members.values_mut() {
+        let switch_udp = seen_from(bound, &m.conn);
         let r = reply.clone().unwrap_or_else(|| ok(json!({"node": m.node, "rank": m.rank, "spec": st.spec, "switch_udp": switch_udp})));
         let _ = control::send_line(&mut m.conn, &r);
     }
