@@ -43,6 +43,15 @@ pub enum Scheme {
     Atp,
 }
 
+impl std::fmt::Display for Scheme {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Scheme::Switchml => "switchml",
+            Scheme::Atp => "atp",
+        })
+    }
+}
+
 /// One worker of a job as the control plane knows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerSpec {

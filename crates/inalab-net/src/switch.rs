@@ -635,7 +635,7 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
         ProgramKind::Switchml => Scheme::Switchml,
     };
     if scheme != want {
-        return Err(NetError::Config(format!("field `scheme`: this switch runs {want:?}, the worker asked for {scheme:?}")));
+        return Err(NetError::Config(format!("field `scheme`: this switch runs {want}, the worker asked for {scheme}")));
     }
     if world == 0 || rank >= world {
         return Err(NetError::Config(format!("field `rank`: {rank} is not in 0..{world} (world)")));
@@ -647,7 +647,7 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
         return Err(NetError::Config(format!("job {job} is already running; pick another job id")));
     }
     if st.world != world || st.scheme != scheme {
-        return Err(NetError::Config(format!("job {job}: world {world} / {scheme:?} disagrees with rank 0's {} / {:?}", st.world, st.scheme)));
+        return Err(NetError::Config(format!("job {job}: world {world} / {scheme} disagrees with the first joiner's {} / {}", st.world, st.scheme)));
     }
     if st.members.contains_key(&rank) {
         return Err(NetError::Config(format!("job {job}: rank {rank} already joined")));

@@ -1,0 +1,196 @@
+"""The real data plane on localhost: sums against numpy, loss, sharing, a killed worker."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import inalab
+from inalab.runtime import quantization_bound
+
+ANY = "127.0.0.1:0"
+SIZES = [1, 31, 32, 33, 61, 62, 63, 1000, 4099, 65_536, 250_001]
+
+
+def inputs(rank: int, n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng([seed, rank, n])
+    return rng.standard_normal(n).astype(np.float32)
+
+
+def run_workers(control: str, scheme: str, job: int, world: int, sizes, seed: int = 0, results=None):
+    """Runs `world` clients in threads; returns {rank: [sum per size]}."""
+    results = {} if results is None else results
+    errors = []
+
+    def worker(rank):
+        try:
+            with inalab.Client(switch=control, job=job, rank=rank, world=world, scheme=scheme, join_timeout_s=30) as c:
+                results[rank] = [c.allreduce(inputs(rank, n, seed)) for n in sizes]
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append((rank, e))
+
+    threads = [threading.Thread(target=worker, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    return results
+
+
+def check_sums(results, sizes, scheme, seed=0):
+    world = len(results)
+    for k, n in enumerate(sizes):
+        xs = np.stack([inputs(r, n, seed) for r in range(world)])
+        want = xs.astype(np.float64).sum(axis=0)
+        bound = quantization_bound(scheme, world, float(np.abs(xs).max()))
+        for r in range(world):
+            got = results[r][k]
+            assert got.shape == (n,) and got.dtype == np.float32
+            err = np.abs(got - want).max()
+            assert err <= bound, f"{scheme} size {n} rank {r}: error {err} above the bound {bound}"
+
+
+@pytest.fixture
+def switchml():
+    with inalab.Switch("switchml", udp=ANY, control=ANY) as sw:
+        yield sw
+
+
+@pytest.fixture
+def atp():
+    with inalab.Switch("atp", udp=ANY, control=ANY) as sw, inalab.ParameterServer(switch=sw.control_addr, udp=ANY, control=ANY):
+        yield sw
+
+
+@pytest.mark.parametrize("world", [1, 4])
+def test_switchml_sums_equal_numpy(switchml, world):
+    check_sums(run_workers(switchml.control_addr, "switchml", 1, world, SIZES), SIZES, "switchml")
+    st = switchml.stats()
+    assert st["aggregators_in_use"] == 0 and st["jobs"] == []
+    assert st["malformed"] == 0 and st["unadmitted"] == 0
+
+
+def test_atp_sums_equal_numpy(atp):
+    check_sums(run_workers(atp.control_addr, "atp", 1, 4, SIZES), SIZES, "atp")
+    st = atp.stats()
+    assert st["program"]["aggregated"] > 0, "the switch aggregated nothing: everything went to the PS"
+    assert st["aggregators_in_use"] == 0
+
+
+@pytest.mark.parametrize("scheme", ["switchml", "atp"])
+def test_injected_loss_is_recovered(scheme):
+    sizes = [100_000, 7]
+    with inalab.Switch(scheme, udp=ANY, control=ANY, drop_probability=0.01, seed=3, timeout_us=2000) as sw:
+        ps = inalab.ParameterServer(switch=sw.control_addr, udp=ANY, control=ANY) if scheme == "atp" else None
+        try:
+            check_sums(run_workers(sw.control_addr, scheme, 2, 3, sizes), sizes, scheme)
+            assert sw.stats()["injected_drops"] > 0
+        finally:
+            if ps:
+                ps.stop()
+
+
+def test_two_jobs_share_the_switch(switchml):
+    sizes = [50_000, 3, 20_000]
+    a, b = {}, {}
+    ta = threading.Thread(target=run_workers, args=(switchml.control_addr, "switchml", 10, 3, sizes, 1, a))
+    tb = threading.Thread(target=run_workers, args=(switchml.control_addr, "switchml", 11, 2, sizes, 2, b))
+    ta.start(), tb.start()
+    ta.join(), tb.join()
+    check_sums(a, sizes, "switchml", seed=1)
+    check_sums(b, sizes, "switchml", seed=2)
+    assert switchml.stats()["aggregators_in_use"] == 0
+
+
+WORKER = r"""
+import sys, json, time, numpy as np, inalab
+control, job, rank, world, loops = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+c = inalab.Client(switch=control, job=job, rank=rank, world=world, join_timeout_s=30)
+print(json.dumps({"joined": rank}), flush=True)
+try:
+    for i in range(loops):
+        out = c.allreduce(np.full(20_000, rank + 1, np.float32))
+        assert abs(out[0] - world * (world + 1) / 2) < 1e-3, out[0]
+        time.sleep(0.01)
+    print(json.dumps({"done": rank}), flush=True)
+    c.close()
+except RuntimeError as e:
+    print(json.dumps({"error": str(e)}), flush=True)
+    sys.exit(3)
+"""
+
+
+def test_killed_worker_fails_its_job_only(switchml):
+    """Job 20 (3 workers) loses rank 1 to SIGKILL mid-run: its other workers fail with an error
+    naming the dead rank, job 21 finishes, and the switch frees job 20's slots."""
+    ctl = switchml.control_addr
+
+    def spawn(job, rank, world, loops):
+        return subprocess.Popen([sys.executable, "-c", WORKER, ctl, str(job), str(rank), str(world), str(loops)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    doomed = [spawn(20, r, 3, 100_000) for r in range(3)]
+    healthy = [spawn(21, r, 2, 200) for r in range(2)]
+    for p in doomed:  # wait until the job runs
+        assert json.loads(p.stdout.readline()) == {"joined": doomed.index(p)}
+    deadline = time.time() + 20
+    while 20 not in switchml.stats()["jobs"] and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    doomed[1].send_signal(signal.SIGKILL)
+    outs = {}
+    for r in (0, 2):
+        out, err = doomed[r].communicate(timeout=30)
+        outs[r] = out
+        assert doomed[r].returncode == 3, (out, err)
+        msg = json.loads(out.strip().splitlines()[-1])["error"]
+        assert "rank 1" in msg and "disconnected" in msg, msg
+    for p in healthy:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, (out, err)
+        assert '"done"' in out
+    deadline = time.time() + 5
+    while switchml.stats()["jobs"] and time.time() < deadline:
+        time.sleep(0.05)
+    st = switchml.stats()
+    assert st["jobs"] == [] and st["aggregators_in_use"] == 0, st
+
+
+def test_bad_options_name_the_field():
+    with pytest.raises(ValueError, match="program"):
+        inalab.Switch("sharp", udp=ANY, control=ANY)
+    with pytest.raises(ValueError, match="drop_probability"):
+        inalab.Switch("atp", udp=ANY, control=ANY, drop_probability=2)
+    with pytest.raises(ValueError, match="rank"):
+        inalab.Client(switch="127.0.0.1:1", rank=3, world=2)
+    with pytest.raises(ValueError, match="scheme"):
+        inalab.Client(switch="127.0.0.1:1", scheme="ring")
+
+
+def test_scheme_mismatch_and_missing_ps_are_clear(switchml):
+    with pytest.raises(RuntimeError, match="this switch runs switchml, the worker asked for atp"):
+        inalab.Client(switch=switchml.control_addr, job=5, world=1, scheme="atp", join_timeout_s=5)
+    with inalab.Switch("atp", udp=ANY, control=ANY) as sw:
+        with pytest.raises(RuntimeError, match="inalab ps"):
+            inalab.Client(switch=sw.control_addr, job=5, world=1, scheme="atp", join_timeout_s=5)
+
+
+def test_atp_rejects_values_beyond_its_fixed_point_range(atp):
+    with inalab.Client(switch=atp.control_addr, job=9, world=1, scheme="atp") as c:
+        with pytest.raises(ValueError, match="fixed-point range"):
+            c.allreduce(np.array([1.0, 30.0], np.float32))
+        assert c.allreduce(np.array([1.5], np.float32))[0] == pytest.approx(1.5)
+
+
+def test_nan_is_an_error_not_a_wrong_sum(switchml):
+    with inalab.Client(switch=switchml.control_addr, job=8, world=1) as c:
+        with pytest.raises(ValueError, match="no fixed-point form"):
+            c.allreduce(np.array([1.0, np.nan], np.float32))
