@@ -84,3 +84,28 @@ fn switchml_recovers_from_loss() {
     assert!(sw.stats()["injected_drops"].as_u64().unwrap() > 0);
 }
 
+
+/// ATP across two chained switches: workers on a rack switch (level 1), the PS behind a
+/// second switch (level 2), as ATP's two-level deployment.
+#[test]
+fn atp_through_a_chain_of_two_switches() {
+    let ps_rack = SwitchHandle::start(SwitchOptions { node: 2, udp: any_port(), control: any_port(), ..SwitchOptions::new(ProgramKind::Atp) }).unwrap();
+    let _ps = PsHandle::start(PsOptions { node: 3, udp: any_port(), control: any_port(), switch: ps_rack.control_addr }).unwrap();
+    let tor = SwitchHandle::start(SwitchOptions {
+        node: 1,
+        udp: any_port(),
+        control: any_port(),
+        upstream: Some(ps_rack.control_addr),
+        ..SwitchOptions::new(ProgramKind::Atp)
+    })
+    .unwrap();
+    let sizes = [62, 63, 10_000];
+    let res = run_job(tor.control_addr, Scheme::Atp, 4, 3, &sizes);
+    check(&res, &sizes, 1e-6);
+    let (a, b) = (tor.stats(), ps_rack.stats());
+    assert!(a["program"]["aggregated"].as_u64().unwrap() > 0, "{a}");
+    assert!(b["program"]["aggregated"].as_u64().unwrap() > 0, "{b}");
+    assert_eq!(a["aggregators_in_use"], 0);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(ps_rack.stats()["aggregators_in_use"], 0, "the release reached the upstream switch");
+}
