@@ -6,7 +6,7 @@ SHELL := bash
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
-# Re-installs when requirements.txt changes (make compares its mtime with the stamp's).
+# Re-installs when a requirements file changes (make compares mtimes with the stamp's).
 STAMP := $(VENV)/.requirements.stamp
 # maturin installs into the venv named by VIRTUAL_ENV; no activation needed.
 VENV_ENV := VIRTUAL_ENV=$(CURDIR)/$(VENV) PATH=$(CURDIR)/$(BIN):$$PATH
@@ -14,7 +14,7 @@ VENV_ENV := VIRTUAL_ENV=$(CURDIR)/$(VENV) PATH=$(CURDIR)/$(BIN):$$PATH
 .PHONY: help venv build demo test test-rust test-python docs clean
 
 help:
-	@echo "make venv    create .venv with the pinned requirements (idempotent)"
+	@echo "make venv    create .venv with the pinned requirements, torch included (idempotent)"
 	@echo "make build   build the Rust extension into .venv (maturin develop --release)"
 	@echo "make demo    venv + build + 'inalab demo'"
 	@echo "make test    venv + build + cargo test + pytest"
@@ -22,10 +22,10 @@ help:
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt requirements-torch.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet -r requirements.txt -r requirements-torch.txt
 	touch $@
 
 build: venv
