@@ -189,7 +189,9 @@ impl SwitchCtx for Ctx<'_> {
 struct DataPlane {
     node: NodeId,
     program: Program,
-    udp: Udp,
+    /// Taken out while `poll` receives (so ingress can borrow the rest); always present
+    /// between polls.
+    udp: Option<Udp>,
     ports: Vec<Port>,
     by_addr: HashMap<SocketAddr, PortId>,
     routes: HashMap<NodeId, PortId>,
@@ -232,20 +234,23 @@ impl DataPlane {
     }
 
     fn poll(&mut self, clock: &Clock) -> std::io::Result<()> {
+        let mut udp = self.udp.take().expect("socket present between polls");
+        let result = self.poll_with(&mut udp, clock);
+        self.udp = Some(udp);
+        result
+    }
+
+    fn poll_with(&mut self, udp: &mut Udp, clock: &Clock) -> std::io::Result<()> {
         let mut handled = 0;
         while handled < RECV_BUDGET {
             let now = clock.now();
-            let mut batch = vec![];
-            let n = self.udp.recv_batch(|addr, d| batch.push((addr, d.to_vec())))?;
+            let n = udp.recv_batch(|addr, d| self.ingress(now, addr, d))?;
             if n == 0 {
                 break;
             }
-            for (addr, d) in batch {
-                self.ingress(now, addr, &d);
-            }
             handled += n;
             if self.tx.len() >= 256 {
-                self.udp.send_batch(&mut self.tx);
+                udp.send_batch(&mut self.tx);
             }
         }
         let now = clock.now();
@@ -258,8 +263,12 @@ impl DataPlane {
             self.program.as_dyn().on_timer(now, &ctx, token, &mut self.actions);
             self.apply();
         }
-        self.udp.send_batch(&mut self.tx);
+        udp.send_batch(&mut self.tx);
         Ok(())
+    }
+
+    fn udp(&self) -> &Udp {
+        self.udp.as_ref().expect("socket present between polls")
     }
 
     fn ingress(&mut self, now: Time, addr: SocketAddr, bytes: &[u8]) {
@@ -337,7 +346,7 @@ impl DataPlane {
     fn stats(&self) -> Value {
         let c = &self.c;
         let program: serde_json::Map<String, Value> = self.program.counters().into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
-        let io = self.udp.stats;
+        let io = self.udp().stats;
         json!({
             "node": self.node,
             "aggregators_in_use": self.program.in_use(),
@@ -348,7 +357,7 @@ impl DataPlane {
             "program": program,
             "io": {"datagrams_sent": io.datagrams_sent, "datagrams_received": io.datagrams_received,
                    "send_calls": io.send_calls, "recv_calls": io.recv_calls, "send_errors": io.send_errors,
-                   "gso_segments": self.udp.max_gso_segments(), "gro_segments": self.udp.gro_segments()},
+                   "gso_segments": self.udp().max_gso_segments(), "gro_segments": self.udp().gro_segments()},
         })
     }
 }
@@ -410,7 +419,7 @@ impl SwitchHandle {
         let mut dp = DataPlane {
             node: opts.node,
             program,
-            udp,
+            udp: Some(udp),
             ports: vec![],
             by_addr: HashMap::new(),
             routes: HashMap::new(),
@@ -476,7 +485,7 @@ impl Drop for SwitchHandle {
 
 fn data_loop(s: &Shared) {
     let clock = Clock::new();
-    let fd = s.dp.lock().expect("data plane lock").udp.fd();
+    let fd = s.dp.lock().expect("data plane lock").udp().fd();
     while !s.stop.load(Ordering::Relaxed) {
         let next = s.dp.lock().expect("data plane lock").timers.peek().map(|Reverse((at, _, _))| *at);
         let timeout = next.map_or(Duration::from_millis(10), |at| clock.until(at).min(Duration::from_millis(10)));
@@ -565,7 +574,7 @@ fn handle(s: &Arc<Shared>, op: &str, msg: &Value, conn: &TcpStream) -> Result<Va
                 let control: SocketAddr = field(msg, "control")?;
                 s.cp.lock().expect("control lock").ps = Some((node, control));
             }
-            let bound = s.dp.lock().expect("data plane lock").udp.local_addr()?;
+            let bound = s.dp.lock().expect("data plane lock").udp().local_addr()?;
             Ok(ok(json!({"port": port, "node": s.opts.node, "udp": seen_from(bound, conn)})))
         }
         "ps_info" => ps_info(s).map(ok),
@@ -677,7 +686,7 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
         }
         Err(e) => Some(err(e)),
     };
-    let bound = s.dp.lock().expect("data plane lock").udp.local_addr()?;
+    let bound = s.dp.lock().expect("data plane lock").udp().local_addr()?;
     for m in st.members.values_mut() {
         let switch_udp = seen_from(bound, &m.conn);
         let r = reply.clone().unwrap_or_else(|| ok(json!({"node": m.node, "rank": m.rank, "spec": st.spec, "switch_udp": switch_udp})));

@@ -86,7 +86,10 @@ fn attack(program: ProgramKind, scheme: Scheme) {
                     let opts = ClientOptions { switch: addr, job: 1, rank, world: 2, scheme, join_timeout: Duration::from_secs(20) };
                     let c = Client::connect(opts).unwrap();
                     let v: Vec<f32> = (0..5000).map(|i| (i % 17) as f32 * 0.25 + rank as f32).collect();
-                    let out = (0..5).map(|_| c.allreduce(v.clone()).unwrap()).last().unwrap();
+                    let mut out = vec![];
+                    for _ in 0..5 {
+                        out = c.allreduce(v.clone()).unwrap();
+                    }
                     c.close();
                     out
                 })

@@ -1,7 +1,7 @@
 //! Workloads: training jobs (layer-by-layer compute overlapped with communication),
 //! allreduce benchmarks, raw datagram flows and random-uniform background traffic. This is
 //! the application side of the simulated hosts; it talks to protocols only through
-//! `AppRequest`s and `HostEvent`s, as PyTorch will through the UDP runtime.
+//! `AppRequest`s and `HostEvent`s, as PyTorch does through the UDP runtime.
 
 use crate::events::Ev;
 use crate::schemes;

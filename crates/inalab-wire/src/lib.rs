@@ -1,6 +1,6 @@
 //! Wire formats. Every header that crosses a network has a typed struct here and a byte
 //! encoding with `encode`/`decode`. The simulator passes the typed structs; the UDP runtime
-//! (a later issue) puts the bytes on the wire. Decoding never panics: malformed input is an
+//! (`inalab-net`) puts the bytes on the wire inside `inalab_core::frame`s. Decoding never panics: malformed input is an
 //! `Err(WireError)` that the caller counts and drops.
 
 mod atp;
