@@ -85,6 +85,8 @@ struct State {
     exponent_busy: bool,
     next_id: u64,
     failed: Option<String>,
+    /// The job failed (switch event or lost connection) before `close`: no `leave` to send.
+    failed_before_close: bool,
     finished: Vec<(Completion, Result<Vec<f32>, NetError>)>,
     completed: u64,
 }
@@ -160,6 +162,7 @@ impl Client {
                 exponent_busy: false,
                 next_id: 0,
                 failed: None,
+                failed_before_close: false,
                 finished: vec![],
                 completed: 0,
             }),
@@ -215,16 +218,28 @@ impl Client {
         if self.threads.is_empty() {
             return;
         }
-        {
-            let mut st = self.inner.st.lock().expect("client lock");
-            // The socket stays non-blocking (the I/O thread reads it); a short line fits the
-            // empty send buffer.
-            let _ = control::send_line(&mut st.control, &json!({"op": "leave"}));
-        }
         self.inner.stop.store(true, Ordering::SeqCst);
         self.inner.waker.wake();
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+        // With the I/O thread gone, say `leave` and wait for the switch to record it, so that
+        // once every worker's close returned the job is released (its aggregators free).
+        let st = self.inner.st.lock().expect("client lock");
+        if st.failed_before_close {
+            return;
+        }
+        let Ok(mut conn) = st.control.try_clone() else { return };
+        let _ = conn.set_nonblocking(false);
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+        if control::send_line(&mut conn, &json!({"op": "leave"})).is_err() {
+            return;
+        }
+        let mut r = BufReader::new(conn);
+        while let Ok(Some(v)) = control::read_line(&mut r) {
+            if v.get("ok").is_some() {
+                break;
+            }
         }
     }
 }
@@ -251,6 +266,7 @@ fn io_loop(inner: &Inner, done_tx: mpsc::Sender<(Completion, Result<Vec<f32>, Ne
         }
         if stopping {
             let mut st = inner.st.lock().expect("client lock");
+            st.failed_before_close = st.failed.is_some();
             st.fail("the client was closed".into());
             for f in std::mem::take(&mut st.finished) {
                 let _ = done_tx.send(f);
