@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "simulate", "analyze", "load_scenario", "Scenario", "Result", "ConfigError", "__version__",
-    "Switch", "ParameterServer", "Client",
+    "Switch", "ParameterServer", "Client", "quantization_bound",
 ]
 
 try:
@@ -40,7 +40,7 @@ def __getattr__(name: str):
         from . import config
 
         return getattr(config, name)
-    if name in ("Switch", "ParameterServer", "Client"):
+    if name in ("Switch", "ParameterServer", "Client", "quantization_bound"):
         from . import runtime
 
         return getattr(runtime, name)

@@ -210,8 +210,6 @@ def reproduce(
     out_console.print(f"holds: {res['holds']}; wrote {res['png']} and {res['markdown']}")
 
 
-if __name__ == "__main__":
-    app()
 
 
 # ---------------------------------------------------------------- the real data plane (docs/runtime.md)
@@ -269,7 +267,7 @@ def switch(
     drop_probability: Annotated[float, typer.Option(help="Share of incoming packets dropped at random (0-1).")] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed of the random drops.")] = 1,
     upstream: Annotated[Optional[str], typer.Option(help="Control address of the next switch toward the PS (ATP chains).")] = None,
-    timeout_us: Annotated[int, typer.Option(help="Workers' loss-recovery timeout, microseconds.")] = 5000,
+    timeout_us: Annotated[int, typer.Option(help="Workers' loss-recovery timeout, microseconds.")] = 20_000,
     atp_scale: Annotated[float, typer.Option(help="ATP fixed-point scale.")] = 1e8,
     every: StatsEvery = 5.0,
     as_json: JsonOpt = False,
@@ -294,3 +292,7 @@ def ps(
     from .runtime import ParameterServer
 
     _serve("ps", lambda: ParameterServer(switch, udp, control, node), as_json, every)
+
+
+if __name__ == "__main__":
+    app()

@@ -41,7 +41,7 @@ class Switch:
     aggregator memory (ATP: 272 B per aggregator, SwitchML: 280 B per slot), ``pool_slots``
     128 (SwitchML slots per job), ``drop_probability`` 0 (share of incoming packets dropped
     at random, seeded by ``seed`` 1), ``upstream`` none (control address of the next switch
-    toward the PS, for ATP chains), ``timeout_us`` 5000 (workers' loss-recovery timeout, µs),
+    toward the PS, for ATP chains), ``timeout_us`` 20000 (workers' loss-recovery timeout, µs),
     ``atp_scale`` 1e8.
     """
 
@@ -56,7 +56,7 @@ class Switch:
         drop_probability: float = 0.0,
         seed: int = 1,
         upstream: Optional[str] = None,
-        timeout_us: int = 5000,
+        timeout_us: int = 20_000,
         atp_scale: float = 1e8,
     ):
         _check_choice("program", program, SCHEMES)
@@ -201,7 +201,7 @@ def quantization_bound(scheme: str, world: int, max_abs: float, atp_scale: float
     the binary exponent bound of ``max_abs`` (``max_abs < 2^e``), ATP ``n / (2 scale)``; plus
     the float32 rounding of the result."""
     _check_choice("scheme", scheme, SCHEMES)
-    f32 = np.finfo(np.float32).eps * world * max(max_abs, 1e-30)
+    f32 = float(np.finfo(np.float32).eps) * world * max(max_abs, 1e-30)
     if scheme == "atp":
         return world / (2 * atp_scale) + f32
     e = int(np.frexp(np.float64(max_abs))[1]) if max_abs > 0 else -128

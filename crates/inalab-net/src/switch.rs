@@ -67,7 +67,7 @@ pub struct SwitchOptions {
     pub seed: u64,
     /// Control address of the next switch toward the PS (ATP chains). Default none.
     pub upstream: Option<SocketAddr>,
-    /// Worker loss-recovery timeout handed to jobs, microseconds. Default 5000 (OS
+    /// Worker loss-recovery timeout handed to jobs, microseconds. Default 20 000 (OS
     /// scheduling on shared cores delays packets by milliseconds).
     pub timeout_us: u64,
     /// ATP fixed-point scale handed to jobs. Default 1e8 (ATP's).
@@ -86,7 +86,7 @@ impl SwitchOptions {
             drop_probability: 0.0,
             seed: 1,
             upstream: None,
-            timeout_us: 5000,
+            timeout_us: 20_000,
             atp_scale: inalab_host::quant::ATP_SCALE,
         }
     }

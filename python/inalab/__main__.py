@@ -1,0 +1,4 @@
+"""`python -m inalab ...` is the `inalab` command."""
+from .cli import app
+
+app()
