@@ -240,7 +240,7 @@ def _serve(kind: str, start, as_json: bool, every: float) -> None:
                 if as_json:
                     print(json.dumps({"event": "stats", **st}), flush=True)
                 else:
-                    err_console.print(_status_line(kind, st), highlight=False)
+                    err_console.print(_status_line(kind, st), highlight=False, soft_wrap=True)
     except KeyboardInterrupt:
         pass
     final = node.stats()

@@ -120,6 +120,14 @@ def allreduce_hook(state: Client, bucket: dist.GradBucket) -> torch.futures.Futu
     return _allreduce_into(state, [buf], state.world).then(lambda f: f.value()[0])
 
 
+# DDP.register_comm_hook checks the hook's annotations with inspect.signature and rejects any
+# other than dist.GradBucket / torch.futures.Future[torch.Tensor]; with `from __future__ import
+# annotations` they would be strings, so set the real objects.
+allreduce_hook.__annotations__ = {
+    "state": Client, "bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor],
+}
+
+
 class _Work(dist._Work):
     def __init__(self, fut: torch.futures.Future):
         super().__init__()
@@ -160,7 +168,9 @@ class InalabBackend(_CBackend):
 
     def allreduce(self, tensors, opts=None):
         op = getattr(opts, "reduceOp", dist.ReduceOp.SUM)
-        ina = op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG) and all(t.is_floating_point() for t in tensors)
+        # `op in (SUM, AVG)` would always be False: opts.reduceOp is a ReduceOp and the tuple's
+        # RedOpType members do not compare equal to it (only ReduceOp == RedOpType works).
+        ina = (op == dist.ReduceOp.SUM or op == dist.ReduceOp.AVG) and all(t.is_floating_point() for t in tensors)
         if not ina:
             return self.gloo.allreduce(tensors, opts) if opts is not None else self.gloo.allreduce(tensors)
         divide = self.size() if op == dist.ReduceOp.AVG else 1
