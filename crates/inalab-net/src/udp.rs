@@ -118,12 +118,17 @@ impl Udp {
         Ok(count)
     }
 
-    /// Sends every datagram of `tx` in order and empties it. Consecutive datagrams to one
+    /// Sends every datagram of `tx` and empties it, in order per destination. Datagrams to one
     /// destination of one size (the last may be shorter) go out as one GSO train. A full
     /// socket buffer waits for room; other errors are counted and the datagram dropped
     /// (UDP offers no more, and the protocols recover lost packets).
     pub fn send_batch(&mut self, tx: &mut TxBatch) {
         let max_segs = self.max_gso_segments().max(1);
+        if max_segs > 1 {
+            // Group by destination (stable: each destination's order is kept) so a switch's
+            // interleaved copies to N workers become N trains instead of single datagrams.
+            tx.items.sort_by_key(|(dst, _)| *dst);
+        }
         let mut i = 0;
         while i < tx.items.len() {
             let (dst, ref first) = tx.items[i];
