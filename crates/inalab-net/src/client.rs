@@ -289,23 +289,32 @@ fn io_loop(inner: &Inner, done_tx: mpsc::Sender<(Completion, Result<Vec<f32>, Ne
 }
 
 impl State {
-    /// Receives, fires timers, starts queued requests and sends, until nothing is queued.
+    /// Drains the socket (answering every batch with what the window then releases), and only
+    /// then fires due timers: a timer must not fire for a packet that already waits in the
+    /// socket.
     fn pump(&mut self, clock: &Clock) {
         for _ in 0..64 {
             let now = clock.now();
             let proto = self.proto.as_mut();
             let n = self.io.recv(|pkt| proto.handle_packet(now, pkt)).unwrap_or(0);
-            if proto.poll_timeout().is_some_and(|t| t <= now) {
-                proto.handle_timeout(now);
-            }
-            self.collect_events(now);
-            self.start_queued(now);
-            self.io.transmit(now, self.proto.as_mut());
-            self.io.flush();
+            self.step(now);
             if n == 0 {
                 break;
             }
         }
+        let now = clock.now();
+        if self.proto.poll_timeout().is_some_and(|t| t <= now) {
+            self.proto.handle_timeout(now);
+            self.step(now);
+        }
+    }
+
+    /// Completions, new requests, and the packets the window releases.
+    fn step(&mut self, now: u64) {
+        self.collect_events(now);
+        self.start_queued(now);
+        self.io.transmit(now, self.proto.as_mut());
+        self.io.flush();
     }
 
     fn submit(&mut self, now: u64, values: Payload, req: Request) {

@@ -160,6 +160,7 @@ struct Counters {
     no_route: u64,
     dead_port: u64,
     injected_drops: u64,
+    ecn_marked: u64,
     program_drops: BTreeMap<&'static str, u64>,
     /// The last decode error, for the operator.
     last_malformed: Option<String>,
@@ -208,6 +209,11 @@ struct DataPlane {
 
 /// Datagrams handled per lock hold before timers and sends run.
 const RECV_BUDGET: usize = 1024;
+/// ECN: a software switch's queue is its socket's receive backlog. When more than this many
+/// datagrams were waiting in one poll (about 75 kB of 300 B packets, a few windows), the rest of
+/// that backlog is marked Congestion Experienced, as a Tofino marks above its queue threshold;
+/// ATP's workers halve their windows on it.
+const ECN_BACKLOG_DATAGRAMS: usize = 256;
 
 impl DataPlane {
     fn add_port(&mut self, addr: SocketAddr, node: NodeId, kind: PortKind) -> PortId {
@@ -244,7 +250,8 @@ impl DataPlane {
         let mut handled = 0;
         while handled < RECV_BUDGET {
             let now = clock.now();
-            let n = udp.recv_batch(|addr, d| self.ingress(now, addr, d))?;
+            let congested = handled >= ECN_BACKLOG_DATAGRAMS;
+            let n = udp.recv_batch(|addr, d| self.ingress(now, addr, d, congested))?;
             if n == 0 {
                 break;
             }
@@ -271,13 +278,13 @@ impl DataPlane {
         self.udp.as_ref().expect("socket present between polls")
     }
 
-    fn ingress(&mut self, now: Time, addr: SocketAddr, bytes: &[u8]) {
+    fn ingress(&mut self, now: Time, addr: SocketAddr, bytes: &[u8], congested: bool) {
         self.c.received += 1;
         let Some(&port) = self.by_addr.get(&addr) else {
             self.c.unknown_source += 1;
             return;
         };
-        let pkt = match frame::decode(bytes) {
+        let mut pkt = match frame::decode(bytes) {
             Ok(p) => p,
             Err(e) => {
                 self.c.malformed += 1;
@@ -302,6 +309,10 @@ impl DataPlane {
         if self.drop_probability > 0.0 && self.rng.random::<f64>() < self.drop_probability {
             self.c.injected_drops += 1;
             return;
+        }
+        if congested {
+            self.c.ecn_marked += 1;
+            pkt.ecn = true;
         }
         let ctx = Ctx { node: self.node, ports: &self.ports };
         self.program.as_dyn().on_packet(now, &ctx, port, pkt, &mut self.actions);
@@ -352,7 +363,7 @@ impl DataPlane {
             "aggregators_in_use": self.program.in_use(),
             "received": c.received, "forwarded": c.forwarded, "malformed": c.malformed,
             "unknown_source": c.unknown_source, "spoofed": c.spoofed, "unadmitted": c.unadmitted,
-            "no_route": c.no_route, "dead_port": c.dead_port, "injected_drops": c.injected_drops,
+            "no_route": c.no_route, "dead_port": c.dead_port, "injected_drops": c.injected_drops, "ecn_marked": c.ecn_marked,
             "program_drops": c.program_drops, "last_malformed": c.last_malformed,
             "program": program,
             "io": {"datagrams_sent": io.datagrams_sent, "datagrams_received": io.datagrams_received,

@@ -54,6 +54,8 @@ pub struct Udp {
     state: UdpSocketState,
     bufs: Vec<Vec<u8>>,
     metas: Vec<RecvMeta>,
+    /// Gathers a GSO train whose datagrams are not adjacent in the send buffer.
+    scratch: Vec<u8>,
     pub stats: IoStats,
 }
 
@@ -72,6 +74,7 @@ impl Udp {
             state,
             bufs: vec![vec![0u8; RECV_BUF_BYTES]; BATCH_SIZE],
             metas: vec![RecvMeta::default(); BATCH_SIZE],
+            scratch: Vec::with_capacity(MAX_TRAIN_BYTES),
             stats: IoStats::default(),
         })
     }
@@ -136,8 +139,7 @@ impl Udp {
             let mut j = i + 1;
             while j < tx.items.len() && j - i < max_segs {
                 let (d, ref r) = tx.items[j];
-                let total = r.end - first.start;
-                if d != dst || r.len() > seg || total > MAX_TRAIN_BYTES {
+                if d != dst || r.len() > seg || (j - i + 1) * seg > MAX_TRAIN_BYTES {
                     break;
                 }
                 j += 1;
@@ -145,11 +147,19 @@ impl Udp {
                     break;
                 }
             }
-            let range = first.start..tx.items[j - 1].1.end;
+            // After grouping, a train's datagrams may lie apart in the buffer: gather them.
+            let contiguous = tx.items[i..j].windows(2).all(|w| w[0].1.end == w[1].1.start);
+            let contents = if contiguous {
+                &tx.buf[first.start..tx.items[j - 1].1.end]
+            } else {
+                self.scratch.clear();
+                tx.items[i..j].iter().for_each(|(_, r)| self.scratch.extend_from_slice(&tx.buf[r.clone()]));
+                &self.scratch[..]
+            };
             let transmit = Transmit {
                 destination: dst,
                 ecn: None,
-                contents: &tx.buf[range],
+                contents,
                 segment_size: (j - i > 1).then_some(seg),
                 src_ip: None,
             };
@@ -266,5 +276,27 @@ mod tests {
             assert_eq!(d[0], i as u8);
         }
         assert!(a.stats.send_calls < 100 || a.max_gso_segments() == 1, "GSO batches trains: {:?}", a.stats);
+    }
+
+    #[test]
+    fn interleaved_destinations_arrive_intact_and_in_order() {
+        let mut a = Udp::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let mut rx: Vec<Udp> = (0..3).map(|_| Udp::bind("127.0.0.1:0".parse().unwrap()).unwrap()).collect();
+        let dsts: Vec<SocketAddr> = rx.iter().map(|u| u.local_addr().unwrap()).collect();
+        let mut tx = TxBatch::default();
+        for i in 0..90u8 {
+            tx.push(dsts[i as usize % 3], |b| b.extend([i; 50]));
+        }
+        a.send_batch(&mut tx);
+        for (k, u) in rx.iter_mut().enumerate() {
+            let mut got = vec![];
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while got.len() < 30 && std::time::Instant::now() < deadline {
+                wait(&[(u.fd(), libc::POLLIN)], Some(Duration::from_millis(50))).unwrap();
+                u.recv_batch(|_, d| got.push(d.to_vec())).unwrap();
+            }
+            let want: Vec<Vec<u8>> = (0..90u8).filter(|i| *i as usize % 3 == k).map(|i| vec![i; 50]).collect();
+            assert_eq!(got, want, "receiver {k}");
+        }
     }
 }
