@@ -85,22 +85,15 @@ def gloo(tmp_path_factory):
     return losses
 
 
-def test_hook_through_switchml_matches_gloo(gloo, tmp_path):
+@pytest.mark.parametrize("comm,steps", [("inalab", STEPS), ("backend", SHORT)], ids=["hook", "backend"])
+def test_switchml_matches_gloo(gloo, tmp_path, comm, steps):
+    """The DDP hook and the "inalab" backend, each through a SwitchML switch."""
     with inalab.Switch("switchml", udp="127.0.0.1:0", control="127.0.0.1:0") as sw:
-        losses = train("inalab", STEPS, tmp_path, switch=sw.control_addr)
+        losses = train(comm, steps, tmp_path, switch=sw.control_addr)
         stats = sw.stats()
     assert_decreases(losses)
     assert_close(losses, gloo)
-    assert_went_through(stats, STEPS)
-
-
-def test_backend_matches_gloo(gloo, tmp_path):
-    with inalab.Switch("switchml", udp="127.0.0.1:0", control="127.0.0.1:0") as sw:
-        losses = train("backend", SHORT, tmp_path, switch=sw.control_addr)
-        stats = sw.stats()
-    assert_decreases(losses)
-    assert_close(losses, gloo)
-    assert_went_through(stats, SHORT)
+    assert_went_through(stats, steps)
 
 
 def test_hook_through_atp_matches_gloo(gloo, tmp_path):
