@@ -227,7 +227,10 @@ def _serve(kind: str, start, as_json: bool, every: float) -> None:
     except (ValueError, RuntimeError, OSError) as e:
         err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_CONFIG)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    def stop_on_sigterm(*_):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
     ready = {"event": "ready", "kind": kind, "udp": node.udp_addr, "control": node.control_addr}
     if as_json:
         print(json.dumps(ready), flush=True)
@@ -261,7 +264,7 @@ def switch(
     program: Annotated[str, typer.Option(help="Switch program: switchml or atp.")] = "switchml",
     udp: Annotated[str, typer.Option(help="Data-plane UDP address (ip:port).")] = "127.0.0.1:9000",
     control: Annotated[str, typer.Option(help="Control-plane TCP address (ip:port).")] = "127.0.0.1:9100",
-    node: Annotated[int, typer.Option(help="Node id, unique among the switches and PS (< 65536).")] = 1,
+    node: Annotated[int, typer.Option(help="Node id, 1-65535, unique among the switches and PS.")] = 1,
     memory_bytes: Annotated[int, typer.Option(help="Aggregator memory, bytes.")] = 5_000_000,
     pool_slots: Annotated[int, typer.Option(help="SwitchML slots per job.")] = 128,
     drop_probability: Annotated[float, typer.Option(help="Share of incoming packets dropped at random (0-1).")] = 0.0,
@@ -284,7 +287,7 @@ def ps(
     switch: Annotated[str, typer.Option("--switch", help="Control address of the ATP switch the PS attaches to.")] = "127.0.0.1:9100",
     udp: Annotated[str, typer.Option(help="Data-plane UDP address (ip:port).")] = "127.0.0.1:9200",
     control: Annotated[str, typer.Option(help="Control-plane TCP address (ip:port).")] = "127.0.0.1:9300",
-    node: Annotated[int, typer.Option(help="Node id, unique among the switches and PS.")] = 2,
+    node: Annotated[int, typer.Option(help="Node id, 1-65535, unique among the switches and PS.")] = 2,
     every: StatsEvery = 5.0,
     as_json: JsonOpt = False,
 ) -> None:

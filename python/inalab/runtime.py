@@ -33,16 +33,52 @@ def _check_choice(field: str, value: str, allowed) -> str:
     return value
 
 
-class Switch:
+def _check_node(node: int) -> int:
+    if not 1 <= node <= 65535:
+        raise ValueError(f"node: {node} is not in 1..65535 (worker ids are switch node << 16 | n)")
+    return node
+
+
+class _Service:
+    """A switch or PS running in threads of this process (``self._h`` is the Rust handle)."""
+
+    _h: Any
+
+    @property
+    def udp_addr(self) -> str:
+        return self._h.udp_addr
+
+    @property
+    def control_addr(self) -> str:
+        return self._h.control_addr
+
+    def stats(self) -> dict:
+        return json.loads(self._h.stats())
+
+    def stop(self) -> None:
+        self._h.stop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class Switch(_Service):
     """A software switch running ``program`` ("switchml" or "atp") in this process.
 
     Defaults: ``udp`` 127.0.0.1:9000, ``control`` 127.0.0.1:9100 (port 0 = any free port),
-    ``node`` 1 (unique per switch and PS of a deployment, below 65536), ``memory_bytes`` 5 MB of
+    ``node`` 1 (unique per switch and PS of a deployment, 1..65535), ``memory_bytes`` 5 MB of
     aggregator memory (ATP: 272 B per aggregator, SwitchML: 280 B per slot), ``pool_slots``
     128 (SwitchML slots per job), ``drop_probability`` 0 (share of incoming packets dropped
     at random, seeded by ``seed`` 1), ``upstream`` none (control address of the next switch
     toward the PS, for ATP chains), ``timeout_us`` 20000 (workers' loss-recovery timeout, µs),
     ``atp_scale`` 1e8.
+
+    ``stats()`` gives packets received/forwarded, drops by cause (``malformed``,
+    ``unknown_source``, ``spoofed``, ``unadmitted``, ``injected_drops``, ...), the program's own
+    counters, ``aggregators_in_use``, admitted ``jobs`` and syscall batching (``io``).
     """
 
     def __init__(
@@ -60,69 +96,29 @@ class Switch:
         atp_scale: float = 1e8,
     ):
         _check_choice("program", program, SCHEMES)
+        _check_node(node)
         if not 0.0 <= drop_probability <= 1.0:
             raise ValueError(f"drop_probability: {drop_probability} is not in [0, 1]")
-        for name, v in (("memory_bytes", memory_bytes), ("pool_slots", pool_slots), ("timeout_us", timeout_us)):
+        for name, v in (("memory_bytes", memory_bytes), ("pool_slots", pool_slots), ("timeout_us", timeout_us), ("atp_scale", atp_scale)):
             if v <= 0:
                 raise ValueError(f"{name}: must be positive, got {v}")
+        if seed < 0:
+            raise ValueError(f"seed: must be a non-negative integer, got {seed}")
         self.program = program
         self._h = _core.Switch(
             program, udp, control, node, memory_bytes, pool_slots, drop_probability, seed, upstream, timeout_us, atp_scale
         )
 
-    @property
-    def udp_addr(self) -> str:
-        return self._h.udp_addr
 
-    @property
-    def control_addr(self) -> str:
-        return self._h.control_addr
-
-    def stats(self) -> dict:
-        """Counters: packets received/forwarded, drops by cause (``malformed``,
-        ``unknown_source``, ``spoofed``, ``unadmitted``, ``injected_drops``, ...), the program's
-        own counters, ``aggregators_in_use``, admitted ``jobs`` and syscall batching (``io``)."""
-        return json.loads(self._h.stats())
-
-    def stop(self) -> None:
-        self._h.stop()
-
-    def __enter__(self) -> "Switch":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-
-class ParameterServer:
+class ParameterServer(_Service):
     """ATP's parameter server, attached to the ATP switch whose control address is ``switch``.
 
     Defaults: ``udp`` 127.0.0.1:9200, ``control`` 127.0.0.1:9300, ``switch`` 127.0.0.1:9100,
-    ``node`` 2.
+    ``node`` 2 (1..65535, unique per deployment).
     """
 
     def __init__(self, switch: str = "127.0.0.1:9100", udp: str = "127.0.0.1:9200", control: str = "127.0.0.1:9300", node: int = 2):
-        self._h = _core.ParameterServer(udp, control, switch, node)
-
-    @property
-    def udp_addr(self) -> str:
-        return self._h.udp_addr
-
-    @property
-    def control_addr(self) -> str:
-        return self._h.control_addr
-
-    def stats(self) -> dict:
-        return json.loads(self._h.stats())
-
-    def stop(self) -> None:
-        self._h.stop()
-
-    def __enter__(self) -> "ParameterServer":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        self._h = _core.ParameterServer(udp, control, switch, _check_node(node))
 
 
 def _as_f32(array: Any) -> np.ndarray:
@@ -148,6 +144,8 @@ class Client:
         _check_choice("scheme", scheme, SCHEMES)
         if world < 1 or not 0 <= rank < world:
             raise ValueError(f"rank: {rank} is not in 0..{world} (world)")
+        if not 0 <= job < 2**32:
+            raise ValueError(f"job: {job} is not in 0..2^32")
         self.scheme, self.job, self.rank, self.world = scheme, job, rank, world
         self._c = _core.Client(switch, job, rank, world, scheme, join_timeout_s)
 

@@ -173,6 +173,12 @@ def test_bad_options_name_the_field():
         inalab.Client(switch="127.0.0.1:1", rank=3, world=2)
     with pytest.raises(ValueError, match="scheme"):
         inalab.Client(switch="127.0.0.1:1", scheme="ring")
+    with pytest.raises(ValueError, match="node"):
+        inalab.Switch("atp", udp=ANY, control=ANY, node=0)
+    with pytest.raises(ValueError, match="node"):
+        inalab.ParameterServer(switch="127.0.0.1:1", udp=ANY, control=ANY, node=70_000)
+    with pytest.raises(ValueError, match="job"):
+        inalab.Client(switch="127.0.0.1:1", job=-1)
 
 
 def test_scheme_mismatch_and_missing_ps_are_clear(switchml):

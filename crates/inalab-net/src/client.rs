@@ -113,7 +113,7 @@ impl Client {
         if opts.world == 0 || opts.rank >= opts.world {
             return Err(NetError::Config(format!("rank must be in 0..world ({}), got {}", opts.world, opts.rank)));
         }
-        let mut conn = TcpStream::connect_timeout(&opts.switch, Duration::from_secs(10))
+        let mut conn = TcpStream::connect_timeout(&opts.switch, control::CONTROL_TIMEOUT)
             .map_err(|e| NetError::Config(format!("cannot reach the switch's control plane at {}: {e}", opts.switch)))?;
         let udp = Udp::bind(SocketAddr::new(conn.local_addr()?.ip(), 0))?;
         let msg = json!({"op": "join", "job": opts.job, "rank": opts.rank, "world": opts.world, "scheme": opts.scheme, "udp": udp.local_addr()?});

@@ -32,8 +32,20 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+/// How long a switch or PS waits on another's control plane (connect and reply).
+pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// UDP-level "port" of every inalab protocol endpoint (the node id tells processes apart).
 pub const PROTOCOL_PORT: u16 = 1;
+
+/// Node ids of switches and PS are 1..=65535: workers get `switch node << 16 | n`, which then
+/// never collides with them.
+pub fn check_node(node: NodeId) -> Result<(), NetError> {
+    if node == 0 || node > 0xFFFF {
+        return Err(NetError::Config(format!("node must be in 1..=65535 (worker ids are switch node << 16 | n), got {node}")));
+    }
+    Ok(())
+}
 
 /// The in-network aggregation schemes the runtime serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

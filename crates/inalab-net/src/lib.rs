@@ -17,6 +17,7 @@ pub mod switch;
 pub mod host;
 pub mod ps;
 pub mod client;
+mod service;
 
 use std::fmt;
 

@@ -3,7 +3,8 @@
 //! switch (`admit` / `release` with the job's [`JobSpec`]).
 
 use crate::clock::Clock;
-use crate::control::{self, err, field, ok, JobSpec, PROTOCOL_PORT};
+use crate::control::{self, err, field, ok, JobSpec, CONTROL_TIMEOUT, PROTOCOL_PORT};
+use crate::service::{accept_loop, shut_down};
 use crate::host::{counters_json, HostIo};
 use crate::udp::{wait, Udp};
 use crate::NetError;
@@ -65,6 +66,7 @@ pub struct PsHandle {
 
 impl PsHandle {
     pub fn start(opts: PsOptions) -> Result<PsHandle, NetError> {
+        control::check_node(opts.node)?;
         let udp = Udp::bind(opts.udp)?;
         let listener = TcpListener::bind(opts.control)?;
         let (udp_addr, control_addr) = (udp.local_addr()?, listener.local_addr()?);
@@ -72,7 +74,7 @@ impl PsHandle {
             opts.switch,
             &json!({"op": "attach", "role": "ps", "node": opts.node,
                     "udp": control::announce(udp_addr, opts.switch), "control": control::announce(control_addr, opts.switch)}),
-            Duration::from_secs(10),
+            CONTROL_TIMEOUT,
         )?;
         let gateway: SocketAddr = field(&reply, "udp")?;
         let shared = Arc::new(Shared {
@@ -83,8 +85,10 @@ impl PsHandle {
         let s = shared.clone();
         let data = std::thread::Builder::new().name("inalab-ps-dp".into()).spawn(move || data_loop(&s))?;
         let s = shared.clone();
-        listener.set_nonblocking(true)?;
-        let ctl = std::thread::Builder::new().name("inalab-ps-cp".into()).spawn(move || accept_loop(&s, listener))?;
+        let ctl = std::thread::Builder::new().name("inalab-ps-cp".into()).spawn(move || {
+            let conn_shared = s.clone();
+            accept_loop(&s.stop, listener, "inalab-ps-conn", move |conn| serve(&conn_shared, conn))
+        })?;
         Ok(PsHandle { shared, threads: vec![data, ctl], udp_addr, control_addr })
     }
 
@@ -97,10 +101,7 @@ impl PsHandle {
     }
 
     fn shutdown(&mut self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
+        shut_down(&self.shared.stop, &mut self.threads);
     }
 }
 
@@ -154,20 +155,7 @@ fn data_loop(s: &Shared) {
     }
 }
 
-fn accept_loop(s: &Arc<Shared>, listener: TcpListener) {
-    while !s.stop.load(Ordering::Relaxed) {
-        match listener.accept() {
-            Ok((conn, _)) => {
-                let s = s.clone();
-                let _ = std::thread::Builder::new().name("inalab-ps-conn".into()).spawn(move || serve(&s, conn));
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(5)),
-        }
-    }
-}
-
 fn serve(s: &Shared, conn: TcpStream) {
-    let _ = conn.set_nonblocking(false);
     let Ok(mut w) = conn.try_clone() else { return };
     let mut r = BufReader::new(conn);
     while let Ok(Some(msg)) = control::read_line(&mut r) {

@@ -21,7 +21,8 @@
 //! are freed at every switch and the PS.
 
 use crate::clock::Clock;
-use crate::control::{self, err, field, ok, JobSpec, Scheme, WorkerSpec};
+use crate::control::{self, err, field, ok, JobSpec, Scheme, WorkerSpec, CONTROL_TIMEOUT};
+use crate::service::{accept_loop, shut_down};
 use crate::udp::{wait, TxBatch, Udp};
 use crate::NetError;
 use inalab_core::wire::Header;
@@ -95,9 +96,7 @@ impl SwitchOptions {
         if !(0.0..=1.0).contains(&self.drop_probability) {
             return Err(NetError::Config(format!("drop_probability must be in [0, 1], got {}", self.drop_probability)));
         }
-        if self.node > 0xFFFF {
-            return Err(NetError::Config(format!("node must be below 65536 (worker ids are node << 16 | n), got {}", self.node)));
-        }
+        control::check_node(self.node)?;
         if self.timeout_us == 0 {
             return Err(NetError::Config("timeout_us must be positive".into()));
         }
@@ -411,7 +410,6 @@ pub struct SwitchHandle {
     pub control_addr: SocketAddr,
 }
 
-const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl SwitchHandle {
     /// Binds the sockets, attaches to the upstream switch if any, and starts serving.
@@ -464,16 +462,16 @@ impl SwitchHandle {
         let s = shared.clone();
         let data = std::thread::Builder::new().name("inalab-switch-dp".into()).spawn(move || data_loop(&s))?;
         let s = shared.clone();
-        listener.set_nonblocking(true)?;
-        let ctl = std::thread::Builder::new().name("inalab-switch-cp".into()).spawn(move || accept_loop(&s, listener))?;
+        let ctl = std::thread::Builder::new().name("inalab-switch-cp".into()).spawn(move || {
+            let conn_shared = s.clone();
+            accept_loop(&s.stop, listener, "inalab-switch-conn", move |conn| serve(&conn_shared, conn))
+        })?;
         Ok(SwitchHandle { shared, threads: vec![data, ctl], udp_addr, control_addr })
     }
 
-    /// Driver and program counters, aggregators in use, I/O batching.
+    /// Driver and program counters, aggregators in use, I/O batching, admitted jobs.
     pub fn stats(&self) -> Value {
-        let mut v = self.shared.dp.lock().expect("data plane lock").stats();
-        v["jobs"] = json!(self.shared.cp.lock().expect("control lock").jobs.keys().collect::<Vec<_>>());
-        v
+        stats(&self.shared)
     }
 
     pub fn stop(mut self) {
@@ -481,10 +479,7 @@ impl SwitchHandle {
     }
 
     fn shutdown(&mut self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
+        shut_down(&self.shared.stop, &mut self.threads);
     }
 }
 
@@ -492,6 +487,12 @@ impl Drop for SwitchHandle {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+fn stats(s: &Shared) -> Value {
+    let mut v = s.dp.lock().expect("data plane lock").stats();
+    v["jobs"] = json!(s.cp.lock().expect("control lock").jobs.keys().collect::<Vec<_>>());
+    v
 }
 
 fn data_loop(s: &Shared) {
@@ -510,21 +511,8 @@ fn data_loop(s: &Shared) {
     }
 }
 
-fn accept_loop(s: &Arc<Shared>, listener: TcpListener) {
-    while !s.stop.load(Ordering::Relaxed) {
-        match listener.accept() {
-            Ok((conn, _)) => {
-                let s = s.clone();
-                let _ = std::thread::Builder::new().name("inalab-switch-conn".into()).spawn(move || serve(&s, conn));
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(5)),
-        }
-    }
-}
-
 /// Serves one control connection until it closes.
 fn serve(s: &Arc<Shared>, conn: TcpStream) {
-    let _ = conn.set_nonblocking(false);
     let Ok(mut w) = conn.try_clone() else { return };
     let mut r = BufReader::new(conn);
     // A join turns this connection into a worker's: (job, rank).
@@ -599,11 +587,7 @@ fn handle(s: &Arc<Shared>, op: &str, msg: &Value, conn: &TcpStream) -> Result<Va
             release(s, job, None);
             Ok(ok(json!({})))
         }
-        "stats" => {
-            let mut v = s.dp.lock().expect("data plane lock").stats();
-            v["jobs"] = json!(s.cp.lock().expect("control lock").jobs.keys().collect::<Vec<_>>());
-            Ok(ok(v))
-        }
+        "stats" => Ok(ok(stats(s))),
         "join" => Err(NetError::Protocol("this connection already joined a job".into())),
         other => Err(NetError::Protocol(format!(
             "field `op`: {other:?} is not one of \"join\", \"leave\", \"attach\", \"ps_info\", \"admit\", \"release\", \"stats\""
