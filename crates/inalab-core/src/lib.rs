@@ -11,13 +11,15 @@
 pub mod frame;
 mod host;
 mod packet;
+mod programs;
 mod switch;
 pub mod time;
 
 pub use host::{AppRequest, Endpoint, HostEvent, HostProtocol};
 pub use inalab_wire as wire;
 pub use packet::{flow_key, splitmix64, Packet, Payload, NO_PATH};
-pub use switch::{L3Forward, SwitchAction, SwitchCtx, SwitchProgram, TimerToken};
+pub use programs::Programs;
+pub use switch::{Admission, AdmitError, L3Forward, SwitchAction, SwitchCtx, SwitchProgram, TimerToken};
 pub use time::Time;
 
 /// Index of a node (host or switch) in a topology. Hosts and switches share one index space.

@@ -1,4 +1,6 @@
 use crate::{NodeId, Packet, PortId, Time};
+use std::any::Any;
+use std::fmt;
 
 /// Opaque value a switch program attaches to a timer; handed back when it fires.
 pub type TimerToken = u64;
@@ -29,13 +31,63 @@ pub trait SwitchCtx {
     fn peer(&self, port: PortId) -> NodeId;
 }
 
+/// A job's state for one switch program, as a scheme's set-up computes it (for example
+/// ATP's local workers and multicast targets, SwitchML's static pool). Opaque here so that
+/// core names no scheme: the program it is meant for downcasts it in `admit`.
+pub struct Admission(Box<dyn Any + Send>);
+
+impl Admission {
+    pub fn new<T: Any + Send>(state: T) -> Self {
+        Admission(Box::new(state))
+    }
+    /// The state as `T`, or an error naming the program that cannot use it.
+    pub fn take<T: Any>(self, program: &str) -> Result<T, AdmitError> {
+        self.0.downcast::<T>().map(|b| *b).map_err(|_| AdmitError(format!("an admission not meant for the {program} program")))
+    }
+}
+
+impl fmt::Debug for Admission {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Admission(..)")
+    }
+}
+
+/// Why a program refused a job (it does not fit, or its description is inconsistent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdmitError(pub String);
+
+impl fmt::Display for AdmitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for AdmitError {}
+
 /// A switch data-plane program as a sans-IO state machine. It sees packets with their ingress
 /// port and its own timers, and pushes actions to `out`. It must keep the limits of the
 /// hardware it models (aggregator count, payload size, one register access per pass) unless
 /// its config says otherwise.
+///
+/// Its control-plane half (`admit`, `release`, `job_of`) is what both drivers call to set
+/// jobs up and to filter packets: a port may only send packets of the jobs admitted on it.
 pub trait SwitchProgram: Send {
     fn on_packet(&mut self, now: Time, ctx: &dyn SwitchCtx, in_port: PortId, pkt: Packet, out: &mut Vec<SwitchAction>);
     fn on_timer(&mut self, _now: Time, _ctx: &dyn SwitchCtx, _token: TimerToken, _out: &mut Vec<SwitchAction>) {}
+    /// Control plane: installs a job's state. Errs when it does not fit or is not for this
+    /// program; a refused job leaves the program unchanged.
+    fn admit(&mut self, _job: u32, _adm: Admission) -> Result<(), AdmitError> {
+        Err(AdmitError("this program admits no jobs".into()))
+    }
+    /// Control plane: removes a job and frees what it holds. Returns the aggregators freed.
+    fn release(&mut self, _job: u32) -> u32 {
+        0
+    }
+    /// The job a packet of this program's protocol belongs to; `None` for any other packet
+    /// (which the program routes like any packet).
+    fn job_of(&self, _pkt: &Packet) -> Option<u32> {
+        None
+    }
     /// Aggregator slots in use (for occupancy metrics); 0 for programs without aggregators.
     fn aggregators_in_use(&self) -> u32 {
         0

@@ -1,16 +1,17 @@
 //! The worker library: joins a job at its switch, then allreduces float32 arrays through the
-//! job's INA protocol (the same `SwitchMlWorker` / `AtpWorker` the simulator runs) on an I/O
-//! thread of its own.
+//! job's protocol (the worker endpoint the scheme registry plans, the same code the simulator
+//! runs) on an I/O thread of its own.
 //!
 //! # Quantization
-//! Switches sum integers, so the client converts (with `inalab_host::quant`):
-//! - **SwitchML**: per tensor, the workers first agree on the largest exponent of the
+//! Switches sum integers, so the client converts (with `inalab_host::quant`) as the scheme's
+//! [`Quantization`] says:
+//! - **agreed exponent** (SwitchML): per tensor, the workers first agree on the largest exponent of the
 //!   tensor's values (one extra packet: each worker contributes its exponent in its own slot
 //!   of a `world`-long vector, the sum holds them all, and each takes the maximum), then send
 //!   the values scaled by `i32::MAX / (n 2^e_max)`: the sum cannot overflow, and its error is
 //!   at most `n^2 2^e_max / i32::MAX` per value (SwitchML's per-block exponents, with the
 //!   tensor as the block).
-//! - **ATP**: ATP's fixed scale (`atp_scale`, 1e8 by default): per-value error at most
+//! - **fixed point** (ATP): one scale (`ina.scale`, 1e8 by default): per-value error at most
 //!   `n / (2 scale)`. A value whose scaled magnitude does not fit an i32 fails the request
 //!   with an error naming it (the switch would saturate it), instead of returning a wrong sum.
 //!
@@ -24,13 +25,13 @@
 //! [`NetError::JobFailed`] that says why.
 
 use crate::clock::Clock;
-use crate::control::{self, field, JobSpec, Scheme};
+use crate::control::{self, field, JobSpec};
 use crate::host::{counters_json, HostIo};
 use crate::udp::{wait, Udp, Waker};
 use crate::NetError;
-use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Payload};
+use inalab_core::{AppRequest, HostEvent, HostProtocol, Payload};
 use inalab_host::quant::{block_exponent, from_fixed, switchml_scale, switchml_to_fixed, to_fixed};
-use inalab_host::{AtpWorker, SwitchMlWorker};
+use inalab_scheme::{Quantization, Role};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufReader, Read};
@@ -50,7 +51,10 @@ pub struct ClientOptions {
     pub job: u32,
     pub rank: usize,
     pub world: usize,
-    pub scheme: Scheme,
+    /// The job's scheme configuration, `{"scheme": NAME, ...}`: every worker of a job sends
+    /// the same; what it leaves out takes the scheme's defaults (and the switch's, see
+    /// [`crate::switch::SwitchOptions`]).
+    pub config: Value,
     /// How long to wait for the other workers to join. Default 60 s.
     pub join_timeout: Duration,
 }
@@ -72,6 +76,7 @@ struct Request {
 
 struct State {
     spec: JobSpec,
+    quantization: Quantization,
     rank: usize,
     proto: Box<dyn HostProtocol>,
     io: HostIo,
@@ -116,7 +121,7 @@ impl Client {
         let mut conn = TcpStream::connect_timeout(&opts.switch, control::CONTROL_TIMEOUT)
             .map_err(|e| NetError::Config(format!("cannot reach the switch's control plane at {}: {e}", opts.switch)))?;
         let udp = Udp::bind(SocketAddr::new(conn.local_addr()?.ip(), 0))?;
-        let msg = json!({"op": "join", "job": opts.job, "rank": opts.rank, "world": opts.world, "scheme": opts.scheme, "udp": udp.local_addr()?});
+        let msg = json!({"op": "join", "job": opts.job, "rank": opts.rank, "world": opts.world, "config": opts.config, "udp": udp.local_addr()?});
         control::send_line(&mut conn, &msg)?;
         conn.set_read_timeout(Some(opts.join_timeout))?;
         let mut reader = BufReader::new(conn.try_clone()?);
@@ -136,15 +141,8 @@ impl Client {
         }
         let spec: JobSpec = field(&reply, "spec")?;
         let node: u32 = field(&reply, "node")?;
-        let local = Endpoint { host: node, port: control::PROTOCOL_PORT };
-        let proto = match spec.scheme {
-            Scheme::Switchml => Box::new(SwitchMlWorker::new(local, spec.switchml_config(opts.rank)).map_err(|e| NetError::Config(e.0))?) as Box<dyn HostProtocol>,
-            Scheme::Atp => {
-                let (ps, _) = spec.ps_endpoint()?;
-                let pos = spec.atp_layout()?.positions[opts.rank];
-                Box::new(AtpWorker::new(local, ps, pos, spec.atp_config()).map_err(|e| NetError::Config(e.0))?)
-            }
-        };
+        let proto = spec.endpoint(node, Role::Worker { rank: opts.rank as u32 })?;
+        let quantization = spec.scheme()?.quantization(&spec.config);
         // The switch's data-plane address: the only source the worker accepts packets from.
         let gateway: SocketAddr = field(&reply, "switch_udp")?;
         conn.set_read_timeout(None)?;
@@ -152,6 +150,7 @@ impl Client {
         let inner = Arc::new(Inner {
             st: Mutex::new(State {
                 spec: spec.clone(),
+                quantization,
                 rank: opts.rank,
                 proto,
                 io: HostIo::new(udp, gateway),
@@ -335,25 +334,28 @@ impl State {
                 self.finished.push((done, Ok(vec![])));
                 continue;
             }
-            match self.spec.scheme {
-                Scheme::Atp => match to_fixed(&values, self.spec.atp_scale) {
+            match self.quantization {
+                Quantization::None => {
+                    let len = values.len();
+                    self.submit(now, Payload::F32(values), Request { stage: Stage::Data { scale: 1.0, len }, done });
+                }
+                Quantization::FixedPoint { scale } => match to_fixed(&values, scale) {
                     Ok(f) if f.saturated == 0 => {
                         let len = values.len();
-                        self.submit(now, Payload::I32(f.values), Request { stage: Stage::Data { scale: self.spec.atp_scale, len }, done });
+                        self.submit(now, Payload::I32(f.values), Request { stage: Stage::Data { scale, len }, done });
                     }
                     Ok(f) => {
-                        let (i, v) = values.iter().enumerate().find(|(_, v)| (**v as f64 * self.spec.atp_scale).abs() >= i32::MAX as f64).expect("one saturated");
+                        let (i, v) = values.iter().enumerate().find(|(_, v)| (**v as f64 * scale).abs() >= i32::MAX as f64).expect("one saturated");
                         let msg = format!(
-                            "value {i} is {v}: {} values exceed ATP's fixed-point range ±{:.3} at scale {:e}; lower the switch's atp_scale",
+                            "value {i} is {v}: {} values exceed the fixed-point range ±{:.3} at scale {scale:e}; lower the job's ina.scale",
                             f.saturated,
-                            i32::MAX as f64 / self.spec.atp_scale,
-                            self.spec.atp_scale
+                            i32::MAX as f64 / scale,
                         );
                         self.finished.push((done, Err(NetError::Config(msg))));
                     }
                     Err(e) => self.finished.push((done, Err(NetError::Config(e.to_string())))),
                 },
-                Scheme::Switchml => {
+                Quantization::AgreedExponent => {
                     if self.exponent_busy {
                         self.queue.push_front((values, done));
                         return;
@@ -379,6 +381,11 @@ impl State {
                     let Some(req) = self.active.remove(&id) else { continue };
                     let sum = match data {
                         Some(Payload::I32(v)) => v,
+                        Some(Payload::F32(v)) => {
+                            self.completed += 1;
+                            self.finished.push((req.done, Ok(v)));
+                            continue;
+                        }
                         _ => {
                             self.finished.push((req.done, Err(NetError::Protocol("a result without values".into()))));
                             continue;

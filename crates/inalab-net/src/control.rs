@@ -7,10 +7,10 @@
 //!
 //! | request | who sends it | effect |
 //! |---|---|---|
-//! | `{"op":"join","job":J,"rank":r,"world":n,"scheme":"switchml"\|"atp","udp":"ip:port"}` | a worker, to its switch | rendezvous: answered when all `n` ranks joined, with `{"ok":true,"node":id,"spec":{JobSpec}}`; the connection then stays open |
+//! | `{"op":"join","job":J,"rank":r,"world":n,"config":{"scheme":NAME,...},"udp":"ip:port"}` | a worker, to its switch | rendezvous: answered when all `n` ranks joined (with the same configuration), with `{"ok":true,"node":id,"spec":{JobSpec}}`; the connection then stays open |
 //! | `{"op":"leave"}` | a worker, on the join connection | the worker is done; when every rank left, the job is released |
 //! | `{"op":"attach","role":"ps"\|"switch","node":id,"udp":"ip:port","control":"ip:port"}` | the PS, or a downstream switch, to its switch | registers a neighbour |
-//! | `{"op":"ps_info"}` | a downstream switch | `{"ok":true,"ps":id,"rack":id,"aggregators":k}` |
+//! | `{"op":"ps_info"}` | a downstream switch | `{"ok":true,"ps":id,"rack":id,"switches":[{"node":id,"memory_bytes":m},...]}` (the switches from here to the PS) |
 //! | `{"op":"admit","spec":{JobSpec}}` | a switch, to the next switch and the PS | installs the job's part there |
 //! | `{"op":"release","job":J}` | a switch, to the next switch and the PS | removes the job, frees its aggregators |
 //! | `{"op":"stats"}` | anyone | counters as JSON |
@@ -23,9 +23,8 @@
 //! `leave` fails its job.
 
 use crate::NetError;
-use inalab_core::time::US;
-use inalab_core::{Endpoint, NodeId, Time};
-use inalab_host::{atp_layout, AimdConfig, AtpConfig, AtpLayout, AtpServerConfig, Hashing, SwitchMlConfig};
+use inalab_core::{HostProtocol, NodeId, PortId};
+use inalab_scheme::{scheme_of, JobSpec as SchemeJob, NetView, Plan, PlanError, Role, Scheme};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
@@ -47,23 +46,6 @@ pub fn check_node(node: NodeId) -> Result<(), NetError> {
     Ok(())
 }
 
-/// The in-network aggregation schemes the runtime serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Scheme {
-    Switchml,
-    Atp,
-}
-
-impl std::fmt::Display for Scheme {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Scheme::Switchml => "switchml",
-            Scheme::Atp => "atp",
-        })
-    }
-}
-
 /// One worker of a job as the control plane knows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerSpec {
@@ -74,82 +56,110 @@ pub struct WorkerSpec {
     pub rack: NodeId,
 }
 
-/// Everything about a job that switches, PS and workers need; each derives its own part
-/// with the protocol crates' functions (`atp_layout`, `atp_admissions`).
+/// A server host of a job (the PS), and the switch it is attached to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerSpec {
+    pub node: NodeId,
+    pub rack: NodeId,
+}
+
+/// A switch on the job's path and its aggregator memory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwitchSpec {
+    pub node: NodeId,
+    pub memory_bytes: u64,
+}
+
+/// Everything about a job that switches, PS and workers need. Each derives its own part by
+/// asking the scheme registry for the job's plan with a [`RuntimeView`] of this spec, so all
+/// of them (and the simulator) set the job up with the same code.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobSpec {
     pub job: u32,
-    pub scheme: Scheme,
+    /// The scheme's configuration, `{"scheme": NAME, ...}`, every default filled in.
+    pub config: Value,
     /// By rank.
     pub workers: Vec<WorkerSpec>,
-    /// SwitchML: the job's static pool, slots.
-    pub pool_slots: u32,
-    /// ATP: the PS node and the node of the switch it is attached to.
-    pub ps: Option<NodeId>,
-    pub ps_rack: Option<NodeId>,
-    /// ATP: aggregators indexes are taken modulo (the smallest pool on the path).
-    pub aggregators: u32,
-    /// Loss-recovery timeout of workers, microseconds.
-    pub timeout_us: u64,
-    /// ATP fixed-point scale (values are multiplied by it before aggregation).
-    pub atp_scale: f64,
+    pub servers: Vec<ServerSpec>,
+    /// The programmable switches the job may aggregate at.
+    pub switches: Vec<SwitchSpec>,
 }
 
 impl JobSpec {
-    fn timeout_ps(&self) -> Time {
-        self.timeout_us * US
+    pub fn scheme(&self) -> Result<&'static dyn Scheme, NetError> {
+        scheme_of(&self.config).map_err(plan_err)
     }
 
-    pub fn worker_endpoint(&self, rank: usize) -> Endpoint {
-        Endpoint { host: self.workers[rank].node, port: PROTOCOL_PORT }
-    }
-
-    pub fn racks(&self) -> Vec<NodeId> {
-        self.workers.iter().map(|w| w.rack).collect()
-    }
-
-    pub fn ps_endpoint(&self) -> Result<(Endpoint, NodeId), NetError> {
-        match (self.ps, self.ps_rack) {
-            (Some(ps), Some(rack)) => Ok((Endpoint { host: ps, port: PROTOCOL_PORT }, rack)),
-            _ => Err(NetError::Config("an ATP job needs a parameter server; start `inalab ps` attached to a switch".into())),
+    /// The job as the registry takes it.
+    pub fn scheme_job(&self) -> SchemeJob {
+        SchemeJob {
+            id: self.job,
+            workers: self.workers.iter().map(|w| w.node).collect(),
+            servers: self.servers.iter().map(|s| s.node).collect(),
+            config: self.config.clone(),
         }
     }
 
-    /// ATP's layout (every switch of the runtime runs ATP).
-    pub fn atp_layout(&self) -> Result<AtpLayout, NetError> {
-        let (_, ps_rack) = self.ps_endpoint()?;
-        atp_layout(&self.racks(), ps_rack, |_| true).map_err(|e| NetError::Config(e.0))
+    /// The job's plan as seen from `switch` (`None`: from a host), whose ports toward
+    /// attached hosts are `ports`.
+    pub fn plan(&self, switch: Option<NodeId>, ports: &dyn Fn(NodeId) -> Option<PortId>) -> Result<Plan, NetError> {
+        let view = RuntimeView::new(self, switch, ports);
+        self.scheme()?.plan(&self.scheme_job(), &view).map_err(plan_err)
     }
 
-    pub fn atp_config(&self) -> AtpConfig {
-        let d = AtpConfig::default();
-        AtpConfig {
-            job: self.job,
-            hashing: Hashing::Hash,
-            aggregators: self.aggregators,
-            timeout_ps: self.timeout_ps(),
-            aimd: AimdConfig { min_window_bytes: d.packet_bytes as u64, ..d.aimd.clone() },
-            ..d
-        }
+    /// The host endpoint `host` runs in the job, in `role`.
+    pub fn endpoint(&self, host: NodeId, role: Role) -> Result<Box<dyn HostProtocol>, NetError> {
+        let plan = self.plan(None, &|_| None)?;
+        plan.endpoints
+            .into_iter()
+            .find(|e| e.host == host && e.role == role)
+            .map(|e| e.proto)
+            .ok_or_else(|| NetError::Config(format!("job {}: the plan has no {role:?} on node {host}", self.job)))
     }
+}
 
-    pub fn atp_server_config(&self) -> Result<AtpServerConfig, NetError> {
-        Ok(AtpServerConfig {
-            atp: self.atp_config(),
-            layout: self.atp_layout()?,
-            workers: (0..self.workers.len()).map(|r| self.worker_endpoint(r)).collect(),
-            multicast: true,
-            resend_holdoff_ps: self.timeout_ps() / 2,
-        })
+/// A scheme's error as a runtime configuration error.
+pub fn plan_err(e: PlanError) -> NetError {
+    NetError::Config(if e.field.is_empty() { e.message } else { format!("field `{}`: {}", e.field, e.message) })
+}
+
+/// The network as a job's spec describes it: every switch in it is programmable, hosts are
+/// known by their rack, and ports only at the switch that asks.
+pub struct RuntimeView<'a> {
+    spec: &'a JobSpec,
+    me: Option<NodeId>,
+    ports: &'a dyn Fn(NodeId) -> Option<PortId>,
+}
+
+impl<'a> RuntimeView<'a> {
+    pub fn new(spec: &'a JobSpec, me: Option<NodeId>, ports: &'a dyn Fn(NodeId) -> Option<PortId>) -> Self {
+        RuntimeView { spec, me, ports }
     }
+}
 
-    pub fn switchml_config(&self, rank: usize) -> SwitchMlConfig {
-        let switch = Endpoint { host: self.workers[rank].rack, port: PROTOCOL_PORT };
-        SwitchMlConfig {
-            pool_slots: self.pool_slots,
-            timeout_ps: self.timeout_ps(),
-            ..SwitchMlConfig::new(self.job, rank as u16, switch)
-        }
+impl NetView for RuntimeView<'_> {
+    fn tor(&self, host: NodeId) -> NodeId {
+        let w = self.spec.workers.iter().find(|w| w.node == host).map(|w| w.rack);
+        w.or_else(|| self.spec.servers.iter().find(|s| s.node == host).map(|s| s.rack)).unwrap_or(host)
+    }
+    fn port_toward(&self, switch: NodeId, host: NodeId) -> Option<PortId> {
+        (self.me == Some(switch)).then(|| (self.ports)(host)).flatten()
+    }
+    fn programmable(&self, switch: NodeId) -> bool {
+        self.spec.switches.iter().any(|s| s.node == switch)
+    }
+    fn memory_bytes(&self, switch: NodeId) -> u64 {
+        self.spec.switches.iter().find(|s| s.node == switch).map_or(0, |s| s.memory_bytes)
+    }
+    fn name(&self, node: NodeId) -> String {
+        format!("node {node}")
+    }
+    fn port(&self, _job: u32, _role: Role) -> u16 {
+        PROTOCOL_PORT
+    }
+    /// A runtime switch admits jobs one at a time, so nothing is split among future jobs.
+    fn share(&self, _job: u32, _key: &str) -> (u32, u32) {
+        (0, 1)
     }
 }
 

@@ -1,16 +1,16 @@
-//! The parameter server process: one [`AtpServer`] per admitted ATP job, behind its switch.
+//! The parameter server process: the server endpoint of every admitted job whose scheme has
+//! one (ATP's `AtpServer`), behind its switch, as the scheme registry plans it.
 //! It attaches to its switch's control plane at start; jobs are admitted and released by the
 //! switch (`admit` / `release` with the job's [`JobSpec`]).
 
 use crate::clock::Clock;
-use crate::control::{self, err, field, ok, JobSpec, CONTROL_TIMEOUT, PROTOCOL_PORT};
+use crate::control::{self, err, field, ok, JobSpec, CONTROL_TIMEOUT};
 use crate::service::{accept_loop, shut_down};
 use crate::host::{counters_json, HostIo};
 use crate::udp::{wait, Udp};
 use crate::NetError;
-use inalab_core::wire::Header;
-use inalab_core::{Endpoint, HostProtocol, NodeId};
-use inalab_host::AtpServer;
+use inalab_core::{HostProtocol, NodeId};
+use inalab_scheme::Role;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::BufReader;
@@ -46,7 +46,7 @@ impl Default for PsOptions {
 
 struct PsState {
     io: HostIo,
-    servers: BTreeMap<u32, AtpServer>,
+    servers: BTreeMap<u32, Box<dyn HostProtocol>>,
     /// Packets for jobs not admitted here, dropped.
     unadmitted: u64,
 }
@@ -113,7 +113,7 @@ impl Drop for PsHandle {
 
 fn stats(s: &Shared) -> Value {
     let st = s.st.lock().expect("ps lock");
-    let jobs: serde_json::Map<String, Value> = st.servers.iter().map(|(j, p)| (j.to_string(), counters_json(p))).collect();
+    let jobs: serde_json::Map<String, Value> = st.servers.iter().map(|(j, p)| (j.to_string(), counters_json(p.as_ref()))).collect();
     json!({"node": s.node, "io": st.io.stats(), "unadmitted": st.unadmitted, "jobs": jobs})
 }
 
@@ -130,10 +130,7 @@ fn data_loop(s: &Shared) {
             let now = clock.now();
             let (servers, unadmitted) = (&mut st.servers, &mut st.unadmitted);
             let n = st.io.recv(|pkt| {
-                let server = match &pkt.header {
-                    Header::Atp(h) => servers.get_mut(&h.job),
-                    _ => None,
-                };
+                let server = pkt.header.job().and_then(|j| servers.get_mut(&j));
                 match server {
                     Some(p) => p.handle_packet(now, pkt),
                     None => *unadmitted += 1,
@@ -144,7 +141,7 @@ fn data_loop(s: &Shared) {
                 if p.poll_timeout().is_some_and(|t| t <= now) {
                     p.handle_timeout(now);
                 }
-                st.io.transmit(now, p);
+                st.io.transmit(now, p.as_mut());
                 while p.poll_event().is_some() {}
             }
             st.io.flush();
@@ -170,8 +167,8 @@ fn handle(s: &Shared, msg: &Value) -> Result<Value, NetError> {
     match msg["op"].as_str().unwrap_or("") {
         "admit" => {
             let spec: JobSpec = field(msg, "spec")?;
-            let cfg = spec.atp_server_config()?;
-            let server = AtpServer::new(Endpoint { host: s.node, port: PROTOCOL_PORT }, cfg).map_err(|e| NetError::Config(e.0))?;
+            let index = spec.servers.iter().position(|p| p.node == s.node).ok_or_else(|| NetError::Config(format!("job {}: node {} is not one of its servers", spec.job, s.node)))?;
+            let server = spec.endpoint(s.node, Role::Server { index: index as u32 })?;
             let mut st = s.st.lock().expect("ps lock");
             if st.servers.contains_key(&spec.job) {
                 return Err(NetError::Config(format!("job {} is already admitted at the PS", spec.job)));

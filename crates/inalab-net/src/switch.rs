@@ -21,13 +21,12 @@
 //! are freed at every switch and the PS.
 
 use crate::clock::Clock;
-use crate::control::{self, err, field, ok, JobSpec, Scheme, WorkerSpec, CONTROL_TIMEOUT};
+use crate::control::{self, err, field, ok, plan_err, JobSpec, ServerSpec, SwitchSpec, WorkerSpec, CONTROL_TIMEOUT};
 use crate::service::{accept_loop, shut_down};
 use crate::udp::{wait, TxBatch, Udp};
 use crate::NetError;
-use inalab_core::wire::Header;
-use inalab_core::{frame, NodeId, Packet, PortId, SwitchAction, SwitchCtx, SwitchProgram, Time, TimerToken};
-use inalab_switch::{atp_admissions, AtpSwitch, AtpSwitchConfig, SwitchMlJob, SwitchMlSwitch};
+use inalab_core::{frame, NodeId, Packet, PortId, Programs, SwitchAction, SwitchCtx, SwitchProgram, Time, TimerToken};
+use inalab_scheme::{Overrides, Servers};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde_json::{json, Value};
@@ -40,13 +39,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// Which program the switch runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProgramKind {
-    Atp,
-    Switchml,
-}
-
 /// Switch settings. Defaults in [`SwitchOptions::new`].
 #[derive(Debug, Clone)]
 pub struct SwitchOptions {
@@ -56,11 +48,15 @@ pub struct SwitchOptions {
     pub udp: SocketAddr,
     /// Control-plane TCP address. Default 127.0.0.1:9100.
     pub control: SocketAddr,
-    pub program: ProgramKind,
-    /// Aggregator memory, bytes (ATP: 272 B per aggregator; SwitchML: 280 B per slot).
-    /// Default 5 MB, as in the simulator.
+    /// The schemes whose switch programs run here (one program each, sharing the switch;
+    /// a packet of another scheme is routed like any packet).
+    pub programs: Vec<String>,
+    /// Aggregator memory of each program, bytes (ATP: 272 B per aggregator; SwitchML: 280 B
+    /// per slot). Default 5 MB, as in the simulator.
     pub memory_bytes: u64,
-    /// SwitchML: slots of each job's pool. Default 128.
+    /// Switch pool slots of a job that does not set its own (schemes with static per-job
+    /// pools: SwitchML). Default 128: a pool of a few hundred packets in flight is what a
+    /// software switch's socket buffers carry without loss.
     pub pool_slots: u32,
     /// Share of incoming packets dropped at random (0 to 1). Default 0.
     pub drop_probability: f64,
@@ -68,28 +64,52 @@ pub struct SwitchOptions {
     pub seed: u64,
     /// Control address of the next switch toward the PS (ATP chains). Default none.
     pub upstream: Option<SocketAddr>,
-    /// Worker loss-recovery timeout handed to jobs, microseconds. Default 20 000 (OS
-    /// scheduling on shared cores delays packets by milliseconds).
+    /// Loss-recovery timeout of a job that does not set its own, microseconds. Default
+    /// 20 000 (OS scheduling on shared cores delays packets by milliseconds).
     pub timeout_us: u64,
-    /// ATP fixed-point scale handed to jobs. Default 1e8 (ATP's).
-    pub atp_scale: f64,
 }
 
 impl SwitchOptions {
-    pub fn new(program: ProgramKind) -> Self {
+    pub fn new(programs: &[&str]) -> Self {
         SwitchOptions {
             node: 1,
             udp: "127.0.0.1:9000".parse().expect("valid"),
             control: "127.0.0.1:9100".parse().expect("valid"),
-            program,
+            programs: programs.iter().map(|p| p.to_string()).collect(),
             memory_bytes: 5_000_000,
             pool_slots: 128,
             drop_probability: 0.0,
             seed: 1,
             upstream: None,
             timeout_us: 20_000,
-            atp_scale: inalab_host::quant::ATP_SCALE,
         }
+    }
+
+    fn overrides(&self) -> Overrides {
+        Overrides { timeout_ps: Some(self.timeout_us * inalab_core::time::US), pool_slots: Some(self.pool_slots) }
+    }
+
+    /// This switch as a job's spec lists it.
+    fn switch_spec(&self) -> SwitchSpec {
+        SwitchSpec { node: self.node, memory_bytes: self.memory_bytes }
+    }
+
+    /// The programs named in `programs`, each sized for this switch.
+    fn build_programs(&self) -> Result<Programs, NetError> {
+        let me = JobSpec { job: 0, config: Value::Null, workers: vec![], servers: vec![], switches: vec![self.switch_spec()] };
+        let view = control::RuntimeView::new(&me, Some(self.node), &|_| None);
+        let mut programs = Programs::new();
+        for name in &self.programs {
+            let scheme = inalab_scheme::by_name(name).map_err(|e| NetError::Config(format!("program: {}", e.message)))?;
+            let prog = scheme.program(self.node, &view).ok_or_else(|| {
+                NetError::Config(format!("program: scheme {name:?} runs on hosts only and has no switch program; {}", with_programs()))
+            })?;
+            programs.install(scheme.name(), prog).map_err(|e| NetError::Config(format!("program: {e}")))?;
+        }
+        if programs.is_empty() {
+            return Err(NetError::Config(format!("program: name at least one; {}", with_programs())));
+        }
+        Ok(programs)
     }
 
     fn check(&self) -> Result<(), NetError> {
@@ -104,30 +124,10 @@ impl SwitchOptions {
     }
 }
 
-enum Program {
-    Atp(AtpSwitch),
-    SwitchMl(SwitchMlSwitch),
-}
-
-impl Program {
-    fn as_dyn(&mut self) -> &mut dyn SwitchProgram {
-        match self {
-            Program::Atp(p) => p,
-            Program::SwitchMl(p) => p,
-        }
-    }
-    fn counters(&self) -> Vec<(&'static str, u64)> {
-        match self {
-            Program::Atp(p) => p.counters(),
-            Program::SwitchMl(p) => p.counters(),
-        }
-    }
-    fn in_use(&self) -> u32 {
-        match self {
-            Program::Atp(p) => p.aggregators_in_use(),
-            Program::SwitchMl(p) => p.total_slots() - p.free_slots(),
-        }
-    }
+/// "the schemes with a switch program are ..." (from the registry).
+fn with_programs() -> String {
+    let names: Vec<String> = inalab_scheme::schemes().iter().filter(|s| s.has_program()).map(|s| format!("{:?}", s.name())).collect();
+    format!("the schemes with a switch program are {}", names.join(", "))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,7 +188,7 @@ impl SwitchCtx for Ctx<'_> {
 /// The data plane: everything the packet loop touches.
 struct DataPlane {
     node: NodeId,
-    program: Program,
+    program: Programs,
     /// Taken out while `poll` receives (so ingress can borrow the rest); always present
     /// between polls.
     udp: Option<Udp>,
@@ -266,7 +266,7 @@ impl DataPlane {
             }
             self.timers.pop();
             let ctx = Ctx { node: self.node, ports: &self.ports };
-            self.program.as_dyn().on_timer(now, &ctx, token, &mut self.actions);
+            self.program.on_timer(now, &ctx, token, &mut self.actions);
             self.apply();
         }
         udp.send_batch(&mut self.tx);
@@ -296,11 +296,7 @@ impl DataPlane {
             self.c.spoofed += 1;
             return;
         }
-        let job = match &pkt.header {
-            Header::Atp(h) => Some(h.job),
-            Header::SwitchMl(h) => Some(h.job),
-            _ => None,
-        };
+        let job = self.program.job_of(&pkt);
         if p.kind == PortKind::Worker && !job.is_some_and(|j| p.jobs.contains(&j)) {
             self.c.unadmitted += 1;
             return;
@@ -314,7 +310,7 @@ impl DataPlane {
             pkt.ecn = true;
         }
         let ctx = Ctx { node: self.node, ports: &self.ports };
-        self.program.as_dyn().on_packet(now, &ctx, port, pkt, &mut self.actions);
+        self.program.on_packet(now, &ctx, port, pkt, &mut self.actions);
         self.apply();
     }
 
@@ -359,7 +355,8 @@ impl DataPlane {
         let io = self.udp().stats;
         json!({
             "node": self.node,
-            "aggregators_in_use": self.program.in_use(),
+            "programs": self.program.names(),
+            "aggregators_in_use": self.program.aggregators_in_use(),
             "received": c.received, "forwarded": c.forwarded, "malformed": c.malformed,
             "unknown_source": c.unknown_source, "spoofed": c.spoofed, "unadmitted": c.unadmitted,
             "no_route": c.no_route, "dead_port": c.dead_port, "injected_drops": c.injected_drops, "ecn_marked": c.ecn_marked,
@@ -382,7 +379,9 @@ struct Member {
 }
 
 struct JobState {
-    scheme: Scheme,
+    /// The first joiner's configuration (with the switch's defaults filled in); every other
+    /// joiner must send the same.
+    config: Value,
     world: usize,
     members: BTreeMap<usize, Member>,
     spec: Option<JobSpec>,
@@ -418,13 +417,7 @@ impl SwitchHandle {
         let udp = Udp::bind(opts.udp)?;
         let listener = TcpListener::bind(opts.control)?;
         let (udp_addr, control_addr) = (udp.local_addr()?, listener.local_addr()?);
-        let program = match opts.program {
-            ProgramKind::Atp => Program::Atp(AtpSwitch::new(AtpSwitchConfig {
-                aggregators: AtpSwitchConfig::aggregators_for(opts.memory_bytes),
-                stale_timeout_ps: opts.timeout_us * inalab_core::time::US,
-            })),
-            ProgramKind::Switchml => Program::SwitchMl(SwitchMlSwitch::new(opts.memory_bytes)),
-        };
+        let program = opts.build_programs()?;
         let mut dp = DataPlane {
             node: opts.node,
             program,
@@ -565,9 +558,6 @@ fn handle(s: &Arc<Shared>, op: &str, msg: &Value, conn: &TcpStream) -> Result<Va
                 "switch" => PortKind::Switch,
                 r => return Err(NetError::Protocol(format!("field `role`: {r:?} is not one of \"ps\", \"switch\""))),
             };
-            if kind == PortKind::Ps && s.opts.program != ProgramKind::Atp {
-                return Err(NetError::Config("a parameter server attaches to an ATP switch; this one runs SwitchML".into()));
-            }
             let port = s.dp.lock().expect("data plane lock").add_port(udp, node, kind);
             if kind == PortKind::Ps {
                 let control: SocketAddr = field(msg, "control")?;
@@ -605,20 +595,18 @@ fn seen_from(bound: SocketAddr, conn: &TcpStream) -> SocketAddr {
     }
 }
 
-fn aggregators(s: &Shared) -> u32 {
-    AtpSwitchConfig::aggregators_for(s.opts.memory_bytes)
-}
-
-/// Where this switch's ATP jobs find their PS: attached here, or behind the upstream switch.
+/// Where this switch's jobs find their PS (attached here, or behind the upstream switch), and
+/// the switches from here to it.
 fn ps_info(s: &Shared) -> Result<Value, NetError> {
     if let Some((ps, _)) = s.cp.lock().expect("control lock").ps {
-        return Ok(json!({"ps": ps, "rack": s.opts.node, "aggregators": aggregators(s)}));
+        return Ok(json!({"ps": ps, "rack": s.opts.node, "switches": [s.opts.switch_spec()]}));
     }
     match s.opts.upstream {
         Some(up) => {
             let mut v = control::request(up, &json!({"op": "ps_info"}), CONTROL_TIMEOUT)?;
-            let theirs: u32 = field(&v, "aggregators")?;
-            v["aggregators"] = json!(theirs.min(aggregators(s)));
+            let mut switches: Vec<SwitchSpec> = field(&v, "switches")?;
+            switches.insert(0, s.opts.switch_spec());
+            v["switches"] = json!(switches);
             Ok(v)
         }
         None => Err(NetError::Config(
@@ -632,26 +620,25 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
     let job: u32 = field(msg, "job")?;
     let rank: usize = field(msg, "rank")?;
     let world: usize = field(msg, "world")?;
-    let scheme: Scheme = field(msg, "scheme")?;
+    let asked: Value = field(msg, "config")?;
     let udp: SocketAddr = field(msg, "udp")?;
-    let want = match s.opts.program {
-        ProgramKind::Atp => Scheme::Atp,
-        ProgramKind::Switchml => Scheme::Switchml,
-    };
-    if scheme != want {
-        return Err(NetError::Config(format!("field `scheme`: this switch runs {want}, the worker asked for {scheme}")));
+    let scheme = inalab_scheme::scheme_of(&asked).map_err(|e| NetError::Config(format!("field `config.scheme`: {}", e.message)))?;
+    let config = scheme.apply(&asked, &s.opts.overrides()).map_err(|e| plan_err(inalab_scheme::PlanError::new(format!("config.{}", e.field), e.message)))?;
+    if !s.dp.lock().expect("data plane lock").program.has(scheme.name()) {
+        let runs = s.dp.lock().expect("data plane lock").program.names();
+        return Err(NetError::Config(format!("field `config.scheme`: this switch runs {runs}, the worker asked for {}", scheme.name())));
     }
     if world == 0 || rank >= world {
         return Err(NetError::Config(format!("field `rank`: {rank} is not in 0..{world} (world)")));
     }
     let mut guard = s.cp.lock().expect("control lock");
     let cp = &mut *guard;
-    let st = cp.jobs.entry(job).or_insert_with(|| JobState { scheme, world, members: BTreeMap::new(), spec: None });
+    let st = cp.jobs.entry(job).or_insert_with(|| JobState { config: config.clone(), world, members: BTreeMap::new(), spec: None });
     if st.spec.is_some() {
         return Err(NetError::Config(format!("job {job} is already running; pick another job id")));
     }
-    if st.world != world || st.scheme != scheme {
-        return Err(NetError::Config(format!("job {job}: world {world} / {scheme} disagrees with the first joiner's {} / {}", st.world, st.scheme)));
+    if st.world != world || st.config != config {
+        return Err(NetError::Config(format!("job {job}: world {world} / configuration {config} disagrees with the first joiner's {} / {}", st.world, st.config)));
     }
     if st.members.contains_key(&rank) {
         return Err(NetError::Config(format!("job {job}: rank {rank} already joined")));
@@ -668,7 +655,7 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
         workers.push(WorkerSpec { node: m.node, udp: m.udp, rack: s.opts.node });
     }
     drop(guard);
-    let result = build_spec(s, job, scheme, workers).and_then(|spec| {
+    let result = build_spec(s, job, config, workers).and_then(|spec| {
         admit(s, &spec)?;
         Ok(spec)
     });
@@ -693,25 +680,25 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
     Ok((job, rank))
 }
 
-fn build_spec(s: &Shared, job: u32, scheme: Scheme, workers: Vec<WorkerSpec>) -> Result<JobSpec, NetError> {
-    let mut spec = JobSpec {
-        job,
-        scheme,
-        workers,
-        pool_slots: s.opts.pool_slots,
-        ps: None,
-        ps_rack: None,
-        aggregators: 0,
-        timeout_us: s.opts.timeout_us,
-        atp_scale: s.opts.atp_scale,
-    };
-    if scheme == Scheme::Atp {
+fn build_spec(s: &Shared, job: u32, config: Value, workers: Vec<WorkerSpec>) -> Result<JobSpec, NetError> {
+    let mut spec = JobSpec { job, config, workers, servers: vec![], switches: vec![s.opts.switch_spec()] };
+    if spec.scheme()?.servers() != Servers::None {
         let info = ps_info(s)?;
-        spec.ps = Some(field(&info, "ps")?);
-        spec.ps_rack = Some(field(&info, "rack")?);
-        spec.aggregators = field(&info, "aggregators")?;
+        spec.servers = vec![ServerSpec { node: field(&info, "ps")?, rack: field(&info, "rack")? }];
+        spec.switches = field(&info, "switches")?;
     }
     Ok(spec)
+}
+
+/// Where a job's `admit` and `release` go next: the PS if it is attached here, else the
+/// upstream switch toward it; `None` for jobs without servers.
+fn next_hop(s: &Shared, spec: &JobSpec) -> Result<Option<SocketAddr>, NetError> {
+    let Some(server) = spec.servers.first() else { return Ok(None) };
+    if server.rack != s.opts.node {
+        return Ok(s.opts.upstream);
+    }
+    let ps = s.cp.lock().expect("control lock").ps.filter(|p| p.0 == server.node).map(|p| p.1);
+    ps.map(Some).ok_or_else(|| NetError::Config(format!("PS node {} is not attached to switch {}", server.node, s.opts.node)))
 }
 
 /// Installs this switch's part of `spec` and passes it on (upstream switch, PS).
@@ -729,33 +716,14 @@ fn admit(s: &Arc<Shared>, spec: &JobSpec) -> Result<(), NetError> {
             dp.routes.insert(w.node, p);
         }
     }
-    let port_of = |node: NodeId| local.iter().find(|(n, _)| *n == node).map(|x| x.1).unwrap_or(PortId::MAX);
-    match &mut dp.program {
-        Program::SwitchMl(p) => {
-            let workers = (0..spec.workers.len()).map(|r| (spec.worker_endpoint(r), port_of(spec.workers[r].node))).collect();
-            p.admit_job(spec.job, SwitchMlJob { workers, pool_slots: spec.pool_slots }).map_err(|e| NetError::Config(e.to_string()))?;
-        }
-        Program::Atp(p) => {
-            let (ps, ps_rack) = spec.ps_endpoint()?;
-            let nodes: Vec<NodeId> = spec.workers.iter().map(|w| w.node).collect();
-            for (rack, job) in atp_admissions(&nodes, &spec.racks(), ps.host, ps_rack, |_| true, |_, w| port_of(w)) {
-                if rack == me {
-                    p.admit_job(spec.job, job);
-                }
-            }
-        }
+    let port_of = |node: NodeId| local.iter().find(|(n, _)| *n == node).map(|x| x.1);
+    let plan = spec.plan(Some(me), &port_of)?;
+    for adm in plan.admissions.into_iter().filter(|a| a.switch == me) {
+        dp.program.admit_at(adm.program, spec.job, adm.state).map_err(|e| NetError::Config(format!("field `config.{}`: {e}", adm.field)))?;
     }
     drop(dp);
-    if spec.scheme == Scheme::Atp {
-        let msg = json!({"op": "admit", "spec": spec});
-        let (ps, ps_rack) = spec.ps_endpoint()?;
-        if ps_rack == me {
-            let ps_control = s.cp.lock().expect("control lock").ps.filter(|p| p.0 == ps.host).map(|p| p.1);
-            let addr = ps_control.ok_or_else(|| NetError::Config(format!("PS node {} is not attached to switch {me}", ps.host)))?;
-            control::request(addr, &msg, CONTROL_TIMEOUT)?;
-        } else if let Some(up) = s.opts.upstream {
-            control::request(up, &msg, CONTROL_TIMEOUT)?;
-        }
+    if let Some(next) = next_hop(s, spec)? {
+        control::request(next, &json!({"op": "admit", "spec": spec}), CONTROL_TIMEOUT)?;
     }
     Ok(())
 }
@@ -775,14 +743,7 @@ fn release(s: &Shared, job: u32, reason: Option<&str>) {
         st.and_then(|st| st.spec)
     };
     let mut dp = s.dp.lock().expect("data plane lock");
-    match &mut dp.program {
-        Program::SwitchMl(p) => {
-            p.release_job(job);
-        }
-        Program::Atp(p) => {
-            p.release_job(job);
-        }
-    }
+    dp.program.release(job);
     let Some(spec) = spec else { return };
     for w in &spec.workers {
         if w.rack == s.opts.node {
@@ -792,14 +753,9 @@ fn release(s: &Shared, job: u32, reason: Option<&str>) {
         }
     }
     drop(dp);
-    if spec.scheme == Scheme::Atp {
-        let msg = json!({"op": "release", "job": job});
-        let ps_control = s.cp.lock().expect("control lock").ps.map(|p| p.1);
-        let next = if spec.ps_rack == Some(s.opts.node) { ps_control } else { s.opts.upstream };
-        if let Some(addr) = next {
-            if let Err(e) = control::request(addr, &msg, CONTROL_TIMEOUT) {
-                eprintln!("inalab switch: releasing job {job} at {addr}: {e}");
-            }
+    if let Ok(Some(addr)) = next_hop(s, &spec) {
+        if let Err(e) = control::request(addr, &json!({"op": "release", "job": job}), CONTROL_TIMEOUT) {
+            eprintln!("inalab switch: releasing job {job} at {addr}: {e}");
         }
     }
 }

@@ -1,9 +1,8 @@
 //! End-to-end on localhost: a software switch (and PS), workers in threads, real UDP.
 
 use inalab_net::client::{Client, ClientOptions};
-use inalab_net::control::Scheme;
 use inalab_net::ps::{PsHandle, PsOptions};
-use inalab_net::switch::{ProgramKind, SwitchHandle, SwitchOptions};
+use inalab_net::switch::{SwitchHandle, SwitchOptions};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -11,8 +10,8 @@ fn any_port() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
 }
 
-fn switch(program: ProgramKind, drop_probability: f64) -> SwitchHandle {
-    let opts = SwitchOptions { udp: any_port(), control: any_port(), drop_probability, ..SwitchOptions::new(program) };
+fn switch(program: &'static str, drop_probability: f64) -> SwitchHandle {
+    let opts = SwitchOptions { udp: any_port(), control: any_port(), drop_probability, ..SwitchOptions::new(&[program]) };
     SwitchHandle::start(opts).unwrap()
 }
 
@@ -21,12 +20,12 @@ fn ps(switch: &SwitchHandle) -> PsHandle {
 }
 
 /// Runs `world` workers of `job`; worker r allreduces `sizes` arrays whose values depend on r.
-fn run_job(sw: SocketAddr, scheme: Scheme, job: u32, world: usize, sizes: &[usize]) -> Vec<Vec<Vec<f32>>> {
+fn run_job(sw: SocketAddr, scheme: &'static str, job: u32, world: usize, sizes: &[usize]) -> Vec<Vec<Vec<f32>>> {
     let threads: Vec<_> = (0..world)
         .map(|rank| {
             let sizes = sizes.to_vec();
             std::thread::spawn(move || {
-                let opts = ClientOptions { switch: sw, job, rank, world, scheme, join_timeout: Duration::from_secs(20) };
+                let opts = ClientOptions { switch: sw, job, rank, world, config: serde_json::json!({"scheme": scheme}), join_timeout: Duration::from_secs(20) };
                 let c = Client::connect(opts).unwrap();
                 let out: Vec<Vec<f32>> = sizes.iter().map(|&n| c.allreduce(input(rank, n)).unwrap()).collect();
                 c.close();
@@ -59,8 +58,8 @@ const SIZES: &[usize] = &[1, 31, 32, 33, 1000, 4097, 100_000];
 
 #[test]
 fn switchml_sums_match() {
-    let sw = switch(ProgramKind::Switchml, 0.0);
-    let res = run_job(sw.control_addr, Scheme::Switchml, 7, 4, SIZES);
+    let sw = switch("switchml", 0.0);
+    let res = run_job(sw.control_addr, "switchml", 7, 4, SIZES);
     check(&res, SIZES, 1e-5);
     let st = sw.stats();
     assert_eq!(st["aggregators_in_use"], 0, "{st}");
@@ -69,17 +68,17 @@ fn switchml_sums_match() {
 
 #[test]
 fn atp_sums_match() {
-    let sw = switch(ProgramKind::Atp, 0.0);
+    let sw = switch("atp", 0.0);
     let _ps = ps(&sw);
-    let res = run_job(sw.control_addr, Scheme::Atp, 3, 4, SIZES);
+    let res = run_job(sw.control_addr, "atp", 3, 4, SIZES);
     check(&res, SIZES, 1e-6);
 }
 
 #[test]
 fn switchml_recovers_from_loss() {
-    let sw = switch(ProgramKind::Switchml, 0.01);
+    let sw = switch("switchml", 0.01);
     let sizes = [50_000, 3];
-    let res = run_job(sw.control_addr, Scheme::Switchml, 1, 3, &sizes);
+    let res = run_job(sw.control_addr, "switchml", 1, 3, &sizes);
     check(&res, &sizes, 1e-5);
     assert!(sw.stats()["injected_drops"].as_u64().unwrap() > 0);
 }
@@ -89,18 +88,18 @@ fn switchml_recovers_from_loss() {
 /// second switch (level 2), as ATP's two-level deployment.
 #[test]
 fn atp_through_a_chain_of_two_switches() {
-    let ps_rack = SwitchHandle::start(SwitchOptions { node: 2, udp: any_port(), control: any_port(), ..SwitchOptions::new(ProgramKind::Atp) }).unwrap();
+    let ps_rack = SwitchHandle::start(SwitchOptions { node: 2, udp: any_port(), control: any_port(), ..SwitchOptions::new(&["atp"]) }).unwrap();
     let _ps = PsHandle::start(PsOptions { node: 3, udp: any_port(), control: any_port(), switch: ps_rack.control_addr }).unwrap();
     let tor = SwitchHandle::start(SwitchOptions {
         node: 1,
         udp: any_port(),
         control: any_port(),
         upstream: Some(ps_rack.control_addr),
-        ..SwitchOptions::new(ProgramKind::Atp)
+        ..SwitchOptions::new(&["atp"])
     })
     .unwrap();
     let sizes = [62, 63, 10_000];
-    let res = run_job(tor.control_addr, Scheme::Atp, 4, 3, &sizes);
+    let res = run_job(tor.control_addr, "atp", 4, 3, &sizes);
     check(&res, &sizes, 1e-6);
     let (a, b) = (tor.stats(), ps_rack.stats());
     assert!(a["program"]["aggregated"].as_u64().unwrap() > 0, "{a}");

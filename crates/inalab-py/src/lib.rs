@@ -45,6 +45,40 @@ fn build_topology(topology_json: &str) -> PyResult<String> {
     serde_json::to_string(&topo).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
+/// The scheme registry as JSON: `[{name, doc, servers, program, quantization, params: [{name,
+/// default, unit, doc}]}]`, where `servers` is "none", "exactly_one" or "at_least_one",
+/// `program` whether the scheme installs a switch program (so the UDP switch can run it) and
+/// `quantization` `{"kind": "none" | "fixed_point" | "agreed_exponent", "scale"?}`.
+#[pyfunction]
+fn schemes() -> String {
+    let list: Vec<serde_json::Value> = inalab_scheme::schemes()
+        .iter()
+        .map(|s| {
+            let params: Vec<serde_json::Value> = s
+                .params()
+                .iter()
+                .map(|p| {
+                    let default: serde_json::Value = serde_json::from_str(p.default).expect("parameter defaults are JSON");
+                    serde_json::json!({"name": p.name, "default": default, "unit": p.unit, "doc": p.doc})
+                })
+                .collect();
+            let servers = match s.servers() {
+                inalab_scheme::Servers::None => "none",
+                inalab_scheme::Servers::ExactlyOne => "exactly_one",
+                inalab_scheme::Servers::AtLeastOne => "at_least_one",
+            };
+            let quantization = match s.quantization(&serde_json::json!({"scheme": s.name()})) {
+                inalab_scheme::Quantization::None => serde_json::json!({"kind": "none"}),
+                inalab_scheme::Quantization::FixedPoint { scale } => serde_json::json!({"kind": "fixed_point", "scale": scale}),
+                inalab_scheme::Quantization::AgreedExponent => serde_json::json!({"kind": "agreed_exponent"}),
+            };
+            serde_json::json!({"name": s.name(), "doc": s.doc(), "servers": servers, "program": s.has_program(),
+                               "quantization": quantization, "params": params})
+        })
+        .collect();
+    serde_json::Value::Array(list).to_string()
+}
+
 #[pyfunction]
 fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
@@ -55,6 +89,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(build_topology, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
+    m.add_function(wrap_pyfunction!(schemes, m)?)?;
     m.add_class::<net::Switch>()?;
     m.add_class::<net::ParameterServer>()?;
     m.add_class::<net::PyClient>()?;

@@ -2,9 +2,8 @@
 //! client. The Python wrappers in `inalab.runtime` validate options and convert arrays.
 
 use inalab_net::client::{Client, ClientOptions};
-use inalab_net::control::Scheme;
 use inalab_net::ps::{PsHandle, PsOptions};
-use inalab_net::switch::{ProgramKind, SwitchHandle, SwitchOptions};
+use inalab_net::switch::{SwitchHandle, SwitchOptions};
 use inalab_net::NetError;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -42,10 +41,10 @@ pub struct Switch(Option<SwitchHandle>);
 #[pymethods]
 impl Switch {
     #[new]
-    #[pyo3(signature = (program, udp, control, node, memory_bytes, pool_slots, drop_probability, seed, upstream, timeout_us, atp_scale))]
+    #[pyo3(signature = (programs, udp, control, node, memory_bytes, pool_slots, drop_probability, seed, upstream, timeout_us))]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        program: &str,
+        programs: Vec<String>,
         udp: &str,
         control: &str,
         node: u32,
@@ -55,14 +54,9 @@ impl Switch {
         seed: u64,
         upstream: Option<&str>,
         timeout_us: u64,
-        atp_scale: f64,
     ) -> PyResult<Switch> {
-        let program = match program {
-            "atp" => ProgramKind::Atp,
-            "switchml" => ProgramKind::Switchml,
-            p => return Err(PyValueError::new_err(format!("program: {p:?} is not one of \"atp\", \"switchml\""))),
-        };
         let opts = SwitchOptions {
+            programs,
             node,
             udp: addr("udp", udp)?,
             control: addr("control", control)?,
@@ -72,8 +66,6 @@ impl Switch {
             seed,
             upstream: upstream.map(|u| addr("upstream", u)).transpose()?,
             timeout_us,
-            atp_scale,
-            ..SwitchOptions::new(program)
         };
         SwitchHandle::start(opts).map(|h| Switch(Some(h))).map_err(net_err)
     }
@@ -146,13 +138,10 @@ pub struct PyClient(Option<Client>);
 impl PyClient {
     /// Joins the job; blocks (without the GIL) until every rank joined.
     #[new]
-    fn new(py: Python<'_>, switch: &str, job: u32, rank: usize, world: usize, scheme: &str, join_timeout_s: f64) -> PyResult<PyClient> {
-        let scheme = match scheme {
-            "atp" => Scheme::Atp,
-            "switchml" => Scheme::Switchml,
-            s => return Err(PyValueError::new_err(format!("scheme: {s:?} is not one of \"atp\", \"switchml\""))),
-        };
-        let opts = ClientOptions { switch: addr("switch", switch)?, job, rank, world, scheme, join_timeout: Duration::from_secs_f64(join_timeout_s) };
+    /// `config_json`: the job's scheme configuration, `{"scheme": NAME, ...}`.
+    fn new(py: Python<'_>, switch: &str, job: u32, rank: usize, world: usize, config_json: &str, join_timeout_s: f64) -> PyResult<PyClient> {
+        let config = serde_json::from_str(config_json).map_err(|e| PyValueError::new_err(format!("config: {e}")))?;
+        let opts = ClientOptions { switch: addr("switch", switch)?, job, rank, world, config, join_timeout: Duration::from_secs_f64(join_timeout_s) };
         let c = py.detach(|| Client::connect(opts)).map_err(net_err)?;
         Ok(PyClient(Some(c)))
     }

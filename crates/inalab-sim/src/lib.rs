@@ -12,7 +12,6 @@ mod events;
 mod metrics;
 mod network;
 mod result;
-mod schemes;
 mod sim;
 pub mod spec;
 mod workload;

@@ -29,7 +29,7 @@ impl Sim {
             r.jobs.push(JobResult {
                 id: j.spec.id,
                 name: j.spec.name.clone(),
-                scheme: j.spec.scheme.name().to_string(),
+                scheme: j.spec.scheme_name().to_string(),
                 workers: j.workers.len() as u32,
                 finished,
                 jct_s: jct,
@@ -85,7 +85,7 @@ impl Sim {
             let node = hosts + si as u32;
             let base = self.topo.nodes[..node as usize].iter().map(|n| n.ports.len()).sum::<usize>();
             let ports = &self.ports[base..base + self.topo.nodes[node as usize].ports.len()];
-            let mut counters: BTreeMap<String, u64> = sw.program.counters().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            let mut counters: BTreeMap<String, u64> = sw.active_ref().counters().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
             counters.insert("drops_no_route".into(), sw.drops_no_route);
             for &(b, v) in &sw.agg_series {
                 r.timeseries.push(SeriesRow { t_s: to_secs(b as u64 * bin), metric: "aggregators_in_use", entity: name(node), value: v as f64 });
@@ -99,7 +99,7 @@ impl Sim {
                 ecn_marks: ports.iter().map(|p| p.stats.ecn_marks).sum(),
                 max_queue_bytes: ports.iter().map(|p| p.stats.max_queue_bytes).max().unwrap_or(0),
                 aggregators_peak: sw.agg_peak,
-                aggregators_end: sw.program.aggregators_in_use(),
+                aggregators_end: sw.active_ref().aggregators_in_use(),
                 counters,
             });
         }

@@ -7,7 +7,7 @@ use crate::result::Conservation;
 use crate::spec::{Routing, SimSpec};
 use crate::workload::{Owner, Workloads};
 use crate::{Progress, SimError};
-use inalab_core::{AppRequest, HostEvent, HostProtocol, NodeId, Packet, PortId, SwitchAction, SwitchCtx, SwitchProgram, Time, NO_PATH};
+use inalab_core::{AppRequest, HostEvent, HostProtocol, NodeId, Packet, PortId, Programs, SwitchAction, SwitchCtx, SwitchProgram, Time, NO_PATH};
 use inalab_topo::{ecmp_pick, Routes, Topology};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -40,9 +40,11 @@ pub(crate) struct HostState {
 }
 
 pub(crate) struct SwitchState {
+    /// The program a test installed (plain forwarding by default).
     pub program: Box<dyn SwitchProgram>,
-    /// Name of the INA program installed by a scheme (`None`: plain forwarding).
-    pub ina: Option<&'static str>,
+    /// The INA programs the jobs' schemes installed; when present they run instead of
+    /// `program`.
+    pub ina: Option<Programs>,
     /// Processing capacity (GRID): packets are processed one after another at this rate.
     pub capacity_bps: Option<u64>,
     proc_busy: Time,
@@ -51,6 +53,22 @@ pub(crate) struct SwitchState {
     pub drops_no_route: u64,
     pub agg_peak: u32,
     pub agg_series: Vec<(u32, u32)>,
+}
+
+impl SwitchState {
+    /// The program that handles this switch's packets.
+    pub(crate) fn active(&mut self) -> &mut dyn SwitchProgram {
+        match &mut self.ina {
+            Some(p) => p,
+            None => self.program.as_mut(),
+        }
+    }
+    pub(crate) fn active_ref(&self) -> &dyn SwitchProgram {
+        match &self.ina {
+            Some(p) => p,
+            None => self.program.as_ref(),
+        }
+    }
 }
 
 struct FixedPath {
@@ -317,7 +335,7 @@ impl Sim {
                 let base = self.port_base[switch as usize] as usize;
                 let n = self.topo.nodes[switch as usize].ports.len();
                 let ctx = Ctx { node: switch, now: self.now, ports: &self.ports[base..base + n] };
-                self.switches[si].program.on_timer(self.now, &ctx, token, &mut out);
+                self.switches[si].active().on_timer(self.now, &ctx, token, &mut out);
                 self.apply_actions(switch, self.now, 0, &mut out);
                 self.actions = out;
             }
@@ -333,16 +351,9 @@ impl Sim {
         self.switches[(switch - self.topo.hosts) as usize].program = program;
     }
 
-    /// Installs a scheme's INA program on a switch; a switch runs at most one (errors name
-    /// the program already there).
-    pub(crate) fn install_ina_program(&mut self, switch: NodeId, name: &'static str, program: Box<dyn SwitchProgram>) -> Result<(), String> {
-        let sw = &mut self.switches[(switch - self.topo.hosts) as usize];
-        if let Some(other) = sw.ina {
-            return Err(format!("switch {} already runs the {other} program", self.topo.nodes[switch as usize].name));
-        }
-        sw.ina = Some(name);
-        sw.program = program;
-        Ok(())
+    /// Installs the INA programs the jobs' schemes need on a switch.
+    pub(crate) fn install_ina(&mut self, switch: NodeId, programs: Programs) {
+        self.switches[(switch - self.topo.hosts) as usize].ina = Some(programs);
     }
 
     pub fn topology(&self) -> &Topology {
@@ -533,9 +544,9 @@ impl Sim {
         let n = self.topo.nodes[node as usize].ports.len();
         let ctx = Ctx { node, now: self.now, ports: &self.ports[base..base + n] };
         let sw = &mut self.switches[si];
-        sw.program.on_packet(self.now, &ctx, in_port, pkt, &mut out);
+        sw.active().on_packet(self.now, &ctx, in_port, pkt, &mut out);
         if self.topo.nodes[node as usize].programmable {
-            let used = sw.program.aggregators_in_use();
+            let used = sw.active().aggregators_in_use();
             sw.agg_peak = sw.agg_peak.max(used);
             let bin = (self.now / self.bin) as u32;
             match sw.agg_series.last_mut() {

@@ -82,98 +82,32 @@ pub struct SwitchValue {
     pub value: u64,
 }
 
+/// A job: where it runs, what it computes, and its scheme's configuration (every other key:
+/// `scheme` and the scheme's parameters, checked by `inalab_scheme`, which rejects keys the
+/// scheme does not take).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct JobSpec {
     pub id: u32,
     pub name: String,
-    pub scheme: Scheme,
     /// Worker hosts by name, in rank order.
     pub workers: Vec<String>,
-    /// Parameter-server hosts by name (schemes with servers only).
+    /// Server hosts by name (schemes with servers only).
     #[serde(default)]
     pub servers: Vec<String>,
     pub workload: Workload,
     pub start_ps: u64,
     /// Each backward layer's compute is stretched by U(0, jitter_ps) (DSA §VII-B).
     pub jitter_ps: u64,
-    pub transport: TransportSpec,
-    /// Tensor partition size for parameter servers (BytePS uses 4 MiB).
-    pub partition_bytes: u64,
-    /// In-network aggregation settings (schemes `atp` and `switchml` only).
-    #[serde(default)]
-    pub ina: Option<InaSpec>,
+    /// `{"scheme": NAME, ...}` as `inalab_scheme` reads it.
+    #[serde(flatten)]
+    pub config: serde_json::Map<String, serde_json::Value>,
 }
 
-/// Settings of an in-network aggregation job. The switch side (aggregator memory) is in
-/// `NetSpec`; this is what the job's hosts do.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct InaSpec {
-    /// Bytes on the wire per gradient packet, headers included (ATP 306, SwitchML 180).
-    pub packet_bytes: u32,
-    /// Header bytes of a gradient packet (ATP 58, SwitchML 52); the rest carries i32 values.
-    pub header_bytes: u32,
-    /// ATP aggregator indexing.
-    pub hashing: Hashing,
-    /// ATP: ECN/loss-driven AIMD window (false: a fixed window of `init_window_bytes`).
-    pub congestion_control: bool,
-    /// Loss-recovery timeout of workers (ATP and SwitchML).
-    pub timeout_ps: u64,
-    /// SwitchML: slots of the job's static pool at the switch (0 = an equal share of the
-    /// switch's aggregators among the SwitchML jobs on it).
-    pub pool_slots: u32,
-}
-
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Hashing {
-    /// HASH(<job, seq>) % aggregators (ATP).
-    Hash,
-    /// seq % aggregators: every job starts at slot 0 (ATP Fig. 14's strawman).
-    Linear,
-    /// Static allocation: the pool is split equally among the scenario's `static` ATP jobs
-    /// and each uses seq % its slice (ATP Figs. 13a and 14's baseline).
-    Static,
-}
-
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Scheme {
-    Ring,
-    Hierarchical,
-    /// N-to-1 parameter server.
-    Ps,
-    /// Sharded N-to-N parameter servers co-located with the workers (BytePS-like).
-    PsSharded,
-    /// ATP: best-effort aggregation in a shared switch pool at two rack levels, PS fallback.
-    Atp,
-    /// SwitchML: a static per-job slot pool at the workers' switch, results multicast back.
-    #[serde(rename = "switchml")]
-    SwitchMl,
-}
-
-impl Scheme {
-    pub fn name(self) -> &'static str {
-        match self {
-            Scheme::Ring => "ring",
-            Scheme::Hierarchical => "hierarchical",
-            Scheme::Ps => "ps",
-            Scheme::PsSharded => "ps_sharded",
-            Scheme::Atp => "atp",
-            Scheme::SwitchMl => "switchml",
-        }
+impl JobSpec {
+    /// The scheme's name as the job gave it ("" if missing; set-up reports that).
+    pub fn scheme_name(&self) -> &str {
+        self.config.get("scheme").and_then(|v| v.as_str()).unwrap_or("")
     }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TransportSpec {
-    pub mss_bytes: u32,
-    pub header_bytes: u32,
-    pub rto_ps: u64,
-    pub init_window_bytes: u64,
-    pub increment_bytes: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]

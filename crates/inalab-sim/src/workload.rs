@@ -4,13 +4,13 @@
 //! `AppRequest`s and `HostEvent`s, as PyTorch does through the UDP runtime.
 
 use crate::events::Ev;
-use crate::schemes;
 use crate::sim::{host_named, Sim};
-use crate::spec::{JobSpec, Scheme, SimSpec, Workload};
+use crate::spec::{JobSpec, SimSpec, Workload};
 use crate::SimError;
-use inalab_core::{splitmix64, AppRequest, Endpoint, HostEvent, NodeId, Payload, Time};
+use inalab_core::{splitmix64, AppRequest, Endpoint, HostEvent, NodeId, Payload, PortId, Programs, Time};
 use inalab_host::{DatagramConfig, DatagramSender, DatagramSink};
-use inalab_switch::{AtpSwitch, AtpSwitchConfig, AtpSwitchJob, SwitchMlJob, SwitchMlSwitch, SLOT_BYTES};
+use inalab_scheme::{JobSpec as SchemeJob, NetView, PlanError, Role};
+use inalab_topo::Topology;
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use std::collections::{BTreeMap, HashMap};
@@ -128,14 +128,55 @@ fn input_value(job: u32, rank: u32, tensor: u64, i: usize) -> i32 {
     (h % 2001) as i32 - 1000
 }
 
+/// A scheme's error about job `j`, with the field named from the scenario's root.
+fn plan_error(j: usize, e: PlanError) -> SimError {
+    let field = if e.field.is_empty() { format!("jobs[{j}]") } else { format!("jobs[{j}].{}", e.field) };
+    SimError::new(field, e.message)
+}
+
 fn input(job: u32, rank: u32, tensor: u64, len: usize) -> Payload {
     Payload::I32((0..len).map(|i| input_value(job, rank, tensor, i)).collect())
 }
 
+/// The simulator's answers to a scheme's questions about the network.
+struct SimView<'a> {
+    topo: &'a Topology,
+    /// Aggregator memory of every programmable switch.
+    memory: BTreeMap<NodeId, u64>,
+    /// Share name -> the jobs that asked for it, in job order.
+    shares: BTreeMap<String, Vec<u32>>,
+}
+
+impl NetView for SimView<'_> {
+    fn tor(&self, host: NodeId) -> NodeId {
+        self.topo.host_switch(host)
+    }
+    fn port_toward(&self, switch: NodeId, host: NodeId) -> Option<PortId> {
+        self.topo.port_to(switch, host)
+    }
+    fn programmable(&self, switch: NodeId) -> bool {
+        self.memory.contains_key(&switch)
+    }
+    fn memory_bytes(&self, switch: NodeId) -> u64 {
+        self.memory.get(&switch).copied().unwrap_or(0)
+    }
+    fn name(&self, node: NodeId) -> String {
+        self.topo.nodes[node as usize].name.clone()
+    }
+    fn port(&self, job: u32, role: Role) -> u16 {
+        match role {
+            Role::Worker { .. } => worker_port(job),
+            Role::Server { .. } => server_port(job),
+        }
+    }
+    fn share(&self, job: u32, key: &str) -> (u32, u32) {
+        let jobs = self.shares.get(key).map_or(&[][..], |v| v.as_slice());
+        (jobs.iter().position(|&j| j == job).unwrap_or(0) as u32, jobs.len() as u32)
+    }
+}
+
 impl Sim {
     pub(crate) fn setup_workloads(&mut self, spec: &SimSpec) -> Result<(), SimError> {
-        let mut used: HashMap<NodeId, usize> = HashMap::new();
-        // Aggregator pools of the programmable switches (memory / aggregator size).
         let mut memory: BTreeMap<NodeId, u64> = BTreeMap::new();
         for s in self.topo.switches().filter(|&s| self.topo.nodes[s as usize].programmable) {
             memory.insert(s, spec.network.aggregator_memory_bytes);
@@ -145,28 +186,17 @@ impl Sim {
                 *m = sm.value;
             }
         }
-        let aggregators = |s: NodeId| memory.get(&s).map(|&m| AtpSwitchConfig::aggregators_for(m));
-        // SwitchML: a pool of 0 slots means an equal share of the switch's slots among the
-        // SwitchML jobs aggregating there, so count them first.
-        let mut switchml_jobs: BTreeMap<NodeId, u64> = BTreeMap::new();
-        for js in spec.jobs.iter().filter(|js| js.scheme == Scheme::SwitchMl) {
-            if let Some(tor) = js.workers.first().and_then(|w| self.topo.find(w)).filter(|&h| self.topo.is_host(h)).map(|h| self.topo.host_switch(h)) {
-                *switchml_jobs.entry(tor).or_default() += 1;
-            }
-        }
-        let mut switchml: BTreeMap<NodeId, Vec<(u32, SwitchMlJob)>> = BTreeMap::new();
-        // ATP with static allocation: the pool is split equally among those jobs.
-        let is_static = |js: &JobSpec| js.scheme == Scheme::Atp && js.ina.as_ref().is_some_and(|i| i.hashing == crate::spec::Hashing::Static);
-        let static_jobs: Vec<u32> = spec.jobs.iter().filter(|js| is_static(js)).map(|js| js.id).collect();
-        // ATP: every job's admissions per switch, installed as one shared program per switch
-        // once all jobs are built. (switch -> (admissions, largest worker timeout)).
-        let mut atp: BTreeMap<NodeId, (Vec<(u32, AtpSwitchJob)>, u64)> = BTreeMap::new();
+        let mut view = SimView { topo: &self.topo, memory, shares: BTreeMap::new() };
+        // Validate every job and resolve its hosts and scheme first, so shares (equal splits
+        // of a switch among jobs) are known before any job is planned.
+        let mut used: HashMap<NodeId, usize> = HashMap::new();
+        let mut jobs = vec![];
         for (j, js) in spec.jobs.iter().enumerate() {
             let field = format!("jobs[{j}]");
             if js.id as usize != j {
                 return Err(SimError::new(format!("{field}.id"), format!("job ids must be 0, 1, ... in order; expected {j}, got {}", js.id)));
             }
-            let host = |i: usize, name: &String, what: &str| host_named(&self.topo, format!("{field}.{what}[{i}]"), name);
+            let host = |i: usize, name: &String, what: &str| host_named(view.topo, format!("{field}.{what}[{i}]"), name);
             let workers = js.workers.iter().enumerate().map(|(i, n)| host(i, n, "workers")).collect::<Result<Vec<_>, _>>()?;
             let servers = js.servers.iter().enumerate().map(|(i, n)| host(i, n, "servers")).collect::<Result<Vec<_>, _>>()?;
             if workers.is_empty() {
@@ -175,9 +205,21 @@ impl Sim {
             for &w in &workers {
                 if let Some(other) = used.insert(w, j) {
                     let which = if other == j { "twice in this job".to_string() } else { format!("also by jobs[{other}]") };
-                    return Err(SimError::new(format!("{field}.workers"), format!("host {} is used {which}", self.topo.nodes[w as usize].name)));
+                    return Err(SimError::new(format!("{field}.workers"), format!("host {} is used {which}", view.topo.nodes[w as usize].name)));
                 }
             }
+            let job = SchemeJob { id: js.id, workers, servers, config: serde_json::Value::Object(js.config.clone()) };
+            let scheme = job.scheme().map_err(|e| plan_error(j, e))?;
+            for key in scheme.shares(&job, &view) {
+                view.shares.entry(key).or_default().push(js.id);
+            }
+            jobs.push((scheme, job));
+        }
+        let mut ina: BTreeMap<NodeId, Programs> = BTreeMap::new();
+        let mut planned = vec![];
+        for (j, (scheme, job)) in jobs.into_iter().enumerate() {
+            let js = &spec.jobs[j];
+            let field = format!("jobs[{j}]");
             let (layers, iterations) = match &js.workload {
                 Workload::Training { layers, iterations } => (layers.iter().map(|l| (l.bytes, l.fwd_ps, l.bwd_ps)).collect::<Vec<_>>(), *iterations),
                 Workload::Allreduce { bytes, iterations } => (vec![(*bytes, 0, 0)], *iterations),
@@ -188,36 +230,35 @@ impl Sim {
             if let Some(i) = layers.iter().position(|l| l.0 == 0 || l.0 % 4 != 0) {
                 return Err(SimError::new(format!("{field}.workload.layers[{i}].bytes"), "must be a positive multiple of 4 (float32 values)"));
             }
-            let mut js = js.clone();
-            if js.scheme == Scheme::SwitchMl {
-                let mut ina = schemes::ina_or_default(&js);
-                if ina.pool_slots == 0 {
-                    let tor = schemes::switchml_switch(&js, &workers, &self.topo).map_err(|m| SimError::new(m.0, m.1))?;
-                    let slots = memory.get(&tor).map_or(0, |&m| m / SLOT_BYTES);
-                    ina.pool_slots = (slots / switchml_jobs.get(&tor).copied().unwrap_or(1).max(1)).min(u32::MAX as u64) as u32;
+            let plan = scheme.plan(&job, &view).map_err(|e| plan_error(j, e))?;
+            for adm in plan.admissions {
+                let programs = ina.entry(adm.switch).or_default();
+                if !programs.has(adm.program) {
+                    let maker = inalab_scheme::by_name(adm.program).map_err(|e| plan_error(j, e))?;
+                    let prog = maker.program(adm.switch, &view).expect("a scheme that admits at switches has a program");
+                    programs.install(adm.program, prog).map_err(|e| SimError::new(format!("{field}.scheme"), e.0))?;
                 }
-                js.ina = Some(ina);
+                programs.admit_at(adm.program, job.id, adm.state).map_err(|e| SimError::new(format!("{field}.{}", adm.field), e.0))?;
             }
-            let js = &js;
-            let share = (static_jobs.iter().position(|&id| id == js.id).unwrap_or(0) as u32, static_jobs.len() as u32);
-            let built = schemes::build(js, &workers, &servers, &self.topo, &aggregators, share).map_err(|m| SimError::new(m.0, m.1))?;
-            if let Some((switch, adm)) = built.switchml_admission {
-                switchml.entry(switch).or_default().push((js.id, adm));
-            }
-            for (switch, adm) in built.atp_admissions {
-                let e = atp.entry(switch).or_default();
-                e.0.push((js.id, adm));
-                e.1 = e.1.max(built.atp_timeout_ps);
-            }
-            let mut worker_eps = vec![0u16; workers.len()];
-            for (host, proto, owner) in built.endpoints {
-                let ep = self.add_endpoint(host, proto, owner);
-                if let Owner::Worker { rank, .. } = owner {
-                    worker_eps[rank as usize] = ep;
+            planned.push((job, layers, iterations, plan.endpoints));
+        }
+        drop(view);
+        for (j, (job, layers, iterations, endpoints)) in planned.into_iter().enumerate() {
+            let js = &spec.jobs[j];
+            let mut worker_eps = vec![0u16; job.workers.len()];
+            for ep in endpoints {
+                let owner = match ep.role {
+                    Role::Worker { rank } => Owner::Worker { job: job.id, rank },
+                    Role::Server { .. } => Owner::Server { job: job.id },
+                };
+                let e = self.add_endpoint(ep.host, ep.proto, owner);
+                if let Role::Worker { rank } = ep.role {
+                    worker_eps[rank as usize] = e;
                 }
             }
             let nl = layers.len();
-            let ws = workers
+            let ws = job
+                .workers
                 .iter()
                 .zip(worker_eps)
                 .enumerate()
@@ -253,24 +294,8 @@ impl Sim {
                 self.schedule(js.start_ps, Ev::JobStart { job: j as u32 });
             }
         }
-        for (switch, (admissions, timeout)) in atp {
-            // Abandoned aggregators: freed by a parameter packet once older than four worker
-            // timeouts (a live fragment is resent within one).
-            let mut prog = AtpSwitch::new(AtpSwitchConfig { aggregators: aggregators(switch).unwrap_or(0), stale_timeout_ps: timeout.saturating_mul(4) });
-            let jobs: Vec<u32> = admissions.iter().map(|a| a.0).collect();
-            for (job, adm) in admissions {
-                prog.admit_job(job, adm);
-            }
-            self.install_ina_program(switch, "atp", Box::new(prog))
-                .map_err(|m| SimError::new(format!("jobs[{}].scheme", jobs[0]), m))?;
-        }
-        for (switch, admissions) in switchml {
-            let mut prog = SwitchMlSwitch::new(memory.get(&switch).copied().unwrap_or(0));
-            let first = admissions[0].0;
-            for (job, adm) in admissions {
-                prog.admit_job(job, adm).map_err(|e| SimError::new(format!("jobs[{job}].ina.pool_slots"), e.to_string()))?;
-            }
-            self.install_ina_program(switch, "switchml", Box::new(prog)).map_err(|m| SimError::new(format!("jobs[{first}].scheme"), m))?;
+        for (switch, programs) in ina {
+            self.install_ina(switch, programs);
         }
         for (f, fs) in spec.flows.iter().enumerate() {
             let field = format!("flows[{f}]");

@@ -18,7 +18,7 @@ fn leaf_spine(per_leaf: u32) -> Value {
 fn atp_job(id: u32, workers: Vec<String>, ps: &str, bytes: u64, iterations: u32) -> Value {
     let mut j = job(id, "atp", workers, vec![ps.into()], json!({"kind": "allreduce", "bytes": bytes, "iterations": iterations}));
     j["ina"] = json!({"packet_bytes": 306, "header_bytes": 58, "hashing": "hash", "congestion_control": true,
-                      "timeout_ps": 200 * US, "pool_slots": 0});
+                      "timeout_ps": 200 * US});
     j
 }
 

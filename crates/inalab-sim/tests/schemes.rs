@@ -14,7 +14,9 @@ fn payload_run(scheme: &str, workers: Vec<String>, servers: Vec<String>, loss: f
     let workload = json!({"kind": "allreduce", "bytes": 4 * 10_007, "iterations": 3});
     let mut s = spec(leaf_spine(), vec![job(0, scheme, workers, servers, workload)], vec![]);
     s["payload"] = json!(true);
-    s["jobs"][0]["partition_bytes"] = json!(4 * 3000);
+    if s["jobs"][0].get("partition_bytes").is_some() {
+        s["jobs"][0]["partition_bytes"] = json!(4 * 3000);
+    }
     if loss > 0.0 {
         s["network"]["link_loss"] = json!([{"a": "leaf0", "b": "spine0", "prob": loss}, {"a": "leaf0", "b": "spine1", "prob": loss}]);
         s["network"]["host_loss"] = json!([{"host": "h1", "prob": loss}]);

@@ -10,7 +10,7 @@ const SLOT_BYTES: u64 = 280;
 
 fn switchml_job(id: u32, workers: Vec<String>, bytes: u64, pool: u32) -> Value {
     let mut j = job(id, "switchml", workers, vec![], json!({"kind": "allreduce", "bytes": bytes, "iterations": 3}));
-    j["ina"] = json!({"packet_bytes": 180, "header_bytes": 52, "hashing": "hash", "congestion_control": false,
+    j["ina"] = json!({"packet_bytes": 180, "header_bytes": 52,
                       "timeout_ps": 100 * US, "pool_slots": pool});
     j
 }

@@ -44,8 +44,8 @@
 //!
 //! # Parameter packets (`FLAG_ACK`)
 //! Deallocate the aggregator at `agg_index` if it holds `<job, seq>`; otherwise free it if
-//! it is occupied and its timestamp is older than `stale_timeout_ps` (§3.7, abandoned
-//! aggregators). Then, for an admitted job in multicast mode: at the PS's switch (packet from
+//! it is occupied and its timestamp is older than the holding job's `stale_timeout_ps` (§3.7,
+//! abandoned aggregators; the switch-wide one for a job not admitted here). Then, for an admitted job in multicast mode: at the PS's switch (packet from
 //! the PS) one copy to every local worker and one copy routed toward every remote target
 //! (a representative worker of each remote ATP rack, or each worker of a remote rack without
 //! ATP); at a worker rack (packet addressed to a local worker) one copy to every local
@@ -66,7 +66,7 @@
 //!   path.
 
 use inalab_core::wire::{AtpHeader, Header};
-use inalab_core::{NodeId, Packet, Payload, PortId, SwitchAction, SwitchCtx, SwitchProgram, Time};
+use inalab_core::{Admission, AdmitError, NodeId, Packet, Payload, PortId, SwitchAction, SwitchCtx, SwitchProgram, Time};
 use std::collections::BTreeMap;
 
 /// Values per aggregator: one 306 B ATP packet carries 62 x 4 B.
@@ -81,7 +81,8 @@ pub struct AtpSwitchConfig {
     /// Aggregators in the shared pool (`memory_bytes / AGGREGATOR_BYTES`).
     pub aggregators: u32,
     /// A parameter packet frees a non-matching occupied aggregator whose timestamp is older
-    /// than this (§3.7).
+    /// than this (§3.7), when the holding job is not admitted here (else its own
+    /// `AtpSwitchJob::stale_timeout_ps` applies).
     pub stale_timeout_ps: Time,
 }
 
@@ -109,6 +110,9 @@ pub struct AtpSwitchJob {
     /// The PS sends one parameter packet per fragment for the switches to multicast (true) or
     /// one unicast per worker (false: switches only deallocate and route).
     pub multicast: bool,
+    /// An aggregator this job holds is freed by another job's parameter packet once it is
+    /// older than this (abandoned, §3.7): a multiple of the job's loss-recovery timeout.
+    pub stale_timeout_ps: Time,
 }
 
 /// The control plane's admissions of one ATP job: an [`AtpSwitchJob`] per switch that
@@ -128,6 +132,7 @@ pub fn atp_admissions<R: PartialEq + Copy>(
     ps_rack: R,
     runs_atp: impl Fn(R) -> bool,
     port: impl Fn(R, NodeId) -> PortId,
+    stale_timeout_ps: Time,
 ) -> Vec<(R, AtpSwitchJob)> {
     let multicast = runs_atp(ps_rack);
     let mut rack_order: Vec<R> = vec![];
@@ -143,14 +148,14 @@ pub fn atp_admissions<R: PartialEq + Copy>(
         if runs_atp(rack) {
             remote_targets.push(local[0]);
             let local_workers = local.iter().map(|&w| (port(rack, w), w)).collect();
-            out.push((rack, AtpSwitchJob { local_workers, ps: None, remote_targets: vec![], multicast }));
+            out.push((rack, AtpSwitchJob { local_workers, ps: None, remote_targets: vec![], multicast, stale_timeout_ps }));
         } else {
             remote_targets.extend(local);
         }
     }
     if multicast {
         let local_workers = workers.iter().zip(racks).filter(|(_, &r)| r == ps_rack).map(|(&w, _)| (port(ps_rack, w), w)).collect();
-        out.push((ps_rack, AtpSwitchJob { local_workers, ps: Some(ps), remote_targets, multicast }));
+        out.push((ps_rack, AtpSwitchJob { local_workers, ps: Some(ps), remote_targets, multicast, stale_timeout_ps }));
     }
     out
 }
@@ -385,7 +390,7 @@ impl AtpSwitch {
             if a.job == h.job && a.seq == h.seq {
                 self.free(idx);
                 self.c.deallocs += 1;
-            } else if now.saturating_sub(a.timestamp) > self.cfg.stale_timeout_ps {
+            } else if now.saturating_sub(a.timestamp) > self.jobs.get(&a.job).map_or(self.cfg.stale_timeout_ps, |j| j.stale_timeout_ps) {
                 self.free(idx);
                 self.c.stale_frees += 1;
             }
@@ -440,6 +445,22 @@ impl SwitchProgram for AtpSwitch {
         self.on_gradient(now, level, h, pkt, out)
     }
 
+    fn admit(&mut self, job: u32, adm: Admission) -> Result<(), AdmitError> {
+        self.admit_job(job, adm.take::<AtpSwitchJob>("atp")?);
+        Ok(())
+    }
+
+    fn release(&mut self, job: u32) -> u32 {
+        self.release_job(job)
+    }
+
+    fn job_of(&self, pkt: &Packet) -> Option<u32> {
+        match &pkt.header {
+            Header::Atp(h) => Some(h.job),
+            _ => None,
+        }
+    }
+
     fn aggregators_in_use(&self) -> u32 {
         self.in_use
     }
@@ -488,8 +509,8 @@ mod tests {
     /// PS rack (PS host 7 on port 7, local worker 3 on port 3, remote target host 50).
     fn switch(aggs: u32) -> AtpSwitch {
         let mut s = AtpSwitch::new(AtpSwitchConfig { aggregators: aggs, stale_timeout_ps: 1000 });
-        s.admit_job(1, AtpSwitchJob { local_workers: vec![(0, 0), (1, 1), (2, 2)], ps: None, remote_targets: vec![], multicast: true });
-        s.admit_job(2, AtpSwitchJob { local_workers: vec![(3, 3)], ps: Some(PS), remote_targets: vec![50], multicast: true });
+        s.admit_job(1, AtpSwitchJob { local_workers: vec![(0, 0), (1, 1), (2, 2)], ps: None, remote_targets: vec![], multicast: true, stale_timeout_ps: 1000 });
+        s.admit_job(2, AtpSwitchJob { local_workers: vec![(3, 3)], ps: Some(PS), remote_targets: vec![50], multicast: true, stale_timeout_ps: 1000 });
         s
     }
 
@@ -698,6 +719,33 @@ mod tests {
         run(&mut s, 5, 5, param(1, 77, 1, PS, 0));
         assert_eq!(s.aggregators_in_use(), 1);
         assert_eq!(counter(&s, "deallocs"), 2);
+    }
+
+    #[test]
+    fn the_holding_jobs_stale_timeout_applies() {
+        let mut s = switch(4);
+        s.admit_job(1, AtpSwitchJob { stale_timeout_ps: 5000, ..s.jobs[&1].clone() });
+        run(&mut s, 0, 0, l1(5, 1, 0, vec![1]));
+        // Older than the switch-wide 1000 ps but not than job 1's own 5000 ps.
+        run(&mut s, 3000, 5, param(2, 77, 1, PS, 0));
+        assert_eq!(s.aggregators_in_use(), 1);
+        run(&mut s, 5001, 5, param(2, 77, 1, PS, 0));
+        assert_eq!(s.aggregators_in_use(), 0);
+        assert_eq!(counter(&s, "stale_frees"), 1);
+    }
+
+    #[test]
+    fn control_plane_half_admits_releases_and_claims_its_packets() {
+        let mut s = AtpSwitch::new(AtpSwitchConfig { aggregators: 4, stale_timeout_ps: 1000 });
+        let job = AtpSwitchJob { local_workers: vec![(0, 0), (1, 1), (2, 2)], ps: None, remote_targets: vec![], multicast: true, stale_timeout_ps: 1000 };
+        SwitchProgram::admit(&mut s, 1, Admission::new(job)).unwrap();
+        let err = SwitchProgram::admit(&mut s, 2, Admission::new(7u32)).unwrap_err();
+        assert!(err.0.contains("atp"), "{err}");
+        run(&mut s, 0, 0, l1(5, 1, 0, vec![1]));
+        assert_eq!(s.job_of(&l1(5, 1, 0, vec![1])), Some(1));
+        assert_eq!(s.job_of(&Packet::new(0, 1, 2, 3, 64, Header::Raw)), None);
+        assert_eq!(SwitchProgram::release(&mut s, 1), 1);
+        assert_eq!(s.aggregators_in_use(), 0);
     }
 
     #[test]

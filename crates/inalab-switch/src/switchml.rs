@@ -50,7 +50,7 @@
 //!   the receiving worker's id.
 
 use inalab_core::wire::{Header, SwitchMlHeader};
-use inalab_core::{Endpoint, Packet, Payload, PortId, SwitchAction, SwitchCtx, SwitchProgram, Time};
+use inalab_core::{Admission, AdmitError, Endpoint, Packet, Payload, PortId, SwitchAction, SwitchCtx, SwitchProgram, Time};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -400,6 +400,27 @@ impl SwitchProgram for SwitchMlSwitch {
             out.push(SwitchAction::Forward { port, pkt: res });
         }
         out.push(SwitchAction::Drop { pkt, reason: "switchml: aggregated" });
+    }
+
+    fn admit(&mut self, job: u32, adm: Admission) -> Result<(), AdmitError> {
+        self.admit_job(job, adm.take::<SwitchMlJob>("switchml")?).map_err(|e| AdmitError(e.to_string()))
+    }
+
+    /// Frees the job's partition; SwitchML holds no aggregator outside it, so 0 are left held.
+    fn release(&mut self, job: u32) -> u32 {
+        let pool = self.jobs.get(&job).map_or(0, |j| j.pool);
+        if self.release_job(job) {
+            pool
+        } else {
+            0
+        }
+    }
+
+    fn job_of(&self, pkt: &Packet) -> Option<u32> {
+        match &pkt.header {
+            Header::SwitchMl(h) => Some(h.job),
+            _ => None,
+        }
     }
 
     /// Slot copies holding a partial aggregation. Under SwitchML's protocol a slot has at

@@ -36,6 +36,15 @@ impl Header {
         }
     }
 
+    /// The job a packet of an INA protocol belongs to (`None` for headers that carry no job).
+    pub fn job(&self) -> Option<u32> {
+        match self {
+            Header::Atp(h) => Some(h.job),
+            Header::SwitchMl(h) => Some(h.job),
+            Header::Raw | Header::Transport(_) => None,
+        }
+    }
+
     /// Bytes of the encoded header including its one-byte kind tag.
     pub fn encoded_len(&self) -> usize {
         1 + match self {

@@ -15,9 +15,18 @@ pub fn transport() -> Value {
     json!({"mss_bytes": 1436, "header_bytes": 64, "rto_ps": 1000 * US, "init_window_bytes": 60000, "increment_bytes": 1500})
 }
 
+/// A job with the transport and partition settings the scheme takes (per the registry).
 pub fn job(id: u32, scheme: &str, workers: Vec<String>, servers: Vec<String>, workload: Value) -> Value {
-    json!({"id": id, "name": format!("job{id}"), "scheme": scheme, "workers": workers, "servers": servers,
-           "workload": workload, "start_ps": 0, "jitter_ps": 0, "transport": transport(), "partition_bytes": 4 << 20})
+    let mut j = json!({"id": id, "name": format!("job{id}"), "scheme": scheme, "workers": workers, "servers": servers,
+                       "workload": workload, "start_ps": 0, "jitter_ps": 0});
+    let params = inalab_scheme::by_name(scheme).expect("a registered scheme").params();
+    if params.iter().any(|p| p.name.starts_with("transport.")) {
+        j["transport"] = transport();
+    }
+    if params.iter().any(|p| p.name == "partition_bytes") {
+        j["partition_bytes"] = json!(4 << 20);
+    }
+    j
 }
 
 pub fn hosts(r: std::ops::Range<u32>) -> Vec<String> {

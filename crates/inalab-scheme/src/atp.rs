@@ -1,0 +1,184 @@
+//! ATP (NSDI '21): best-effort aggregation in a shared switch pool at two rack levels, the PS
+//! completes what the switches could not.
+//!
+//! Set-up policy, the same in both drivers:
+//! - every worker rack whose ToR is programmable aggregates at level 1, the PS's rack at
+//!   level 2 and multicasts (`inalab_switch::atp_admissions`);
+//! - the aggregator index is taken modulo the smallest pool the job's packets meet;
+//! - a switch frees an aggregator abandoned by a job after 4 x that job's loss-recovery
+//!   timeout (a live fragment is resent within one);
+//! - the window is AIMD from `transport.init_window_bytes` / `increment_bytes`, never below one
+//!   packet.
+
+use crate::plan::{check_servers, parse_config, JobSpec, NetView, Overrides, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
+use crate::ring::worker_endpoints;
+use crate::transport::{TransportParams, TRANSPORT_PARAMS};
+use inalab_core::time::MS;
+use inalab_core::{Admission, Endpoint, NodeId, SwitchProgram, Time};
+use inalab_host::{atp_layout, AimdConfig, AtpConfig, AtpServer, AtpServerConfig, AtpWorker, Hashing};
+use inalab_switch::{atp_admissions, AtpSwitch, AtpSwitchConfig};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Stale-aggregator timeout as a multiple of the holding job's loss-recovery timeout.
+pub const STALE_TIMEOUTS: u64 = 4;
+const PROGRAM: &str = "atp";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AtpHashing {
+    /// HASH(<job, seq>) % aggregators (ATP).
+    Hash,
+    /// seq % aggregators: every job starts at slot 0 (ATP Fig. 14's strawman).
+    Linear,
+    /// The pool split equally among the static jobs, each using seq % its slice (Figs. 13a, 14).
+    Static,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AtpIna {
+    /// Bytes on the wire per gradient packet, headers included. Default 306.
+    pub packet_bytes: u32,
+    /// Header bytes of a gradient packet. Default 58.
+    pub header_bytes: u32,
+    pub hashing: AtpHashing,
+    /// ECN/loss-driven AIMD window (false: a fixed window of `transport.init_window_bytes`).
+    pub congestion_control: bool,
+    /// Worker loss-recovery timeout, ps. Default 1 ms.
+    pub timeout_ps: u64,
+    /// Fixed-point scale: values are multiplied by it before aggregation. Default 1e8 (ATP's).
+    pub scale: f64,
+}
+
+impl Default for AtpIna {
+    fn default() -> Self {
+        AtpIna { packet_bytes: 306, header_bytes: 58, hashing: AtpHashing::Hash, congestion_control: true, timeout_ps: MS, scale: inalab_host::quant::ATP_SCALE }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AtpParams {
+    pub transport: TransportParams,
+    pub ina: AtpIna,
+}
+
+const PARAMS: [Param; 11] = {
+    let t = TRANSPORT_PARAMS;
+    [
+        t[0],
+        t[1],
+        t[2],
+        t[3],
+        t[4],
+        Param { name: "ina.packet_bytes", default: "306", unit: "bytes", doc: "Bytes on the wire per gradient packet, headers included (58 B header + 62 x 4 B values)." },
+        Param { name: "ina.header_bytes", default: "58", unit: "bytes", doc: "Header bytes of a gradient packet; the rest carries 32-bit values." },
+        Param { name: "ina.hashing", default: "\"hash\"", unit: "", doc: "Aggregator index: \"hash\", \"linear\" or \"static\"." },
+        Param { name: "ina.congestion_control", default: "true", unit: "", doc: "ECN/loss-driven AIMD window (false: fixed at transport.init_window_bytes)." },
+        Param { name: "ina.timeout_ps", default: "1000000000", unit: "ps", doc: "Worker loss-recovery timeout; switches free an abandoned aggregator after 4 x this." },
+        Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the worker library (values x scale as i32)." },
+    ]
+};
+
+pub struct Atp;
+
+impl Scheme for Atp {
+    fn name(&self) -> &'static str {
+        PROGRAM
+    }
+    fn doc(&self) -> &'static str {
+        "ATP: best-effort in-network aggregation in the workers' and the PS's top-of-rack switches, the PS completes the rest"
+    }
+    fn params(&self) -> &'static [Param] {
+        &PARAMS
+    }
+    fn servers(&self) -> Servers {
+        Servers::ExactlyOne
+    }
+    fn normalize(&self, config: &Value) -> Result<Value, PlanError> {
+        let c: AtpParams = parse_config(config)?;
+        Ok(serde_json::json!({"scheme": PROGRAM, "transport": c.transport, "ina": c.ina}))
+    }
+    fn apply(&self, config: &Value, o: &Overrides) -> Result<Value, PlanError> {
+        let mut c: AtpParams = parse_config(config)?;
+        if let (Some(t), None) = (o.timeout_ps, config.pointer("/ina/timeout_ps")) {
+            c.ina.timeout_ps = t;
+        }
+        Ok(serde_json::json!({"scheme": PROGRAM, "transport": c.transport, "ina": c.ina}))
+    }
+    fn quantization(&self, config: &Value) -> Quantization {
+        let scale = parse_config::<AtpParams>(config).map_or(inalab_host::quant::ATP_SCALE, |c| c.ina.scale);
+        Quantization::FixedPoint { scale }
+    }
+    fn program(&self, switch: NodeId, net: &dyn NetView) -> Option<Box<dyn SwitchProgram>> {
+        let cfg = AtpSwitchConfig { aggregators: AtpSwitchConfig::aggregators_for(net.memory_bytes(switch)), stale_timeout_ps: STALE_TIMEOUTS * MS };
+        Some(Box::new(AtpSwitch::new(cfg)))
+    }
+    fn shares(&self, job: &JobSpec, _net: &dyn NetView) -> Vec<String> {
+        match parse_config::<AtpParams>(&job.config) {
+            Ok(c) if c.ina.hashing == AtpHashing::Static => vec!["atp/static".into()],
+            _ => vec![],
+        }
+    }
+    fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError> {
+        check_servers(self, job)?;
+        let c: AtpParams = parse_config(&job.config)?;
+        let ps_host = job.servers[0];
+        if job.workers.contains(&ps_host) {
+            return Err(PlanError::new("servers", "ATP's parameter server must be a host without a worker of the job"));
+        }
+        let ina = &c.ina;
+        let racks: Vec<NodeId> = job.workers.iter().map(|&w| net.tor(w)).collect();
+        let ps_rack = net.tor(ps_host);
+        let runs_atp = |s: NodeId| net.programmable(s);
+        let layout = atp_layout(&racks, ps_rack, runs_atp).map_err(|e| PlanError::new("workers", e.0))?;
+        // The index is taken modulo the smallest pool the job's packets meet, so it is valid
+        // at both levels.
+        let mut used: Vec<NodeId> = racks.iter().copied().filter(|&r| r != ps_rack).chain([ps_rack]).filter(|&s| runs_atp(s)).collect();
+        used.sort_unstable();
+        used.dedup();
+        let pool = used.iter().map(|&s| AtpSwitchConfig::aggregators_for(net.memory_bytes(s))).min().unwrap_or(0);
+        let t = &c.transport;
+        let cfg = AtpConfig {
+            job: job.id,
+            packet_bytes: ina.packet_bytes,
+            header_bytes: ina.header_bytes,
+            hashing: match ina.hashing {
+                AtpHashing::Hash => Hashing::Hash,
+                AtpHashing::Linear => Hashing::Linear,
+                AtpHashing::Static => {
+                    let (k, of) = net.share(job.id, "atp/static");
+                    let size = pool / of.max(1);
+                    Hashing::Static { offset: k * size, size }
+                }
+            },
+            aggregators: pool,
+            congestion_control: ina.congestion_control,
+            aimd: AimdConfig {
+                initial_window_bytes: t.init_window_bytes,
+                increment_bytes: t.increment_bytes,
+                min_window_bytes: ina.packet_bytes as u64,
+                initial_ssthresh_bytes: u64::MAX,
+            },
+            timeout_ps: ina.timeout_ps,
+        };
+        let err = |e: inalab_host::ConfigError| PlanError::new("ina", e.0);
+        let ps = Endpoint { host: ps_host, port: net.port(job.id, Role::Server { index: 0 }) };
+        let wep = worker_endpoints(job, net);
+        let mut plan = Plan::default();
+        for (r, &h) in job.workers.iter().enumerate() {
+            let proto = AtpWorker::new(wep[r], ps, layout.positions[r], cfg.clone()).map_err(err)?;
+            plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto) });
+        }
+        let multicast = runs_atp(ps_rack);
+        let scfg = AtpServerConfig { atp: cfg.clone(), layout, workers: wep, multicast, resend_holdoff_ps: ina.timeout_ps / 2 };
+        plan.endpoints.push(PlannedEndpoint { host: ps_host, role: Role::Server { index: 0 }, proto: Box::new(AtpServer::new(ps, scfg).map_err(err)?) });
+        let stale: Time = ina.timeout_ps.saturating_mul(STALE_TIMEOUTS);
+        let port = |s: NodeId, h: NodeId| net.port_toward(s, h).unwrap_or(inalab_core::PortId::MAX);
+        for (switch, adm) in atp_admissions(&job.workers, &racks, ps_host, ps_rack, runs_atp, port, stale) {
+            plan.admissions.push(SwitchAdmission { switch, program: PROGRAM, state: Admission::new(adm), field: "workers" });
+        }
+        Ok(plan)
+    }
+}

@@ -1,0 +1,226 @@
+//! What a scheme is given (a job and a read-only view of the network) and what it returns (a
+//! plan that speaks of nodes and roles only, never of a driver's types).
+
+use inalab_core::{Admission, HostProtocol, NodeId, PortId, SwitchProgram};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use std::fmt;
+
+/// What a scheme may ask of the network, read-only. The simulator answers from its topology,
+/// the UDP runtime from what its control plane learned.
+pub trait NetView {
+    /// The switch a host is attached to (its top-of-rack switch).
+    fn tor(&self, host: NodeId) -> NodeId;
+    /// The switch's port facing an attached host, if the driver knows it here.
+    fn port_toward(&self, switch: NodeId, host: NodeId) -> Option<PortId>;
+    /// Whether the switch can run INA programs.
+    fn programmable(&self, switch: NodeId) -> bool;
+    /// Aggregator memory of a programmable switch, bytes (0 for others).
+    fn memory_bytes(&self, switch: NodeId) -> u64;
+    /// A node's name, for error messages.
+    fn name(&self, node: NodeId) -> String;
+    /// The protocol port (like a UDP port) of a job's endpoints in a role.
+    fn port(&self, job: u32, role: Role) -> u16;
+    /// Among the jobs that asked for a share named `key` ([`Scheme::shares`]), this job's
+    /// index and their count: how an equal split of a resource is computed. Drivers that set
+    /// jobs up one at a time answer (0, 1).
+    fn share(&self, job: u32, key: &str) -> (u32, u32);
+}
+
+/// A job as every driver describes it: who takes part and the scheme's own configuration,
+/// `{"scheme": NAME, ...the scheme's parameters}` (see [`Scheme::params`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSpec {
+    pub id: u32,
+    /// Worker hosts, by rank.
+    pub workers: Vec<NodeId>,
+    /// Server hosts (for schemes that use them).
+    pub servers: Vec<NodeId>,
+    pub config: Value,
+}
+
+/// A host's part in a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    Worker { rank: u32 },
+    Server { index: u32 },
+}
+
+/// One host protocol endpoint a job runs.
+pub struct PlannedEndpoint {
+    pub host: NodeId,
+    pub role: Role,
+    pub proto: Box<dyn HostProtocol>,
+}
+
+/// What a job needs from the network: its host endpoints and what each switch admits (the
+/// program it is for is installed by the driver through [`Scheme::program`] first).
+#[derive(Default)]
+pub struct Plan {
+    pub endpoints: Vec<PlannedEndpoint>,
+    pub admissions: Vec<SwitchAdmission>,
+}
+
+/// A job's state at one switch, for the scheme's program there.
+#[derive(Debug)]
+pub struct SwitchAdmission {
+    pub switch: NodeId,
+    /// The program (named as the scheme) that admits it.
+    pub program: &'static str,
+    pub state: Admission,
+    /// The job's field a refusal is about (for example `"ina.pool_slots"`).
+    pub field: &'static str,
+}
+
+/// A job that cannot be set up: `field` is relative to the job (`"ina.pool_slots"`,
+/// `"servers"`); drivers prefix it with where the job came from (`jobs[0].`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanError {
+    pub field: String,
+    pub message: String,
+}
+
+impl PlanError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        PlanError { field: field.into(), message: message.into() }
+    }
+}
+
+impl fmt::Display for PlanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+impl std::error::Error for PlanError {}
+
+/// A documented parameter of a scheme's configuration (Python builds its schema and docs from
+/// these).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Param {
+    /// Dotted path in the configuration, e.g. `"ina.timeout_ps"`.
+    pub name: &'static str,
+    /// Default, as JSON text.
+    pub default: &'static str,
+    /// Unit of the value ("ps", "bytes", "slots", "" for plain values).
+    pub unit: &'static str,
+    pub doc: &'static str,
+}
+
+/// How many server hosts a scheme takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Servers {
+    None,
+    ExactlyOne,
+    AtLeastOne,
+}
+
+/// How a worker library turns float32 tensors into what the scheme's packets carry.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Quantization {
+    /// Values travel as they are (host-only collectives).
+    None,
+    /// Fixed point with one scale for every value (ATP).
+    FixedPoint { scale: f64 },
+    /// Fixed point with an exponent the workers agree on per tensor before sending (SwitchML).
+    AgreedExponent,
+}
+
+/// Settings a driver imposes on every job unless the job sets them itself (the UDP runtime's
+/// loss-recovery timeout and per-job switch pool, tuned for software switches).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Overrides {
+    pub timeout_ps: Option<u64>,
+    pub pool_slots: Option<u32>,
+}
+
+/// One allreduce scheme. Each lives in its own module and is listed once in the registry.
+pub trait Scheme: Sync {
+    /// The name jobs give in `scheme`.
+    fn name(&self) -> &'static str;
+    /// One sentence for users.
+    fn doc(&self) -> &'static str;
+    /// Every parameter of the configuration, with default and unit.
+    fn params(&self) -> &'static [Param];
+    fn servers(&self) -> Servers;
+    /// Checks a configuration and fills every default.
+    fn normalize(&self, config: &Value) -> Result<Value, PlanError>;
+    /// Fills settings the driver imposes where the configuration left the default.
+    fn apply(&self, config: &Value, _o: &Overrides) -> Result<Value, PlanError> {
+        self.normalize(config)
+    }
+    fn quantization(&self, _config: &Value) -> Quantization {
+        Quantization::None
+    }
+    /// The switch program this scheme's admissions are for, sized for one switch (`None`: the
+    /// scheme runs on hosts only).
+    fn program(&self, _switch: NodeId, _net: &dyn NetView) -> Option<Box<dyn SwitchProgram>> {
+        None
+    }
+    /// Whether the scheme has a switch program (what a UDP switch can run).
+    fn has_program(&self) -> bool {
+        self.program(0, &NoNetwork).is_some()
+    }
+    /// Names of the shares the job takes part in (see [`NetView::share`]).
+    fn shares(&self, _job: &JobSpec, _net: &dyn NetView) -> Vec<String> {
+        vec![]
+    }
+    fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError>;
+}
+
+/// Parses a configuration into a scheme's struct; an error names the offending key by its
+/// dotted path (`ina.pool_slots`).
+pub fn parse_config<T: DeserializeOwned>(config: &Value) -> Result<T, PlanError> {
+    let mut v = config.clone();
+    if let Some(m) = v.as_object_mut() {
+        m.remove("scheme");
+    }
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        // The path ends at the offending key (an unknown key included); "." is the root.
+        let field = if path == "." { String::new() } else { path };
+        PlanError::new(field, inner)
+    })
+}
+
+/// Checks a job's server count against what the scheme takes.
+pub(crate) fn check_servers(scheme: &dyn Scheme, job: &JobSpec) -> Result<(), PlanError> {
+    let (name, n) = (scheme.name(), job.servers.len());
+    match scheme.servers() {
+        Servers::None if n > 0 => Err(PlanError::new("servers", format!("scheme {name:?} uses no separate servers; remove `servers`"))),
+        Servers::ExactlyOne if n != 1 => Err(PlanError::new(
+            "servers",
+            if n == 0 { format!("scheme {name:?} needs one parameter-server host") } else { format!("scheme {name:?} uses exactly one parameter server, got {n}") },
+        )),
+        Servers::AtLeastOne if n == 0 => Err(PlanError::new("servers", format!("scheme {name:?} needs at least one server host"))),
+        _ => Ok(()),
+    }
+}
+
+/// A network with nothing in it, for questions that do not depend on one.
+struct NoNetwork;
+
+impl NetView for NoNetwork {
+    fn tor(&self, host: NodeId) -> NodeId {
+        host
+    }
+    fn port_toward(&self, _switch: NodeId, _host: NodeId) -> Option<PortId> {
+        None
+    }
+    fn programmable(&self, _switch: NodeId) -> bool {
+        false
+    }
+    fn memory_bytes(&self, _switch: NodeId) -> u64 {
+        0
+    }
+    fn name(&self, node: NodeId) -> String {
+        format!("node {node}")
+    }
+    fn port(&self, _job: u32, _role: Role) -> u16 {
+        0
+    }
+    fn share(&self, _job: u32, _key: &str) -> (u32, u32) {
+        (0, 1)
+    }
+}

@@ -1,0 +1,92 @@
+//! Parameter servers: N-to-1 (`ps`, separate server hosts) and sharded N-to-N (`ps_sharded`,
+//! BytePS-like, a server on every worker host).
+
+use crate::plan::{check_servers, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Role, Scheme, Servers};
+use crate::ring::{transport_error, worker_endpoints};
+use crate::transport::{TransportParams, TRANSPORT_PARAMS};
+use inalab_core::Endpoint;
+use inalab_host::{PsConfig, PsServer, PsWorker};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PsParams {
+    pub transport: TransportParams,
+    /// Tensor partition size, bytes. Default 4 MiB (BytePS's).
+    pub partition_bytes: u64,
+}
+
+impl Default for PsParams {
+    fn default() -> Self {
+        PsParams { transport: TransportParams::default(), partition_bytes: 4 << 20 }
+    }
+}
+
+const PS_PARAMS: [Param; 6] = {
+    let t = TRANSPORT_PARAMS;
+    [
+        t[0],
+        t[1],
+        t[2],
+        t[3],
+        t[4],
+        Param { name: "partition_bytes", default: "4194304", unit: "bytes", doc: "Tensor partition size for parameter servers." },
+    ]
+};
+
+/// `ps` (sharded: false) and `ps_sharded` (true).
+pub struct Ps {
+    pub sharded: bool,
+}
+
+impl Scheme for Ps {
+    fn name(&self) -> &'static str {
+        if self.sharded {
+            "ps_sharded"
+        } else {
+            "ps"
+        }
+    }
+    fn doc(&self) -> &'static str {
+        if self.sharded {
+            "parameter servers sharded over the workers' hosts (BytePS-like, N-to-N)"
+        } else {
+            "N-to-1 parameter server on separate hosts"
+        }
+    }
+    fn params(&self) -> &'static [Param] {
+        &PS_PARAMS
+    }
+    fn servers(&self) -> Servers {
+        if self.sharded {
+            Servers::None
+        } else {
+            Servers::AtLeastOne
+        }
+    }
+    fn normalize(&self, config: &Value) -> Result<Value, PlanError> {
+        let c: PsParams = parse_config(config)?;
+        Ok(serde_json::json!({"scheme": self.name(), "transport": c.transport, "partition_bytes": c.partition_bytes}))
+    }
+    fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError> {
+        check_servers(self, job)?;
+        let c: PsParams = parse_config(&job.config)?;
+        let cfg = c.transport.config();
+        let server_hosts = if self.sharded { &job.workers } else { &job.servers };
+        let port = net.port(job.id, Role::Server { index: 0 });
+        let sep: Vec<Endpoint> = server_hosts.iter().map(|&h| Endpoint { host: h, port }).collect();
+        let wep = worker_endpoints(job, net);
+        let pcfg = PsConfig { partition_bytes: c.partition_bytes, transport: cfg.clone() };
+        let mut plan = Plan::default();
+        for (r, &h) in job.workers.iter().enumerate() {
+            let proto = PsWorker::new(wep[r], sep.clone(), pcfg.clone()).map_err(|e| PlanError::new("partition", e.0))?;
+            plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto) });
+        }
+        for (i, s) in sep.iter().enumerate() {
+            let proto = PsServer::new(*s, wep.clone(), cfg.clone()).map_err(transport_error)?;
+            plan.endpoints.push(PlannedEndpoint { host: s.host, role: Role::Server { index: i as u32 }, proto: Box::new(proto) });
+        }
+        Ok(plan)
+    }
+}

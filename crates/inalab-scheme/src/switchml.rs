@@ -1,0 +1,133 @@
+//! SwitchML (NSDI '21): workers stream to their shared ToR, which aggregates in the job's
+//! static slot pool and multicasts results back; no parameter server.
+//!
+//! Pool policy, the same in both drivers: `ina.pool_slots` slots, or when it is 0 an equal
+//! share of the switch's slots among the SwitchML jobs the driver sets up there.
+
+use crate::plan::{parse_config, JobSpec, NetView, Overrides, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
+use inalab_core::time::MS;
+use inalab_core::{Admission, Endpoint, NodeId, PortId, SwitchProgram};
+use inalab_host::{SwitchMlConfig, SwitchMlWorker};
+use inalab_switch::{SwitchMlJob, SwitchMlSwitch, SLOT_BYTES};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+const PROGRAM: &str = "switchml";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SwitchMlIna {
+    /// Bytes on the wire per packet, headers included. Default 180.
+    pub packet_bytes: u32,
+    /// Header bytes per packet. Default 52.
+    pub header_bytes: u32,
+    /// Loss-recovery timeout per slot, ps. Default 1 ms.
+    pub timeout_ps: u64,
+    /// Slots of the job's static pool; 0 = an equal share. Default 0.
+    pub pool_slots: u32,
+}
+
+impl Default for SwitchMlIna {
+    fn default() -> Self {
+        SwitchMlIna { packet_bytes: 180, header_bytes: 52, timeout_ps: MS, pool_slots: 0 }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SwitchMlParams {
+    pub ina: SwitchMlIna,
+}
+
+const PARAMS: [Param; 4] = [
+    Param { name: "ina.packet_bytes", default: "180", unit: "bytes", doc: "Bytes on the wire per packet, headers included (52 B + 32 x 4 B values)." },
+    Param { name: "ina.header_bytes", default: "52", unit: "bytes", doc: "Header bytes per packet; the rest carries 32-bit values." },
+    Param { name: "ina.timeout_ps", default: "1000000000", unit: "ps", doc: "Loss-recovery timeout per slot." },
+    Param { name: "ina.pool_slots", default: "0", unit: "slots", doc: "Slots of the job's static switch pool; 0 = an equal share of the switch among its SwitchML jobs." },
+];
+
+pub struct SwitchMl;
+
+fn share_key(tor: NodeId) -> String {
+    format!("{PROGRAM}@{tor}")
+}
+
+impl Scheme for SwitchMl {
+    fn name(&self) -> &'static str {
+        PROGRAM
+    }
+    fn doc(&self) -> &'static str {
+        "SwitchML: a static slot pool in the workers' shared top-of-rack switch, results multicast back, no PS"
+    }
+    fn params(&self) -> &'static [Param] {
+        &PARAMS
+    }
+    fn servers(&self) -> Servers {
+        Servers::None
+    }
+    fn normalize(&self, config: &Value) -> Result<Value, PlanError> {
+        Ok(serde_json::json!({"scheme": PROGRAM, "ina": parse_config::<SwitchMlParams>(config)?.ina}))
+    }
+    fn apply(&self, config: &Value, o: &Overrides) -> Result<Value, PlanError> {
+        let mut c: SwitchMlParams = parse_config(config)?;
+        if let (Some(t), None) = (o.timeout_ps, config.pointer("/ina/timeout_ps")) {
+            c.ina.timeout_ps = t;
+        }
+        if let (Some(p), None) = (o.pool_slots, config.pointer("/ina/pool_slots")) {
+            c.ina.pool_slots = p;
+        }
+        Ok(serde_json::json!({"scheme": PROGRAM, "ina": c.ina}))
+    }
+    fn quantization(&self, _config: &Value) -> Quantization {
+        Quantization::AgreedExponent
+    }
+    fn program(&self, switch: NodeId, net: &dyn NetView) -> Option<Box<dyn SwitchProgram>> {
+        Some(Box::new(SwitchMlSwitch::new(net.memory_bytes(switch))))
+    }
+    fn shares(&self, job: &JobSpec, net: &dyn NetView) -> Vec<String> {
+        job.workers.first().map(|&w| vec![share_key(net.tor(w))]).unwrap_or_default()
+    }
+    fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError> {
+        if !job.servers.is_empty() {
+            return Err(PlanError::new("servers", "scheme \"switchml\" aggregates in the switch and uses no servers; remove `servers`"));
+        }
+        let c: SwitchMlParams = parse_config(&job.config)?;
+        let first = *job.workers.first().ok_or_else(|| PlanError::new("workers", "a job needs at least one worker"))?;
+        let tor = net.tor(first);
+        if let Some(&w) = job.workers.iter().find(|&&w| net.tor(w) != tor) {
+            return Err(PlanError::new(
+                "workers",
+                format!("SwitchML aggregates at one switch, so all workers must share a ToR; {} is not under {}", net.name(w), net.name(tor)),
+            ));
+        }
+        if !net.programmable(tor) {
+            return Err(PlanError::new("workers", format!("SwitchML needs the workers' switch {} to be programmable", net.name(tor))));
+        }
+        let mut ina = c.ina;
+        if ina.pool_slots == 0 {
+            let slots = net.memory_bytes(tor) / SLOT_BYTES;
+            let (_, of) = net.share(job.id, &share_key(tor));
+            ina.pool_slots = (slots / of.max(1) as u64).min(u32::MAX as u64) as u32;
+        }
+        let port = net.port(job.id, Role::Worker { rank: 0 });
+        let switch = Endpoint { host: tor, port };
+        let mut plan = Plan::default();
+        let mut admitted = vec![];
+        for (r, &h) in job.workers.iter().enumerate() {
+            let local = Endpoint { host: h, port };
+            let cfg = SwitchMlConfig {
+                pool_slots: ina.pool_slots,
+                timeout_ps: ina.timeout_ps,
+                packet_bytes: ina.packet_bytes,
+                header_bytes: ina.header_bytes,
+                ..SwitchMlConfig::new(job.id, r as u16, switch)
+            };
+            let proto = SwitchMlWorker::new(local, cfg).map_err(|e| PlanError::new("ina", e.0))?;
+            plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto) });
+            admitted.push((local, net.port_toward(tor, h).unwrap_or(PortId::MAX)));
+        }
+        let state = Admission::new(SwitchMlJob { workers: admitted, pool_slots: ina.pool_slots });
+        plan.admissions.push(SwitchAdmission { switch: tor, program: PROGRAM, state, field: "ina.pool_slots" });
+        Ok(plan)
+    }
+}

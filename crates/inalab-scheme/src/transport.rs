@@ -1,0 +1,50 @@
+//! The windowed transport's parameters, shared by the host-only collectives and by ATP's
+//! window.
+
+use crate::Param;
+use inalab_core::time::MS;
+use inalab_host::{AimdConfig, TransportConfig};
+use serde::{Deserialize, Serialize};
+
+/// Defaults as in the scenario reference (docs/config.md, `[jobs.transport]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TransportParams {
+    /// Maximum segment (payload) size, bytes. Default 1436.
+    pub mss_bytes: u32,
+    /// Header bytes added to every packet, bytes. Default 64.
+    pub header_bytes: u32,
+    /// Retransmission timeout, ps. Default 1 ms.
+    pub rto_ps: u64,
+    /// Initial congestion window, bytes. Default 60 000.
+    pub init_window_bytes: u64,
+    /// Additive increase per round trip, bytes. Default 1500.
+    pub increment_bytes: u64,
+}
+
+impl Default for TransportParams {
+    fn default() -> Self {
+        TransportParams { mss_bytes: 1436, header_bytes: 64, rto_ps: MS, init_window_bytes: 60_000, increment_bytes: 1500 }
+    }
+}
+
+pub(crate) const TRANSPORT_PARAMS: [Param; 5] = [
+    Param { name: "transport.mss_bytes", default: "1436", unit: "bytes", doc: "Maximum segment (payload) size of a packet." },
+    Param { name: "transport.header_bytes", default: "64", unit: "bytes", doc: "Header bytes added to every packet on the wire." },
+    Param { name: "transport.rto_ps", default: "1000000000", unit: "ps", doc: "Retransmission timeout." },
+    Param { name: "transport.init_window_bytes", default: "60000", unit: "bytes", doc: "Initial congestion window." },
+    Param { name: "transport.increment_bytes", default: "1500", unit: "bytes", doc: "Additive increase of the window per round trip." },
+];
+
+impl TransportParams {
+    pub fn config(&self) -> TransportConfig {
+        TransportConfig {
+            mss: self.mss_bytes,
+            header_bytes: self.header_bytes,
+            rto: self.rto_ps,
+            rto_max: (self.rto_ps * 64).max(self.rto_ps),
+            aimd: AimdConfig { initial_window_bytes: self.init_window_bytes, increment_bytes: self.increment_bytes, ..AimdConfig::default() },
+            ..TransportConfig::default()
+        }
+    }
+}
