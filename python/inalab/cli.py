@@ -261,25 +261,24 @@ def _status_line(kind: str, st: dict) -> str:
 
 @app.command()
 def switch(
-    program: Annotated[str, typer.Option(help="Switch program: switchml or atp.")] = "switchml",
+    program: Annotated[str, typer.Option(help="Switch programs: a scheme with one (switchml, atp), or several joined by commas.")] = "switchml",
     udp: Annotated[str, typer.Option(help="Data-plane UDP address (ip:port).")] = "127.0.0.1:9000",
     control: Annotated[str, typer.Option(help="Control-plane TCP address (ip:port).")] = "127.0.0.1:9100",
     node: Annotated[int, typer.Option(help="Node id, 1-65535, unique among the switches and PS.")] = 1,
     memory_bytes: Annotated[int, typer.Option(help="Aggregator memory, bytes.")] = 5_000_000,
-    pool_slots: Annotated[int, typer.Option(help="SwitchML slots per job.")] = 128,
+    pool_slots: Annotated[int, typer.Option(help="Switch pool of a job that sets none (SwitchML slots per job).")] = 128,
     drop_probability: Annotated[float, typer.Option(help="Share of incoming packets dropped at random (0-1).")] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed of the random drops.")] = 1,
     upstream: Annotated[Optional[str], typer.Option(help="Control address of the next switch toward the PS (ATP chains).")] = None,
-    timeout_us: Annotated[int, typer.Option(help="Workers' loss-recovery timeout, microseconds.")] = 20_000,
-    atp_scale: Annotated[float, typer.Option(help="ATP fixed-point scale.")] = 1e8,
+    timeout_us: Annotated[int, typer.Option(help="Loss-recovery timeout of a job that sets none, microseconds.")] = 20_000,
     every: StatsEvery = 5.0,
     as_json: JsonOpt = False,
 ) -> None:
-    """Run a software INA switch (ATP or SwitchML) over UDP until interrupted."""
+    """Run a software INA switch (the switch programs of ATP, SwitchML, ...) over UDP until interrupted."""
     from .runtime import Switch
 
     _serve("switch", lambda: Switch(program, udp, control, node, memory_bytes, pool_slots, drop_probability, seed,
-                                    upstream, timeout_us, atp_scale), as_json, every)
+                                    upstream, timeout_us), as_json, every)
 
 
 @app.command()
@@ -291,7 +290,7 @@ def ps(
     every: StatsEvery = 5.0,
     as_json: JsonOpt = False,
 ) -> None:
-    """Run ATP's parameter server (the fallback aggregator) until interrupted."""
+    """Run the parameter server of the jobs whose scheme has one (ATP's fallback aggregator) until interrupted."""
     from .runtime import ParameterServer
 
     _serve("ps", lambda: ParameterServer(switch, udp, control, node), as_json, every)

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origi
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from . import schemes
 from .errors import ConfigError
 from .units import DURATION, RATE, SIZE, Unit
 
@@ -346,10 +347,15 @@ class Network(_Model):
 
 # ---------------------------------------------------------------- jobs and traffic
 
-SCHEMES = ("ring", "hierarchical", "ps", "ps_sharded", "atp", "switchml")
-INA_SCHEMES = ("atp", "switchml")
-# Gradient packet (bytes on the wire, header bytes) of each INA scheme when [jobs.ina] does not say.
-INA_PACKET = {"atp": (306, 58), "switchml": (180, 52)}
+# Each [jobs.ina] field and the scheme parameter it sets; a scheme takes the ones its registry
+# entry lists (inalab.schemes), and setting one it does not take is an error.
+INA_FIELDS = {"packet": "packet_bytes", "header": "header_bytes", "hashing": "hashing",
+              "congestion_control": "congestion_control", "timeout": "timeout_ps", "pool_slots": "pool_slots"}
+
+
+def _taking(param: str) -> str:
+    """ "schemes a and b" that take ``param``."""
+    return "schemes " + " and ".join(n for n in schemes.names() if schemes.takes(n, param))
 
 
 class Transport(_Model):
@@ -362,9 +368,11 @@ class Transport(_Model):
 
 class Ina(_Model):
     packet: OptSize = opt(None, "Bytes on the wire per gradient packet, headers included.",
-                          default_doc="atp: 306 B (58 B header + 62 x 4 B values); switchml: 180 B (52 B + 32 x 4 B)")
+                          default_doc="the scheme's: " + "; ".join(f"{n}: {schemes.default(n, 'ina.packet_bytes')} B"
+                                                                   for n in schemes.names() if schemes.takes(n, "ina.packet_bytes")))
     header: OptSize = opt(None, "Header bytes of a gradient packet; the rest (a multiple of 4 B) carries 32-bit values.",
-                          default_doc="atp: 58 B; switchml: 52 B")
+                          default_doc="the scheme's: " + "; ".join(f"{n}: {schemes.default(n, 'ina.header_bytes')} B"
+                                                                   for n in schemes.names() if schemes.takes(n, "ina.header_bytes")))
     hashing: Literal["hash", "linear", "static"] = opt(
         "hash", 'ATP only. Aggregator index of a fragment: "hash" = HASH(<job, seq>) % aggregators (ATP); "linear" = '
         "seq % aggregators, so every job starts at slot 0 (ATP Fig. 14's strawman); \"static\" = the pool is split "
@@ -385,11 +393,8 @@ _HOSTS_TYPE = 'list of names, "h0..h7" or count'
 
 class Job(_Model):
     name: Optional[str] = opt(None, "Job name, shown in results.", default_doc='"job{index}"')
-    scheme: Literal["ring", "hierarchical", "ps", "ps_sharded", "atp", "switchml"] = opt(
-        _REQUIRED, "Allreduce scheme: ring, hierarchical (ring inside racks, then across), ps (N-to-1 "
-        "parameter server), ps_sharded (servers sharded over the workers, BytePS-like), atp (ATP: best-effort "
-        "in-network aggregation in the workers' and the PS's top-of-rack switches, the PS completes the rest), switchml "
-        "(SwitchML: a static slot pool in the workers' shared top-of-rack switch, results multicast back, no PS)."
+    scheme: Literal[schemes.names()] = opt(  # type: ignore[valid-type]  (the registry's names)
+        _REQUIRED, "Allreduce scheme: " + "; ".join(f"{n}: {s['doc']}" for n, s in schemes.registry().items()) + "."
     )
     model: Optional[str] = opt(
         None, "Training workload: a model from the catalog (`inalab.models.list_models()`); exactly one of "
@@ -436,10 +441,19 @@ class Job(_Model):
             raise ConfigError("compute_scale", "applies only to model workloads (allreduce has no compute)")
         if self.allreduce is not None and "jitter" in self.model_fields_set:
             raise ConfigError("jitter", "applies only to model workloads (allreduce has no compute)")
-        if self.servers is not None and self.scheme not in ("ps", "atp"):
-            raise ConfigError("servers", f"applies only to schemes \"ps\" and \"atp\", not {self.scheme!r}")
-        if "ina" in self.model_fields_set and self.scheme not in INA_SCHEMES:
-            raise ConfigError("ina", f"applies only to schemes {' and '.join(INA_SCHEMES)}, not {self.scheme!r}")
+        reg = schemes.registry()
+        if self.servers is not None and reg[self.scheme]["servers"] == "none":
+            takers = " and ".join(f'"{n}"' for n, s in reg.items() if s["servers"] != "none")
+            raise ConfigError("servers", f"applies only to schemes {takers}, not {self.scheme!r}")
+        if "ina" in self.model_fields_set and not schemes.takes(self.scheme, "ina"):
+            raise ConfigError("ina", f"applies only to {_taking('ina')}, not {self.scheme!r}")
+        for name in self.ina.model_fields_set:
+            if not schemes.takes(self.scheme, f"ina.{INA_FIELDS[name]}"):
+                raise ConfigError(f"ina.{name}", f"applies only to {_taking('ina.' + INA_FIELDS[name])}, not {self.scheme!r}")
+        if "transport" in self.model_fields_set and not schemes.takes(self.scheme, "transport"):
+            raise ConfigError("transport", f"applies only to {_taking('transport')}, not {self.scheme!r}")
+        if "partition" in self.model_fields_set and not schemes.takes(self.scheme, "partition_bytes"):
+            raise ConfigError("partition", f"applies only to {_taking('partition_bytes')}, not {self.scheme!r}")
         return self
 
 
@@ -655,7 +669,7 @@ def _place_jobs(jobs: list[Job], background: Optional[Background], net: _Graph) 
         roles = {}
         for role in ("workers", "servers"):
             sel = getattr(job, role)
-            if sel is None and role == "servers" and job.scheme in ("ps", "atp"):
+            if sel is None and role == "servers" and schemes.registry()[job.scheme]["servers"] != "none":
                 sel = 1  # the next free host
             if sel is None:
                 roles[role] = []
@@ -686,19 +700,27 @@ def _place_jobs(jobs: list[Job], background: Optional[Background], net: _Graph) 
             "workload": _workload(i, job),
             "start_ps": job.start,
             "jitter_ps": job.jitter,
-            "transport": {
-                "mss_bytes": job.transport.mss, "header_bytes": job.transport.header, "rto_ps": job.transport.rto,
-                "init_window_bytes": job.transport.init_window, "increment_bytes": job.transport.increment,
-            },
-            "partition_bytes": job.partition,
-            **({"ina": {
-                "packet_bytes": job.ina.packet or INA_PACKET[job.scheme][0],
-                "header_bytes": job.ina.header or INA_PACKET[job.scheme][1], "hashing": job.ina.hashing,
-                "congestion_control": job.ina.congestion_control, "timeout_ps": job.ina.timeout,
-                "pool_slots": job.ina.pool_slots,
-            }} if job.scheme in INA_SCHEMES else {}),
+            **_scheme_config(job),
         })
     return specs
+
+
+def _scheme_config(job: Job) -> dict:
+    """The keys of the job's scheme configuration: only those its scheme takes."""
+    out: dict = {"scheme": job.scheme}
+    if schemes.takes(job.scheme, "transport"):
+        t = job.transport
+        out["transport"] = {"mss_bytes": t.mss, "header_bytes": t.header, "rto_ps": t.rto,
+                            "init_window_bytes": t.init_window, "increment_bytes": t.increment}
+    if schemes.takes(job.scheme, "partition_bytes"):
+        out["partition_bytes"] = job.partition
+    if schemes.takes(job.scheme, "ina"):
+        ina = {key: getattr(job.ina, name) for name, key in INA_FIELDS.items() if schemes.takes(job.scheme, f"ina.{key}")}
+        for key in ("packet_bytes", "header_bytes"):
+            if ina.get(key, 0) is None:
+                ina[key] = schemes.default(job.scheme, f"ina.{key}")
+        out["ina"] = ina
+    return out
 
 
 def _workload(i: int, job: Job) -> dict:

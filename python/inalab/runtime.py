@@ -9,8 +9,9 @@ They run the same Rust protocol code as the simulator (``inalab-net`` drives it 
 Every worker of a job calls ``allreduce`` with arrays of the same lengths in the same order.
 Values are float32 in and out, summed as integers by the switch: SwitchML with a per-tensor
 exponent (error at most ``n^2 2^e / 2^31`` per value, ``e`` the largest binary exponent of the
-tensor's values over the workers), ATP with a fixed scale (``atp_scale``, 1e8: error at most
-``n / 2e8``, values above 21.47 / n fail the call).
+tensor's values over the workers), ATP with a fixed scale (the job's ``ina.scale``, 1e8: error
+at most ``n / 2e8``, values above 21.47 / n fail the call). Which schemes the switch runs and how
+each quantizes come from the scheme registry (:mod:`inalab.schemes`).
 """
 from __future__ import annotations
 
@@ -20,11 +21,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from . import _core
+from . import _core, schemes
 
-__all__ = ["Switch", "ParameterServer", "Client", "SCHEMES", "quantization_bound"]
-
-SCHEMES = ("switchml", "atp")
+__all__ = ["Switch", "ParameterServer", "Client", "quantization_bound"]
 
 
 def _check_choice(field: str, value: str, allowed) -> str:
@@ -66,15 +65,17 @@ class _Service:
 
 
 class Switch(_Service):
-    """A software switch running ``program`` ("switchml" or "atp") in this process.
+    """A software switch running the switch programs of ``program`` in this process: a scheme
+    with a switch program ("switchml", "atp"), or several separated by commas (each job's
+    packets reach its scheme's program; packets of other schemes are routed).
 
     Defaults: ``udp`` 127.0.0.1:9000, ``control`` 127.0.0.1:9100 (port 0 = any free port),
     ``node`` 1 (unique per switch and PS of a deployment, 1..65535), ``memory_bytes`` 5 MB of
-    aggregator memory (ATP: 272 B per aggregator, SwitchML: 280 B per slot), ``pool_slots``
-    128 (SwitchML slots per job), ``drop_probability`` 0 (share of incoming packets dropped
-    at random, seeded by ``seed`` 1), ``upstream`` none (control address of the next switch
-    toward the PS, for ATP chains), ``timeout_us`` 20000 (workers' loss-recovery timeout, µs),
-    ``atp_scale`` 1e8.
+    aggregator memory per program (ATP: 272 B per aggregator, SwitchML: 280 B per slot),
+    ``pool_slots`` 128 (switch pool of a job that sets none: SwitchML slots per job),
+    ``drop_probability`` 0 (share of incoming packets dropped at random, seeded by ``seed`` 1),
+    ``upstream`` none (control address of the next switch toward the PS, for ATP chains),
+    ``timeout_us`` 20000 (loss-recovery timeout of a job that sets none, µs).
 
     ``stats()`` gives packets received/forwarded, drops by cause (``malformed``,
     ``unknown_source``, ``spoofed``, ``unadmitted``, ``injected_drops``, ...), the program's own
@@ -93,25 +94,27 @@ class Switch(_Service):
         seed: int = 1,
         upstream: Optional[str] = None,
         timeout_us: int = 20_000,
-        atp_scale: float = 1e8,
     ):
-        _check_choice("program", program, SCHEMES)
+        programs = [p.strip() for p in program.split(",")]
+        for p in programs:
+            _check_choice("program", p, schemes.with_program())
         _check_node(node)
         if not 0.0 <= drop_probability <= 1.0:
             raise ValueError(f"drop_probability: {drop_probability} is not in [0, 1]")
-        for name, v in (("memory_bytes", memory_bytes), ("pool_slots", pool_slots), ("timeout_us", timeout_us), ("atp_scale", atp_scale)):
+        for name, v in (("memory_bytes", memory_bytes), ("pool_slots", pool_slots), ("timeout_us", timeout_us)):
             if v <= 0:
                 raise ValueError(f"{name}: must be positive, got {v}")
         if seed < 0:
             raise ValueError(f"seed: must be a non-negative integer, got {seed}")
         self.program = program
         self._h = _core.Switch(
-            program, udp, control, node, memory_bytes, pool_slots, drop_probability, seed, upstream, timeout_us, atp_scale
+            programs, udp, control, node, memory_bytes, pool_slots, drop_probability, seed, upstream, timeout_us
         )
 
 
 class ParameterServer(_Service):
-    """ATP's parameter server, attached to the ATP switch whose control address is ``switch``.
+    """The parameter server of jobs whose scheme has one (ATP's), attached to the switch whose
+    control address is ``switch``.
 
     Defaults: ``udp`` 127.0.0.1:9200, ``control`` 127.0.0.1:9300, ``switch`` 127.0.0.1:9100,
     ``node`` 2 (1..65535, unique per deployment).
@@ -129,8 +132,11 @@ def _as_f32(array: Any) -> np.ndarray:
 class Client:
     """A worker of job ``job`` (rank ``rank`` of ``world``) attached to the switch whose control
     address is ``switch``. Construction blocks until all ``world`` ranks joined (at most
-    ``join_timeout_s``, default 60 s). ``scheme`` must match the switch's program (default
-    "switchml")."""
+    ``join_timeout_s``, default 60 s). ``scheme`` must be one of the switch's programs (default
+    "switchml"); ``config`` sets the scheme's parameters (``{"ina": {"scale": 1e6}}``; see
+    ``inalab.schemes.registry()``), the same for every worker of the job. What it leaves out
+    takes the scheme's defaults, and for the loss-recovery timeout and the switch pool the
+    switch's (``timeout_us``, ``pool_slots``)."""
 
     def __init__(
         self,
@@ -140,14 +146,15 @@ class Client:
         world: int = 1,
         scheme: str = "switchml",
         join_timeout_s: float = 60.0,
+        config: Optional[dict] = None,
     ):
-        _check_choice("scheme", scheme, SCHEMES)
+        _check_choice("scheme", scheme, schemes.with_program())
         if world < 1 or not 0 <= rank < world:
             raise ValueError(f"rank: {rank} is not in 0..{world} (world)")
         if not 0 <= job < 2**32:
             raise ValueError(f"job: {job} is not in 0..2^32")
         self.scheme, self.job, self.rank, self.world = scheme, job, rank, world
-        self._c = _core.Client(switch, job, rank, world, scheme, join_timeout_s)
+        self._c = _core.Client(switch, job, rank, world, json.dumps({**(config or {}), "scheme": scheme}), join_timeout_s)
 
     def allreduce(self, array: Any) -> np.ndarray:
         """Element-wise sum of ``array`` over the job's workers, as a new float32 array of the
@@ -194,14 +201,18 @@ class Client:
         self.close()
 
 
-def quantization_bound(scheme: str, world: int, max_abs: float, atp_scale: float = 1e8) -> float:
-    """Largest absolute error of one summed value: SwitchML ``n^2 2^e / (2^31 - 1)`` with ``e``
-    the binary exponent bound of ``max_abs`` (``max_abs < 2^e``), ATP ``n / (2 scale)``; plus
-    the float32 rounding of the result."""
-    _check_choice("scheme", scheme, SCHEMES)
+def quantization_bound(scheme: str, world: int, max_abs: float, scale: Optional[float] = None) -> float:
+    """Largest absolute error of one summed value, by the scheme's quantization: an agreed
+    exponent (SwitchML) ``n^2 2^e / (2^31 - 1)`` with ``e`` the binary exponent bound of
+    ``max_abs`` (``max_abs < 2^e``), a fixed point (ATP) ``n / (2 scale)`` (``scale`` default:
+    the scheme's), none 0; plus the float32 rounding of the result."""
+    _check_choice("scheme", scheme, schemes.names())
+    q = schemes.registry()[scheme]["quantization"]
     f32 = float(np.finfo(np.float32).eps) * world * max(max_abs, 1e-30)
-    if scheme == "atp":
-        return world / (2 * atp_scale) + f32
+    if q["kind"] == "fixed_point":
+        return world / (2 * (scale or q["scale"])) + f32
+    if q["kind"] == "none":
+        return f32
     e = int(np.frexp(np.float64(max_abs))[1]) if max_abs > 0 else -128
     return world * world * 2.0**e / (2**31 - 1) + f32
 
