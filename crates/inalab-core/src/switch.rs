@@ -34,21 +34,28 @@ pub trait SwitchCtx {
 /// A job's state for one switch program, as a scheme's set-up computes it (for example
 /// ATP's local workers and multicast targets, SwitchML's static pool). Opaque here so that
 /// core names no scheme: the program it is meant for downcasts it in `admit`.
-pub struct Admission(Box<dyn Any + Send>);
+pub struct Admission {
+    state: Box<dyn Any + Send>,
+    /// The state's `Debug` form, for people and for comparing plans.
+    described: String,
+}
 
 impl Admission {
-    pub fn new<T: Any + Send>(state: T) -> Self {
-        Admission(Box::new(state))
+    pub fn new<T: Any + Send + fmt::Debug>(state: T) -> Self {
+        Admission { described: format!("{state:?}"), state: Box::new(state) }
     }
     /// The state as `T`, or an error naming the program that cannot use it.
     pub fn take<T: Any>(self, program: &str) -> Result<T, AdmitError> {
-        self.0.downcast::<T>().map(|b| *b).map_err(|_| AdmitError(format!("an admission not meant for the {program} program")))
+        self.state.downcast::<T>().map(|b| *b).map_err(|_| AdmitError(format!("an admission not meant for the {program} program")))
+    }
+    pub fn describe(&self) -> &str {
+        &self.described
     }
 }
 
 impl fmt::Debug for Admission {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Admission(..)")
+        write!(f, "Admission({})", self.described)
     }
 }
 

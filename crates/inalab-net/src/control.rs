@@ -97,6 +97,8 @@ impl JobSpec {
             workers: self.workers.iter().map(|w| w.node).collect(),
             servers: self.servers.iter().map(|s| s.node).collect(),
             config: self.config.clone(),
+            worker_port: PROTOCOL_PORT,
+            server_port: PROTOCOL_PORT,
         }
     }
 
@@ -153,9 +155,6 @@ impl NetView for RuntimeView<'_> {
     }
     fn name(&self, node: NodeId) -> String {
         format!("node {node}")
-    }
-    fn port(&self, _job: u32, _role: Role) -> u16 {
-        PROTOCOL_PORT
     }
     /// A runtime switch admits jobs one at a time, so nothing is split among future jobs.
     fn share(&self, _job: u32, _key: &str) -> (u32, u32) {

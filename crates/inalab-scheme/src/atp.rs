@@ -164,16 +164,18 @@ impl Scheme for Atp {
             timeout_ps: ina.timeout_ps,
         };
         let err = |e: inalab_host::ConfigError| PlanError::new("ina", e.0);
-        let ps = Endpoint { host: ps_host, port: net.port(job.id, Role::Server { index: 0 }) };
-        let wep = worker_endpoints(job, net);
+        let ps = Endpoint { host: ps_host, port: job.server_port };
+        let wep = worker_endpoints(job);
         let mut plan = Plan::default();
         for (r, &h) in job.workers.iter().enumerate() {
             let proto = AtpWorker::new(wep[r], ps, layout.positions[r], cfg.clone()).map_err(err)?;
-            plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto) });
+            let config = format!("{cfg:?} {:?} ps {ps:?}", layout.positions[r]);
+            plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config });
         }
         let multicast = runs_atp(ps_rack);
         let scfg = AtpServerConfig { atp: cfg.clone(), layout, workers: wep, multicast, resend_holdoff_ps: ina.timeout_ps / 2 };
-        plan.endpoints.push(PlannedEndpoint { host: ps_host, role: Role::Server { index: 0 }, proto: Box::new(AtpServer::new(ps, scfg).map_err(err)?) });
+        let config = format!("{scfg:?}");
+        plan.endpoints.push(PlannedEndpoint { host: ps_host, role: Role::Server { index: 0 }, proto: Box::new(AtpServer::new(ps, scfg).map_err(err)?), config });
         let stale: Time = ina.timeout_ps.saturating_mul(STALE_TIMEOUTS);
         let port = |s: NodeId, h: NodeId| net.port_toward(s, h).unwrap_or(inalab_core::PortId::MAX);
         for (switch, adm) in atp_admissions(&job.workers, &racks, ps_host, ps_rack, runs_atp, port, stale) {

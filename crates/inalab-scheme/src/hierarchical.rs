@@ -31,7 +31,7 @@ impl Scheme for Hierarchical {
         let cfg: RingConfig = parse_config(&job.config)?;
         // Racks in order of first appearance.
         let mut racks: Vec<(NodeId, Vec<Endpoint>)> = vec![];
-        for ep in worker_endpoints(job, net) {
+        for ep in worker_endpoints(job) {
             let tor = net.tor(ep.host);
             match racks.iter_mut().find(|(t, _)| *t == tor) {
                 Some((_, v)) => v.push(ep),
@@ -42,7 +42,7 @@ impl Scheme for Hierarchical {
         let mut plan = Plan::default();
         for (r, &h) in job.workers.iter().enumerate() {
             let proto = HierarchicalAllreduce::new(racks.clone(), r, cfg.transport.config()).map_err(|e| PlanError::new("workers", e.0))?;
-            plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto) });
+            plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config: format!("{:?} racks {racks:?}", cfg.transport) });
         }
         Ok(plan)
     }

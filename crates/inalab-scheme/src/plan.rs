@@ -19,8 +19,6 @@ pub trait NetView {
     fn memory_bytes(&self, switch: NodeId) -> u64;
     /// A node's name, for error messages.
     fn name(&self, node: NodeId) -> String;
-    /// The protocol port (like a UDP port) of a job's endpoints in a role.
-    fn port(&self, job: u32, role: Role) -> u16;
     /// Among the jobs that asked for a share named `key` ([`Scheme::shares`]), this job's
     /// index and their count: how an equal split of a resource is computed. Drivers that set
     /// jobs up one at a time answer (0, 1).
@@ -37,6 +35,9 @@ pub struct JobSpec {
     /// Server hosts (for schemes that use them).
     pub servers: Vec<NodeId>,
     pub config: Value,
+    /// Protocol ports (like UDP ports) of the job's workers and servers, chosen by the driver.
+    pub worker_port: u16,
+    pub server_port: u16,
 }
 
 /// A host's part in a job.
@@ -51,6 +52,8 @@ pub struct PlannedEndpoint {
     pub host: NodeId,
     pub role: Role,
     pub proto: Box<dyn HostProtocol>,
+    /// The configuration the protocol was built with, for people and for comparing plans.
+    pub config: String,
 }
 
 /// What a job needs from the network: its host endpoints and what each switch admits (the
@@ -216,9 +219,6 @@ impl NetView for NoNetwork {
     }
     fn name(&self, node: NodeId) -> String {
         format!("node {node}")
-    }
-    fn port(&self, _job: u32, _role: Role) -> u16 {
-        0
     }
     fn share(&self, _job: u32, _key: &str) -> (u32, u32) {
         (0, 1)

@@ -69,23 +69,22 @@ impl Scheme for Ps {
         let c: PsParams = parse_config(config)?;
         Ok(serde_json::json!({"scheme": self.name(), "transport": c.transport, "partition_bytes": c.partition_bytes}))
     }
-    fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError> {
+    fn plan(&self, job: &JobSpec, _net: &dyn NetView) -> Result<Plan, PlanError> {
         check_servers(self, job)?;
         let c: PsParams = parse_config(&job.config)?;
         let cfg = c.transport.config();
         let server_hosts = if self.sharded { &job.workers } else { &job.servers };
-        let port = net.port(job.id, Role::Server { index: 0 });
-        let sep: Vec<Endpoint> = server_hosts.iter().map(|&h| Endpoint { host: h, port }).collect();
-        let wep = worker_endpoints(job, net);
+        let sep: Vec<Endpoint> = server_hosts.iter().map(|&h| Endpoint { host: h, port: job.server_port }).collect();
+        let wep = worker_endpoints(job);
         let pcfg = PsConfig { partition_bytes: c.partition_bytes, transport: cfg.clone() };
         let mut plan = Plan::default();
         for (r, &h) in job.workers.iter().enumerate() {
             let proto = PsWorker::new(wep[r], sep.clone(), pcfg.clone()).map_err(|e| PlanError::new("partition", e.0))?;
-            plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto) });
+            plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config: format!("{pcfg:?} servers {sep:?}") });
         }
         for (i, s) in sep.iter().enumerate() {
             let proto = PsServer::new(*s, wep.clone(), cfg.clone()).map_err(transport_error)?;
-            plan.endpoints.push(PlannedEndpoint { host: s.host, role: Role::Server { index: i as u32 }, proto: Box::new(proto) });
+            plan.endpoints.push(PlannedEndpoint { host: s.host, role: Role::Server { index: i as u32 }, proto: Box::new(proto), config: format!("{:?}", c.transport) });
         }
         Ok(plan)
     }

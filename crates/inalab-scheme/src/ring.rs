@@ -16,8 +16,8 @@ pub struct RingConfig {
 pub struct Ring;
 
 /// The workers' endpoints, by rank.
-pub(crate) fn worker_endpoints(job: &JobSpec, net: &dyn NetView) -> Vec<Endpoint> {
-    job.workers.iter().map(|&h| Endpoint { host: h, port: net.port(job.id, Role::Worker { rank: 0 }) }).collect()
+pub(crate) fn worker_endpoints(job: &JobSpec) -> Vec<Endpoint> {
+    job.workers.iter().map(|&h| Endpoint { host: h, port: job.worker_port }).collect()
 }
 
 pub(crate) fn transport_error(e: inalab_host::ConfigError) -> PlanError {
@@ -40,14 +40,14 @@ impl Scheme for Ring {
     fn normalize(&self, config: &Value) -> Result<Value, PlanError> {
         Ok(serde_json::json!({"scheme": self.name(), "transport": parse_config::<RingConfig>(config)?.transport}))
     }
-    fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError> {
+    fn plan(&self, job: &JobSpec, _net: &dyn NetView) -> Result<Plan, PlanError> {
         check_servers(self, job)?;
         let cfg: RingConfig = parse_config(&job.config)?;
-        let eps = worker_endpoints(job, net);
+        let eps = worker_endpoints(job);
         let mut plan = Plan::default();
         for (r, &h) in job.workers.iter().enumerate() {
             let proto = RingAllreduce::new(eps.clone(), r, cfg.transport.config()).map_err(transport_error)?;
-            plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto) });
+            plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config: format!("{:?}", cfg.transport) });
         }
         Ok(plan)
     }

@@ -109,7 +109,7 @@ impl Scheme for SwitchMl {
             let (_, of) = net.share(job.id, &share_key(tor));
             ina.pool_slots = (slots / of.max(1) as u64).min(u32::MAX as u64) as u32;
         }
-        let port = net.port(job.id, Role::Worker { rank: 0 });
+        let port = job.worker_port;
         let switch = Endpoint { host: tor, port };
         let mut plan = Plan::default();
         let mut admitted = vec![];
@@ -122,8 +122,9 @@ impl Scheme for SwitchMl {
                 header_bytes: ina.header_bytes,
                 ..SwitchMlConfig::new(job.id, r as u16, switch)
             };
+            let config = format!("{cfg:?}");
             let proto = SwitchMlWorker::new(local, cfg).map_err(|e| PlanError::new("ina", e.0))?;
-            plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto) });
+            plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config });
             admitted.push((local, net.port_toward(tor, h).unwrap_or(PortId::MAX)));
         }
         let state = Admission::new(SwitchMlJob { workers: admitted, pool_slots: ina.pool_slots });

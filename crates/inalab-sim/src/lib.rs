@@ -12,6 +12,7 @@ mod events;
 mod metrics;
 mod network;
 mod result;
+pub mod setup;
 mod sim;
 pub mod spec;
 mod workload;

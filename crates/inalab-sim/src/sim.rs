@@ -4,6 +4,7 @@
 use crate::events::{Ev, EventQueue};
 use crate::network::{Enqueued, PortState};
 use crate::result::Conservation;
+use crate::setup::host_named;
 use crate::spec::{Routing, SimSpec};
 use crate::workload::{Owner, Workloads};
 use crate::{Progress, SimError};
@@ -123,15 +124,6 @@ impl SwitchCtx for Ctx<'_> {
     }
     fn peer(&self, port: PortId) -> NodeId {
         self.ports[port as usize].peer
-    }
-}
-
-/// The host called `name`, or an error at `field` that says why not.
-pub(crate) fn host_named(topo: &Topology, field: String, name: &str) -> Result<NodeId, SimError> {
-    match topo.find(name) {
-        Some(n) if topo.is_host(n) => Ok(n),
-        Some(_) => Err(SimError::new(field, format!("{name:?} is a switch, not a host"))),
-        None => Err(SimError::new(field, format!("no host named {name:?}; hosts are h0..h{}", topo.hosts.saturating_sub(1)))),
     }
 }
 

@@ -4,16 +4,16 @@
 //! `AppRequest`s and `HostEvent`s, as PyTorch does through the UDP runtime.
 
 use crate::events::Ev;
-use crate::sim::{host_named, Sim};
+use crate::setup::{host_named, set_up_jobs};
+use crate::sim::Sim;
 use crate::spec::{JobSpec, SimSpec, Workload};
 use crate::SimError;
-use inalab_core::{splitmix64, AppRequest, Endpoint, HostEvent, NodeId, Payload, PortId, Programs, Time};
+use inalab_core::{splitmix64, AppRequest, Endpoint, HostEvent, NodeId, Payload, Time};
 use inalab_host::{DatagramConfig, DatagramSender, DatagramSink};
-use inalab_scheme::{JobSpec as SchemeJob, NetView, PlanError, Role};
-use inalab_topo::Topology;
+use inalab_scheme::Role;
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 /// Who owns an endpoint, so its events reach the right workload.
 #[derive(Debug, Clone, Copy)]
@@ -128,97 +128,14 @@ fn input_value(job: u32, rank: u32, tensor: u64, i: usize) -> i32 {
     (h % 2001) as i32 - 1000
 }
 
-/// A scheme's error about job `j`, with the field named from the scenario's root.
-fn plan_error(j: usize, e: PlanError) -> SimError {
-    let field = if e.field.is_empty() { format!("jobs[{j}]") } else { format!("jobs[{j}].{}", e.field) };
-    SimError::new(field, e.message)
-}
-
 fn input(job: u32, rank: u32, tensor: u64, len: usize) -> Payload {
     Payload::I32((0..len).map(|i| input_value(job, rank, tensor, i)).collect())
 }
 
-/// The simulator's answers to a scheme's questions about the network.
-struct SimView<'a> {
-    topo: &'a Topology,
-    /// Aggregator memory of every programmable switch.
-    memory: BTreeMap<NodeId, u64>,
-    /// Share name -> the jobs that asked for it, in job order.
-    shares: BTreeMap<String, Vec<u32>>,
-}
-
-impl NetView for SimView<'_> {
-    fn tor(&self, host: NodeId) -> NodeId {
-        self.topo.host_switch(host)
-    }
-    fn port_toward(&self, switch: NodeId, host: NodeId) -> Option<PortId> {
-        self.topo.port_to(switch, host)
-    }
-    fn programmable(&self, switch: NodeId) -> bool {
-        self.memory.contains_key(&switch)
-    }
-    fn memory_bytes(&self, switch: NodeId) -> u64 {
-        self.memory.get(&switch).copied().unwrap_or(0)
-    }
-    fn name(&self, node: NodeId) -> String {
-        self.topo.nodes[node as usize].name.clone()
-    }
-    fn port(&self, job: u32, role: Role) -> u16 {
-        match role {
-            Role::Worker { .. } => worker_port(job),
-            Role::Server { .. } => server_port(job),
-        }
-    }
-    fn share(&self, job: u32, key: &str) -> (u32, u32) {
-        let jobs = self.shares.get(key).map_or(&[][..], |v| v.as_slice());
-        (jobs.iter().position(|&j| j == job).unwrap_or(0) as u32, jobs.len() as u32)
-    }
-}
-
 impl Sim {
     pub(crate) fn setup_workloads(&mut self, spec: &SimSpec) -> Result<(), SimError> {
-        let mut memory: BTreeMap<NodeId, u64> = BTreeMap::new();
-        for s in self.topo.switches().filter(|&s| self.topo.nodes[s as usize].programmable) {
-            memory.insert(s, spec.network.aggregator_memory_bytes);
-        }
-        for sm in &spec.network.switch_memory {
-            if let Some(m) = self.topo.find(&sm.switch).and_then(|s| memory.get_mut(&s)) {
-                *m = sm.value;
-            }
-        }
-        let mut view = SimView { topo: &self.topo, memory, shares: BTreeMap::new() };
-        // Validate every job and resolve its hosts and scheme first, so shares (equal splits
-        // of a switch among jobs) are known before any job is planned.
-        let mut used: HashMap<NodeId, usize> = HashMap::new();
-        let mut jobs = vec![];
+        let mut workloads = vec![];
         for (j, js) in spec.jobs.iter().enumerate() {
-            let field = format!("jobs[{j}]");
-            if js.id as usize != j {
-                return Err(SimError::new(format!("{field}.id"), format!("job ids must be 0, 1, ... in order; expected {j}, got {}", js.id)));
-            }
-            let host = |i: usize, name: &String, what: &str| host_named(view.topo, format!("{field}.{what}[{i}]"), name);
-            let workers = js.workers.iter().enumerate().map(|(i, n)| host(i, n, "workers")).collect::<Result<Vec<_>, _>>()?;
-            let servers = js.servers.iter().enumerate().map(|(i, n)| host(i, n, "servers")).collect::<Result<Vec<_>, _>>()?;
-            if workers.is_empty() {
-                return Err(SimError::new(format!("{field}.workers"), "a job needs at least one worker"));
-            }
-            for &w in &workers {
-                if let Some(other) = used.insert(w, j) {
-                    let which = if other == j { "twice in this job".to_string() } else { format!("also by jobs[{other}]") };
-                    return Err(SimError::new(format!("{field}.workers"), format!("host {} is used {which}", view.topo.nodes[w as usize].name)));
-                }
-            }
-            let job = SchemeJob { id: js.id, workers, servers, config: serde_json::Value::Object(js.config.clone()) };
-            let scheme = job.scheme().map_err(|e| plan_error(j, e))?;
-            for key in scheme.shares(&job, &view) {
-                view.shares.entry(key).or_default().push(js.id);
-            }
-            jobs.push((scheme, job));
-        }
-        let mut ina: BTreeMap<NodeId, Programs> = BTreeMap::new();
-        let mut planned = vec![];
-        for (j, (scheme, job)) in jobs.into_iter().enumerate() {
-            let js = &spec.jobs[j];
             let field = format!("jobs[{j}]");
             let (layers, iterations) = match &js.workload {
                 Workload::Training { layers, iterations } => (layers.iter().map(|l| (l.bytes, l.fwd_ps, l.bwd_ps)).collect::<Vec<_>>(), *iterations),
@@ -230,23 +147,13 @@ impl Sim {
             if let Some(i) = layers.iter().position(|l| l.0 == 0 || l.0 % 4 != 0) {
                 return Err(SimError::new(format!("{field}.workload.layers[{i}].bytes"), "must be a positive multiple of 4 (float32 values)"));
             }
-            let plan = scheme.plan(&job, &view).map_err(|e| plan_error(j, e))?;
-            for adm in plan.admissions {
-                let programs = ina.entry(adm.switch).or_default();
-                if !programs.has(adm.program) {
-                    let maker = inalab_scheme::by_name(adm.program).map_err(|e| plan_error(j, e))?;
-                    let prog = maker.program(adm.switch, &view).expect("a scheme that admits at switches has a program");
-                    programs.install(adm.program, prog).map_err(|e| SimError::new(format!("{field}.scheme"), e.0))?;
-                }
-                programs.admit_at(adm.program, job.id, adm.state).map_err(|e| SimError::new(format!("{field}.{}", adm.field), e.0))?;
-            }
-            planned.push((job, layers, iterations, plan.endpoints));
+            workloads.push((layers, iterations));
         }
-        drop(view);
-        for (j, (job, layers, iterations, endpoints)) in planned.into_iter().enumerate() {
+        let setup = set_up_jobs(spec, &self.topo)?;
+        for (j, ((job, plan), (layers, iterations))) in setup.jobs.into_iter().zip(workloads).enumerate() {
             let js = &spec.jobs[j];
             let mut worker_eps = vec![0u16; job.workers.len()];
-            for ep in endpoints {
+            for ep in plan.endpoints {
                 let owner = match ep.role {
                     Role::Worker { rank } => Owner::Worker { job: job.id, rank },
                     Role::Server { .. } => Owner::Server { job: job.id },
@@ -294,7 +201,7 @@ impl Sim {
                 self.schedule(js.start_ps, Ev::JobStart { job: j as u32 });
             }
         }
-        for (switch, programs) in ina {
+        for (switch, programs) in setup.programs {
             self.install_ina(switch, programs);
         }
         for (f, fs) in spec.flows.iter().enumerate() {

@@ -1,0 +1,103 @@
+//! One job, two drivers: the simulator's and the UDP runtime's views of the same network give
+//! the same plan through the scheme registry (the same host endpoints with the same
+//! configurations, the same admissions at every switch, and programs sized alike).
+
+use inalab_core::NodeId;
+use inalab_net::control::{JobSpec, RuntimeView, ServerSpec, SwitchSpec, WorkerSpec};
+use inalab_scheme::{JobSpec as SchemeJob, NetView, Plan};
+use inalab_sim::setup::{scheme_jobs, SimView};
+use serde_json::{json, Value};
+
+const MEMORY: u64 = 272 * 1000;
+
+/// Two racks of four hosts under one spine; the leaves are programmable.
+fn sim_spec(jobs: Vec<Value>) -> inalab_sim::SimSpec {
+    let topology = json!({"shape": {"kind": "leaf_spine", "leaves": 2, "spines": 1, "hosts_per_leaf": 4, "switch_ports": 64,
+                                    "host_rate_bps": 100_000_000_000u64, "fabric_rate_bps": 100_000_000_000u64, "link_delay_ps": 1_000_000},
+                          "programmable": "tor"});
+    let spec = json!({
+        "name": "parity", "seed": 1, "payload": false, "stop_ps": 1_000_000_000u64, "topology": topology,
+        "network": {"buffer_bytes": 1 << 20, "ecn_threshold_bytes": 1 << 18, "routing": {"kind": "ecmp"}, "aggregator_memory_bytes": MEMORY},
+        "jobs": jobs, "metrics": {"bin_ps": 1_000_000_000u64},
+    });
+    inalab_sim::parse_spec(&spec.to_string()).expect("valid spec")
+}
+
+fn job(scheme: Value, workers: &[&str], servers: &[&str]) -> Value {
+    let mut j = json!({"id": 0, "name": "j", "workers": workers, "servers": servers,
+                       "workload": {"kind": "allreduce", "bytes": 4096, "iterations": 1}, "start_ps": 0, "jitter_ps": 0});
+    for (k, v) in scheme.as_object().expect("an object") {
+        j[k] = v.clone();
+    }
+    j
+}
+
+/// Endpoints as (host, role, configuration), admissions as (switch, program, state, field).
+fn describe(plan: &Plan) -> (Vec<String>, Vec<String>) {
+    let eps = plan.endpoints.iter().map(|e| format!("{} {:?} {}", e.host, e.role, e.config)).collect();
+    let adms = plan.admissions.iter().map(|a| format!("{} {} {} {}", a.switch, a.program, a.state.describe(), a.field)).collect();
+    (eps, adms)
+}
+
+/// Plans job 0 of `jobs` with the simulator's view, and with the runtime's view from every
+/// switch the plan admits at, and checks that they agree.
+fn check(jobs: Vec<Value>) {
+    let spec = sim_spec(jobs);
+    let topo = inalab_topo::build(&spec.topology).expect("valid topology");
+    let job: SchemeJob = scheme_jobs(&spec, &topo).expect("valid jobs").remove(0);
+    let scheme = job.scheme().expect("a registered scheme");
+    let mut sim_view = SimView::new(&topo, &spec.network);
+    sim_view.join_shares(&job).expect("shares");
+    let sim_plan = scheme.plan(&job, &sim_view).expect("the simulator plans the job");
+    let (sim_eps, sim_adms) = describe(&sim_plan);
+
+    // The runtime's spec of the same job: racks are the hosts' switches, every switch the
+    // simulator may aggregate at is listed with its memory.
+    let rack = |h: NodeId| topo.host_switch(h);
+    let switches: Vec<SwitchSpec> = topo.switches().filter(|&s| sim_view.programmable(s)).map(|s| SwitchSpec { node: s, memory_bytes: MEMORY }).collect();
+    let rt = JobSpec {
+        job: job.id,
+        config: scheme.normalize(&job.config).expect("a valid configuration"),
+        workers: job.workers.iter().map(|&w| WorkerSpec { node: w, udp: "127.0.0.1:1".parse().unwrap(), rack: rack(w) }).collect(),
+        servers: job.servers.iter().map(|&s| ServerSpec { node: s, rack: rack(s) }).collect(),
+        switches,
+    };
+    let rt_job = rt.scheme_job();
+    assert_eq!((&rt_job.workers, &rt_job.servers), (&job.workers, &job.servers));
+    // A host (worker, PS) plans with no ports; a switch with its own.
+    let no_ports = |_: NodeId| None;
+    let host_plan = scheme.plan(&job, &RuntimeView::new(&rt, None, &no_ports)).expect("the runtime plans the job");
+    assert_eq!(describe(&host_plan).0, sim_eps, "host endpoints and their configurations");
+    assert!(!sim_eps.is_empty());
+    let mut rt_adms = vec![];
+    for s in topo.switches() {
+        let ports = |h: NodeId| topo.port_to(s, h);
+        let view = RuntimeView::new(&rt, Some(s), &ports);
+        assert_eq!(view.memory_bytes(s), sim_view.memory_bytes(s), "programs are sized alike at switch {s}");
+        let plan = scheme.plan(&job, &view).expect("the runtime plans the job at a switch");
+        rt_adms.extend(describe(&plan).1.into_iter().filter(|a| a.starts_with(&format!("{s} "))));
+    }
+    rt_adms.sort();
+    let mut sim_adms = sim_adms;
+    sim_adms.sort();
+    assert_eq!(rt_adms, sim_adms, "admissions at every switch");
+}
+
+#[test]
+fn atp_across_two_racks_plans_alike() {
+    // Workers in both racks, the PS in rack 1: level 1 at leaf0, level 2 and multicast at leaf1.
+    check(vec![job(json!({"scheme": "atp", "ina": {"timeout_ps": 5_000_000}}), &["h0", "h1", "h4"], &["h5"])]);
+}
+
+#[test]
+fn switchml_plans_alike() {
+    check(vec![job(json!({"scheme": "switchml", "ina": {"pool_slots": 64}}), &["h0", "h1", "h2"], &[])]);
+}
+
+#[test]
+fn host_only_schemes_plan_alike() {
+    check(vec![job(json!({"scheme": "ring"}), &["h0", "h1", "h4"], &[])]);
+    check(vec![job(json!({"scheme": "hierarchical"}), &["h0", "h1", "h4", "h5"], &[])]);
+    check(vec![job(json!({"scheme": "ps", "partition_bytes": 1024}), &["h0", "h4"], &["h5"])]);
+    check(vec![job(json!({"scheme": "ps_sharded"}), &["h0", "h4"], &[])]);
+}

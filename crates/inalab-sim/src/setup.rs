@@ -1,0 +1,142 @@
+//! Job set-up: each job's hosts resolved by name, its plan asked of the scheme registry with
+//! the simulator's view of the network, and the switch programs the plans admit at.
+
+use crate::spec::{NetSpec, SimSpec};
+use crate::workload::{server_port, worker_port};
+use crate::SimError;
+use inalab_core::{NodeId, PortId, Programs};
+use inalab_scheme::{JobSpec as SchemeJob, NetView, Plan, PlanError};
+use inalab_topo::Topology;
+use std::collections::{BTreeMap, HashMap};
+
+/// The simulator's answers to a scheme's questions about the network.
+pub struct SimView<'a> {
+    topo: &'a Topology,
+    /// Aggregator memory of every programmable switch.
+    memory: BTreeMap<NodeId, u64>,
+    /// Share name -> the jobs that asked for it, in job order.
+    shares: BTreeMap<String, Vec<u32>>,
+}
+
+impl<'a> SimView<'a> {
+    /// The view of `topo` with the aggregator memory `net` gives its programmable switches.
+    pub fn new(topo: &'a Topology, net: &NetSpec) -> Self {
+        let mut memory: BTreeMap<NodeId, u64> = BTreeMap::new();
+        for s in topo.switches().filter(|&s| topo.nodes[s as usize].programmable) {
+            memory.insert(s, net.aggregator_memory_bytes);
+        }
+        for sm in &net.switch_memory {
+            if let Some(m) = topo.find(&sm.switch).and_then(|s| memory.get_mut(&s)) {
+                *m = sm.value;
+            }
+        }
+        SimView { topo, memory, shares: BTreeMap::new() }
+    }
+
+    /// Records that `job` takes part in the shares its scheme names.
+    pub fn join_shares(&mut self, job: &SchemeJob) -> Result<(), PlanError> {
+        for key in job.scheme()?.shares(job, self) {
+            self.shares.entry(key).or_default().push(job.id);
+        }
+        Ok(())
+    }
+}
+
+impl NetView for SimView<'_> {
+    fn tor(&self, host: NodeId) -> NodeId {
+        self.topo.host_switch(host)
+    }
+    fn port_toward(&self, switch: NodeId, host: NodeId) -> Option<PortId> {
+        self.topo.port_to(switch, host)
+    }
+    fn programmable(&self, switch: NodeId) -> bool {
+        self.memory.contains_key(&switch)
+    }
+    fn memory_bytes(&self, switch: NodeId) -> u64 {
+        self.memory.get(&switch).copied().unwrap_or(0)
+    }
+    fn name(&self, node: NodeId) -> String {
+        self.topo.nodes[node as usize].name.clone()
+    }
+    fn share(&self, job: u32, key: &str) -> (u32, u32) {
+        let jobs = self.shares.get(key).map_or(&[][..], |v| v.as_slice());
+        (jobs.iter().position(|&j| j == job).unwrap_or(0) as u32, jobs.len() as u32)
+    }
+}
+
+/// The host called `name`, or an error at `field` that says why not.
+pub(crate) fn host_named(topo: &Topology, field: String, name: &str) -> Result<NodeId, SimError> {
+    match topo.find(name) {
+        Some(n) if topo.is_host(n) => Ok(n),
+        Some(_) => Err(SimError::new(field, format!("{name:?} is a switch, not a host"))),
+        None => Err(SimError::new(field, format!("no host named {name:?}; hosts are h0..h{}", topo.hosts.saturating_sub(1)))),
+    }
+}
+
+/// A scheme's error about job `j`, with the field named from the scenario's root.
+fn plan_error(j: usize, e: PlanError) -> SimError {
+    let field = if e.field.is_empty() { format!("jobs[{j}]") } else { format!("jobs[{j}].{}", e.field) };
+    SimError::new(field, e.message)
+}
+
+/// Every job with its plan (in job order), and the INA programs per switch with the jobs
+/// admitted.
+pub struct Setup {
+    pub jobs: Vec<(SchemeJob, Plan)>,
+    pub programs: BTreeMap<NodeId, Programs>,
+}
+
+/// The jobs of `spec` as the scheme registry describes them, in job order; a host used twice
+/// or a name that is not a host is an error naming the field.
+pub fn scheme_jobs(spec: &SimSpec, topo: &Topology) -> Result<Vec<SchemeJob>, SimError> {
+    let mut used: HashMap<NodeId, usize> = HashMap::new();
+    let mut jobs = vec![];
+    for (j, js) in spec.jobs.iter().enumerate() {
+        let field = format!("jobs[{j}]");
+        if js.id as usize != j {
+            return Err(SimError::new(format!("{field}.id"), format!("job ids must be 0, 1, ... in order; expected {j}, got {}", js.id)));
+        }
+        let host = |i: usize, name: &String, what: &str| host_named(topo, format!("{field}.{what}[{i}]"), name);
+        let workers = js.workers.iter().enumerate().map(|(i, n)| host(i, n, "workers")).collect::<Result<Vec<_>, _>>()?;
+        let servers = js.servers.iter().enumerate().map(|(i, n)| host(i, n, "servers")).collect::<Result<Vec<_>, _>>()?;
+        if workers.is_empty() {
+            return Err(SimError::new(format!("{field}.workers"), "a job needs at least one worker"));
+        }
+        for &w in &workers {
+            if let Some(other) = used.insert(w, j) {
+                let which = if other == j { "twice in this job".to_string() } else { format!("also by jobs[{other}]") };
+                return Err(SimError::new(format!("{field}.workers"), format!("host {} is used {which}", topo.nodes[w as usize].name)));
+            }
+        }
+        let config = serde_json::Value::Object(js.config.clone());
+        jobs.push(SchemeJob { id: js.id, workers, servers, config, worker_port: worker_port(js.id), server_port: server_port(js.id) });
+    }
+    Ok(jobs)
+}
+
+/// Plans every job of `spec` on `topo` and installs the programs their plans admit at.
+pub fn set_up_jobs(spec: &SimSpec, topo: &Topology) -> Result<Setup, SimError> {
+    let jobs = scheme_jobs(spec, topo)?;
+    let mut view = SimView::new(topo, &spec.network);
+    // Shares (equal splits of a switch among jobs) are known before any job is planned.
+    for (j, job) in jobs.iter().enumerate() {
+        view.join_shares(job).map_err(|e| plan_error(j, e))?;
+    }
+    let mut programs: BTreeMap<NodeId, Programs> = BTreeMap::new();
+    let mut planned = vec![];
+    for (j, job) in jobs.into_iter().enumerate() {
+        let mut plan = job.scheme().and_then(|s| s.plan(&job, &view)).map_err(|e| plan_error(j, e))?;
+        // Admissions move their state into the programs; the plan keeps its endpoints.
+        for adm in std::mem::take(&mut plan.admissions) {
+            let on_switch = programs.entry(adm.switch).or_default();
+            if !on_switch.has(adm.program) {
+                let maker = inalab_scheme::by_name(adm.program).map_err(|e| plan_error(j, e))?;
+                let prog = maker.program(adm.switch, &view).expect("a scheme that admits at switches has a program");
+                on_switch.install(adm.program, prog).map_err(|e| SimError::new(format!("jobs[{j}].scheme"), e.0))?;
+            }
+            on_switch.admit_at(adm.program, job.id, adm.state).map_err(|e| SimError::new(format!("jobs[{j}].{}", adm.field), e.0))?;
+        }
+        planned.push((job, plan));
+    }
+    Ok(Setup { jobs: planned, programs })
+}
