@@ -220,3 +220,39 @@ def test_switchml_across_racks_names_the_field():
     with pytest.raises(ConfigError) as e:
         inalab.simulate(scenario)
     assert e.value.field.startswith("jobs[0].workers")
+
+
+def test_the_scheme_list_and_defaults_come_from_the_registry():
+    from inalab import schemes
+    from inalab.config import Job
+
+    reg = json.loads(core.schemes())
+    assert [s["name"] for s in reg] == list(schemes.names())
+    assert set(Job.model_fields["scheme"].annotation.__args__) == set(schemes.names())
+    # Every parameter default is a JSON value with a unit string; the INA schemes have programs.
+    assert {n for n, s in schemes.registry().items() if s["program"]} >= {"atp", "switchml"}
+    assert schemes.default("atp", "ina.packet_bytes") == 306
+    assert schemes.registry()["atp"]["quantization"] == {"kind": "fixed_point", "scale": 1e8}
+
+
+@pytest.mark.parametrize("scheme, key, value, field", [
+    ("switchml", "ina", {"hashing": "linear"}, "jobs[0].ina.hashing"),
+    ("switchml", "ina", {"congestion_control": False}, "jobs[0].ina.congestion_control"),
+    ("atp", "ina", {"pool_slots": 4}, "jobs[0].ina.pool_slots"),
+    ("ring", "ina", {"timeout": "1ms"}, "jobs[0].ina"),
+    ("switchml", "transport", {"mss": "1000B"}, "jobs[0].transport"),
+    ("ring", "partition", "1MiB", "jobs[0].partition"),
+])
+def test_a_setting_the_scheme_does_not_take_is_an_error_not_ignored(star, scheme, key, value, field):
+    star["jobs"][0] = {"scheme": scheme, "allreduce": "4KiB", "workers": "h0..h2", key: value}
+    e = error(star)
+    assert e.field == field and "applies only to" in e.message, (e.field, e.message)
+
+
+def test_a_job_sends_only_the_keys_its_scheme_takes(star):
+    star["jobs"] = [{"scheme": "switchml", "allreduce": "4KiB", "workers": "h0..h2"},
+                    {"scheme": "ring", "allreduce": "4KiB", "workers": "h3..h4"}]
+    sml, ring = load_scenario(star).to_spec()["jobs"]
+    assert set(sml) - {"id", "name", "workers", "servers", "workload", "start_ps", "jitter_ps"} == {"scheme", "ina"}
+    assert set(sml["ina"]) == {"packet_bytes", "header_bytes", "timeout_ps", "pool_slots"}
+    assert "ina" not in ring and "partition_bytes" not in ring and "transport" in ring
