@@ -26,6 +26,9 @@ pub enum HostEvent {
     Received { id: u64, from: Endpoint, bytes: u64 },
     /// The request `id` cannot complete; `reason` says why.
     Failed { id: u64, reason: String },
+    /// The request `id` was refused for its input (a value the scheme cannot carry); the
+    /// application's error, not the network's.
+    Rejected { id: u64, reason: String },
 }
 
 /// A host-side protocol endpoint as a sans-IO state machine, in the style of `quinn-proto`.

@@ -14,6 +14,7 @@ mod packet;
 mod programs;
 mod switch;
 pub mod time;
+mod timers;
 
 pub use host::{AppRequest, Endpoint, HostEvent, HostProtocol};
 pub use inalab_wire as wire;
@@ -21,6 +22,7 @@ pub use packet::{flow_key, splitmix64, Packet, Payload, NO_PATH};
 pub use programs::Programs;
 pub use switch::{Admission, AdmitError, L3Forward, SwitchAction, SwitchCtx, SwitchProgram, TimerToken};
 pub use time::Time;
+pub use timers::TimerTable;
 
 /// Index of a node (host or switch) in a topology. Hosts and switches share one index space.
 pub type NodeId = u32;

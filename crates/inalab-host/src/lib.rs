@@ -8,12 +8,15 @@
 //!   (BytePS-like, servers co-located with workers);
 //! - [`AtpWorker`] and [`AtpServer`]: ATP's in-network-aggregation hosts (with `inalab_switch::AtpSwitch`);
 //! - [`SwitchMlWorker`]: SwitchML's worker (with `inalab_switch::SwitchMlSwitch`);
-//! - [`quant`]: fixed-point conversion (ATP's fixed scale, SwitchML's block exponents).
+//! - [`quant`]: fixed-point conversion (ATP's fixed scale, SwitchML's block exponents), and
+//!   [`Quantized`], the layer that applies it between an application and an INA protocol.
 //! - [`DatagramSender`] and [`DatagramSink`]: unreliable line-rate raw traffic.
 //!
 //! Building blocks:
 //! - [`Transport`]: reliable windowed message transport (a component the collectives embed);
-//! - [`AimdWindow`]: ATP's AIMD congestion window (§3.7), shared with ATP's INA workers.
+//! - [`CongestionControl`]: a congestion window as a trait; [`AimdWindow`], ATP's AIMD (§3.7),
+//!   is the one the transport and ATP's INA workers use;
+//! - [`RttEstimator`]: RFC 6298 smoothed RTT and retransmission timeout with back-off.
 //!
 //! The collectives serve `AppRequest::Allreduce` requests FIFO, one at a time per instance,
 //! and sum real values in payload mode (i32 wrapping, f32 IEEE) or only move bytes in
@@ -21,22 +24,28 @@
 
 mod aimd;
 mod atp;
+mod cc;
 mod collective;
 mod datagram;
 mod error;
 mod hierarchical;
 mod ps;
 mod ring;
+mod rtt;
 pub mod quant;
+mod quantize;
 mod switchml;
 mod transport;
 
 pub use aimd::{AimdConfig, AimdWindow};
+pub use cc::CongestionControl;
+pub use rtt::{RttConfig, RttEstimator};
 pub use atp::{atp_layout, AtpConfig, AtpLayout, AtpPosition, AtpServer, AtpServerConfig, AtpWorker, Contributor, Hashing, ATP_MAX_WORKERS};
 pub use datagram::{DatagramConfig, DatagramSender, DatagramSink};
 pub use error::ConfigError;
 pub use hierarchical::HierarchicalAllreduce;
 pub use ps::{PsConfig, PsServer, PsWorker};
+pub use quantize::{Quantization, Quantized};
 pub use ring::RingAllreduce;
 pub use switchml::{SwitchMlConfig, SwitchMlWorker};
 pub use transport::{Delivered, Transport, TransportConfig, TransportStats};

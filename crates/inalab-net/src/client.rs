@@ -3,17 +3,11 @@
 //! runs) on an I/O thread of its own.
 //!
 //! # Quantization
-//! Switches sum integers, so the client converts (with `inalab_host::quant`) as the scheme's
-//! [`Quantization`] says:
-//! - **agreed exponent** (SwitchML): per tensor, the workers first agree on the largest exponent of the
-//!   tensor's values (one extra packet: each worker contributes its exponent in its own slot
-//!   of a `world`-long vector, the sum holds them all, and each takes the maximum), then send
-//!   the values scaled by `i32::MAX / (n 2^e_max)`: the sum cannot overflow, and its error is
-//!   at most `n^2 2^e_max / i32::MAX` per value (SwitchML's per-block exponents, with the
-//!   tensor as the block).
-//! - **fixed point** (ATP): one scale (`ina.scale`, 1e8 by default): per-value error at most
-//!   `n / (2 scale)`. A value whose scaled magnitude does not fit an i32 fails the request
-//!   with an error naming it (the switch would saturate it), instead of returning a wrong sum.
+//! Switches sum integers; the worker endpoint the registry plans is wrapped in
+//! `inalab_host::Quantized`, which converts float32 tensors as the scheme says (SwitchML: an
+//! exponent agreed per tensor with one extra allreduce; ATP: one fixed scale, `ina.scale`) and
+//! converts the sums back, the same layer the simulator runs. A value that cannot be converted
+//! fails its request with an error naming it ([`NetError::Config`]).
 //!
 //! Requests run in submission order; every worker of a job must submit the same sizes in the
 //! same order (as with any allreduce). Results are handed to a completion thread, never run on
@@ -30,8 +24,7 @@ use crate::host::{counters_json, HostIo};
 use crate::udp::{wait, Udp, Waker};
 use crate::NetError;
 use inalab_core::{AppRequest, HostEvent, HostProtocol, Payload};
-use inalab_host::quant::{block_exponent, from_fixed, switchml_scale, switchml_to_fixed, to_fixed};
-use inalab_scheme::{Quantization, Role};
+use inalab_scheme::Role;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufReader, Read};
@@ -62,32 +55,17 @@ pub struct ClientOptions {
 /// What a finished request hands its callback.
 pub type Completion = Box<dyn FnOnce(Result<Vec<f32>, NetError>) + Send>;
 
-enum Stage {
-    /// SwitchML: agreeing on the exponent; the values wait.
-    Exponent { values: Vec<f32> },
-    /// The values are on the wire; `scale` converts the sum back.
-    Data { scale: f64, len: usize },
-}
-
-struct Request {
-    stage: Stage,
-    done: Completion,
-}
-
 struct State {
     spec: JobSpec,
-    quantization: Quantization,
     rank: usize,
     proto: Box<dyn HostProtocol>,
     io: HostIo,
     control: TcpStream,
     control_buf: Vec<u8>,
-    /// Requests not started (SwitchML starts one exponent round at a time, in order).
+    /// Requests not handed to the protocol yet.
     queue: VecDeque<(Vec<f32>, Completion)>,
     /// Requests in the protocol, by protocol request id.
-    active: BTreeMap<u64, Request>,
-    /// SwitchML: whether an exponent round is in flight (the next waits for it).
-    exponent_busy: bool,
+    active: BTreeMap<u64, Completion>,
     next_id: u64,
     failed: Option<String>,
     /// The job failed (switch event or lost connection) before `close`: no `leave` to send.
@@ -142,7 +120,6 @@ impl Client {
         let spec: JobSpec = field(&reply, "spec")?;
         let node: u32 = field(&reply, "node")?;
         let proto = spec.endpoint(node, Role::Worker { rank: opts.rank as u32 })?;
-        let quantization = spec.scheme()?.quantization(&spec.config);
         // The switch's data-plane address: the only source the worker accepts packets from.
         let gateway: SocketAddr = field(&reply, "switch_udp")?;
         conn.set_read_timeout(None)?;
@@ -150,7 +127,6 @@ impl Client {
         let inner = Arc::new(Inner {
             st: Mutex::new(State {
                 spec: spec.clone(),
-                quantization,
                 rank: opts.rank,
                 proto,
                 io: HostIo::new(udp, gateway),
@@ -158,7 +134,6 @@ impl Client {
                 control_buf: vec![],
                 queue: VecDeque::new(),
                 active: BTreeMap::new(),
-                exponent_busy: false,
                 next_id: 0,
                 failed: None,
                 failed_before_close: false,
@@ -310,18 +285,10 @@ impl State {
 
     /// Completions, new requests, and the packets the window releases.
     fn step(&mut self, now: u64) {
-        self.collect_events(now);
         self.start_queued(now);
+        self.collect_events();
         self.io.transmit(now, self.proto.as_mut());
         self.io.flush();
-    }
-
-    fn submit(&mut self, now: u64, values: Payload, req: Request) {
-        self.next_id += 1;
-        let id = self.next_id;
-        let bytes = values.len() as u64 * 4;
-        self.active.insert(id, req);
-        self.proto.as_mut().submit(now, AppRequest::Allreduce { id, bytes, data: Some(values) });
     }
 
     fn start_queued(&mut self, now: u64) {
@@ -329,92 +296,32 @@ impl State {
             return;
         }
         while let Some((values, done)) = self.queue.pop_front() {
-            let n = self.spec.workers.len() as u32;
             if values.is_empty() {
                 self.finished.push((done, Ok(vec![])));
                 continue;
             }
-            match self.quantization {
-                Quantization::None => {
-                    let len = values.len();
-                    self.submit(now, Payload::F32(values), Request { stage: Stage::Data { scale: 1.0, len }, done });
-                }
-                Quantization::FixedPoint { scale } => match to_fixed(&values, scale) {
-                    Ok(f) if f.saturated == 0 => {
-                        let len = values.len();
-                        self.submit(now, Payload::I32(f.values), Request { stage: Stage::Data { scale, len }, done });
-                    }
-                    Ok(f) => {
-                        let (i, v) = values.iter().enumerate().find(|(_, v)| (**v as f64 * scale).abs() >= i32::MAX as f64).expect("one saturated");
-                        let msg = format!(
-                            "value {i} is {v}: {} values exceed the fixed-point range ±{:.3} at scale {scale:e}; lower the job's ina.scale",
-                            f.saturated,
-                            i32::MAX as f64 / scale,
-                        );
-                        self.finished.push((done, Err(NetError::Config(msg))));
-                    }
-                    Err(e) => self.finished.push((done, Err(NetError::Config(e.to_string())))),
-                },
-                Quantization::AgreedExponent => {
-                    if self.exponent_busy {
-                        self.queue.push_front((values, done));
-                        return;
-                    }
-                    if let Some(i) = values.iter().position(|v| !v.is_finite()) {
-                        let msg = format!("value {i} is {}, which has no fixed-point form", values[i]);
-                        self.finished.push((done, Err(NetError::Config(msg))));
-                        continue;
-                    }
-                    let mut exps = vec![0i32; n as usize];
-                    exps[self.rank] = block_exponent(&values) as i32 + 129;
-                    self.exponent_busy = true;
-                    self.submit(now, Payload::I32(exps), Request { stage: Stage::Exponent { values }, done });
-                }
-            }
+            self.next_id += 1;
+            let id = self.next_id;
+            let bytes = values.len() as u64 * 4;
+            self.active.insert(id, done);
+            self.proto.submit(now, AppRequest::Allreduce { id, bytes, data: Some(Payload::F32(values)) });
         }
     }
 
-    fn collect_events(&mut self, now: u64) {
-        while let Some(ev) = self.proto.as_mut().poll_event() {
-            match ev {
-                HostEvent::Done { id, data } => {
-                    let Some(req) = self.active.remove(&id) else { continue };
-                    let sum = match data {
-                        Some(Payload::I32(v)) => v,
-                        Some(Payload::F32(v)) => {
-                            self.completed += 1;
-                            self.finished.push((req.done, Ok(v)));
-                            continue;
-                        }
-                        _ => {
-                            self.finished.push((req.done, Err(NetError::Protocol("a result without values".into()))));
-                            continue;
-                        }
-                    };
-                    match req.stage {
-                        Stage::Exponent { values } => {
-                            self.exponent_busy = false;
-                            let n = self.spec.workers.len() as u32;
-                            let e_max = (sum.iter().copied().max().unwrap_or(1) - 129).clamp(-128, 127) as i8;
-                            let f = switchml_to_fixed(&values, n, e_max).expect("checked finite, n > 0");
-                            let len = values.len();
-                            let scale = switchml_scale(n, e_max);
-                            self.submit(now, Payload::I32(f.values), Request { stage: Stage::Data { scale, len }, done: req.done });
-                        }
-                        Stage::Data { scale, len } => {
-                            self.completed += 1;
-                            let mut out = from_fixed(&sum, scale);
-                            out.truncate(len);
-                            self.finished.push((req.done, Ok(out)));
-                        }
-                    }
+    fn collect_events(&mut self) {
+        while let Some(ev) = self.proto.poll_event() {
+            let (id, result) = match ev {
+                HostEvent::Done { id, data: Some(Payload::F32(v)) } => {
+                    self.completed += 1;
+                    (id, Ok(v))
                 }
-                HostEvent::Failed { id, reason } => {
-                    if let Some(req) = self.active.remove(&id) {
-                        self.finished.push((req.done, Err(NetError::Protocol(reason))));
-                    }
-                }
-                HostEvent::Received { .. } => {}
+                HostEvent::Done { id, .. } => (id, Err(NetError::Protocol("a result without float values".into()))),
+                HostEvent::Failed { id, reason } => (id, Err(NetError::Protocol(reason))),
+                HostEvent::Rejected { id, reason } => (id, Err(NetError::Config(reason))),
+                HostEvent::Received { .. } => continue,
+            };
+            if let Some(done) = self.active.remove(&id) {
+                self.finished.push((done, result));
             }
         }
     }
@@ -447,8 +354,8 @@ impl State {
             self.failed = Some(reason.clone());
         }
         let reason = self.failed.clone().expect("set");
-        for (_, req) in std::mem::take(&mut self.active) {
-            self.finished.push((req.done, Err(NetError::JobFailed(reason.clone()))));
+        for (_, done) in std::mem::take(&mut self.active) {
+            self.finished.push((done, Err(NetError::JobFailed(reason.clone()))));
         }
         for (_, done) in std::mem::take(&mut self.queue) {
             self.finished.push((done, Err(NetError::JobFailed(reason.clone()))));

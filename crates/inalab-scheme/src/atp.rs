@@ -15,7 +15,7 @@ use crate::ring::worker_endpoints;
 use crate::transport::{TransportParams, TRANSPORT_PARAMS};
 use inalab_core::time::MS;
 use inalab_core::{Admission, Endpoint, NodeId, SwitchProgram, Time};
-use inalab_host::{atp_layout, AimdConfig, AtpConfig, AtpServer, AtpServerConfig, AtpWorker, Hashing};
+use inalab_host::{atp_layout, AimdConfig, AtpConfig, AtpServer, AtpServerConfig, AtpWorker, Hashing, Quantized};
 use inalab_switch::{atp_admissions, AtpSwitch, AtpSwitchConfig};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -168,8 +168,9 @@ impl Scheme for Atp {
         let wep = worker_endpoints(job);
         let mut plan = Plan::default();
         for (r, &h) in job.workers.iter().enumerate() {
-            let proto = AtpWorker::new(wep[r], ps, layout.positions[r], cfg.clone()).map_err(err)?;
-            let config = format!("{cfg:?} {:?} ps {ps:?}", layout.positions[r]);
+            let worker = AtpWorker::new(wep[r], ps, layout.positions[r], cfg.clone()).map_err(err)?;
+            let proto = Quantized::new(Box::new(worker), Quantization::FixedPoint { scale: ina.scale }, r, job.workers.len());
+            let config = format!("{cfg:?} {:?} ps {ps:?} scale {}", layout.positions[r], ina.scale);
             plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config });
         }
         let multicast = runs_atp(ps_rack);

@@ -2,6 +2,7 @@
 //! plan that speaks of nodes and roles only, never of a driver's types).
 
 use inalab_core::{Admission, HostProtocol, NodeId, PortId, SwitchProgram};
+pub use inalab_host::Quantization;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::fmt;
@@ -118,17 +119,6 @@ pub enum Servers {
     AtLeastOne,
 }
 
-/// How a worker library turns float32 tensors into what the scheme's packets carry.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Quantization {
-    /// Values travel as they are (host-only collectives).
-    None,
-    /// Fixed point with one scale for every value (ATP).
-    FixedPoint { scale: f64 },
-    /// Fixed point with an exponent the workers agree on per tensor before sending (SwitchML).
-    AgreedExponent,
-}
-
 /// Settings a driver imposes on every job unless the job sets them itself (the UDP runtime's
 /// loss-recovery timeout and per-job switch pool, tuned for software switches).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -152,6 +142,8 @@ pub trait Scheme: Sync {
     fn apply(&self, config: &Value, _o: &Overrides) -> Result<Value, PlanError> {
         self.normalize(config)
     }
+    /// How the scheme's workers quantize (their endpoints in a plan are wrapped in
+    /// `inalab_host::Quantized` with it).
     fn quantization(&self, _config: &Value) -> Quantization {
         Quantization::None
     }

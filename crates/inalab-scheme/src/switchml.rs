@@ -7,7 +7,7 @@
 use crate::plan::{parse_config, JobSpec, NetView, Overrides, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
 use inalab_core::time::MS;
 use inalab_core::{Admission, Endpoint, NodeId, PortId, SwitchProgram};
-use inalab_host::{SwitchMlConfig, SwitchMlWorker};
+use inalab_host::{Quantized, SwitchMlConfig, SwitchMlWorker};
 use inalab_switch::{SwitchMlJob, SwitchMlSwitch, SLOT_BYTES};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -123,7 +123,8 @@ impl Scheme for SwitchMl {
                 ..SwitchMlConfig::new(job.id, r as u16, switch)
             };
             let config = format!("{cfg:?}");
-            let proto = SwitchMlWorker::new(local, cfg).map_err(|e| PlanError::new("ina", e.0))?;
+            let worker = SwitchMlWorker::new(local, cfg).map_err(|e| PlanError::new("ina", e.0))?;
+            let proto = Quantized::new(Box::new(worker), Quantization::AgreedExponent, r, job.workers.len());
             plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config });
             admitted.push((local, net.port_toward(tor, h).unwrap_or(PortId::MAX)));
         }

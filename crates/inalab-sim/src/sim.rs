@@ -421,7 +421,7 @@ impl Sim {
         match owner {
             Owner::Worker { job, rank } => self.worker_event(job, rank, ev),
             Owner::Server { job } => {
-                if let HostEvent::Failed { reason, .. } = ev {
+                if let HostEvent::Failed { reason, .. } | HostEvent::Rejected { reason, .. } = ev {
                     self.job_failed(job, format!("server on {}: {reason}", self.topo.nodes[host as usize].name));
                 }
             }

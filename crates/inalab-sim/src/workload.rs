@@ -341,7 +341,7 @@ impl Sim {
     pub(crate) fn worker_event(&mut self, job: u32, rank: u32, ev: HostEvent) {
         match ev {
             HostEvent::Done { id, data } => self.tensor_done(job, rank, id, data),
-            HostEvent::Failed { id, reason } => self.job_failed(job, format!("worker {rank}, tensor {id}: {reason}")),
+            HostEvent::Failed { id, reason } | HostEvent::Rejected { id, reason } => self.job_failed(job, format!("worker {rank}, tensor {id}: {reason}")),
             HostEvent::Received { .. } => {}
         }
     }

@@ -67,6 +67,7 @@
 
 use inalab_core::wire::{AtpHeader, Header};
 use inalab_core::{Admission, AdmitError, NodeId, Packet, Payload, PortId, SwitchAction, SwitchCtx, SwitchProgram, Time};
+use crate::pool::Pool;
 use std::collections::BTreeMap;
 
 /// Values per aggregator: one 306 B ATP packet carries 62 x 4 B.
@@ -209,8 +210,7 @@ struct Counters {
 /// ATP's data-plane program with a shared aggregator pool. See the module docs.
 pub struct AtpSwitch {
     cfg: AtpSwitchConfig,
-    pool: Vec<Option<Aggregator>>,
-    in_use: u32,
+    pool: Pool<Aggregator>,
     jobs: BTreeMap<u32, AtpSwitchJob>,
     c: Counters,
 }
@@ -239,8 +239,7 @@ fn values(pkt: &Packet) -> Option<&[i32]> {
 
 impl AtpSwitch {
     pub fn new(cfg: AtpSwitchConfig) -> Self {
-        let pool = vec![None; cfg.aggregators as usize];
-        AtpSwitch { cfg, pool, in_use: 0, jobs: BTreeMap::new(), c: Counters::default() }
+        AtpSwitch { pool: Pool::new(cfg.aggregators), cfg, jobs: BTreeMap::new(), c: Counters::default() }
     }
 
     /// Installs (or replaces) a job's configuration: which local ports face its workers,
@@ -260,19 +259,11 @@ impl AtpSwitch {
     /// of aggregators freed.
     pub fn release_job(&mut self, job: u32) -> u32 {
         self.jobs.remove(&job);
-        let held: Vec<usize> = (0..self.pool.len()).filter(|&i| self.pool[i].as_ref().is_some_and(|a| a.job == job)).collect();
-        held.iter().for_each(|&i| self.free(i));
-        held.len() as u32
+        self.pool.free_where(|a| a.job == job)
     }
 
     pub fn aggregators(&self) -> u32 {
         self.cfg.aggregators
-    }
-
-    fn free(&mut self, idx: usize) {
-        if self.pool[idx].take().is_some() {
-            self.in_use -= 1;
-        }
     }
 
     fn on_gradient(&mut self, now: Time, level: u8, mut h: AtpHeader, mut pkt: Packet, out: &mut Vec<SwitchAction>) {
@@ -280,9 +271,8 @@ impl AtpSwitch {
         let (bm, fan_in) = if level == 1 { (h.bitmap0, h.fan_in0 as u32) } else { (h.bitmap1, h.fan_in1 as u32) };
         let idx = h.agg_index as usize;
         let resend = h.has(AtpHeader::FLAG_RESEND);
-        let matches = |a: &Option<Aggregator>| a.as_ref().is_some_and(|a| a.job == h.job && a.seq == h.seq);
-        let busy = |a: &Option<Aggregator>| a.as_ref().is_some_and(|a| a.job != h.job || a.seq != h.seq);
-        if !resend && !matches!(self.pool.get(idx), Some(a) if !busy(a)) {
+        let mine = self.pool.get(idx).map(|a| a.job == h.job && a.seq == h.seq);
+        if !resend && (!self.pool.contains(idx) || mine == Some(false)) {
             // Collision (box 1/2 of Fig. 7): leave it to the PS, tell it, skip the next level.
             self.c.collisions += 1;
             h.flags |= AtpHeader::FLAG_RESEND | AtpHeader::FLAG_COLLISION;
@@ -291,17 +281,16 @@ impl AtpSwitch {
         }
         if resend {
             self.c.resends += 1;
-            if self.pool.get(idx).is_some_and(matches) {
+            if mine == Some(true) {
                 if level == 1 {
-                    let a = self.pool[idx].as_mut().expect("matched");
+                    let a = self.pool.get_mut(idx).expect("matched");
                     if a.bitmap & bm == 0 {
                         let saturated = a.absorb(values(&pkt), bm, now);
                         self.c.count_aggregation(saturated);
                     }
                     a.ecn |= pkt_ecn;
                     a.overflow |= h.has(AtpHeader::FLAG_OVERFLOW);
-                    let a = self.pool[idx].take().expect("matched");
-                    self.in_use -= 1;
+                    let a = self.pool.take(idx).expect("matched");
                     self.c.deallocs += 1;
                     if pkt.payload.is_some() {
                         pkt.payload = Some(Box::new(Payload::I32(a.value)));
@@ -315,7 +304,7 @@ impl AtpSwitch {
                     }
                 } else {
                     // Level 2 cannot merge partial results: discard the state (Fig. 17, 3).
-                    self.free(idx);
+                    self.pool.take(idx);
                     self.c.deallocs += 1;
                 }
             }
@@ -323,10 +312,12 @@ impl AtpSwitch {
             return self.forward(h, pkt, out);
         }
         let pkt_overflow = h.has(AtpHeader::FLAG_OVERFLOW);
-        let slot = &mut self.pool[idx];
-        let a = match slot {
-            None => {
-                *slot = Some(Aggregator {
+        // Not a collision: the slot is free or holds this fragment.
+        let a = if mine.is_none() {
+            self.c.aggregated += 1;
+            self.pool.insert(
+                idx,
+                Aggregator {
                     job: h.job,
                     seq: h.seq,
                     value: values(&pkt).map(|v| v.to_vec()).unwrap_or_default(),
@@ -335,24 +326,21 @@ impl AtpSwitch {
                     ecn: pkt_ecn,
                     overflow: pkt_overflow,
                     timestamp: now,
-                });
-                self.in_use += 1;
-                self.c.aggregated += 1;
-                slot.as_mut().expect("just set")
-            }
-            Some(a) => {
-                if a.bitmap & bm != 0 {
-                    // Already aggregated (box 4/7): keep its congestion mark, drop it.
-                    a.ecn |= pkt_ecn;
-                    self.c.duplicates += 1;
-                    return out.push(SwitchAction::Drop { pkt, reason: "atp_duplicate" });
-                }
-                let saturated = a.absorb(values(&pkt), bm, now);
-                self.c.count_aggregation(saturated);
+                },
+            )
+        } else {
+            let a = self.pool.get_mut(idx).expect("holds this fragment");
+            if a.bitmap & bm != 0 {
+                // Already aggregated (box 4/7): keep its congestion mark, drop it.
                 a.ecn |= pkt_ecn;
-                a.overflow |= pkt_overflow;
-                a
+                self.c.duplicates += 1;
+                return out.push(SwitchAction::Drop { pkt, reason: "atp_duplicate" });
             }
+            let saturated = a.absorb(values(&pkt), bm, now);
+            self.c.count_aggregation(saturated);
+            a.ecn |= pkt_ecn;
+            a.overflow |= pkt_overflow;
+            a
         };
         if a.counter < fan_in {
             return out.push(SwitchAction::Drop { pkt, reason: "atp_aggregated" });
@@ -386,12 +374,13 @@ impl AtpSwitch {
 
     fn on_parameter(&mut self, now: Time, h: AtpHeader, pkt: Packet, out: &mut Vec<SwitchAction>) {
         let idx = h.agg_index as usize;
-        if let Some(Some(a)) = self.pool.get(idx) {
+        if let Some(a) = self.pool.get(idx) {
+            let stale = self.jobs.get(&a.job).map_or(self.cfg.stale_timeout_ps, |j| j.stale_timeout_ps);
             if a.job == h.job && a.seq == h.seq {
-                self.free(idx);
+                self.pool.take(idx);
                 self.c.deallocs += 1;
-            } else if now.saturating_sub(a.timestamp) > self.jobs.get(&a.job).map_or(self.cfg.stale_timeout_ps, |j| j.stale_timeout_ps) {
-                self.free(idx);
+            } else if now.saturating_sub(a.timestamp) > stale {
+                self.pool.take(idx);
                 self.c.stale_frees += 1;
             }
         }
@@ -462,7 +451,7 @@ impl SwitchProgram for AtpSwitch {
     }
 
     fn aggregators_in_use(&self) -> u32 {
-        self.in_use
+        self.pool.in_use()
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {

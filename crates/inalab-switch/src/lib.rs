@@ -5,10 +5,15 @@
 //! Programs:
 //! - [`AtpSwitch`]: ATP's shared aggregator pool with two-level best-effort aggregation;
 //! - [`SwitchMlSwitch`]: SwitchML's static per-job slot pools with shadow copies.
+//!
+//! Shared parts: [`Pool`], a fixed array of aggregator slots (ATP's pool; DSA, Canary and GRID
+//! keep theirs in one too).
 
 mod atp;
+mod pool;
 mod switchml;
 
 pub use atp::{atp_admissions, AtpSwitch, AtpSwitchConfig, AtpSwitchJob, AGGREGATOR_BYTES, AGGREGATOR_VALUES};
 pub use inalab_core::L3Forward;
+pub use pool::Pool;
 pub use switchml::{SwitchMlAdmitError, SwitchMlCounters, SwitchMlJob, SwitchMlSwitch, SLOT_BYTES, VALUES_PER_SLOT};

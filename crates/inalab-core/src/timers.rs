@@ -1,0 +1,91 @@
+//! A table of named deadlines for protocols that keep many timers (Canary one per
+//! descriptor, DSA one per sequence number): set, reset or cancel a key's deadline, ask for
+//! the earliest, take the expired ones in (deadline, key) order. Deterministic: ties break
+//! by key. A switch program arms one driver timer (`SwitchAction::SetTimer`) for
+//! [`TimerTable::next`]; a host protocol returns it from `poll_timeout`.
+
+use crate::Time;
+use std::collections::{BTreeMap, BTreeSet};
+
+#[derive(Debug, Clone)]
+pub struct TimerTable<K: Ord + Copy> {
+    by_key: BTreeMap<K, Time>,
+    by_time: BTreeSet<(Time, K)>,
+}
+
+impl<K: Ord + Copy> Default for TimerTable<K> {
+    fn default() -> Self {
+        TimerTable { by_key: BTreeMap::new(), by_time: BTreeSet::new() }
+    }
+}
+
+impl<K: Ord + Copy> TimerTable<K> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets `key`'s deadline to `at`, replacing an earlier one.
+    pub fn set(&mut self, key: K, at: Time) {
+        if let Some(old) = self.by_key.insert(key, at) {
+            self.by_time.remove(&(old, key));
+        }
+        self.by_time.insert((at, key));
+    }
+
+    /// Cancels `key`'s deadline; returns it if there was one.
+    pub fn cancel(&mut self, key: K) -> Option<Time> {
+        let at = self.by_key.remove(&key)?;
+        self.by_time.remove(&(at, key));
+        Some(at)
+    }
+
+    /// `key`'s deadline.
+    pub fn get(&self, key: K) -> Option<Time> {
+        self.by_key.get(&key).copied()
+    }
+
+    /// The earliest deadline.
+    pub fn next(&self) -> Option<Time> {
+        self.by_time.first().map(|&(at, _)| at)
+    }
+
+    /// Removes and returns the earliest key whose deadline is at or before `now`; call until
+    /// `None` to take every expired key in (deadline, key) order.
+    pub fn pop_expired(&mut self, now: Time) -> Option<K> {
+        let &(at, key) = self.by_time.first()?;
+        if at > now {
+            return None;
+        }
+        self.by_time.pop_first();
+        self.by_key.remove(&key);
+        Some(key)
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expired_keys_come_in_deadline_then_key_order() {
+        let mut t = TimerTable::new();
+        t.set(5u32, 30);
+        t.set(2, 10);
+        t.set(9, 10);
+        t.set(7, 50);
+        t.set(5, 20); // reset: the old 30 is gone
+        assert_eq!(t.cancel(7), Some(50));
+        assert_eq!((t.next(), t.len()), (Some(10), 3));
+        let fired: Vec<u32> = std::iter::from_fn(|| t.pop_expired(20)).collect();
+        assert_eq!(fired, [2, 9, 5]);
+        assert!(t.is_empty() && t.next().is_none() && t.pop_expired(u64::MAX).is_none());
+    }
+}

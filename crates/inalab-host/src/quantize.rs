@@ -1,0 +1,224 @@
+//! Quantization as a host-side layer: switches sum i32, applications hand in float32. The
+//! [`Quantized`] wrapper sits between an application and an integer-summing INA protocol and
+//! converts on the way in and out, so both drivers run the same round trips and the same
+//! conversion errors: the simulator (which also carries i32 or no values at all) and the UDP
+//! runtime's worker library.
+//!
+//! - [`Quantization::FixedPoint`] (ATP): one scale for every value ([`quant::to_fixed`]). A
+//!   value whose scaled magnitude does not fit an i32 is rejected, naming it.
+//! - [`Quantization::AgreedExponent`] (SwitchML, with the tensor as the block): per tensor the
+//!   workers first agree on the largest binary exponent of its values, with one extra
+//!   allreduce of a `world`-long i32 vector in which each worker writes `e + 129` in its own
+//!   slot (the sum holds every worker's exponent, each takes the maximum), then send the values
+//!   with [`quant::switchml_scale`]. The exponent round is made for every tensor, with or
+//!   without values (metadata-mode simulations model its round trip too). Rounds run one at a
+//!   time, in submission order, so every worker submits exponent and data requests to the
+//!   protocol in the same order.
+//! - [`Quantization::None`]: values travel as they are.
+//!
+//! Values already given as i32 (the simulator's payload mode) are taken as quantized and pass
+//! through; results then come back as i32.
+
+use crate::quant::{block_exponent, from_fixed, switchml_scale, switchml_to_fixed, to_fixed};
+use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload, Time};
+use std::collections::{BTreeMap, VecDeque};
+
+/// How a scheme's worker turns float32 tensors into what its packets carry.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Quantization {
+    /// Values travel as they are (host-only collectives).
+    None,
+    /// Fixed point with one scale for every value (ATP).
+    FixedPoint { scale: f64 },
+    /// Fixed point with an exponent the workers agree on per tensor before sending (SwitchML).
+    AgreedExponent,
+}
+
+/// Offset of an exponent in the agreement vector, so that every exponent (-128..=127) is
+/// positive and a zero slot (a worker's empty tensor) loses the maximum.
+const EXP_BIAS: i32 = 129;
+
+/// What an inner request is for.
+enum Stage {
+    /// The exponent agreement of outer request `outer`; its data waits here.
+    Exponent { outer: u64, bytes: u64, data: Option<Payload> },
+    /// Outer request `outer`'s values; `scale` converts the i32 sum back to f32 (`None`:
+    /// hand the result back as it comes), `len` values.
+    Data { outer: u64, scale: Option<f64> },
+}
+
+/// A [`HostProtocol`] wrapper that quantizes. See the module docs.
+pub struct Quantized {
+    inner: Box<dyn HostProtocol>,
+    q: Quantization,
+    rank: usize,
+    world: usize,
+    /// AgreedExponent: requests waiting for their exponent round.
+    waiting: VecDeque<(u64, u64, Option<Payload>)>,
+    exponent_busy: bool,
+    stages: BTreeMap<u64, Stage>,
+    next_inner: u64,
+    events: VecDeque<HostEvent>,
+    rejected: u64,
+}
+
+impl Quantized {
+    /// Wraps worker `rank` of `world` (the exponent vector has a slot per worker).
+    pub fn new(inner: Box<dyn HostProtocol>, q: Quantization, rank: usize, world: usize) -> Self {
+        Quantized { inner, q, rank, world, waiting: VecDeque::new(), exponent_busy: false, stages: BTreeMap::new(), next_inner: 0, events: VecDeque::new(), rejected: 0 }
+    }
+
+    fn submit_inner(&mut self, now: Time, bytes: u64, data: Option<Payload>, stage: Stage) {
+        self.next_inner += 1;
+        let id = self.next_inner;
+        self.stages.insert(id, stage);
+        self.inner.submit(now, AppRequest::Allreduce { id, bytes, data });
+    }
+
+    fn reject(&mut self, id: u64, reason: String) {
+        self.rejected += 1;
+        self.events.push_back(HostEvent::Rejected { id, reason });
+    }
+
+    /// Fixed point: converts f32 values (rejecting those that do not fit) and sends.
+    fn send_fixed(&mut self, now: Time, id: u64, bytes: u64, data: Option<Payload>, scale: f64) {
+        match data {
+            Some(Payload::F32(v)) => match to_fixed(&v, scale) {
+                Ok(f) if f.saturated == 0 => self.submit_inner(now, bytes, Some(Payload::I32(f.values)), Stage::Data { outer: id, scale: Some(scale) }),
+                Ok(f) => {
+                    let (i, x) = v.iter().enumerate().find(|(_, x)| (**x as f64 * scale).abs() >= i32::MAX as f64).expect("one saturated");
+                    let reason = format!(
+                        "value {i} is {x}: {} values exceed the fixed-point range ±{:.3} at scale {scale:e}; lower the job's ina.scale",
+                        f.saturated,
+                        i32::MAX as f64 / scale
+                    );
+                    self.reject(id, reason);
+                }
+                Err(e) => self.reject(id, e.to_string()),
+            },
+            other => self.submit_inner(now, bytes, other, Stage::Data { outer: id, scale: None }),
+        }
+    }
+
+    /// Agreed exponent: starts the next waiting request's exponent round, if none runs.
+    fn start_exponent_round(&mut self, now: Time) {
+        while !self.exponent_busy {
+            let Some((id, bytes, data)) = self.waiting.pop_front() else { return };
+            let mine = match &data {
+                Some(Payload::F32(v)) => {
+                    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+                        self.reject(id, format!("value {i} is {}, which has no fixed-point form", v[i]));
+                        continue;
+                    }
+                    block_exponent(v) as i32 + EXP_BIAS
+                }
+                _ => EXP_BIAS,
+            };
+            let exps = data.is_some().then(|| {
+                let mut e = vec![0i32; self.world];
+                e[self.rank] = mine;
+                Payload::I32(e)
+            });
+            self.exponent_busy = true;
+            self.submit_inner(now, self.world as u64 * 4, exps, Stage::Exponent { outer: id, bytes, data });
+        }
+    }
+
+    /// Turns the inner protocol's events into the application's, starting data rounds.
+    fn pump(&mut self, now: Time) {
+        while let Some(ev) = self.inner.poll_event() {
+            let (id, data) = match ev {
+                HostEvent::Done { id, data } => (id, data),
+                HostEvent::Failed { id, reason } => {
+                    let outer = match self.stages.remove(&id) {
+                        Some(Stage::Exponent { outer, .. }) => {
+                            self.exponent_busy = false;
+                            outer
+                        }
+                        Some(Stage::Data { outer, .. }) => outer,
+                        None => id,
+                    };
+                    self.events.push_back(HostEvent::Failed { id: outer, reason });
+                    continue;
+                }
+                other => {
+                    self.events.push_back(other);
+                    continue;
+                }
+            };
+            match self.stages.remove(&id) {
+                Some(Stage::Exponent { outer, bytes, data: values }) => {
+                    self.exponent_busy = false;
+                    match values {
+                        Some(Payload::F32(v)) => {
+                            let e_max = match data {
+                                Some(Payload::I32(sum)) => (sum.iter().copied().max().unwrap_or(EXP_BIAS) - EXP_BIAS).clamp(-128, 127) as i8,
+                                _ => i8::MIN,
+                            };
+                            let n = self.world as u32;
+                            let f = switchml_to_fixed(&v, n, e_max).expect("checked finite, n > 0");
+                            self.submit_inner(now, bytes, Some(Payload::I32(f.values)), Stage::Data { outer, scale: Some(switchml_scale(n, e_max)) });
+                        }
+                        other => self.submit_inner(now, bytes, other, Stage::Data { outer, scale: None }),
+                    }
+                    self.start_exponent_round(now);
+                }
+                Some(Stage::Data { outer, scale }) => {
+                    let data = match (scale, data) {
+                        (Some(s), Some(Payload::I32(sum))) => Some(Payload::F32(from_fixed(&sum, s))),
+                        (_, d) => d,
+                    };
+                    self.events.push_back(HostEvent::Done { id: outer, data });
+                }
+                None => self.events.push_back(HostEvent::Done { id, data }),
+            }
+        }
+    }
+}
+
+impl HostProtocol for Quantized {
+    fn endpoint(&self) -> Endpoint {
+        self.inner.endpoint()
+    }
+
+    fn submit(&mut self, now: Time, req: AppRequest) {
+        match (req, self.q) {
+            (AppRequest::Allreduce { id, bytes, data }, Quantization::FixedPoint { scale }) => self.send_fixed(now, id, bytes, data, scale),
+            (AppRequest::Allreduce { id, bytes, data }, Quantization::AgreedExponent) => {
+                self.waiting.push_back((id, bytes, data));
+                self.start_exponent_round(now);
+            }
+            (AppRequest::Allreduce { id, bytes, data }, Quantization::None) => self.submit_inner(now, bytes, data, Stage::Data { outer: id, scale: None }),
+            (other, _) => self.inner.submit(now, other),
+        }
+        self.pump(now);
+    }
+
+    fn handle_packet(&mut self, now: Time, pkt: Packet) {
+        self.inner.handle_packet(now, pkt);
+        self.pump(now);
+    }
+
+    fn handle_timeout(&mut self, now: Time) {
+        self.inner.handle_timeout(now);
+        self.pump(now);
+    }
+
+    fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
+        self.inner.poll_transmit(now)
+    }
+
+    fn poll_timeout(&self) -> Option<Time> {
+        self.inner.poll_timeout()
+    }
+
+    fn poll_event(&mut self) -> Option<HostEvent> {
+        self.events.pop_front()
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let mut c = self.inner.counters();
+        c.push(("quantization_rejected", self.rejected));
+        c
+    }
+}

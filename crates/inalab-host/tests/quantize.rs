@@ -1,0 +1,206 @@
+//! The quantization layer between an application and an integer-summing protocol: float sums
+//! within the documented bound, SwitchML's exponent round before every tensor (with or without
+//! values), rejected inputs named, and requests reaching the protocol in one order on every
+//! worker.
+
+use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload, Time};
+use inalab_host::{Quantization, Quantized};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+/// What a worker's inner protocol was asked, and the completions the test hands it.
+#[derive(Default)]
+struct Log {
+    submitted: Vec<(u64, u64, Option<Payload>)>,
+    done: VecDeque<HostEvent>,
+}
+
+/// An inner protocol that records requests; the "network" is the test, which sums them.
+struct Recorder(Arc<Mutex<Log>>);
+
+impl HostProtocol for Recorder {
+    fn endpoint(&self) -> Endpoint {
+        Endpoint { host: 0, port: 0 }
+    }
+    fn submit(&mut self, _now: Time, req: AppRequest) {
+        if let AppRequest::Allreduce { id, bytes, data } = req {
+            self.0.lock().unwrap().submitted.push((id, bytes, data));
+        }
+    }
+    fn handle_packet(&mut self, _now: Time, _pkt: Packet) {}
+    fn handle_timeout(&mut self, _now: Time) {}
+    fn poll_transmit(&mut self, _now: Time) -> Option<Packet> {
+        None
+    }
+    fn poll_timeout(&self) -> Option<Time> {
+        None
+    }
+    fn poll_event(&mut self) -> Option<HostEvent> {
+        self.0.lock().unwrap().done.pop_front()
+    }
+}
+
+struct Job {
+    workers: Vec<Quantized>,
+    logs: Vec<Arc<Mutex<Log>>>,
+}
+
+impl Job {
+    fn new(q: Quantization, world: usize) -> Job {
+        let logs: Vec<_> = (0..world).map(|_| Arc::new(Mutex::new(Log::default()))).collect();
+        let workers = logs.iter().enumerate().map(|(r, l)| Quantized::new(Box::new(Recorder(l.clone())), q, r, world)).collect();
+        Job { workers, logs }
+    }
+
+    /// Completes every request all workers have submitted, in order, with the element-wise i32
+    /// sum (what a switch computes), until none is left; returns each worker's events.
+    fn run(&mut self) -> Vec<Vec<HostEvent>> {
+        let mut answered = 0;
+        loop {
+            let n = self.logs.iter().map(|l| l.lock().unwrap().submitted.len()).min().unwrap();
+            if answered == n {
+                break;
+            }
+            let reqs: Vec<_> = self.logs.iter().map(|l| l.lock().unwrap().submitted[answered].clone()).collect();
+            let sum = match reqs[0].2 {
+                Some(Payload::I32(ref first)) => {
+                    let mut s = vec![0i32; first.len()];
+                    for (_, _, d) in &reqs {
+                        let Some(Payload::I32(v)) = d else { panic!("every worker sends i32 to the switch") };
+                        s.iter_mut().zip(v).for_each(|(a, b)| *a = a.wrapping_add(*b));
+                    }
+                    Some(Payload::I32(s))
+                }
+                None => None,
+                Some(Payload::F32(_)) => panic!("an INA protocol is never handed floats"),
+            };
+            for (w, (l, (id, _, _))) in self.logs.iter().zip(&reqs).enumerate() {
+                l.lock().unwrap().done.push_back(HostEvent::Done { id: *id, data: sum.clone() });
+                self.workers[w].handle_timeout(0);
+            }
+            answered += 1;
+        }
+        self.workers.iter_mut().map(|w| std::iter::from_fn(|| w.poll_event()).collect()).collect()
+    }
+
+    fn submit(&mut self, id: u64, data: impl Fn(usize) -> Option<Payload>, bytes: u64) {
+        for (r, w) in self.workers.iter_mut().enumerate() {
+            w.submit(0, AppRequest::Allreduce { id, bytes, data: data(r) });
+        }
+    }
+
+    fn submitted(&self, w: usize) -> Vec<(u64, Option<Payload>)> {
+        self.logs[w].lock().unwrap().submitted.iter().map(|(_, b, d)| (*b, d.clone())).collect()
+    }
+}
+
+fn floats(ev: &HostEvent) -> (u64, Vec<f32>) {
+    match ev {
+        HostEvent::Done { id, data: Some(Payload::F32(v)) } => (*id, v.clone()),
+        e => panic!("expected a float result, got {e:?}"),
+    }
+}
+
+/// Worker r's values: magnitudes from 1e-3 to 1e3, signs mixed.
+fn values(r: usize, len: usize) -> Vec<f32> {
+    (0..len).map(|i| ((i * 7 + r * 13) % 19) as f32 * 10f32.powi((i % 7) as i32 - 3) * if (i + r) % 3 == 0 { -1.0 } else { 1.0 }).collect()
+}
+
+#[test]
+fn agreed_exponent_sums_within_bound_after_an_exponent_round() {
+    let world = 5;
+    let mut job = Job::new(Quantization::AgreedExponent, world);
+    job.submit(7, |r| Some(Payload::F32(values(r, 100))), 400);
+    let events = job.run();
+    let exact: Vec<f64> = (0..100).map(|i| (0..world).map(|r| values(r, 100)[i] as f64).sum()).collect();
+    let max_abs = (0..world).flat_map(|r| values(r, 100)).fold(0f32, |m, v| m.max(v.abs())) as f64;
+    // max_abs < 2^e: the SwitchML bound n^2 2^e / (2^31 - 1), plus f32 rounding.
+    let e = (max_abs.log2().floor() + 1.0) as i32;
+    let bound = (world * world) as f64 * 2f64.powi(e) / i32::MAX as f64 + f32::EPSILON as f64 * world as f64 * max_abs;
+    for evs in &events {
+        assert_eq!(evs.len(), 1);
+        let (id, got) = floats(&evs[0]);
+        assert_eq!(id, 7);
+        for (g, x) in got.iter().zip(&exact) {
+            assert!((*g as f64 - x).abs() <= bound, "{g} vs {x} (bound {bound})");
+        }
+    }
+    // The protocol saw the exponent vector (one slot per worker), then the data.
+    let sub = job.submitted(2);
+    assert_eq!(sub.len(), 2);
+    assert_eq!(sub[0].0, world as u64 * 4);
+    let Some(Payload::I32(exps)) = &sub[0].1 else { panic!("an exponent vector") };
+    assert!(exps.iter().enumerate().all(|(i, &x)| (i == 2) == (x != 0)), "only worker 2's slot is set: {exps:?}");
+    assert_eq!(sub[1].0, 400);
+}
+
+#[test]
+fn exponent_rounds_keep_one_order_on_every_worker() {
+    let mut job = Job::new(Quantization::AgreedExponent, 3);
+    for t in 0..3 {
+        job.submit(t, |r| Some(Payload::F32(values(r + t as usize, 40))), 160);
+    }
+    // Before any answer only the first exponent round is out: the next tensor's round waits
+    // until the first tensor's data is submitted.
+    assert_eq!(job.submitted(0).len(), 1);
+    let events = job.run();
+    let sizes: Vec<u64> = job.submitted(1).iter().map(|s| s.0).collect();
+    assert_eq!(sizes, [12, 160, 12, 160, 12, 160]);
+    let ids: Vec<u64> = events[0].iter().map(|e| floats(e).0).collect();
+    assert_eq!(ids, [0, 1, 2]);
+}
+
+#[test]
+fn integers_and_metadata_pass_through_but_still_take_the_exponent_round() {
+    let mut job = Job::new(Quantization::AgreedExponent, 4);
+    job.submit(1, |r| Some(Payload::I32(vec![r as i32, -5, 1 << 20])), 12);
+    job.submit(2, |_| None, 4096);
+    let events = job.run();
+    match &events[3][0] {
+        HostEvent::Done { id: 1, data: Some(Payload::I32(v)) } => assert_eq!(v, &vec![6, -20, 4 << 20]),
+        e => panic!("{e:?}"),
+    }
+    assert!(matches!(events[3][1], HostEvent::Done { id: 2, data: None }));
+    let sizes: Vec<(u64, bool)> = job.submitted(0).iter().map(|s| (s.0, s.1.is_some())).collect();
+    assert_eq!(sizes, [(16, true), (12, true), (16, false), (4096, false)]);
+}
+
+#[test]
+fn fixed_point_sums_within_bound_and_rejects_what_it_cannot_carry() {
+    let world = 4;
+    let scale = 1e8;
+    let mut job = Job::new(Quantization::FixedPoint { scale }, world);
+    job.submit(1, |r| Some(Payload::F32(vec![1.5 + r as f32, -0.25, 1e-7])), 12);
+    job.submit(2, |_| Some(Payload::F32(vec![1.0, 30.0])), 8);
+    job.submit(3, |_| Some(Payload::F32(vec![f32::NAN])), 4);
+    // Rejections come at once, results when the network answers.
+    let events = job.run();
+    match &events[0][..] {
+        [HostEvent::Rejected { id: 2, reason }, HostEvent::Rejected { id: 3, .. }, done] => {
+            assert!(reason.contains("value 1 is 30") && reason.contains("fixed-point range"), "{reason}");
+            let (id, got) = floats(done);
+            assert_eq!(id, 1);
+            for (g, x) in got.iter().zip([12.0f64, -1.0, 4e-7]) {
+                assert!((*g as f64 - x).abs() <= world as f64 / (2.0 * scale) + 1e-6 * x.abs(), "{g} vs {x}");
+            }
+        }
+        e => panic!("{e:?}"),
+    }
+    // Rejected requests never reached the protocol.
+    assert_eq!(job.submitted(0).len(), 1);
+}
+
+#[test]
+fn nan_is_rejected_before_the_exponent_round() {
+    let mut job = Job::new(Quantization::AgreedExponent, 2);
+    job.submit(1, |_| Some(Payload::F32(vec![1.0, f32::NAN])), 8);
+    job.submit(2, |_| Some(Payload::F32(vec![2.0])), 4);
+    let events = job.run();
+    match &events[1][0] {
+        HostEvent::Rejected { id: 1, reason } => assert!(reason.contains("no fixed-point form"), "{reason}"),
+        e => panic!("{e:?}"),
+    }
+    let (id, got) = floats(&events[1][1]);
+    assert_eq!((id, got.len()), (2, 1));
+    assert!((got[0] - 4.0).abs() < 1e-6);
+}
