@@ -8,7 +8,8 @@
 """
 from __future__ import annotations
 
-from .flow_model import SCHEMES, FlowResult, Problem
+from .flow_model import FlowResult, Problem
+from .models import SCHEMES
 from .scenario import Analysis, AnalysisScenario, analyze, load_analysis, shipped_analyses
 
 __all__ = ["SCHEMES", "FlowResult", "Problem", "Analysis", "AnalysisScenario", "analyze", "load_analysis",

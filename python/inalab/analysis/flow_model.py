@@ -32,9 +32,6 @@ import pandas as pd
 from ..errors import ConfigError
 from .network import Net, links_of
 
-SCHEMES = ("geryon", "atp", "switchml", "grid")
-
-
 @dataclass
 class Problem:
     """One job on one network. Capacities in Gbps (Fractions, exact)."""
@@ -342,17 +339,3 @@ def geryon(pb: Problem) -> FlowResult:
         bottleneck = "min cut of links" + (f" (e.g. {pb.name(tight[0][0])}->{pb.name(tight[0][1])})" if tight else "")
     return FlowResult("geryon", pb, rate, portions, load, {}, bottleneck=bottleneck,
                       extra={"lp_seconds": lp.solve_s})
-
-
-def run_scheme(pb: Problem, scheme: str, seed: int = 1) -> FlowResult:
-    if scheme == "geryon":
-        return geryon(pb)
-    if scheme == "atp":
-        return atp(pb)
-    if scheme == "switchml":
-        return switchml(pb)
-    if scheme == "grid":
-        from .grid import plan_grid
-
-        return plan_grid(pb, seed=seed).result
-    raise ConfigError("schemes", f"unknown scheme {scheme!r}; allowed values: {', '.join(SCHEMES)}")

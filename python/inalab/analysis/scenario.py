@@ -19,7 +19,8 @@ from pydantic import ValidationError, model_validator
 from ..config import (_HOSTS_TYPE, _REQUIRED, Hosts, OptRate, Rate, Topology, _from_validation, _Graph, _Model,
                       build_topology, opt, read_source)
 from ..errors import ConfigError
-from .flow_model import SCHEMES, FlowResult, Problem, run_scheme
+from .flow_model import FlowResult, Problem
+from .models import SCHEMES, run_scheme
 from .network import GBPS, Net
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios" / "analysis"
