@@ -29,6 +29,16 @@ pub trait SwitchCtx {
     fn queue_bytes(&self, port: PortId) -> u64;
     /// The node on the far side of a port.
     fn peer(&self, port: PortId) -> NodeId;
+    /// Egress ports on shortest paths toward any node, switches included (what Canary's and
+    /// GRID's programs route by); empty if the driver has no route.
+    fn next_hops(&self, _dst: NodeId) -> &[PortId] {
+        &[]
+    }
+    /// Whether a port leads up, toward the core (a switch of a higher tier), rather than down
+    /// toward hosts.
+    fn faces_up(&self, _port: PortId) -> bool {
+        false
+    }
 }
 
 /// A job's state for one switch program, as a scheme's set-up computes it (for example

@@ -2,12 +2,23 @@
 //! the simulator's view of the network, and the switch programs the plans admit at.
 
 use crate::spec::{NetSpec, SimSpec};
-use crate::workload::{server_port, worker_port};
 use crate::SimError;
 use inalab_core::{NodeId, PortId, Programs};
 use inalab_scheme::{JobSpec as SchemeJob, NetView, Plan, PlanError};
 use inalab_topo::Topology;
 use std::collections::{BTreeMap, HashMap};
+
+/// Port numbers: job j's workers listen on 10000 + 2j, its servers on 10001 + 2j; flow f
+/// sends from 20000 + f to 40000 + f.
+pub fn worker_port(job: u32) -> u16 {
+    (10_000 + 2 * job) as u16
+}
+pub fn server_port(job: u32) -> u16 {
+    (10_001 + 2 * job) as u16
+}
+pub(crate) fn flow_ports(flow: u32) -> (u16, u16) {
+    ((20_000 + flow) as u16, (40_000 + flow) as u16)
+}
 
 /// The simulator's answers to a scheme's questions about the network.
 pub struct SimView<'a> {

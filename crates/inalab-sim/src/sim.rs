@@ -6,7 +6,8 @@ use crate::network::{Enqueued, PortState};
 use crate::result::Conservation;
 use crate::setup::host_named;
 use crate::spec::{Routing, SimSpec};
-use crate::workload::{Owner, Workloads};
+use crate::workload::Workloads;
+use crate::world::{Call, Owner, World};
 use crate::{Progress, SimError};
 use inalab_core::{AppRequest, HostEvent, HostProtocol, NodeId, Packet, PortId, Programs, SwitchAction, SwitchCtx, SwitchProgram, Time, NO_PATH};
 use inalab_topo::{ecmp_pick, Routes, Topology};
@@ -101,6 +102,10 @@ pub struct Sim {
     pub(crate) cons: Conservation,
     pub(crate) events: u64,
     pub(crate) wl: Workloads,
+    /// Whether `wl` is out, handling a call; calls the world makes meanwhile (an endpoint
+    /// reporting during a `submit`) wait here and follow at once.
+    wl_busy: bool,
+    deferred: std::collections::VecDeque<Call>,
     pub(crate) done: bool,
     pub(crate) wall_s: f64,
     pub(crate) stopped_by: &'static str,
@@ -110,6 +115,8 @@ struct Ctx<'a> {
     node: NodeId,
     now: Time,
     ports: &'a [PortState],
+    topo: &'a Topology,
+    routes: &'a Routes,
 }
 
 impl SwitchCtx for Ctx<'_> {
@@ -124,6 +131,16 @@ impl SwitchCtx for Ctx<'_> {
     }
     fn peer(&self, port: PortId) -> NodeId {
         self.ports[port as usize].peer
+    }
+    fn next_hops(&self, dst: NodeId) -> &[PortId] {
+        if dst as usize >= self.topo.nodes.len() {
+            return &[];
+        }
+        self.routes.next_hops(self.node, dst)
+    }
+    fn faces_up(&self, port: PortId) -> bool {
+        let peer = self.ports[port as usize].peer;
+        self.topo.nodes[peer as usize].tier > self.topo.nodes[self.node as usize].tier
     }
 }
 
@@ -241,11 +258,15 @@ impl Sim {
             cons: Conservation::default(),
             events: 0,
             wl: Workloads::default(),
+            wl_busy: false,
+            deferred: std::collections::VecDeque::new(),
             done: false,
             wall_s: 0.0,
             stopped_by: "stop_time",
         };
-        sim.setup_workloads(spec)?;
+        let mut wl = Workloads::default();
+        wl.set_up(spec, &mut sim)?;
+        sim.wl = wl;
         Ok(sim)
     }
 
@@ -253,7 +274,7 @@ impl Sim {
     pub fn run(&mut self, mut progress: Option<Progress<'_>>) {
         let wall = Instant::now();
         let mut last_report = Instant::now();
-        self.check_done();
+        self.call_workloads(Call::Start);
         while !self.done {
             let Some(t) = self.q.peek_time() else {
                 self.stopped_by = "idle";
@@ -272,7 +293,7 @@ impl Sim {
                 if let Some(cb) = progress.as_mut() {
                     if last_report.elapsed().as_millis() >= 200 {
                         last_report = Instant::now();
-                        cb(self.fraction_done(), self.events);
+                        cb(self.wl.fraction_done(self.now, self.stop), self.events);
                     }
                 }
             }
@@ -326,15 +347,12 @@ impl Sim {
                 let mut out = std::mem::take(&mut self.actions);
                 let base = self.port_base[switch as usize] as usize;
                 let n = self.topo.nodes[switch as usize].ports.len();
-                let ctx = Ctx { node: switch, now: self.now, ports: &self.ports[base..base + n] };
+                let ctx = Ctx { node: switch, now: self.now, ports: &self.ports[base..base + n], topo: &self.topo, routes: &self.routes };
                 self.switches[si].active().on_timer(self.now, &ctx, token, &mut out);
                 self.apply_actions(switch, self.now, 0, &mut out);
                 self.actions = out;
             }
-            Ev::ComputeDone { job, rank } => self.compute_done(job, rank),
-            Ev::JobStart { job } => self.job_start(job),
-            Ev::FlowStart { flow } => self.flow_start(flow),
-            Ev::Background { host } => self.background_next(host),
+            Ev::ComputeDone { .. } | Ev::JobStart { .. } | Ev::FlowStart { .. } | Ev::Background { .. } => self.call_workloads(Call::Event(ev)),
         }
     }
 
@@ -418,20 +436,23 @@ impl Sim {
     }
 
     fn on_host_event(&mut self, host: NodeId, owner: Owner, ev: HostEvent) {
-        match owner {
-            Owner::Worker { job, rank } => self.worker_event(job, rank, ev),
-            Owner::Server { job } => {
-                if let HostEvent::Failed { reason, .. } | HostEvent::Rejected { reason, .. } = ev {
-                    self.job_failed(job, format!("server on {}: {reason}", self.topo.nodes[host as usize].name));
-                }
-            }
-            Owner::FlowSrc { flow } => {
-                if let HostEvent::Done { .. } = ev {
-                    self.flow_sent(flow);
-                }
-            }
-            Owner::FlowDst { .. } | Owner::Background => {}
+        self.call_workloads(Call::Host { host, owner, ev });
+    }
+
+    /// Hands a call to the workloads. A call made while they handle another (a protocol
+    /// reporting during their `submit`) is queued and handled right after.
+    fn call_workloads(&mut self, call: Call) {
+        if self.wl_busy {
+            return self.deferred.push_back(call);
         }
+        let mut wl = std::mem::take(&mut self.wl);
+        self.wl_busy = true;
+        wl.call(call, self);
+        while let Some(next) = self.deferred.pop_front() {
+            wl.call(next, self);
+        }
+        self.wl_busy = false;
+        self.wl = wl;
     }
 
     /// If the host's NIC is idle, takes the next packet from its endpoints (round robin).
@@ -506,7 +527,7 @@ impl Sim {
             return;
         };
         if let Owner::FlowDst { flow } = h.eps[ep].owner {
-            self.flow_received(flow, pkt.size);
+            self.call_workloads(Call::FlowReceived { flow, size: pkt.size });
         }
         let now = self.now;
         self.hosts[host as usize].eps[ep].proto.handle_packet(now, pkt);
@@ -534,7 +555,7 @@ impl Sim {
         let mut out = std::mem::take(&mut self.actions);
         let base = self.port_base[node as usize] as usize;
         let n = self.topo.nodes[node as usize].ports.len();
-        let ctx = Ctx { node, now: self.now, ports: &self.ports[base..base + n] };
+        let ctx = Ctx { node, now: self.now, ports: &self.ports[base..base + n], topo: &self.topo, routes: &self.routes };
         let sw = &mut self.switches[si];
         sw.active().on_packet(self.now, &ctx, in_port, pkt, &mut out);
         if self.topo.nodes[node as usize].programmable {
@@ -659,7 +680,7 @@ impl Sim {
         self.cons.dropped_packets += 1;
         self.cons.dropped_bytes += pkt.size as u64;
         if let Some(Owner::FlowSrc { flow }) = self.owner_of(pkt.src, pkt.src_port) {
-            self.flow_dropped(flow);
+            self.call_workloads(Call::FlowDropped { flow });
         }
     }
 
@@ -682,5 +703,42 @@ impl Sim {
     pub(crate) fn in_flight(&self) -> (u64, u64) {
         let wires = self.ports.iter().fold((0, 0), |(n, b), p| (n + p.wire.len() as u64, b + p.on_wire_bytes));
         self.hosts.iter().flat_map(|h| &h.local).fold(wires, |(n, b), p| (n + 1, b + p.size as u64))
+    }
+}
+
+impl World for Sim {
+    fn now(&self) -> Time {
+        self.now
+    }
+    fn payload(&self) -> bool {
+        self.payload
+    }
+    fn topology(&self) -> &Topology {
+        &self.topo
+    }
+    fn schedule(&mut self, at: Time, ev: Ev) {
+        Sim::schedule(self, at, ev)
+    }
+    fn submit(&mut self, host: NodeId, ep: u16, req: AppRequest) {
+        Sim::submit(self, host, ep, req)
+    }
+    fn complete(&mut self) {
+        self.done = true;
+        self.stopped_by = "completed";
+    }
+    fn endpoint_index(&self, host: NodeId, port: u16) -> Option<u16> {
+        self.hosts[host as usize].eps.iter().position(|e| e.port == port).map(|i| i as u16)
+    }
+    fn add_endpoint(&mut self, host: NodeId, proto: Box<dyn HostProtocol>, owner: Owner) -> u16 {
+        Sim::add_endpoint(self, host, proto, owner)
+    }
+    fn install_ina(&mut self, switch: NodeId, programs: Programs) {
+        Sim::install_ina(self, switch, programs)
+    }
+    fn install_path(&mut self, field: &str, names: &[String]) -> Result<u32, SimError> {
+        Sim::install_path(self, field, names)
+    }
+    fn set_endpoint_path(&mut self, host: NodeId, ep: u16, path: u32) {
+        Sim::set_endpoint_path(self, host, ep, path)
     }
 }

@@ -4,9 +4,9 @@
 //! `AppRequest`s and `HostEvent`s, as PyTorch does through the UDP runtime.
 
 use crate::events::Ev;
-use crate::setup::{host_named, set_up_jobs};
-use crate::sim::Sim;
+use crate::setup::{flow_ports, host_named, set_up_jobs};
 use crate::spec::{JobSpec, SimSpec, Workload};
+use crate::world::{Call, Owner, World};
 use crate::SimError;
 use inalab_core::{splitmix64, AppRequest, Endpoint, HostEvent, NodeId, Payload, Time};
 use inalab_host::{DatagramConfig, DatagramSender, DatagramSink};
@@ -15,28 +15,8 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use std::collections::HashMap;
 
-/// Who owns an endpoint, so its events reach the right workload.
-#[derive(Debug, Clone, Copy)]
-pub enum Owner {
-    Worker { job: u32, rank: u32 },
-    Server { job: u32 },
-    FlowSrc { flow: u32 },
-    FlowDst { flow: u32 },
-    Background,
-}
-
-/// Port numbers: job j's workers listen on 10000 + 2j, its servers on 10001 + 2j.
-pub fn worker_port(job: u32) -> u16 {
-    (10_000 + 2 * job) as u16
-}
-pub fn server_port(job: u32) -> u16 {
-    (10_001 + 2 * job) as u16
-}
 const BG_SEND_PORT: u16 = 3000;
 const BG_SINK_PORT: u16 = 3001;
-fn flow_ports(flow: u32) -> (u16, u16) {
-    ((20_000 + flow) as u16, (40_000 + flow) as u16)
-}
 
 #[derive(Default)]
 pub struct Workloads {
@@ -132,8 +112,9 @@ fn input(job: u32, rank: u32, tensor: u64, len: usize) -> Payload {
     Payload::I32((0..len).map(|i| input_value(job, rank, tensor, i)).collect())
 }
 
-impl Sim {
-    pub(crate) fn setup_workloads(&mut self, spec: &SimSpec) -> Result<(), SimError> {
+impl Workloads {
+    /// Sets every job, flow and background source of `spec` up in `w`.
+    pub(crate) fn set_up(&mut self, spec: &SimSpec, world: &mut dyn World) -> Result<(), SimError> {
         let mut workloads = vec![];
         for (j, js) in spec.jobs.iter().enumerate() {
             let field = format!("jobs[{j}]");
@@ -149,7 +130,7 @@ impl Sim {
             }
             workloads.push((layers, iterations));
         }
-        let setup = set_up_jobs(spec, &self.topo)?;
+        let setup = set_up_jobs(spec, world.topology())?;
         for (j, ((job, plan), (layers, iterations))) in setup.jobs.into_iter().zip(workloads).enumerate() {
             let js = &spec.jobs[j];
             let mut worker_eps = vec![0u16; job.workers.len()];
@@ -158,7 +139,7 @@ impl Sim {
                     Role::Worker { rank } => Owner::Worker { job: job.id, rank },
                     Role::Server { .. } => Owner::Server { job: job.id },
                 };
-                let e = self.add_endpoint(ep.host, ep.proto, owner);
+                let e = world.add_endpoint(ep.host, ep.proto, owner);
                 if let Role::Worker { rank } = ep.role {
                     worker_eps[rank as usize] = e;
                 }
@@ -180,7 +161,7 @@ impl Sim {
                     rng: Xoshiro256PlusPlus::seed_from_u64(splitmix64(spec.seed ^ ((j as u64) << 32) ^ r as u64)),
                 })
                 .collect();
-            self.wl.jobs.push(JobState {
+            self.jobs.push(JobState {
                 spec: js.clone(),
                 layers,
                 iterations,
@@ -195,37 +176,37 @@ impl Sim {
                 expected: HashMap::new(),
             });
             if iterations == 0 {
-                self.wl.jobs[j].finished_at = Some(js.start_ps);
+                self.jobs[j].finished_at = Some(js.start_ps);
             } else {
-                self.wl.open_jobs += 1;
-                self.schedule(js.start_ps, Ev::JobStart { job: j as u32 });
+                self.open_jobs += 1;
+                world.schedule(js.start_ps, Ev::JobStart { job: j as u32 });
             }
         }
         for (switch, programs) in setup.programs {
-            self.install_ina(switch, programs);
+            world.install_ina(switch, programs);
         }
         for (f, fs) in spec.flows.iter().enumerate() {
             let field = format!("flows[{f}]");
-            let host = |name: &String, what: &str| host_named(&self.topo, format!("{field}.{what}"), name);
+            let host = |name: &String, what: &str| host_named(world.topology(), format!("{field}.{what}"), name);
             let (src, dst) = (host(&fs.src, "src")?, host(&fs.dst, "dst")?);
             if src == dst {
                 return Err(SimError::new(format!("{field}.dst"), "a flow needs two different hosts"));
             }
             let (sp, dp) = flow_ports(f as u32);
-            let src_ep = self.add_endpoint(
+            let src_ep = world.add_endpoint(
                 src,
                 Box::new(DatagramSender::new(Endpoint { host: src, port: sp }, DatagramConfig { packet_bytes: fs.packet_bytes }).map_err(|e| SimError::new(format!("{field}.packet"), e.0))?),
                 Owner::FlowSrc { flow: f as u32 },
             );
-            self.add_endpoint(dst, Box::new(DatagramSink::new(Endpoint { host: dst, port: dp })), Owner::FlowDst { flow: f as u32 });
+            world.add_endpoint(dst, Box::new(DatagramSink::new(Endpoint { host: dst, port: dp })), Owner::FlowDst { flow: f as u32 });
             if let Some(names) = &fs.path {
                 if names.first() != Some(&fs.src) || names.last() != Some(&fs.dst) {
                     return Err(SimError::new(format!("{field}.path"), "must start at the flow's src and end at its dst"));
                 }
-                let id = self.install_path(&format!("{field}.path"), names)?;
-                self.set_endpoint_path(src, src_ep, id);
+                let id = world.install_path(&format!("{field}.path"), names)?;
+                world.set_endpoint_path(src, src_ep, id);
             }
-            self.wl.flows.push(FlowState {
+            self.flows.push(FlowState {
                 complete: false,
                 src,
                 dst,
@@ -239,8 +220,8 @@ impl Sim {
                 first_rx: None,
                 last_rx: None,
             });
-            self.wl.open_flows += 1;
-            self.schedule(fs.start_ps, Ev::FlowStart { flow: f as u32 });
+            self.open_flows += 1;
+            world.schedule(fs.start_ps, Ev::FlowStart { flow: f as u32 });
         }
         if let Some(bg) = &spec.background {
             if !(bg.load > 0.0 && bg.load <= 1.0) {
@@ -249,21 +230,21 @@ impl Sim {
             if bg.message_bytes == 0 {
                 return Err(SimError::new("background.message", "must be a positive size"));
             }
-            let hosts = bg.hosts.iter().enumerate().map(|(i, name)| host_named(&self.topo, format!("background.hosts[{i}]"), name)).collect::<Result<Vec<_>, _>>()?;
+            let hosts = bg.hosts.iter().enumerate().map(|(i, name)| host_named(world.topology(), format!("background.hosts[{i}]"), name)).collect::<Result<Vec<_>, _>>()?;
             if hosts.len() < 2 {
                 return Err(SimError::new("background.hosts", "background traffic needs at least two hosts"));
             }
             let mut gap = vec![];
             for &h in &hosts {
                 let send = DatagramSender::new(Endpoint { host: h, port: BG_SEND_PORT }, DatagramConfig { packet_bytes: bg.packet_bytes }).map_err(|e| SimError::new("background.packet", e.0))?;
-                self.add_endpoint(h, Box::new(send), Owner::Background);
-                self.add_endpoint(h, Box::new(DatagramSink::new(Endpoint { host: h, port: BG_SINK_PORT })), Owner::Background);
-                let rate = self.topo.links[self.topo.nodes[h as usize].ports[0].link as usize].rate_bps;
+                world.add_endpoint(h, Box::new(send), Owner::Background);
+                world.add_endpoint(h, Box::new(DatagramSink::new(Endpoint { host: h, port: BG_SINK_PORT })), Owner::Background);
+                let rate = world.topology().links[world.topology().nodes[h as usize].ports[0].link as usize].rate_bps;
                 // Message start to message start, so the offered load is `load` x line rate.
                 gap.push(inalab_core::time::serialization(bg.message_bytes, rate) as f64 / bg.load);
-                self.schedule(bg.start_ps, Ev::Background { host: h });
+                world.schedule(bg.start_ps, Ev::Background { host: h });
             }
-            self.wl.background = Some(BackgroundState {
+            self.background = Some(BackgroundState {
                 hosts,
                 gap: gap.into_iter().map(|g| g.round() as Time).collect(),
                 message_bytes: bg.message_bytes,
@@ -274,18 +255,51 @@ impl Sim {
         Ok(())
     }
 
+    /// Handles what the world tells the workloads.
+    pub(crate) fn call(&mut self, call: Call, world: &mut dyn World) {
+        match call {
+            Call::Event(Ev::ComputeDone { job, rank }) => self.compute_done(job, rank, world),
+            Call::Event(Ev::JobStart { job }) => self.job_start(job, world),
+            Call::Event(Ev::FlowStart { flow }) => self.flow_start(flow, world),
+            Call::Event(Ev::Background { host }) => self.background_next(host, world),
+            Call::Event(ev) => unreachable!("{ev:?} is the network's"),
+            Call::Host { host, owner, ev } => self.host_event(host, owner, ev, world),
+            Call::FlowReceived { flow, size } => self.flow_received(flow, size, world),
+            Call::FlowDropped { flow } => self.flow_dropped(flow, world),
+            Call::Start => self.check_done(world),
+        }
+    }
+
+    fn host_event(&mut self, host: NodeId, owner: Owner, ev: HostEvent, world: &mut dyn World) {
+        match owner {
+            Owner::Worker { job, rank } => self.worker_event(job, rank, ev, world),
+            Owner::Server { job } => {
+                if let HostEvent::Failed { reason, .. } | HostEvent::Rejected { reason, .. } = ev {
+                    let name = world.topology().nodes[host as usize].name.clone();
+                    self.job_failed(job, format!("server on {name}: {reason}"), world);
+                }
+            }
+            Owner::FlowSrc { flow } => {
+                if let HostEvent::Done { .. } = ev {
+                    self.flow_sent(flow, world);
+                }
+            }
+            Owner::FlowDst { .. } | Owner::Background => {}
+        }
+    }
+
     // ---- training jobs -----------------------------------------------------------------
 
-    pub(crate) fn job_start(&mut self, job: u32) {
-        for rank in 0..self.wl.jobs[job as usize].workers.len() as u32 {
-            self.advance(job, rank);
+    fn job_start(&mut self, job: u32, world: &mut dyn World) {
+        for rank in 0..self.jobs[job as usize].workers.len() as u32 {
+            self.advance(job, rank, world);
         }
     }
 
     /// Starts the worker's next compute step if it is not computing and its inputs are in.
-    fn advance(&mut self, job: u32, rank: u32) {
-        let now = self.now;
-        let j = &mut self.wl.jobs[job as usize];
+    fn advance(&mut self, job: u32, rank: u32, world: &mut dyn World) {
+        let now = world.now();
+        let j = &mut self.jobs[job as usize];
         let w = &mut j.workers[rank as usize];
         if w.computing {
             return;
@@ -305,12 +319,12 @@ impl Sim {
             }
         };
         w.computing = true;
-        self.schedule(now + dur, Ev::ComputeDone { job, rank });
+        world.schedule(now + dur, Ev::ComputeDone { job, rank });
     }
 
-    pub(crate) fn compute_done(&mut self, job: u32, rank: u32) {
-        let payload = self.payload;
-        let j = &mut self.wl.jobs[job as usize];
+    fn compute_done(&mut self, job: u32, rank: u32, world: &mut dyn World) {
+        let payload = world.payload();
+        let j = &mut self.jobs[job as usize];
         let nl = j.layers.len();
         let iters = j.iterations;
         let w = &mut j.workers[rank as usize];
@@ -333,22 +347,22 @@ impl Sim {
             Step::Finished => {}
         }
         if let Some((host, ep, req)) = submit {
-            self.submit(host, ep, req);
+            world.submit(host, ep, req);
         }
-        self.advance(job, rank);
+        self.advance(job, rank, world);
     }
 
-    pub(crate) fn worker_event(&mut self, job: u32, rank: u32, ev: HostEvent) {
+    fn worker_event(&mut self, job: u32, rank: u32, ev: HostEvent, world: &mut dyn World) {
         match ev {
-            HostEvent::Done { id, data } => self.tensor_done(job, rank, id, data),
-            HostEvent::Failed { id, reason } | HostEvent::Rejected { id, reason } => self.job_failed(job, format!("worker {rank}, tensor {id}: {reason}")),
+            HostEvent::Done { id, data } => self.tensor_done(job, rank, id, data, world),
+            HostEvent::Failed { id, reason } | HostEvent::Rejected { id, reason } => self.job_failed(job, format!("worker {rank}, tensor {id}: {reason}"), world),
             HostEvent::Received { .. } => {}
         }
     }
 
-    fn tensor_done(&mut self, job: u32, rank: u32, tensor: u64, data: Option<Payload>) {
-        let now = self.now;
-        let j = &mut self.wl.jobs[job as usize];
+    fn tensor_done(&mut self, job: u32, rank: u32, tensor: u64, data: Option<Payload>, world: &mut dyn World) {
+        let now = world.now();
+        let j = &mut self.jobs[job as usize];
         let nl = j.layers.len() as u64;
         let (iter, layer) = ((tensor / nl) as u32, (tensor % nl) as usize);
         if let Some(got) = data {
@@ -380,95 +394,94 @@ impl Sim {
                 j.iter_end.push(now);
                 if j.iter_end.len() as u32 == j.iterations {
                     j.finished_at = Some(now);
-                    self.wl.open_jobs -= 1;
-                    self.check_done();
+                    self.open_jobs -= 1;
+                    self.check_done(world);
                 }
             }
         }
-        self.advance(job, rank);
+        self.advance(job, rank, world);
     }
 
-    pub(crate) fn job_failed(&mut self, job: u32, reason: String) {
-        let j = &mut self.wl.jobs[job as usize];
+    fn job_failed(&mut self, job: u32, reason: String, world: &mut dyn World) {
+        let j = &mut self.jobs[job as usize];
         j.failures.push(reason);
         // A failed job will not finish; stop waiting for it.
         if j.finished_at.is_none() {
-            j.finished_at = Some(self.now);
-            self.wl.open_jobs -= 1;
+            j.finished_at = Some(world.now());
+            self.open_jobs -= 1;
         }
-        self.check_done();
+        self.check_done(world);
     }
 
     // ---- flows and background ------------------------------------------------------------
 
-    pub(crate) fn flow_start(&mut self, flow: u32) {
-        let f = &self.wl.flows[flow as usize];
+    fn flow_start(&mut self, flow: u32, world: &mut dyn World) {
+        let f = &self.flows[flow as usize];
         let (src, ep, bytes) = (f.src, f.src_ep, f.bytes);
         let dst = Endpoint { host: f.dst, port: flow_ports(flow).1 };
-        self.submit(src, ep, AppRequest::Send { id: flow as u64, dst, bytes });
+        world.submit(src, ep, AppRequest::Send { id: flow as u64, dst, bytes });
     }
 
-    pub(crate) fn flow_sent(&mut self, flow: u32) {
-        self.wl.flows[flow as usize].sent_done = true;
-        self.flow_progress(flow);
+    fn flow_sent(&mut self, flow: u32, world: &mut dyn World) {
+        self.flows[flow as usize].sent_done = true;
+        self.flow_progress(flow, world);
     }
 
-    pub(crate) fn flow_received(&mut self, flow: u32, size: u32) {
-        let now = self.now;
-        let f = &mut self.wl.flows[flow as usize];
+    fn flow_received(&mut self, flow: u32, size: u32, world: &mut dyn World) {
+        let now = world.now();
+        let f = &mut self.flows[flow as usize];
         f.packets_received += 1;
         f.bytes_received += size as u64;
         f.first_rx.get_or_insert(now);
         f.last_rx = Some(now);
-        self.flow_progress(flow);
+        self.flow_progress(flow, world);
     }
 
-    pub(crate) fn flow_dropped(&mut self, flow: u32) {
-        self.wl.flows[flow as usize].packets_dropped += 1;
-        self.flow_progress(flow);
+    fn flow_dropped(&mut self, flow: u32, world: &mut dyn World) {
+        self.flows[flow as usize].packets_dropped += 1;
+        self.flow_progress(flow, world);
     }
 
-    fn flow_progress(&mut self, flow: u32) {
-        let f = &mut self.wl.flows[flow as usize];
+    fn flow_progress(&mut self, flow: u32, world: &mut dyn World) {
+        let f = &mut self.flows[flow as usize];
         if !f.complete && f.sent_done && f.packets_received + f.packets_dropped >= f.packets_sent {
             f.complete = true;
-            self.wl.open_flows -= 1;
-            self.check_done();
+            self.open_flows -= 1;
+            self.check_done(world);
         }
     }
 
-    pub(crate) fn background_next(&mut self, host: NodeId) {
-        let Some(bg) = self.wl.background.as_mut() else { return };
+    fn background_next(&mut self, host: NodeId, world: &mut dyn World) {
+        let Some(bg) = self.background.as_mut() else { return };
         let i = bg.hosts.iter().position(|&h| h == host).expect("background host");
         // A peer drawn uniformly among the other background hosts, new for every message.
         let k = bg.rng.random_range(0..bg.hosts.len() - 1);
         let dst = bg.hosts[if k >= i { k + 1 } else { k }];
         let (id, bytes, gap) = (bg.next_id, bg.message_bytes, bg.gap[i]);
         bg.next_id += 1;
-        let ep = self.hosts[host as usize].eps.iter().position(|e| e.port == BG_SEND_PORT).expect("background sender") as u16;
-        self.submit(host, ep, AppRequest::Send { id, dst: Endpoint { host: dst, port: BG_SINK_PORT }, bytes });
-        let at = self.now + gap;
-        self.schedule(at, Ev::Background { host });
+        let ep = world.endpoint_index(host, BG_SEND_PORT).expect("background sender");
+        world.submit(host, ep, AppRequest::Send { id, dst: Endpoint { host: dst, port: BG_SINK_PORT }, bytes });
+        let at = world.now() + gap;
+        world.schedule(at, Ev::Background { host });
     }
 
     // ---- completion -------------------------------------------------------------------------
 
     /// Ends the run once every job finished and every flow's packets were delivered or
     /// dropped. Background traffic alone never ends a run (it stops at `stop`).
-    pub(crate) fn check_done(&mut self) {
-        let work = !self.wl.jobs.is_empty() || !self.wl.flows.is_empty();
-        if work && self.wl.open_jobs == 0 && self.wl.open_flows == 0 {
-            self.done = true;
-            self.stopped_by = "completed";
+    fn check_done(&mut self, world: &mut dyn World) {
+        let work = !self.jobs.is_empty() || !self.flows.is_empty();
+        if work && self.open_jobs == 0 && self.open_flows == 0 {
+            world.complete();
         }
     }
 
-    pub(crate) fn fraction_done(&self) -> f64 {
-        let total: u64 = self.wl.jobs.iter().map(|j| j.total_tensors()).sum();
+    pub(crate) fn fraction_done(&self, now: Time, stop: Time) -> f64 {
+        let total: u64 = self.jobs.iter().map(|j| j.total_tensors()).sum();
         if total > 0 {
-            let done: u64 = self.wl.jobs.iter().map(|j| j.tensors_done).sum();
+            let done: u64 = self.jobs.iter().map(|j| j.tensors_done).sum();
             return done as f64 / total as f64;
         }
-        self.now as f64 / self.stop.max(1) as f64
+        now as f64 / stop.max(1) as f64
     }
 }

@@ -90,3 +90,47 @@ fn programs_multicast_hold_and_report_occupancy() {
     // Held 5 us at the switch: the last copy arrives after serialization, 2 delays and the hold.
     assert!(r.flows[0].last_rx_s > 7e-6);
 }
+
+/// Records what the switch context tells a program: routes toward switches, and which ports
+/// lead up.
+/// (next hops toward spine0, whether each port faces up), per packet.
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<(Vec<PortId>, Vec<bool>)>>>;
+
+#[derive(Default)]
+struct Looker {
+    seen: Seen,
+}
+
+impl SwitchProgram for Looker {
+    fn on_packet(&mut self, _now: Time, ctx: &dyn SwitchCtx, _in_port: PortId, pkt: Packet, out: &mut Vec<SwitchAction>) {
+        let spine: Vec<PortId> = ctx.next_hops(pkt.dst + 1_000_000).to_vec(); // no such node: no route
+        assert!(spine.is_empty());
+        let up: Vec<bool> = (0..ctx.num_ports() as PortId).map(|p| ctx.faces_up(p)).collect();
+        let to_spine0 = ctx.next_hops(SPINE0).to_vec();
+        self.seen.lock().unwrap().push((to_spine0, up));
+        out.push(SwitchAction::Route { pkt });
+    }
+}
+
+/// Node id of spine0 in a leaf-spine of 2 leaves x 2 hosts: hosts 0..4, leaves 4 and 5.
+const SPINE0: NodeId = 6;
+
+#[test]
+fn the_switch_context_routes_toward_switches_and_knows_up_from_down() {
+    let topo = json!({"shape": {"kind": "leaf_spine", "leaves": 2, "spines": 2, "hosts_per_leaf": 2, "switch_ports": 8,
+                                "host_rate_bps": G100, "fabric_rate_bps": G100, "link_delay_ps": US}});
+    let s = spec(topo, vec![], vec![json!({"src": "h0", "dst": "h3", "bytes": 1500, "packet_bytes": 1500, "start_ps": 0})]);
+    let spec = inalab_sim::parse_spec(&s.to_string()).unwrap();
+    let mut sim = inalab_sim::Sim::new(&spec).unwrap();
+    let leaf0 = sim.topology().find("leaf0").unwrap();
+    assert_eq!(sim.topology().find("spine0"), Some(SPINE0));
+    let looker = Looker::default();
+    let seen = looker.seen.clone();
+    sim.set_program(leaf0, Box::new(looker));
+    sim.run(None);
+    let seen = seen.lock().unwrap();
+    let (to_spine0, up) = &seen[0];
+    // leaf0's ports: h0, h1, then spine0, spine1.
+    assert_eq!(to_spine0, &vec![2]);
+    assert_eq!(up, &vec![false, false, true, true]);
+}

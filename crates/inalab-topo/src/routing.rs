@@ -2,13 +2,15 @@ use crate::Topology;
 use inalab_core::{NodeId, PortId};
 use std::collections::{HashMap, VecDeque};
 
-/// Shortest-path routing tables: for every switch and destination host, the set of egress
+/// Shortest-path routing tables: for every switch and destination node (hosts, and switches
+/// for protocols that address them, such as Canary's restore packets), the set of egress
 /// ports on shortest paths (the ECMP group). Lookups are two array indexings, so a hop costs
 /// the same at 16 hosts as at 1024. Hosts never transit traffic.
 #[derive(Debug, Clone)]
 pub struct Routes {
     hosts: u32,
-    /// `table[(switch - hosts) * hosts + dst]` = index into `groups`.
+    nodes: u32,
+    /// `table[(switch - hosts) * nodes + dst]` = index into `groups`.
     table: Vec<u32>,
     groups: Vec<Vec<PortId>>,
 }
@@ -20,13 +22,13 @@ impl Routes {
         let n = t.nodes.len();
         let h = t.hosts as usize;
         let switches = n - h;
-        let mut table = vec![UNREACHABLE; switches * h];
+        let mut table = vec![UNREACHABLE; switches * n];
         let mut groups: Vec<Vec<PortId>> = vec![];
         let mut group_ids: HashMap<Vec<PortId>, u32> = HashMap::new();
         let mut dist = vec![u32::MAX; n];
         let mut queue = VecDeque::new();
         let mut cand = Vec::new();
-        for dst in 0..h {
+        for dst in 0..n {
             dist.iter_mut().for_each(|d| *d = u32::MAX);
             dist[dst] = 0;
             queue.clear();
@@ -59,17 +61,18 @@ impl Routes {
                     groups.push(cand.clone());
                     (groups.len() - 1) as u32
                 });
-                table[(s - h) * h + dst] = gid;
+                table[(s - h) * n + dst] = gid;
             }
         }
-        Routes { hosts: t.hosts, table, groups }
+        Routes { hosts: t.hosts, nodes: n as u32, table, groups }
     }
 
-    /// Egress ports of `switch` on shortest paths to host `dst` (empty if unreachable).
+    /// Egress ports of `switch` on shortest paths to node `dst` (empty if unreachable, or
+    /// if `dst` is `switch` itself).
     #[inline]
     pub fn next_hops(&self, switch: NodeId, dst: NodeId) -> &[PortId] {
         let h = self.hosts as usize;
-        match self.table[(switch as usize - h) * h + dst as usize] {
+        match self.table[(switch as usize - h) * self.nodes as usize + dst as usize] {
             UNREACHABLE => &[],
             g => &self.groups[g as usize],
         }
