@@ -1,129 +1,65 @@
-//! The byte form of a whole [`Packet`] as the UDP runtime puts it in one datagram: a fixed
-//! envelope that carries what IP/UDP headers carry in the simulator's model (node ids, ports,
-//! the ECN mark), then the protocol header ([`Header::encode`]), then the payload.
-//!
-//! Layout (envelope and header big endian, values little endian because both ends of a
-//! software data plane are x86/ARM little-endian machines and the values are the bulk):
-//!
-//! ```text
-//! magic:u16 = 0x1AAB  version:u8 = 1  flags:u8 (bit 0 = ECN CE)
-//! src:u32  dst:u32  src_port:u16  dst_port:u16            -- 16 B envelope
-//! header (1 B kind + the kind's fixed length)
-//! payload kind:u8 (0 none, 1 i32, 2 f32)  count:u16  count x 4 B values
-//! ```
-//!
-//! Decoding never panics and rejects anything but an exact fit: trailing bytes, a count that
-//! disagrees with the length, unknown kinds or flags are errors the driver counts and drops.
-//! Fields of [`Packet`] that do not travel (`flow`, `path`, `hop`, `created`) are rebuilt by
-//! the receiver; `size` becomes the datagram's length.
+//! The byte form of a whole [`Packet`] as the UDP runtime puts it in one datagram. The layout
+//! (envelope, protocol header, payload) and its checks are [`inalab_wire::frame`]'s; this
+//! module maps a [`Frame`] to and from a [`Packet`]. Fields of [`Packet`] that do not travel
+//! (`flow`, `path`, `hop`, `created`) are rebuilt by the receiver; `size` becomes the
+//! datagram's length.
 
 use crate::{flow_key, Packet, Payload, NO_PATH};
-use inalab_wire::{Header, WireError};
+use inalab_wire::frame::{self as wire, Envelope, PayloadKind, Values};
+use inalab_wire::WireError;
 
-pub const MAGIC: u16 = 0x1AAB;
-pub const VERSION: u8 = 1;
-pub const ENVELOPE_LEN: usize = 16;
-const FLAG_ECN: u8 = 1;
-/// Most values one frame carries (the count is 16 bits).
-pub const MAX_VALUES: usize = u16::MAX as usize;
+pub use inalab_wire::frame::{Frame, ENVELOPE_LEN, MAGIC, MAX_VALUES, VERSION};
 
 /// Appends the frame of `pkt` to `out`. Panics if the payload has more than [`MAX_VALUES`]
 /// values: protocols cut tensors into packets far smaller than that.
 pub fn encode(pkt: &Packet, out: &mut Vec<u8>) {
-    out.extend_from_slice(&MAGIC.to_be_bytes());
-    out.push(VERSION);
-    out.push(if pkt.ecn { FLAG_ECN } else { 0 });
-    out.extend_from_slice(&pkt.src.to_be_bytes());
-    out.extend_from_slice(&pkt.dst.to_be_bytes());
-    out.extend_from_slice(&pkt.src_port.to_be_bytes());
-    out.extend_from_slice(&pkt.dst_port.to_be_bytes());
-    pkt.header.encode(out);
-    match pkt.payload.as_deref() {
-        None => out.extend_from_slice(&[0, 0, 0]),
-        Some(p) => {
-            assert!(p.len() <= MAX_VALUES, "payload of {} values exceeds a frame's {MAX_VALUES}", p.len());
-            let (kind, count) = match p {
-                Payload::I32(v) => (1u8, v.len()),
-                Payload::F32(v) => (2u8, v.len()),
-            };
-            out.push(kind);
-            out.extend_from_slice(&(count as u16).to_be_bytes());
-            out.reserve(count * 4);
-            match p {
-                Payload::I32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-                Payload::F32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-            }
-        }
-    }
+    let envelope =
+        Envelope { src: pkt.src, dst: pkt.dst, src_port: pkt.src_port, dst_port: pkt.dst_port, ecn: pkt.ecn };
+    let values = pkt.payload.as_deref().map(|p| match p {
+        Payload::I32(v) => Values::I32(v),
+        Payload::F32(v) => Values::F32(v),
+    });
+    wire::emit(&envelope, &pkt.header, values, out);
 }
 
 /// Bytes [`encode`] writes for `pkt`.
 pub fn encoded_len(pkt: &Packet) -> usize {
-    ENVELOPE_LEN + pkt.header.encoded_len() + 3 + pkt.payload.as_ref().map_or(0, |p| p.len() * 4)
+    wire::buffer_len(&pkt.header, pkt.payload.as_ref().map_or(0, |p| p.len()))
 }
 
-fn be16(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
-}
-fn be32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
-/// Decodes one frame; see the module docs for what is rejected.
+/// Decodes one frame; see [`Frame::new_checked`] for what is rejected.
 pub fn decode(buf: &[u8]) -> Result<Packet, WireError> {
-    if buf.len() < ENVELOPE_LEN {
-        return Err(WireError::Truncated { what: "frame envelope" });
-    }
-    let magic = be16(buf, 0);
-    if magic != MAGIC {
-        return Err(WireError::BadValue { what: "frame magic", value: magic as u64 });
-    }
-    if buf[2] != VERSION {
-        return Err(WireError::BadValue { what: "frame version", value: buf[2] as u64 });
-    }
-    let flags = buf[3];
-    if flags & !FLAG_ECN != 0 {
-        return Err(WireError::BadValue { what: "frame flags", value: flags as u64 });
-    }
-    let (src, dst) = (be32(buf, 4), be32(buf, 8));
-    let (src_port, dst_port) = (be16(buf, 12), be16(buf, 14));
-    let (header, used) = Header::decode(&buf[ENVELOPE_LEN..])?;
-    let rest = &buf[ENVELOPE_LEN + used..];
-    if rest.len() < 3 {
-        return Err(WireError::Truncated { what: "payload kind and count" });
-    }
-    let (kind, count) = (rest[0], be16(rest, 1) as usize);
-    let values = &rest[3..];
-    if values.len() != count * 4 {
-        return Err(WireError::BadValue { what: "payload length", value: values.len() as u64 });
-    }
-    let words = values.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
-    let payload = match kind {
-        0 if count == 0 => None,
-        1 => Some(Box::new(Payload::I32(words.map(i32::from_le_bytes).collect()))),
-        2 => Some(Box::new(Payload::F32(words.map(f32::from_le_bytes).collect()))),
-        _ => return Err(WireError::BadValue { what: "payload kind", value: kind as u64 }),
+    Frame::new_checked(buf).map(|f| to_packet(&f))
+}
+
+/// The packet a checked frame carries.
+pub fn to_packet<T: AsRef<[u8]>>(f: &Frame<T>) -> Packet {
+    let Envelope { src, dst, src_port, dst_port, ecn } = f.envelope();
+    let payload = match f.payload_kind() {
+        PayloadKind::None => None,
+        PayloadKind::I32 => Some(Box::new(Payload::I32(f.i32_values().collect()))),
+        PayloadKind::F32 => Some(Box::new(Payload::F32(f.f32_values().collect()))),
     };
-    Ok(Packet {
+    Packet {
         src,
         dst,
         src_port,
         dst_port,
-        size: buf.len() as u32,
-        ecn: flags & FLAG_ECN != 0,
+        size: f.as_bytes().len() as u32,
+        ecn,
         flow: flow_key(src, src_port, dst, dst_port),
         path: NO_PATH,
         hop: 0,
-        header,
+        header: f.header().clone(),
         payload,
         created: 0,
-    })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use inalab_wire::{AtpHeader, SwitchMlHeader};
+    use inalab_wire::{AtpHeader, Header, SwitchMlHeader};
     use proptest::prelude::*;
 
     fn header() -> impl Strategy<Value = Header> {
@@ -190,6 +126,28 @@ mod tests {
             b.extend_from_slice(&extra);
             let _ = decode(&b);
         }
+    }
+
+    /// What a packet's fields become on the wire and back (the layout's own vectors are in
+    /// `inalab_wire::frame`).
+    #[test]
+    fn packet_vector() {
+        let mut p = Packet::new(1, 2, 3, 4, 0, Header::Raw);
+        p.ecn = true;
+        p.payload = Some(Box::new(Payload::I32(vec![-1])));
+        #[rustfmt::skip]
+        let bytes = [
+            0x1A, 0xAB, 1, 1, 0, 0, 0, 1, 0, 0, 0, 3, 0, 2, 0, 4, // envelope: ECN, 1:2 -> 3:4
+            0, // header kind: Raw
+            1, 0, 1, 0xFF, 0xFF, 0xFF, 0xFF, // i32 x 1: -1
+        ];
+        let mut b = vec![];
+        encode(&p, &mut b);
+        assert_eq!(b, bytes);
+        let q = decode(&bytes).unwrap();
+        assert_eq!((q.src, q.src_port, q.dst, q.dst_port, q.ecn, q.flow), (1, 2, 3, 4, true, p.flow));
+        assert_eq!((q.size as usize, q.path, q.hop, q.created), (bytes.len(), NO_PATH, 0, 0));
+        assert_eq!((q.header, q.payload), (p.header, p.payload));
     }
 
     #[test]

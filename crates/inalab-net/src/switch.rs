@@ -168,6 +168,9 @@ struct Counters {
 struct Ctx<'a> {
     node: NodeId,
     ports: &'a [Port],
+    routes: &'a HashMap<NodeId, PortId>,
+    /// The port toward the upstream switch: the only one that leads up.
+    up: Option<PortId>,
 }
 
 impl SwitchCtx for Ctx<'_> {
@@ -182,6 +185,16 @@ impl SwitchCtx for Ctx<'_> {
     }
     fn peer(&self, port: PortId) -> NodeId {
         self.ports.get(port as usize).map_or(NodeId::MAX, |p| p.node)
+    }
+    fn next_hops(&self, dst: NodeId) -> &[PortId] {
+        match self.routes.get(&dst) {
+            Some(p) => std::slice::from_ref(p),
+            None if dst != self.node => self.up.as_slice(),
+            None => &[],
+        }
+    }
+    fn faces_up(&self, port: PortId) -> bool {
+        self.up == Some(port)
     }
 }
 
@@ -265,7 +278,7 @@ impl DataPlane {
                 break;
             }
             self.timers.pop();
-            let ctx = Ctx { node: self.node, ports: &self.ports };
+            let ctx = Ctx { node: self.node, ports: &self.ports, routes: &self.routes, up: self.default_route };
             self.program.on_timer(now, &ctx, token, &mut self.actions);
             self.apply();
         }
@@ -283,8 +296,8 @@ impl DataPlane {
             self.c.unknown_source += 1;
             return;
         };
-        let mut pkt = match frame::decode(bytes) {
-            Ok(p) => p,
+        let view = match frame::Frame::new_checked(bytes) {
+            Ok(f) => f,
             Err(e) => {
                 self.c.malformed += 1;
                 self.c.last_malformed = Some(format!("from {addr}: {e}"));
@@ -292,10 +305,12 @@ impl DataPlane {
             }
         };
         let p = &self.ports[port as usize];
-        if p.kind != PortKind::Switch && pkt.src != p.node {
+        // Checked on the view so a spoofed datagram's payload is never copied.
+        if p.kind != PortKind::Switch && view.src() != p.node {
             self.c.spoofed += 1;
             return;
         }
+        let mut pkt = frame::to_packet(&view);
         let job = self.program.job_of(&pkt);
         if p.kind == PortKind::Worker && !job.is_some_and(|j| p.jobs.contains(&j)) {
             self.c.unadmitted += 1;
@@ -309,7 +324,7 @@ impl DataPlane {
             self.c.ecn_marked += 1;
             pkt.ecn = true;
         }
-        let ctx = Ctx { node: self.node, ports: &self.ports };
+        let ctx = Ctx { node: self.node, ports: &self.ports, routes: &self.routes, up: self.default_route };
         self.program.on_packet(now, &ctx, port, pkt, &mut self.actions);
         self.apply();
     }

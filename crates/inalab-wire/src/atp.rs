@@ -1,9 +1,23 @@
-use crate::bytes::Reader;
+use crate::bytes::{be32, u8_at};
 use crate::WireError;
+
+/// Offsets within the header body (after the kind tag).
+mod field {
+    use core::ops::Range;
+    pub const JOB: Range<usize> = 0..4;
+    pub const SEQ: Range<usize> = 4..8;
+    pub const AGG_INDEX: Range<usize> = 8..12;
+    pub const BITMAP0: Range<usize> = 12..16;
+    pub const BITMAP1: Range<usize> = 16..20;
+    pub const FAN_IN0: usize = 20;
+    pub const FAN_IN1: usize = 21;
+    pub const ESI: usize = 22;
+    pub const FLAGS: usize = 23;
+}
 
 /// ATP's gradient-fragment / parameter header (ATP §3.3, Fig. 5).
 ///
-/// Layout (big endian), 24 bytes after the header-kind tag:
+/// Layout (big endian), 24 bytes after the header-kind tag (offsets in `field`):
 /// `job:u32 seq:u32 agg_index:u32 bitmap0:u32 bitmap1:u32 fan_in0:u8 fan_in1:u8 esi:u8 flags:u8`.
 /// On the wire ATP's packets are 306 B: 58 B of Ethernet, IP, UDP and ATP header plus 248 B
 /// (62 i32 values) of payload; the simulator charges those sizes.
@@ -45,37 +59,97 @@ impl AtpHeader {
     pub const FLAG_FLOAT: u8 = 32;
     /// Parameter packet carries a new aggregator index in `bitmap0` (dynamic rehashing).
     pub const FLAG_REHASH: u8 = 64;
-    pub const LEN: usize = 24;
+    /// Every defined `FLAG_*` bit; others are rejected.
+    const FLAGS_KNOWN: u8 = Self::FLAG_RESEND
+        | Self::FLAG_ECN
+        | Self::FLAG_COLLISION
+        | Self::FLAG_ACK
+        | Self::FLAG_OVERFLOW
+        | Self::FLAG_FLOAT
+        | Self::FLAG_REHASH;
+    /// Encoded length without the kind tag.
+    pub const LEN: usize = field::FLAGS + 1;
 
     pub fn has(&self, flag: u8) -> bool {
         self.flags & flag != 0
     }
 
     pub fn encode(&self, out: &mut Vec<u8>) {
-        for v in [self.job, self.seq, self.agg_index, self.bitmap0, self.bitmap1] {
-            out.extend_from_slice(&v.to_be_bytes());
-        }
-        out.extend_from_slice(&[self.fan_in0, self.fan_in1, self.esi, self.flags]);
+        let mut b = [0; Self::LEN];
+        b[field::JOB].copy_from_slice(&self.job.to_be_bytes());
+        b[field::SEQ].copy_from_slice(&self.seq.to_be_bytes());
+        b[field::AGG_INDEX].copy_from_slice(&self.agg_index.to_be_bytes());
+        b[field::BITMAP0].copy_from_slice(&self.bitmap0.to_be_bytes());
+        b[field::BITMAP1].copy_from_slice(&self.bitmap1.to_be_bytes());
+        b[field::FAN_IN0] = self.fan_in0;
+        b[field::FAN_IN1] = self.fan_in1;
+        b[field::ESI] = self.esi;
+        b[field::FLAGS] = self.flags;
+        out.extend_from_slice(&b);
     }
 
-    pub(crate) fn decode_from(r: &mut Reader<'_>) -> Result<Self, WireError> {
+    /// Decodes the header body (after the kind tag) from the front of `buf`.
+    pub fn decode(buf: &[u8]) -> Result<Self, WireError> {
         let h = AtpHeader {
-            job: r.u32("atp job")?,
-            seq: r.u32("atp seq")?,
-            agg_index: r.u32("atp agg_index")?,
-            bitmap0: r.u32("atp bitmap0")?,
-            bitmap1: r.u32("atp bitmap1")?,
-            fan_in0: r.u8("atp fan_in0")?,
-            fan_in1: r.u8("atp fan_in1")?,
-            esi: r.u8("atp esi")?,
-            flags: r.u8("atp flags")?,
+            job: be32(buf, field::JOB, "atp job")?,
+            seq: be32(buf, field::SEQ, "atp seq")?,
+            agg_index: be32(buf, field::AGG_INDEX, "atp agg_index")?,
+            bitmap0: be32(buf, field::BITMAP0, "atp bitmap0")?,
+            bitmap1: be32(buf, field::BITMAP1, "atp bitmap1")?,
+            fan_in0: u8_at(buf, field::FAN_IN0, "atp fan_in0")?,
+            fan_in1: u8_at(buf, field::FAN_IN1, "atp fan_in1")?,
+            esi: u8_at(buf, field::ESI, "atp esi")?,
+            flags: u8_at(buf, field::FLAGS, "atp flags")?,
         };
         if h.esi > 2 {
             return Err(WireError::BadValue { what: "atp esi", value: h.esi as u64 });
         }
-        if h.flags & 0x80 != 0 {
+        if h.flags & !Self::FLAGS_KNOWN != 0 {
             return Err(WireError::BadValue { what: "atp flags", value: h.flags as u64 });
         }
         Ok(h)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::header::tests::check_vector;
+    use crate::Header;
+
+    #[test]
+    fn vector() {
+        let h = AtpHeader {
+            job: 0x0102_0304,
+            seq: 0x0506_0708,
+            agg_index: 0x090A_0B0C,
+            bitmap0: 0x0D0E_0F10,
+            bitmap1: 0x1112_1314,
+            fan_in0: 0x15,
+            fan_in1: 0x16,
+            esi: 2,
+            flags: AtpHeader::FLAG_ACK | AtpHeader::FLAG_FLOAT,
+        };
+        #[rustfmt::skip]
+        let bytes = [
+            2, // header kind: Atp
+            0x01, 0x02, 0x03, 0x04, // job
+            0x05, 0x06, 0x07, 0x08, // seq
+            0x09, 0x0A, 0x0B, 0x0C, // agg_index
+            0x0D, 0x0E, 0x0F, 0x10, // bitmap0
+            0x11, 0x12, 0x13, 0x14, // bitmap1
+            0x15, 0x16, 2, 0x28, // fan_in0, fan_in1, esi, flags ACK|FLOAT
+        ];
+        check_vector(Header::Atp(h), &bytes);
+    }
+
+    #[test]
+    fn unknown_values_rejected() {
+        let mut b = vec![];
+        AtpHeader::default().encode(&mut b);
+        b[field::FLAGS] = 0x80;
+        assert_eq!(AtpHeader::decode(&b), Err(WireError::BadValue { what: "atp flags", value: 0x80 }));
+        b[field::ESI] = 3;
+        assert_eq!(AtpHeader::decode(&b), Err(WireError::BadValue { what: "atp esi", value: 3 }));
     }
 }

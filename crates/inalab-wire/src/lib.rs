@@ -1,10 +1,12 @@
 //! Wire formats. Every header that crosses a network has a typed struct here and a byte
-//! encoding with `encode`/`decode`. The simulator passes the typed structs; the UDP runtime
-//! (`inalab-net`) puts the bytes on the wire inside `inalab_core::frame`s. Decoding never panics: malformed input is an
-//! `Err(WireError)` that the caller counts and drops.
+//! encoding with `encode`/`decode`, laid out by named field offsets; [`frame`] owns the
+//! datagram the UDP runtime (`inalab-net`) sends: envelope, header and payload. The simulator
+//! passes the typed structs. Decoding never panics: malformed input is an `Err(WireError)`
+//! that the caller counts and drops.
 
 mod atp;
 mod error;
+pub mod frame;
 mod header;
 mod switchml;
 mod transport;
@@ -15,36 +17,32 @@ pub use header::{Header, HeaderKind};
 pub use switchml::SwitchMlHeader;
 pub use transport::{SegKind, TransportHeader};
 
-/// Little helpers shared by the header codecs.
+/// Field reads by offset for the codecs.
 pub(crate) mod bytes {
     use crate::WireError;
+    use core::ops::Range;
 
-    pub struct Reader<'a> {
-        pub buf: &'a [u8],
-        pub pos: usize,
+    /// The bytes at `at`, or `Truncated { what }` if the buffer ends before them.
+    pub fn get<const N: usize>(buf: &[u8], at: Range<usize>, what: &'static str) -> Result<[u8; N], WireError> {
+        buf.get(at).and_then(|s| s.try_into().ok()).ok_or(WireError::Truncated { what })
+    }
+    pub fn u8_at(buf: &[u8], at: usize, what: &'static str) -> Result<u8, WireError> {
+        buf.get(at).copied().ok_or(WireError::Truncated { what })
+    }
+    pub fn be16(buf: &[u8], at: Range<usize>, what: &'static str) -> Result<u16, WireError> {
+        get(buf, at, what).map(u16::from_be_bytes)
+    }
+    pub fn be32(buf: &[u8], at: Range<usize>, what: &'static str) -> Result<u32, WireError> {
+        get(buf, at, what).map(u32::from_be_bytes)
+    }
+    pub fn be64(buf: &[u8], at: Range<usize>, what: &'static str) -> Result<u64, WireError> {
+        get(buf, at, what).map(u64::from_be_bytes)
     }
 
-    impl<'a> Reader<'a> {
-        pub fn new(buf: &'a [u8]) -> Self {
-            Self { buf, pos: 0 }
-        }
-        pub fn take<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], WireError> {
-            let end = self.pos + N;
-            let s = self.buf.get(self.pos..end).ok_or(WireError::Truncated { what })?;
-            self.pos = end;
-            Ok(s.try_into().expect("length checked"))
-        }
-        pub fn u8(&mut self, what: &'static str) -> Result<u8, WireError> {
-            Ok(self.take::<1>(what)?[0])
-        }
-        pub fn u16(&mut self, what: &'static str) -> Result<u16, WireError> {
-            Ok(u16::from_be_bytes(self.take(what)?))
-        }
-        pub fn u32(&mut self, what: &'static str) -> Result<u32, WireError> {
-            Ok(u32::from_be_bytes(self.take(what)?))
-        }
-        pub fn u64(&mut self, what: &'static str) -> Result<u64, WireError> {
-            Ok(u64::from_be_bytes(self.take(what)?))
-        }
+    /// The bytes at `at` of a buffer already checked to hold them (panics otherwise).
+    pub fn read<const N: usize>(buf: &[u8], at: Range<usize>) -> [u8; N] {
+        let mut a = [0; N];
+        a.copy_from_slice(&buf[at]);
+        a
     }
 }
