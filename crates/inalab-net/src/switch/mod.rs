@@ -14,26 +14,24 @@
 //! recovery on a real network.
 //!
 //! # Control plane
-//! Workers `join` with their job, rank and world size; when all ranks are in, the switch
-//! assigns node ids, builds the [`JobSpec`] and admits it (here, at the next switch and at
-//! the PS as needed), then answers every worker. A worker connection that closes before
-//! `leave` fails the job: the other workers get a `failed` event and the job's aggregators
-//! are freed at every switch and the PS.
+//! In [`control_plane`]: the rendezvous, admission and release of jobs.
+
+mod control_plane;
 
 use crate::clock::Clock;
-use crate::control::{self, err, field, ok, plan_err, JobSpec, ServerSpec, SwitchSpec, WorkerSpec, CONTROL_TIMEOUT};
+use crate::control::{self, field, JobSpec, SwitchSpec, CONTROL_TIMEOUT};
+use control_plane::{serve, ControlState};
 use crate::service::{accept_loop, shut_down};
 use crate::udp::{wait, TxBatch, Udp};
 use crate::NetError;
 use inalab_core::{frame, NodeId, Packet, PortId, Programs, SwitchAction, SwitchCtx, SwitchProgram, Time, TimerToken};
-use inalab_scheme::{Overrides, Servers};
+use inalab_scheme::Overrides;
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde_json::{json, Value};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
-use std::io::BufReader;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -384,31 +382,6 @@ impl DataPlane {
     }
 }
 
-/// A worker waiting in the rendezvous or running in an admitted job.
-struct Member {
-    rank: usize,
-    udp: SocketAddr,
-    conn: TcpStream,
-    node: NodeId,
-    left: bool,
-}
-
-struct JobState {
-    /// The first joiner's configuration (with the switch's defaults filled in); every other
-    /// joiner must send the same.
-    config: Value,
-    world: usize,
-    members: BTreeMap<usize, Member>,
-    spec: Option<JobSpec>,
-}
-
-struct ControlState {
-    jobs: BTreeMap<u32, JobState>,
-    /// Attached PS: (node, control address).
-    ps: Option<(NodeId, SocketAddr)>,
-    next_worker: u32,
-}
-
 struct Shared {
     opts: SwitchOptions,
     dp: Mutex<DataPlane>,
@@ -464,7 +437,7 @@ impl SwitchHandle {
         let shared = Arc::new(Shared {
             opts,
             dp: Mutex::new(dp),
-            cp: Mutex::new(ControlState { jobs: BTreeMap::new(), ps: None, next_worker: 0 }),
+            cp: Mutex::new(ControlState::default()),
             stop: AtomicBool::new(false),
         });
         let s = shared.clone();
@@ -499,7 +472,7 @@ impl Drop for SwitchHandle {
 
 fn stats(s: &Shared) -> Value {
     let mut v = s.dp.lock().expect("data plane lock").stats();
-    v["jobs"] = json!(s.cp.lock().expect("control lock").jobs.keys().collect::<Vec<_>>());
+    v["jobs"] = json!(s.cp.lock().expect("control lock").job_ids());
     v
 }
 
@@ -517,298 +490,4 @@ fn data_loop(s: &Shared) {
             eprintln!("inalab switch: receive error: {e}");
         }
     }
-}
-
-/// Serves one control connection until it closes.
-fn serve(s: &Arc<Shared>, conn: TcpStream) {
-    let Ok(mut w) = conn.try_clone() else { return };
-    let mut r = BufReader::new(conn);
-    // A join turns this connection into a worker's: (job, rank).
-    let mut member: Option<(u32, usize)> = None;
-    loop {
-        let msg = match control::read_line(&mut r) {
-            Ok(Some(m)) => m,
-            Ok(None) | Err(NetError::Io(_)) => break,
-            Err(e) => {
-                let _ = control::send_line(&mut w, &err(e));
-                continue;
-            }
-        };
-        let op = msg["op"].as_str().unwrap_or("");
-        let reply = match op {
-            "join" if member.is_none() => match join(s, &msg, &w) {
-                Ok(m) => {
-                    member = Some(m);
-                    continue; // answered when the rendezvous completes
-                }
-                Err(e) => err(e),
-            },
-            "leave" => match member {
-                Some((job, rank)) => {
-                    leave(s, job, rank);
-                    ok(json!({}))
-                }
-                None => err("`leave` needs a `join` first on this connection"),
-            },
-            _ => handle(s, op, &msg, &w).unwrap_or_else(err),
-        };
-        if control::send_line(&mut w, &reply).is_err() {
-            break;
-        }
-    }
-    if let Some((job, rank)) = member {
-        disconnected(s, job, rank);
-    }
-}
-
-/// Requests that are answered at once.
-fn handle(s: &Arc<Shared>, op: &str, msg: &Value, conn: &TcpStream) -> Result<Value, NetError> {
-    match op {
-        "attach" => {
-            let role: String = field(msg, "role")?;
-            let node: NodeId = field(msg, "node")?;
-            let udp: SocketAddr = field(msg, "udp")?;
-            let kind = match role.as_str() {
-                "ps" => PortKind::Ps,
-                "switch" => PortKind::Switch,
-                r => return Err(NetError::Protocol(format!("field `role`: {r:?} is not one of \"ps\", \"switch\""))),
-            };
-            let port = s.dp.lock().expect("data plane lock").add_port(udp, node, kind);
-            if kind == PortKind::Ps {
-                let control: SocketAddr = field(msg, "control")?;
-                s.cp.lock().expect("control lock").ps = Some((node, control));
-            }
-            let bound = s.dp.lock().expect("data plane lock").udp().local_addr()?;
-            Ok(ok(json!({"port": port, "node": s.opts.node, "udp": seen_from(bound, conn)})))
-        }
-        "ps_info" => ps_info(s).map(ok),
-        "admit" => {
-            let spec: JobSpec = field(msg, "spec")?;
-            admit(s, &spec)?;
-            Ok(ok(json!({})))
-        }
-        "release" => {
-            let job: u32 = field(msg, "job")?;
-            release(s, job, None);
-            Ok(ok(json!({})))
-        }
-        "stats" => Ok(ok(stats(s))),
-        "join" => Err(NetError::Protocol("this connection already joined a job".into())),
-        other => Err(NetError::Protocol(format!(
-            "field `op`: {other:?} is not one of \"join\", \"leave\", \"attach\", \"ps_info\", \"admit\", \"release\", \"stats\""
-        ))),
-    }
-}
-
-/// The data-plane address as a peer reaches it: a socket bound to an unspecified address
-/// (0.0.0.0) is reported with the local address of the peer's control connection, which is
-/// also the source address of the switch's datagrams to that peer.
-fn seen_from(bound: SocketAddr, conn: &TcpStream) -> SocketAddr {
-    match conn.local_addr() {
-        Ok(local) if bound.ip().is_unspecified() => SocketAddr::new(local.ip(), bound.port()),
-        _ => bound,
-    }
-}
-
-/// Where this switch's jobs find their PS (attached here, or behind the upstream switch), and
-/// the switches from here to it.
-fn ps_info(s: &Shared) -> Result<Value, NetError> {
-    if let Some((ps, _)) = s.cp.lock().expect("control lock").ps {
-        return Ok(json!({"ps": ps, "rack": s.opts.node, "switches": [s.opts.switch_spec()]}));
-    }
-    match s.opts.upstream {
-        Some(up) => {
-            let mut v = control::request(up, &json!({"op": "ps_info"}), CONTROL_TIMEOUT)?;
-            let mut switches: Vec<SwitchSpec> = field(&v, "switches")?;
-            switches.insert(0, s.opts.switch_spec());
-            v["switches"] = json!(switches);
-            Ok(v)
-        }
-        None => Err(NetError::Config(
-            "no parameter server: start `inalab ps --switch <this switch's control address>` or chain this switch with --upstream".into(),
-        )),
-    }
-}
-
-/// Registers a joining worker; completes the rendezvous when it is the last rank.
-fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), NetError> {
-    let job: u32 = field(msg, "job")?;
-    let rank: usize = field(msg, "rank")?;
-    let world: usize = field(msg, "world")?;
-    let asked: Value = field(msg, "config")?;
-    let udp: SocketAddr = field(msg, "udp")?;
-    let scheme = inalab_scheme::scheme_of(&asked).map_err(|e| NetError::Config(format!("field `config.scheme`: {}", e.message)))?;
-    let config = scheme.apply(&asked, &s.opts.overrides()).map_err(|e| plan_err(inalab_scheme::PlanError::new(format!("config.{}", e.field), e.message)))?;
-    if !s.dp.lock().expect("data plane lock").program.has(scheme.name()) {
-        let runs = s.dp.lock().expect("data plane lock").program.names();
-        return Err(NetError::Config(format!("field `config.scheme`: this switch runs {runs}, the worker asked for {}", scheme.name())));
-    }
-    if world == 0 || rank >= world {
-        return Err(NetError::Config(format!("field `rank`: {rank} is not in 0..{world} (world)")));
-    }
-    let mut guard = s.cp.lock().expect("control lock");
-    let cp = &mut *guard;
-    let st = cp.jobs.entry(job).or_insert_with(|| JobState { config: config.clone(), world, members: BTreeMap::new(), spec: None });
-    if st.spec.is_some() {
-        return Err(NetError::Config(format!("job {job} is already running; pick another job id")));
-    }
-    if st.world != world || st.config != config {
-        return Err(NetError::Config(format!("job {job}: world {world} / configuration {config} disagrees with the first joiner's {} / {}", st.world, st.config)));
-    }
-    if st.members.contains_key(&rank) {
-        return Err(NetError::Config(format!("job {job}: rank {rank} already joined")));
-    }
-    st.members.insert(rank, Member { rank, udp, conn: conn.try_clone()?, node: 0, left: false });
-    if st.members.len() < world {
-        return Ok((job, rank));
-    }
-    // Everyone is here: assign node ids and admit.
-    let mut workers = vec![];
-    for m in st.members.values_mut() {
-        cp.next_worker += 1;
-        m.node = s.opts.node << 16 | (cp.next_worker & 0xFFFF);
-        workers.push(WorkerSpec { node: m.node, udp: m.udp, rack: s.opts.node });
-    }
-    drop(guard);
-    let result = build_spec(s, job, config, workers).and_then(|spec| {
-        admit(s, &spec)?;
-        Ok(spec)
-    });
-    let mut cp = s.cp.lock().expect("control lock");
-    let st = cp.jobs.get_mut(&job).expect("present");
-    let reply = match &result {
-        Ok(spec) => {
-            st.spec = Some(spec.clone());
-            None
-        }
-        Err(e) => Some(err(e)),
-    };
-    let bound = s.dp.lock().expect("data plane lock").udp().local_addr()?;
-    for m in st.members.values_mut() {
-        let switch_udp = seen_from(bound, &m.conn);
-        let r = reply.clone().unwrap_or_else(|| ok(json!({"node": m.node, "rank": m.rank, "spec": st.spec, "switch_udp": switch_udp})));
-        let _ = control::send_line(&mut m.conn, &r);
-    }
-    if result.is_err() {
-        cp.jobs.remove(&job);
-    }
-    Ok((job, rank))
-}
-
-fn build_spec(s: &Shared, job: u32, config: Value, workers: Vec<WorkerSpec>) -> Result<JobSpec, NetError> {
-    let mut spec = JobSpec { job, config, workers, servers: vec![], switches: vec![s.opts.switch_spec()] };
-    if spec.scheme()?.servers() != Servers::None {
-        let info = ps_info(s)?;
-        spec.servers = vec![ServerSpec { node: field(&info, "ps")?, rack: field(&info, "rack")? }];
-        spec.switches = field(&info, "switches")?;
-    }
-    Ok(spec)
-}
-
-/// Where a job's `admit` and `release` go next: the PS if it is attached here, else the
-/// upstream switch toward it; `None` for jobs without servers.
-fn next_hop(s: &Shared, spec: &JobSpec) -> Result<Option<SocketAddr>, NetError> {
-    let Some(server) = spec.servers.first() else { return Ok(None) };
-    if server.rack != s.opts.node {
-        return Ok(s.opts.upstream);
-    }
-    let ps = s.cp.lock().expect("control lock").ps.filter(|p| p.0 == server.node).map(|p| p.1);
-    ps.map(Some).ok_or_else(|| NetError::Config(format!("PS node {} is not attached to switch {}", server.node, s.opts.node)))
-}
-
-/// Installs this switch's part of `spec` and passes it on (upstream switch, PS).
-fn admit(s: &Arc<Shared>, spec: &JobSpec) -> Result<(), NetError> {
-    let me = s.opts.node;
-    let mut dp = s.dp.lock().expect("data plane lock");
-    // Worker ports (for workers attached here) and routes to the others via their switch.
-    let mut local = vec![];
-    for w in &spec.workers {
-        if w.rack == me {
-            let p = dp.add_port(w.udp, w.node, PortKind::Worker);
-            dp.ports[p as usize].jobs.push(spec.job);
-            local.push((w.node, p));
-        } else if let Some(&p) = dp.routes.get(&w.rack) {
-            dp.routes.insert(w.node, p);
-        }
-    }
-    let port_of = |node: NodeId| local.iter().find(|(n, _)| *n == node).map(|x| x.1);
-    let plan = spec.plan(Some(me), &port_of)?;
-    for adm in plan.admissions.into_iter().filter(|a| a.switch == me) {
-        dp.program.admit_at(adm.program, spec.job, adm.state).map_err(|e| NetError::Config(format!("field `config.{}`: {e}", adm.field)))?;
-    }
-    drop(dp);
-    if let Some(next) = next_hop(s, spec)? {
-        control::request(next, &json!({"op": "admit", "spec": spec}), CONTROL_TIMEOUT)?;
-    }
-    Ok(())
-}
-
-/// Removes a job here and at the switches and PS it was passed to. `reason`: the job failed.
-fn release(s: &Shared, job: u32, reason: Option<&str>) {
-    let spec = {
-        let mut cp = s.cp.lock().expect("control lock");
-        let st = cp.jobs.remove(&job);
-        if let (Some(st), Some(reason)) = (&st, reason) {
-            for m in st.members.values() {
-                if let Ok(mut c) = m.conn.try_clone() {
-                    let _ = control::send_line(&mut c, &json!({"event": "failed", "job": job, "reason": reason}));
-                }
-            }
-        }
-        st.and_then(|st| st.spec)
-    };
-    let mut dp = s.dp.lock().expect("data plane lock");
-    dp.program.release(job);
-    let Some(spec) = spec else { return };
-    for w in &spec.workers {
-        if w.rack == s.opts.node {
-            dp.remove_worker(w.node);
-        } else {
-            dp.routes.remove(&w.node);
-        }
-    }
-    drop(dp);
-    if let Ok(Some(addr)) = next_hop(s, &spec) {
-        if let Err(e) = control::request(addr, &json!({"op": "release", "job": job}), CONTROL_TIMEOUT) {
-            eprintln!("inalab switch: releasing job {job} at {addr}: {e}");
-        }
-    }
-}
-
-fn leave(s: &Shared, job: u32, rank: usize) {
-    let done = {
-        let mut cp = s.cp.lock().expect("control lock");
-        let Some(st) = cp.jobs.get_mut(&job) else { return };
-        if let Some(m) = st.members.get_mut(&rank) {
-            m.left = true;
-        }
-        st.spec.is_some() && st.members.values().all(|m| m.left)
-    };
-    if done {
-        release(s, job, None);
-    }
-}
-
-fn disconnected(s: &Shared, job: u32, rank: usize) {
-    let reason = {
-        let mut cp = s.cp.lock().expect("control lock");
-        let Some(st) = cp.jobs.get_mut(&job) else { return };
-        match st.members.get(&rank) {
-            Some(m) if m.left => return,
-            Some(m) if st.spec.is_some() => {
-                format!("worker rank {rank} (node {}, {}) disconnected from the switch's control plane without leaving", m.node, m.udp)
-            }
-            Some(_) => {
-                // Still in the rendezvous: forget it; the others keep waiting.
-                st.members.remove(&rank);
-                if st.members.is_empty() {
-                    cp.jobs.remove(&job);
-                }
-                return;
-            }
-            None => return,
-        }
-    };
-    eprintln!("inalab switch: job {job} failed: {reason}");
-    release(s, job, Some(&reason));
 }
