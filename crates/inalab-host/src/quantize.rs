@@ -59,13 +59,12 @@ pub struct Quantized {
     stages: BTreeMap<u64, Stage>,
     next_inner: u64,
     events: VecDeque<HostEvent>,
-    rejected: u64,
 }
 
 impl Quantized {
     /// Wraps worker `rank` of `world` (the exponent vector has a slot per worker).
     pub fn new(inner: Box<dyn HostProtocol>, q: Quantization, rank: usize, world: usize) -> Self {
-        Quantized { inner, q, rank, world, waiting: VecDeque::new(), exponent_busy: false, stages: BTreeMap::new(), next_inner: 0, events: VecDeque::new(), rejected: 0 }
+        Quantized { inner, q, rank, world, waiting: VecDeque::new(), exponent_busy: false, stages: BTreeMap::new(), next_inner: 0, events: VecDeque::new() }
     }
 
     fn submit_inner(&mut self, now: Time, bytes: u64, data: Option<Payload>, stage: Stage) {
@@ -75,8 +74,9 @@ impl Quantized {
         self.inner.submit(now, AppRequest::Allreduce { id, bytes, data });
     }
 
+    /// Rejections reach the application as events (the simulator fails the job, the client
+    /// returns the error); no counter, so the protocol's counters stay the inner one's.
     fn reject(&mut self, id: u64, reason: String) {
-        self.rejected += 1;
         self.events.push_back(HostEvent::Rejected { id, reason });
     }
 
@@ -217,8 +217,6 @@ impl HostProtocol for Quantized {
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        let mut c = self.inner.counters();
-        c.push(("quantization_rejected", self.rejected));
-        c
+        self.inner.counters()
     }
 }
