@@ -8,6 +8,7 @@ use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Payload};
 use inalab_host::{
     ConfigError, HierarchicalAllreduce, PsConfig, PsServer, PsWorker, RingAllreduce, TransportConfig,
 };
+use inalab_testkit::{Fabric, Links, Rule};
 
 #[derive(Debug, Clone, Copy)]
 enum Algo {
@@ -22,12 +23,14 @@ enum Algo {
 
 struct Setup {
     fabric: Fabric,
-    workers: Vec<usize>,
-    servers: Vec<usize>,
+    workers: Vec<Endpoint>,
+    servers: Vec<Endpoint>,
 }
 
+/// Workers on hosts `0..n` (port 1), servers on port 2: PS `PsOne` on host `n`, `PsSharded`
+/// beside every worker.
 fn build(algo: Algo, n: usize, cfg: &TransportConfig, partition_bytes: u64) -> Setup {
-    let mut fabric = Fabric::new();
+    let mut fabric = star(n + 1);
     let eps = endpoints(n, 1);
     let ps_cfg = PsConfig { partition_bytes, transport: cfg.clone() };
     let mut servers = Vec::new();
@@ -67,8 +70,9 @@ fn check(setup: &mut Setup, requests: &[(u64, Option<Vec<Payload>>, u64)]) {
         }
     }
     assert!(setup.fabric.run(10 * S), "fabric did not go quiet");
+    setup.fabric.check_conservation().unwrap();
     for (rank, &w) in setup.workers.iter().enumerate() {
-        let got = setup.fabric.events_of(w);
+        let got = setup.fabric.events(w);
         assert_eq!(got.len(), requests.len(), "rank {rank}: {got:?}");
         for (e, (id, data, _)) in got.iter().zip(requests) {
             match e {
@@ -152,9 +156,10 @@ fn survives_dropped_data_and_acks() {
     for seed in 0..3 {
         for algo in [Algo::Ring, Algo::Hier(2), Algo::PsOne, Algo::PsSharded] {
             let mut s = build(algo, 4, &cfg, 2048);
-            s.fabric.drop = drop_random(seed, 30, |_| true);
+            s.fabric.seed(seed);
+            let loss = s.fabric.lose(Links::FromHosts, Rule::chance(0.03));
             check(&mut s, &[i32_request(1, 4, 3001), f32_request(2, 4, 1500)]);
-            assert!(s.fabric.dropped > 0, "{algo:?}: the pattern dropped nothing");
+            assert!(s.fabric.hits(loss) > 0, "{algo:?}: the pattern dropped nothing");
             assert!(s.fabric.total("retransmissions") > 0, "{algo:?}");
         }
     }
@@ -167,9 +172,10 @@ fn survives_dropped_acks_only() {
         let mut s = build(algo, 4, &cfg, 2048);
         // Losing every 3rd ACK is covered by later cumulative ACKs; losing a tail ACK needs a
         // timeout and a retransmission that the receiver must not deliver twice.
-        s.fabric.drop = drop_random(11, 200, is_ack);
+        s.fabric.seed(11);
+        let loss = s.fabric.lose(Links::FromHosts, Rule::chance(0.2).only(is_ack));
         check(&mut s, &[i32_request(1, 4, 3001)]);
-        assert!(s.fabric.dropped > 0);
+        assert!(s.fabric.hits(loss) > 0);
     }
 }
 
@@ -178,7 +184,7 @@ fn sharded_ps_spreads_partitions_over_servers() {
     let mut s = build(Algo::PsSharded, 3, &TransportConfig::default(), 400);
     check(&mut s, &[i32_request(5, 3, 1001)]);
     // 4004 B in 400 B partitions: 11 partitions, dealt 4/4/3 over the servers.
-    let reduced: Vec<u64> = s.servers.iter().map(|&i| s.fabric.counter(i, "partitions_reduced")).collect();
+    let reduced: Vec<u64> = s.servers.iter().map(|&ep| s.fabric.counter(ep, "partitions_reduced")).collect();
     assert_eq!(reduced, vec![4, 4, 3]);
 }
 
@@ -186,7 +192,7 @@ fn sharded_ps_spreads_partitions_over_servers() {
 fn ring_with_one_member_completes_at_once() {
     let mut s = build(Algo::Ring, 1, &TransportConfig::default(), 0);
     check(&mut s, &[i32_request(1, 1, 5)]);
-    assert_eq!(s.fabric.sent, 0);
+    assert_eq!(s.fabric.stats().sent.packets, 0);
 }
 
 #[test]
@@ -210,11 +216,11 @@ fn bad_requests_and_groups_are_rejected() {
     let bad_part = PsConfig { partition_bytes: 6, ..PsConfig::default() };
     assert!(PsWorker::new(eps[0], vec![eps[1]], bad_part).is_err());
 
-    let mut fabric = Fabric::new();
+    let mut fabric = star(2);
     let w = fabric.add(Box::new(RingAllreduce::new(eps[..1].to_vec(), 0, TransportConfig::default()).unwrap()));
     fabric.submit(w, AppRequest::Allreduce { id: 9, bytes: 12, data: Some(Payload::I32(vec![1, 2])) });
     fabric.submit(w, AppRequest::Send { id: 10, dst: eps[1], bytes: 12 });
-    let ev = fabric.events_of(w);
+    let ev = fabric.events(w);
     assert!(matches!(ev[..], [HostEvent::Failed { id: 9, .. }, HostEvent::Failed { id: 10, .. }]), "{ev:?}");
 }
 
@@ -223,7 +229,8 @@ fn ecn_marks_slow_senders_but_keep_results_exact() {
     let cfg = TransportConfig { mss: 256, ..TransportConfig::default() };
     for algo in [Algo::Ring, Algo::Hier(2), Algo::PsOne, Algo::PsSharded] {
         let mut s = build(algo, 4, &cfg, 2048);
-        s.fabric.mark = drop_random(5, 300, is_data);
+        s.fabric.seed(5);
+        s.fabric.mark(Links::FromHosts, Rule::chance(0.3).only(is_data));
         check(&mut s, &[i32_request(1, 4, 3001)]);
         assert!(s.fabric.total("ecn_echoes") > 0, "{algo:?}");
     }

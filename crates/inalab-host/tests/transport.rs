@@ -7,6 +7,7 @@ use inalab_core::time::{Time, MS, S};
 use inalab_core::wire::{Header, SegKind, TransportHeader};
 use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload};
 use inalab_host::{AimdConfig, Transport, TransportConfig};
+use inalab_testkit::{Fabric, Links, Rule};
 use proptest::prelude::*;
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -79,9 +80,9 @@ fn small_mss() -> TransportConfig {
     TransportConfig { mss: 256, ..TransportConfig::default() }
 }
 
-/// (id, from, bytes) of the messages protocol `i` received, in order.
-fn received(f: &Fabric, i: usize) -> Vec<(u64, Endpoint, u64)> {
-    f.events_of(i)
+/// (id, from, bytes) of the messages endpoint `at` received, in order.
+fn received(f: &Fabric, at: Endpoint) -> Vec<(u64, Endpoint, u64)> {
+    f.events(at)
         .into_iter()
         .map(|e| match e {
             HostEvent::Received { id, from, bytes } => (id, from, bytes),
@@ -92,14 +93,14 @@ fn received(f: &Fabric, i: usize) -> Vec<(u64, Endpoint, u64)> {
 
 /// A fabric with a sender on host 0 and a receiver on host 1.
 fn pair(cfg: &TransportConfig, payload: bool) -> Fabric {
-    let mut f = Fabric::new();
+    let mut f = star(2);
     f.add(MsgEndpoint::boxed(0, cfg, payload));
     f.add(MsgEndpoint::boxed(1, cfg, payload));
     f
 }
 
-fn send(f: &mut Fabric, from: usize, to: u32, id: u64, bytes: u64) {
-    f.submit(from, AppRequest::Send { id, dst: ep(to), bytes });
+fn send(f: &mut Fabric, from: u32, to: u32, id: u64, bytes: u64) {
+    f.submit(ep(from), AppRequest::Send { id, dst: ep(to), bytes });
 }
 
 #[test]
@@ -112,60 +113,61 @@ fn delivers_in_order_once_without_loss() {
     }
     assert!(f.run(S));
     let want: Vec<_> = sizes.iter().enumerate().map(|(id, &b)| (id as u64, ep(0), b)).collect();
-    assert_eq!(received(&f, 1), want);
+    assert_eq!(received(&f, ep(1)), want);
     let segments: u64 = sizes.iter().map(|&b| b.div_ceil(1436).max(1)).sum();
-    assert_eq!(f.counter(0, "data_packets_sent"), segments);
-    assert_eq!(f.counter(0, "retransmissions"), 0);
-    assert_eq!(f.counter(1, "bytes_delivered"), sizes.iter().sum::<u64>());
+    assert_eq!(f.counter(ep(0), "data_packets_sent"), segments);
+    assert_eq!(f.counter(ep(0), "retransmissions"), 0);
+    assert_eq!(f.counter(ep(1), "bytes_delivered"), sizes.iter().sum::<u64>());
     // Every data segment is acknowledged: as many packets back as forward.
-    assert_eq!(f.sent, 2 * segments);
+    assert_eq!(f.stats().sent.packets, 2 * segments);
+    f.check_conservation().unwrap();
 }
 
 #[test]
 fn fast_retransmit_repairs_a_loss_without_timeout() {
     let mut f = pair(&small_mss(), true);
-    f.drop = drop_nth(vec![5], is_data);
+    f.lose(Links::FromHosts, Rule::nth([5]).only(is_data));
+    // Counts the retransmissions that got through (the tap comes after the loss).
     let flagged = Rc::new(Cell::new(0));
     let seen = flagged.clone();
-    f.mark = Box::new(move |p| {
+    f.tap(Links::FromHosts, move |_, p| {
         if matches!(&p.header, Header::Transport(h) if h.flags & TransportHeader::FLAG_RETRANSMIT != 0) {
             seen.set(seen.get() + 1);
         }
-        false
     });
     send(&mut f, 0, 1, 1, 40 * 256);
     assert!(f.run(S));
-    assert_eq!(received(&f, 1), vec![(1, ep(0), 40 * 256)]);
-    assert_eq!(f.counter(0, "retransmissions"), 1);
+    assert_eq!(received(&f, ep(1)), vec![(1, ep(0), 40 * 256)]);
+    assert_eq!(f.counter(ep(0), "retransmissions"), 1);
     assert_eq!(flagged.get(), 1);
-    assert_eq!(f.counter(0, "timeouts"), 0);
-    assert!(f.counter(0, "dup_acks") >= 3);
+    assert_eq!(f.counter(ep(0), "timeouts"), 0);
+    assert!(f.counter(ep(0), "dup_acks") >= 3);
     // The loss halved the window once.
-    assert!(f.counter(0, "window") < 60_000);
+    assert!(f.counter(ep(0), "window") < 60_000);
 }
 
 #[test]
 fn partial_ack_retransmits_the_next_hole() {
     let mut f = pair(&small_mss(), true);
-    f.drop = drop_nth(vec![5, 9, 20], is_data);
+    f.lose(Links::FromHosts, Rule::nth([5, 9, 20]).only(is_data));
     send(&mut f, 0, 1, 1, 40 * 256);
     assert!(f.run(S));
-    assert_eq!(received(&f, 1), vec![(1, ep(0), 40 * 256)]);
-    assert_eq!(f.counter(0, "retransmissions"), 3);
-    assert_eq!(f.counter(0, "timeouts"), 0);
+    assert_eq!(received(&f, ep(1)), vec![(1, ep(0), 40 * 256)]);
+    assert_eq!(f.counter(ep(0), "retransmissions"), 3);
+    assert_eq!(f.counter(ep(0), "timeouts"), 0);
 }
 
 #[test]
 fn tail_loss_times_out_with_exponential_backoff() {
     let mut f = pair(&TransportConfig::default(), true);
     // The only segment and its first two retransmissions are lost.
-    f.drop = drop_nth(vec![0, 1, 2], is_data);
+    f.lose(Links::FromHosts, Rule::nth([0, 1, 2]).only(is_data));
     send(&mut f, 0, 1, 1, 400);
     assert!(f.run(S));
-    assert_eq!(received(&f, 1), vec![(1, ep(0), 400)]);
-    assert_eq!(f.counter(0, "timeouts"), 3);
-    assert_eq!(f.counter(0, "retransmissions"), 3);
-    let at = f.events.iter().find(|(i, _, _)| *i == 1).unwrap().1;
+    assert_eq!(received(&f, ep(1)), vec![(1, ep(0), 400)]);
+    assert_eq!(f.counter(ep(0), "timeouts"), 3);
+    assert_eq!(f.counter(ep(0), "retransmissions"), 3);
+    let at = f.timed_events(ep(1))[0].0;
     // Timeouts after 1, 2 and 4 ms.
     assert!((7 * MS..7 * MS + 10_000_000).contains(&at), "delivered at {at} ps");
 }
@@ -174,10 +176,10 @@ fn tail_loss_times_out_with_exponential_backoff() {
 fn backoff_is_capped() {
     let cfg = TransportConfig { rto: MS, rto_max: 2 * MS, ..TransportConfig::default() };
     let mut f = pair(&cfg, false);
-    f.drop = drop_nth(vec![0, 1, 2, 3], is_data);
+    f.lose(Links::FromHosts, Rule::nth([0, 1, 2, 3]).only(is_data));
     send(&mut f, 0, 1, 1, 400);
     assert!(f.run(S));
-    let at = f.events.iter().find(|(i, _, _)| *i == 1).unwrap().1;
+    let at = f.timed_events(ep(1))[0].0;
     // 1 + 2 + 2 + 2 ms.
     assert!((7 * MS..7 * MS + 10_000_000).contains(&at), "delivered at {at} ps");
 }
@@ -186,30 +188,30 @@ fn backoff_is_capped() {
 fn lost_acks_do_not_duplicate_messages() {
     let mut f = pair(&small_mss(), true);
     // Lose the last ACKs so the sender times out and resends data the receiver already has.
-    f.drop = drop_nth((30..40).collect(), is_ack);
+    f.lose(Links::FromHosts, Rule::nth(30..40).only(is_ack));
     send(&mut f, 0, 1, 1, 20 * 256);
     send(&mut f, 0, 1, 2, 20 * 256);
     assert!(f.run(S));
-    assert_eq!(received(&f, 1), vec![(1, ep(0), 5120), (2, ep(0), 5120)]);
-    assert!(f.counter(0, "timeouts") >= 1);
+    assert_eq!(received(&f, ep(1)), vec![(1, ep(0), 5120), (2, ep(0), 5120)]);
+    assert!(f.counter(ep(0), "timeouts") >= 1);
 }
 
 #[test]
 fn ecn_echo_shrinks_the_window_and_clean_acks_grow_it() {
     let cfg = small_mss();
     let mut f = pair(&cfg, false);
-    f.mark = Box::new(is_data);
+    f.mark(Links::FromHosts, Rule::when(is_data));
     send(&mut f, 0, 1, 1, 400 * 256);
     assert!(f.run(S));
-    assert_eq!(f.counter(0, "ecn_echoes"), 400);
-    assert!(f.counter(0, "window") < 60_000 / 4, "window {}", f.counter(0, "window"));
+    assert_eq!(f.counter(ep(0), "ecn_echoes"), 400);
+    assert!(f.counter(ep(0), "window") < 60_000 / 4, "window {}", f.counter(ep(0), "window"));
 
     let mut f = pair(&cfg, false);
     send(&mut f, 0, 1, 1, 400 * 256);
     assert!(f.run(S));
-    assert_eq!(f.counter(0, "ecn_echoes"), 0);
+    assert_eq!(f.counter(ep(0), "ecn_echoes"), 0);
     // Slow start: one MTU per ACK.
-    assert_eq!(f.counter(0, "window"), 60_000 + 400 * 1500);
+    assert_eq!(f.counter(ep(0), "window"), 60_000 + 400 * 1500);
 }
 
 #[test]
@@ -291,13 +293,12 @@ proptest! {
         drop_acks in proptest::collection::vec(0u64..80, 0..12),
     ) {
         let cfg = small_mss();
-        let mut f = Fabric::new();
+        let mut f = star(3);
         for h in 0..3 {
             f.add(MsgEndpoint::boxed(h, &cfg, true));
         }
-        let mut data = drop_nth(drop_data, is_data);
-        let mut acks = drop_nth(drop_acks, is_ack);
-        f.drop = Box::new(move |p| data(p) | acks(p));
+        f.lose(Links::FromHosts, Rule::nth(drop_data).only(is_data));
+        f.lose(Links::FromHosts, Rule::nth(drop_acks).only(is_ack));
         let sizes: Vec<u64> = sizes.iter().map(|s| s * 4).collect();
         for (id, &b) in sizes.iter().enumerate() {
             send(&mut f, 0, 2, id as u64, b);
@@ -305,14 +306,15 @@ proptest! {
             send(&mut f, 2, 0, 200 + id as u64, b);
         }
         prop_assert!(f.run(10 * S));
-        let at2 = received(&f, 2);
+        let at2 = received(&f, ep(2));
         for (from, base) in [(ep(0), 0), (ep(1), 100)] {
             let got: Vec<_> = at2.iter().filter(|m| m.1 == from).map(|m| (m.0, m.2)).collect();
             let want: Vec<_> = sizes.iter().enumerate().map(|(i, &b)| (base + i as u64, b)).collect();
             prop_assert_eq!(got, want);
         }
         let want: Vec<_> = sizes.iter().enumerate().map(|(i, &b)| (200 + i as u64, ep(2), b)).collect();
-        prop_assert_eq!(received(&f, 0), want);
-        prop_assert!(received(&f, 1).is_empty());
+        prop_assert_eq!(received(&f, ep(0)), want);
+        prop_assert!(received(&f, ep(1)).is_empty());
+        prop_assert_eq!(f.check_conservation(), Ok(()));
     }
 }

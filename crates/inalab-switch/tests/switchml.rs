@@ -1,221 +1,46 @@
-//! SwitchML end to end: `SwitchMlWorker`s (inalab-host) through a `SwitchMlSwitch` on a
-//! small star driver: host `h` hangs off switch port `h`; NICs and switch egress ports
-//! serialize at `RATE` and links add `DELAY`; test closures drop packets going up (worker
-//! packets) or down (results).
+//! SwitchML end to end: `SwitchMlWorker`s (inalab-host) through a `SwitchMlSwitch` on the
+//! test fabric's star: host `h` hangs off switch port `h`; NICs and switch egress ports
+//! serialize at `RATE` and links add `DELAY`; filters drop packets going up (worker packets)
+//! or down (results).
 
-use inalab_core::time::{serialization, Time, MS, S, US};
+use inalab_core::time::{Time, MS, S, US};
 use inalab_core::wire::{Header, SwitchMlHeader};
-use inalab_core::{
-    splitmix64, AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, PortId, SwitchAction,
-    SwitchCtx, SwitchProgram,
-};
+use inalab_core::{splitmix64, AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, PortId, SwitchProgram};
 use inalab_host::{SwitchMlConfig, SwitchMlWorker};
 use inalab_switch::{SwitchMlJob, SwitchMlSwitch};
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use inalab_testkit::{Fabric, Filter, Link, Links, Rule};
+use std::collections::BTreeMap;
 
 const RATE: u64 = 100_000_000_000;
 const DELAY: Time = US;
-const SW: NodeId = 1000;
-const SW_EP: Endpoint = Endpoint { host: SW, port: 9000 };
+const SW_PORT: u16 = 9000;
 const WORKER_PORT: u16 = 5;
 
-type Filter = Box<dyn FnMut(&Packet) -> bool>;
+const LINK: Link = Link { delay: DELAY, rate_bps: RATE };
 
-enum Ev {
-    NicFree(usize),
-    AtSwitch(Packet),
-    AtHost(Packet),
-    Timer(usize, Time),
+/// The star's switch (it runs a `SwitchMlSwitch`).
+fn switch(f: &Fabric) -> NodeId {
+    f.tor(0)
 }
 
-struct Ctx(usize);
-impl SwitchCtx for Ctx {
-    fn node(&self) -> NodeId {
-        SW
-    }
-    fn num_ports(&self) -> usize {
-        self.0
-    }
-    fn queue_bytes(&self, _port: PortId) -> u64 {
-        0
-    }
-    fn peer(&self, port: PortId) -> NodeId {
-        port as NodeId
-    }
+fn sw_counter(f: &Fabric, name: &str) -> u64 {
+    f.switch_counter(switch(f), name)
 }
 
-struct Net {
-    now: Time,
-    hosts: Vec<Box<dyn HostProtocol>>,
-    armed: Vec<Option<Time>>,
-    nic_busy: Vec<bool>,
-    port_free: Vec<Time>,
-    sw: SwitchMlSwitch,
-    heap: BinaryHeap<Reverse<(Time, u64)>>,
-    pending: BTreeMap<u64, Ev>,
-    seq: u64,
-    drop_up: Filter,
-    drop_down: Filter,
-    events: Vec<(usize, Time, HostEvent)>,
-    lost: u64,
-    /// Results lost on the way down.
-    lost_down: u64,
+/// Drops worker packets going up and results going down with probabilities `up` and
+/// `down` (per mille), from streams seeded by `seed`.
+fn random_drop(f: &mut Fabric, seed: u64, up: u32, down: u32) -> (Filter, Filter) {
+    f.seed(seed);
+    let up = f.lose(Links::FromHosts, Rule::chance(up as f64 / 1000.0));
+    (up, f.lose(Links::ToHosts, Rule::chance(down as f64 / 1000.0)))
 }
 
-impl Net {
-    fn new(sw: SwitchMlSwitch) -> Self {
-        Net {
-            now: 0,
-            hosts: Vec::new(),
-            armed: Vec::new(),
-            nic_busy: Vec::new(),
-            port_free: Vec::new(),
-            sw,
-            heap: BinaryHeap::new(),
-            pending: BTreeMap::new(),
-            seq: 0,
-            drop_up: Box::new(|_| false),
-            drop_down: Box::new(|_| false),
-            events: Vec::new(),
-            lost: 0,
-            lost_down: 0,
-        }
-    }
-
-    /// Adds the protocol of host `hosts.len()`.
-    fn add(&mut self, p: Box<dyn HostProtocol>) {
-        assert_eq!(p.endpoint().host as usize, self.hosts.len());
-        self.hosts.push(p);
-        self.armed.push(None);
-        self.nic_busy.push(false);
-        self.port_free.push(0);
-    }
-
-    fn schedule(&mut self, at: Time, ev: Ev) {
-        self.seq += 1;
-        self.heap.push(Reverse((at, self.seq)));
-        self.pending.insert(self.seq, ev);
-    }
-
-    fn submit(&mut self, h: usize, req: AppRequest) {
-        self.hosts[h].submit(self.now, req);
-        self.after_input(h);
-    }
-
-    fn after_input(&mut self, h: usize) {
-        self.kick(h);
-        let t = self.hosts[h].poll_timeout();
-        if t != self.armed[h] {
-            self.armed[h] = t;
-            if let Some(t) = t {
-                self.schedule(t.max(self.now), Ev::Timer(h, t));
-            }
-        }
-        while let Some(e) = self.hosts[h].poll_event() {
-            self.events.push((h, self.now, e));
-        }
-    }
-
-    fn kick(&mut self, h: usize) {
-        if self.nic_busy[h] {
-            return;
-        }
-        let Some(pkt) = self.hosts[h].poll_transmit(self.now) else { return };
-        self.nic_busy[h] = true;
-        let done = self.now + serialization(pkt.size as u64, RATE);
-        self.schedule(done, Ev::NicFree(h));
-        if (self.drop_up)(&pkt) {
-            self.lost += 1;
-        } else {
-            self.schedule(done + DELAY, Ev::AtSwitch(pkt));
-        }
-    }
-
-    fn egress(&mut self, port: PortId, pkt: Packet) {
-        if (self.drop_down)(&pkt) {
-            assert!(is_result(&pkt));
-            self.lost += 1;
-            self.lost_down += 1;
-            return;
-        }
-        assert_eq!(pkt.dst, port as NodeId, "forwarded toward the wrong port");
-        let p = port as usize;
-        let depart = self.now.max(self.port_free[p]) + serialization(pkt.size as u64, RATE);
-        self.port_free[p] = depart;
-        self.schedule(depart + DELAY, Ev::AtHost(pkt));
-    }
-
-    fn run(&mut self, until: Time) -> bool {
-        while let Some(&Reverse((t, s))) = self.heap.peek() {
-            if t > until {
-                return false;
-            }
-            self.heap.pop();
-            self.now = t;
-            match self.pending.remove(&s).expect("scheduled") {
-                Ev::NicFree(h) => {
-                    self.nic_busy[h] = false;
-                    self.after_input(h);
-                }
-                Ev::AtHost(pkt) => {
-                    let h = pkt.dst as usize;
-                    assert_eq!(pkt.dst_port, self.hosts[h].endpoint().port);
-                    self.hosts[h].handle_packet(t, pkt);
-                    self.after_input(h);
-                }
-                Ev::AtSwitch(pkt) => {
-                    let mut out = Vec::new();
-                    let in_port = pkt.src as PortId;
-                    self.sw.on_packet(t, &Ctx(self.hosts.len()), in_port, pkt, &mut out);
-                    for a in out {
-                        match a {
-                            SwitchAction::Forward { port, pkt } => self.egress(port, pkt),
-                            SwitchAction::Route { pkt } => self.egress(pkt.dst as PortId, pkt),
-                            SwitchAction::Multicast { ports, pkt } => {
-                                ports.into_iter().for_each(|p| self.egress(p, pkt.clone()))
-                            }
-                            SwitchAction::Drop { .. } => {}
-                            SwitchAction::SetTimer { .. } => panic!("SwitchML sets no timers"),
-                        }
-                    }
-                }
-                Ev::Timer(h, at) => {
-                    if self.armed[h] == Some(at) {
-                        self.armed[h] = None;
-                        self.hosts[h].handle_timeout(t);
-                        self.after_input(h);
-                    }
-                }
-            }
-        }
-        true
-    }
-
-    fn counter(&self, h: usize, name: &str) -> u64 {
-        self.hosts[h].counters().into_iter().find(|c| c.0 == name).map_or(0, |c| c.1)
-    }
-
-    fn total(&self, name: &str) -> u64 {
-        (0..self.hosts.len()).map(|h| self.counter(h, name)).sum()
-    }
-
-    fn sw_counter(&self, name: &str) -> u64 {
-        self.sw.counters().into_iter().find(|c| c.0 == name).expect("switch counter").1
-    }
+fn worker(h: usize) -> Endpoint {
+    Endpoint { host: h as u32, port: WORKER_PORT }
 }
 
 fn is_result(p: &Packet) -> bool {
     matches!(&p.header, Header::SwitchMl(h) if h.flags & SwitchMlHeader::FLAG_RESULT != 0)
-}
-
-/// Drops each packet with probability `per_mille / 1000`, from a seeded sequence.
-fn random_drop(seed: u64, per_mille: u64) -> Filter {
-    let mut n = seed.wrapping_mul(0x9E37_79B9);
-    Box::new(move |_| {
-        n += 1;
-        splitmix64(n) % 1000 < per_mille
-    })
 }
 
 /// Worker `rank`'s values: within ±2^20, so sums of up to 2^10 workers never saturate.
@@ -230,29 +55,35 @@ struct JobSetup {
     pool: u32,
 }
 
-/// Admits the jobs and adds their workers (hosts must be numbered 0.. in job order).
-fn build(jobs: &[JobSetup], slots: u32, timeout_ps: Time) -> Net {
-    let mut sw = SwitchMlSwitch::with_slots(slots);
+/// A star of the jobs' hosts (numbered 0.. in job order) around a `SwitchMlSwitch` that
+/// admitted the jobs, with their workers. Every packet going down must be a result for the
+/// host on the far side of its port.
+fn build(jobs: &[JobSetup], slots: u32, timeout_ps: Time) -> Fabric {
+    let mut program = SwitchMlSwitch::with_slots(slots);
     for j in jobs {
-        let workers = j.hosts.iter().map(|&h| (Endpoint { host: h as u32, port: WORKER_PORT }, h as PortId)).collect();
-        sw.admit_job(j.job, SwitchMlJob { workers, pool_slots: j.pool }).expect("admitted");
+        let workers = j.hosts.iter().map(|&h| (worker(h), h as PortId)).collect();
+        program.admit_job(j.job, SwitchMlJob { workers, pool_slots: j.pool }).expect("admitted");
     }
-    let mut net = Net::new(sw);
-    let mut all: Vec<(usize, u32, u16, u32)> = Vec::new();
+    let mut f = Fabric::star(jobs.iter().map(|j| j.hosts.len()).sum(), LINK);
+    let sw = switch(&f);
+    f.install(sw, program);
+    f.tap(Links::ToHosts, |hop, p| {
+        assert!(is_result(p));
+        assert_eq!(p.dst, hop.to, "forwarded toward the wrong port");
+    });
+    let sw_ep = Endpoint { host: sw, port: SW_PORT };
     for j in jobs {
-        all.extend(j.hosts.iter().enumerate().map(|(w, &h)| (h, j.job, w as u16, j.pool)));
+        for (wid, &h) in j.hosts.iter().enumerate() {
+            let cfg = SwitchMlConfig { pool_slots: j.pool, timeout_ps, ..SwitchMlConfig::new(j.job, wid as u16, sw_ep) };
+            f.add(Box::new(SwitchMlWorker::new(worker(h), cfg).expect("valid")));
+        }
     }
-    all.sort();
-    for (h, job, wid, pool) in all {
-        let cfg = SwitchMlConfig { pool_slots: pool, timeout_ps, ..SwitchMlConfig::new(job, wid, SW_EP) };
-        net.add(Box::new(SwitchMlWorker::new(Endpoint { host: h as u32, port: WORKER_PORT }, cfg).expect("valid")));
-    }
-    net
+    f
 }
 
 /// Submits the requests (values per request) to every worker of every job, runs to
 /// quiescence and checks every worker got the exact sums. Returns the finish time.
-fn run_exact(net: &mut Net, jobs: &[JobSetup], sizes: &[usize], salt: u64) -> Time {
+fn run_exact(net: &mut Fabric, jobs: &[JobSetup], sizes: &[usize], salt: u64) -> Time {
     let mut want: BTreeMap<(u32, u64), Vec<i32>> = BTreeMap::new();
     for j in jobs {
         for (r, &len) in sizes.iter().enumerate() {
@@ -261,25 +92,26 @@ fn run_exact(net: &mut Net, jobs: &[JobSetup], sizes: &[usize], salt: u64) -> Ti
             for (w, &h) in j.hosts.iter().enumerate() {
                 let t = tensor(w, len, salt ^ (j.job as u64) << 20 ^ r as u64);
                 sum.iter_mut().zip(&t).for_each(|(a, b)| *a += b);
-                net.submit(h, AppRequest::Allreduce { id, bytes: 4 * len as u64, data: Some(Payload::I32(t)) });
+                net.submit(worker(h), AppRequest::Allreduce { id, bytes: 4 * len as u64, data: Some(Payload::I32(t)) });
             }
             want.insert((j.job, id), sum);
         }
     }
     assert!(net.run(10 * S), "did not go quiet");
+    net.check_conservation().unwrap();
     for j in jobs {
         for &h in &j.hosts {
             let mut got: Vec<u64> = Vec::new();
-            for (_, _, e) in net.events.iter().filter(|e| e.0 == h) {
+            for e in net.events(worker(h)) {
                 match e {
                     HostEvent::Done { id, data } => {
                         assert_eq!(
                             data.as_ref(),
-                            Some(&Payload::I32(want[&(j.job, *id)].clone())),
+                            Some(&Payload::I32(want[&(j.job, id)].clone())),
                             "job {} host {h} request {id}",
                             j.job
                         );
-                        got.push(*id);
+                        got.push(id);
                     }
                     e => panic!("host {h}: {e:?}"),
                 }
@@ -289,11 +121,12 @@ fn run_exact(net: &mut Net, jobs: &[JobSetup], sizes: &[usize], salt: u64) -> Ti
         }
     }
     let chunks: u64 = sizes.iter().map(|&s| s.div_ceil(32) as u64).sum::<u64>() * jobs.len() as u64;
-    assert_eq!(net.sw_counter("completed"), chunks);
-    assert_eq!(net.sw_counter("overflows"), 0);
-    assert_eq!(net.sw_counter("rejected"), 0);
-    assert_eq!(net.sw.aggregators_in_use(), 0);
-    net.events.iter().map(|e| e.1).max().unwrap_or(0)
+    assert_eq!(sw_counter(net, "completed"), chunks);
+    assert_eq!(sw_counter(net, "overflows"), 0);
+    assert_eq!(sw_counter(net, "rejected"), 0);
+    assert_eq!(net.program::<SwitchMlSwitch>(switch(net)).aggregators_in_use(), 0);
+    let hosts = jobs.iter().flat_map(|j| &j.hosts);
+    hosts.flat_map(|&h| net.timed_events(worker(h))).map(|e| e.0).max().unwrap_or(0)
 }
 
 fn one_job(n: usize, pool: u32) -> Vec<JobSetup> {
@@ -312,7 +145,7 @@ fn exact_sums_without_loss() {
             let chunks = 32 + 2 + 1 + 2;
             assert_eq!(net.total("packets_sent"), n as u64 * chunks, "n {n} pool {pool}: one packet per chunk");
             assert_eq!(net.total("timeouts") + net.total("retransmissions") + net.total("stale_results"), 0);
-            assert_eq!(net.sw_counter("aggregated"), n as u64 * chunks);
+            assert_eq!(sw_counter(&net, "aggregated"), n as u64 * chunks);
         }
     }
 }
@@ -340,16 +173,16 @@ fn recovers_from_lost_worker_packets_and_results() {
             let jobs = one_job(n, pool);
             let timeout = 100 * US;
             let mut net = build(&jobs, 128, timeout);
-            net.drop_up = random_drop(seed, up);
-            net.drop_down = random_drop(seed + 1000, down);
+            let (drop_up, drop_down) = random_drop(&mut net, seed, up, down);
             let t = run_exact(&mut net, &jobs, &sizes, seed);
             let ctx = format!("n {n} pool {pool} up {up} down {down}");
-            assert!(net.lost > 0, "{ctx}");
+            let lost_down = net.hits(drop_down);
+            assert!(net.hits(drop_up) + lost_down > 0, "{ctx}");
             assert!(net.total("timeouts") > 0 && net.total("retransmissions") > 0, "{ctx}");
             assert!(t > timeout, "{ctx}: recovery waits for the timeout");
             // A lost result is recovered by a retransmission the switch answers from the
             // completed copy (with up loss only, late retransmissions may be answered too).
-            assert!(net.lost_down == 0 || net.sw_counter("retransmissions_answered") > 0, "{ctx}");
+            assert!(lost_down == 0 || sw_counter(&net, "retransmissions_answered") > 0, "{ctx}");
         }
     }
 }
@@ -361,12 +194,11 @@ fn two_jobs_share_the_switch_with_separate_partitions() {
         JobSetup { job: 2, hosts: vec![3, 4, 5, 6], pool: 11 },
     ];
     let mut net = build(&jobs, 16, MS);
-    assert_eq!(net.sw.free_slots(), 0);
+    assert_eq!(net.program::<SwitchMlSwitch>(switch(&net)).free_slots(), 0);
     run_exact(&mut net, &jobs, &[700, 40], 9);
     // The same under loss: the jobs' retransmissions never touch each other's slots.
     let mut net = build(&jobs, 16, 50 * US);
-    net.drop_up = random_drop(5, 40);
-    net.drop_down = random_drop(6, 40);
+    random_drop(&mut net, 5, 40, 40);
     run_exact(&mut net, &jobs, &[700, 40], 10);
     assert!(net.total("timeouts") > 0);
 }
@@ -376,17 +208,16 @@ fn metadata_mode_moves_full_packets() {
     let jobs = one_job(3, 8);
     let mut net = build(&jobs, 8, MS);
     for h in 0..3 {
-        net.submit(h, AppRequest::Allreduce { id: 1, bytes: 1001, data: None });
-        net.submit(h, AppRequest::Allreduce { id: 2, bytes: 0, data: None });
+        net.submit(worker(h), AppRequest::Allreduce { id: 1, bytes: 1001, data: None });
+        net.submit(worker(h), AppRequest::Allreduce { id: 2, bytes: 0, data: None });
     }
     assert!(net.run(S));
     for h in 0..3 {
         let ids: Vec<u64> = net
-            .events
-            .iter()
-            .filter(|e| e.0 == h)
-            .map(|e| match &e.2 {
-                HostEvent::Done { id, data: None } => *id,
+            .events(worker(h))
+            .into_iter()
+            .map(|e| match e {
+                HostEvent::Done { id, data: None } => id,
                 e => panic!("{e:?}"),
             })
             .collect();
@@ -394,12 +225,12 @@ fn metadata_mode_moves_full_packets() {
     }
     // 1001 B = 251 values = 8 chunks of 32.
     assert_eq!(net.total("packets_sent"), 3 * 8);
-    assert_eq!(net.sw_counter("completed"), 8);
+    assert_eq!(sw_counter(&net, "completed"), 8);
 }
 
 #[test]
 fn bad_requests_and_configs_are_refused() {
-    let cfg = SwitchMlConfig::new(1, 0, SW_EP);
+    let cfg = SwitchMlConfig::new(1, 0, Endpoint { host: 1000, port: SW_PORT });
     assert_eq!(
         (cfg.pool_slots, cfg.timeout_ps, cfg.packet_bytes, cfg.header_bytes, cfg.values_per_packet()),
         (128, MS, 180, 52, 32)
@@ -425,21 +256,24 @@ fn a_lost_result_is_answered_from_the_shadow_copy_after_one_timeout() {
     let mut net = build(&jobs, 2, MS);
     // Lose the result of chunk 0 on its way to worker 1, once.
     let mut lost = false;
-    net.drop_down = Box::new(move |p| {
-        let hit = !lost && p.dst == 1 && matches!(&p.header, Header::SwitchMl(h) if h.chunk == 0);
-        lost |= hit;
-        hit
-    });
+    let drop_down = net.lose(
+        Links::ToHosts,
+        Rule::when(move |p| {
+            let hit = !lost && p.dst == 1 && matches!(&p.header, Header::SwitchMl(h) if h.chunk == 0);
+            lost |= hit;
+            hit
+        }),
+    );
     let t = run_exact(&mut net, &jobs, &[32 * 5], 3);
-    assert_eq!(net.lost_down, 1);
-    assert_eq!((net.counter(1, "timeouts"), net.counter(1, "retransmissions")), (1, 1));
+    assert_eq!(net.hits(drop_down), 1);
+    assert_eq!((net.counter(worker(1), "timeouts"), net.counter(worker(1), "retransmissions")), (1, 1));
     // Slot 0 stalls until worker 1 recovers, so the others' next chunk on it times out too
     // (SwitchML's cost of a lost result); those retransmissions are answered or dropped as
     // stale, never aggregated twice.
     let rtx = net.total("retransmissions");
     assert_eq!(rtx, 3);
-    assert!(net.sw_counter("retransmissions_answered") >= 1);
-    assert_eq!(net.sw_counter("retransmissions_answered") + net.sw_counter("dropped_stale"), rtx);
-    assert_eq!(net.sw_counter("aggregated"), 3 * 5, "the retransmission is not aggregated again");
+    assert!(sw_counter(&net, "retransmissions_answered") >= 1);
+    assert_eq!(sw_counter(&net, "retransmissions_answered") + sw_counter(&net, "dropped_stale"), rtx);
+    assert_eq!(sw_counter(&net, "aggregated"), 3 * 5, "the retransmission is not aggregated again");
     assert!(t > MS && t < MS + 100 * US, "one timeout of 1 ms: {t}");
 }

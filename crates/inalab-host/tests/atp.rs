@@ -1,0 +1,139 @@
+//! ATP's worker and PS end to end without an ATP switch: the PS does all the aggregation and
+//! answers by unicast. Instant links (no delay, no serialization), so packets move at once
+//! and time only advances on the workers' 10 ns loss-recovery timers.
+
+use inalab_core::time::S;
+use inalab_core::wire::{AtpHeader, Header};
+use inalab_core::{splitmix64, AppRequest, Endpoint, HostEvent, Payload};
+use inalab_host::{atp_layout, AtpConfig, AtpServer, AtpServerConfig, AtpWorker, Hashing};
+use inalab_testkit::{Fabric, Link, Links, Rule};
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+fn ep(h: u32, port: u16) -> Endpoint {
+    Endpoint { host: h, port }
+}
+
+const PS: Endpoint = Endpoint { host: 100, port: 2 };
+
+/// `n` workers (hosts `0..n`) beside the PS (host 100) on one L3 switch.
+fn setup(n: usize, aggs: u32, hashing: Hashing) -> (Fabric, Vec<Endpoint>) {
+    let layout = atp_layout(&vec![0u32; n], 0, |_| true).unwrap();
+    let cfg = AtpConfig { aggregators: aggs, hashing, timeout_ps: 10_000, ..AtpConfig::default() };
+    let wep: Vec<Endpoint> = (0..n as u32).map(|h| ep(h, 1)).collect();
+    let mut f = Fabric::star(101, Link::INSTANT);
+    for (r, &w) in wep.iter().enumerate() {
+        f.add(Box::new(AtpWorker::new(w, PS, layout.positions[r], cfg.clone()).unwrap()));
+    }
+    let ps_cfg = AtpServerConfig { atp: cfg, layout, workers: wep.clone(), multicast: false, resend_holdoff_ps: 5_000 };
+    f.add(Box::new(AtpServer::new(PS, ps_cfg).unwrap()));
+    (f, wep)
+}
+
+/// Runs until quiet: every packet moved, every timer fired.
+fn run_to_quiet(f: &mut Fabric) {
+    assert!(f.run(S), "no quiescence");
+    f.check_conservation().unwrap();
+}
+
+/// The `i`-th event of worker `w`, which must be a `Done` with i32 values.
+fn done(f: &Fabric, w: Endpoint, i: usize) -> Vec<i32> {
+    match f.events(w).get(i) {
+        Some(HostEvent::Done { data: Some(Payload::I32(v)), .. }) => v.clone(),
+        e => panic!("expected Done, got {e:?}"),
+    }
+}
+
+fn submit_all(f: &mut Fabric, ws: &[Endpoint], id: u64, data: impl Fn(usize, usize) -> i32, len: usize) {
+    for (r, &w) in ws.iter().enumerate() {
+        let v: Vec<i32> = (0..len).map(|i| data(r, i)).collect();
+        f.submit(w, AppRequest::Allreduce { id, bytes: 4 * len as u64, data: Some(Payload::I32(v)) });
+    }
+}
+
+#[test]
+fn sums_exactly_under_heavy_loss() {
+    let (mut f, ws) = setup(3, 16, Hashing::Hash);
+    let mut k = 0u64;
+    // 10 % loss.
+    f.lose(
+        Links::FromHosts,
+        Rule::when(move |_| {
+            k += 1;
+            splitmix64(k) % 10 == 0
+        }),
+    );
+    let len = 62 * 40 + 7;
+    submit_all(&mut f, &ws, 9, |r, i| (r * 1000 + i) as i32 - 500, len);
+    run_to_quiet(&mut f);
+    let want: Vec<i32> = (0..len).map(|i| (0..3).map(|r| (r * 1000 + i) as i32 - 500).sum()).collect();
+    for &w in &ws {
+        assert_eq!(done(&f, w, 0), want);
+        assert_eq!(f.counter(w, "fragments_sent"), 41);
+        assert!(f.counter(w, "resends") > 0 && f.counter(w, "timeouts") > 0);
+    }
+}
+
+#[test]
+fn overflow_falls_back_to_floats() {
+    let (mut f, ws) = setup(3, 16, Hashing::Hash);
+    let floats = Rc::new(Cell::new(0));
+    let count = floats.clone();
+    f.tap(Links::FromHosts, move |_, p| {
+        if let Header::Atp(h) = p.header {
+            if h.has(AtpHeader::FLAG_FLOAT) && !h.has(AtpHeader::FLAG_ACK) {
+                assert_eq!(h.seq, 0);
+                assert!(matches!(p.payload.as_deref(), Some(Payload::F32(_))));
+                count.set(count.get() + 1);
+            }
+        }
+    });
+    // Value 0 of fragment 0 overflows i32 in the sum; fragment 1 does not overflow.
+    submit_all(&mut f, &ws, 1, |r, i| if i == 0 { 1_500_000_000 } else { (r + i) as i32 }, 100);
+    run_to_quiet(&mut f);
+    assert_eq!(floats.get(), 3, "every worker resent the overflowing fragment as floats");
+    assert_eq!(f.counter(PS, "overflows"), 1);
+    for &w in &ws {
+        let v = done(&f, w, 0);
+        assert_eq!(v[0], i32::MAX, "the float sum converts back saturated");
+        assert_eq!(v[1..], (1..100).map(|i| 3 * i + 3).collect::<Vec<i32>>()[..]);
+    }
+}
+
+#[test]
+fn collision_rehashes_the_index() {
+    let (mut f, ws) = setup(2, 4, Hashing::Linear);
+    // Round 1 plays a switch that forwarded seq 0 with the collision flag; round 2 records
+    // the index of every worker packet.
+    let round = Rc::new(Cell::new(1));
+    let idx = Rc::new(RefCell::new(BTreeMap::new()));
+    let (r, seen) = (round.clone(), idx.clone());
+    f.tap(Links::FromHosts, move |_, p| {
+        if let Header::Atp(ref mut h) = p.header {
+            match (r.get(), h.has(AtpHeader::FLAG_ACK)) {
+                (1, false) => {
+                    assert_eq!(h.agg_index, 0);
+                    h.flags |= AtpHeader::FLAG_COLLISION | AtpHeader::FLAG_RESEND;
+                }
+                (1, true) => {
+                    assert!(h.has(AtpHeader::FLAG_REHASH));
+                    assert_eq!(h.bitmap0, AtpConfig { aggregators: 4, ..AtpConfig::default() }.rehash(0, 0));
+                }
+                (_, false) => {
+                    seen.borrow_mut().insert(h.seq, h.agg_index);
+                }
+                (_, true) => {}
+            }
+        }
+    });
+    submit_all(&mut f, &ws, 1, |_, _| 1, 62);
+    run_to_quiet(&mut f);
+    ws.iter().for_each(|&w| assert_eq!(done(&f, w, 0), vec![2; 62]));
+    // Seqs 1..=4 (linear: index = seq % 4): seq 4 maps to index 0, which is now remapped.
+    round.set(2);
+    submit_all(&mut f, &ws, 2, |_, _| 1, 62 * 4);
+    run_to_quiet(&mut f);
+    let new = AtpConfig { aggregators: 4, ..AtpConfig::default() }.rehash(0, 0);
+    assert_eq!(idx.take().into_iter().collect::<Vec<_>>(), vec![(1, 1), (2, 2), (3, 3), (4, new)]);
+}
