@@ -57,7 +57,8 @@
 //!   that original index (a late duplicate cannot undo a newer rehash).
 //! - The PS keeps every completed result for the whole run (the paper's PS stores parameters).
 
-use crate::aimd::{AimdConfig, AimdWindow};
+use crate::aimd::AimdConfig;
+use crate::cc::{CongestionControl, WindowRules};
 use crate::error::ensure;
 use crate::ConfigError;
 use inalab_core::time::{Time, MS};
@@ -167,6 +168,8 @@ pub struct AtpConfig {
     /// ECN/loss AIMD window (false: a fixed window of `aimd.initial_window_bytes`).
     pub congestion_control: bool,
     pub aimd: AimdConfig,
+    /// The rules of the window. Default ATP's AIMD.
+    pub window_rules: WindowRules,
     /// Worker loss-recovery timeout. Default 1 ms.
     pub timeout_ps: Time,
 }
@@ -181,6 +184,7 @@ impl Default for AtpConfig {
             aggregators: 0,
             congestion_control: true,
             aimd: AimdConfig { initial_window_bytes: 200 * 306, increment_bytes: 1500, min_window_bytes: 306, initial_ssthresh_bytes: u64::MAX },
+            window_rules: WindowRules::Aimd,
             timeout_ps: MS,
         }
     }
@@ -268,7 +272,7 @@ pub struct AtpWorker {
     float_seqs: BTreeSet<u32>,
     /// Resends waiting for the NIC.
     resend_q: VecDeque<u32>,
-    window: AimdWindow,
+    window: Box<dyn CongestionControl>,
     deadline: Option<Time>,
     events: VecDeque<HostEvent>,
     fragments_sent: u64,
@@ -294,7 +298,7 @@ impl AtpWorker {
     /// Worker at `local` sending to the PS at `ps` with its layout position.
     pub fn new(local: Endpoint, ps: Endpoint, pos: AtpPosition, cfg: AtpConfig) -> Result<Self, ConfigError> {
         let per_packet = cfg.check()?;
-        let window = AimdWindow::new(cfg.aimd.clone());
+        let window = cfg.window_rules.window(&cfg.aimd);
         Ok(AtpWorker {
             local,
             ps,

@@ -2,7 +2,25 @@
 //! signals. ATP's AIMD ([`AimdWindow`]) is one implementation; schemes that change its rules
 //! (DSA, Rina) add their own beside it, and the transport and ATP's workers take any.
 
-use crate::aimd::AimdWindow;
+use crate::aimd::{AimdConfig, AimdWindow};
+
+/// Which rules a protocol's congestion window follows (a config field, so a scheme can swap
+/// the rules without touching the protocol). DSA's and Rina's variants come with them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum WindowRules {
+    /// ATP's AIMD (§3.7), the default everywhere.
+    #[default]
+    Aimd,
+}
+
+impl WindowRules {
+    /// A window following these rules, from the AIMD settings.
+    pub fn window(self, cfg: &AimdConfig) -> Box<dyn CongestionControl> {
+        match self {
+            WindowRules::Aimd => Box::new(AimdWindow::new(cfg.clone())),
+        }
+    }
+}
 
 /// A congestion window. Sequence numbers are the caller's (any monotone counter), used to
 /// scope a once-per-window reaction.

@@ -38,7 +38,7 @@ mod switchml;
 mod transport;
 
 pub use aimd::{AimdConfig, AimdWindow};
-pub use cc::CongestionControl;
+pub use cc::{CongestionControl, WindowRules};
 pub use rtt::{RttConfig, RttEstimator};
 pub use atp::{atp_layout, AtpConfig, AtpLayout, AtpPosition, AtpServer, AtpServerConfig, AtpWorker, Contributor, Hashing, ATP_MAX_WORKERS};
 pub use datagram::{DatagramConfig, DatagramSender, DatagramSink};

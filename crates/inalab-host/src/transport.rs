@@ -15,7 +15,8 @@
 //! Limits: sequence numbers are 32 bits per connection (2^32 segments, about 6 TB at the
 //! default MSS) and a message is at most `u32::MAX` bytes (the header's `msg_len`).
 
-use crate::aimd::{AimdConfig, AimdWindow};
+use crate::aimd::AimdConfig;
+use crate::cc::{CongestionControl, WindowRules};
 use crate::error::ensure;
 use crate::ConfigError;
 use inalab_core::time::{Time, MS};
@@ -43,6 +44,8 @@ pub struct TransportConfig {
     pub dup_ack_threshold: u32,
     /// Congestion window of each connection (window in on-wire bytes).
     pub aimd: AimdConfig,
+    /// The rules of each connection's window. Default ATP's AIMD.
+    pub window_rules: WindowRules,
 }
 
 impl Default for TransportConfig {
@@ -54,6 +57,7 @@ impl Default for TransportConfig {
             rto_max: 64 * MS,
             dup_ack_threshold: 3,
             aimd: AimdConfig::default(),
+            window_rules: WindowRules::Aimd,
         }
     }
 }
@@ -137,7 +141,7 @@ struct Conn {
     recover: Option<u32>,
     rto_cur: Time,
     rto_at: Option<Time>,
-    aimd: AimdWindow,
+    aimd: Box<dyn CongestionControl>,
     // Receiver.
     rcv_nxt: u32,
     out_of_order: BTreeMap<u32, Segment>,
@@ -157,7 +161,7 @@ impl Conn {
             recover: None,
             rto_cur: cfg.rto,
             rto_at: None,
-            aimd: AimdWindow::new(cfg.aimd.clone()),
+            aimd: cfg.window_rules.window(&cfg.aimd),
             rcv_nxt: 0,
             out_of_order: BTreeMap::new(),
             assembly: None,

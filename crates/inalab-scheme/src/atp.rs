@@ -15,7 +15,7 @@ use crate::ring::worker_endpoints;
 use crate::transport::{TransportParams, TRANSPORT_PARAMS};
 use inalab_core::time::MS;
 use inalab_core::{Admission, Endpoint, NodeId, SwitchProgram, Time};
-use inalab_host::{atp_layout, AimdConfig, AtpConfig, AtpServer, AtpServerConfig, AtpWorker, Hashing, Quantized};
+use inalab_host::{atp_layout, AimdConfig, AtpConfig, AtpServer, AtpServerConfig, AtpWorker, Hashing, Quantized, WindowRules};
 use inalab_switch::{atp_admissions, AtpSwitch, AtpSwitchConfig};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -161,6 +161,7 @@ impl Scheme for Atp {
                 min_window_bytes: ina.packet_bytes as u64,
                 initial_ssthresh_bytes: u64::MAX,
             },
+            window_rules: WindowRules::Aimd,
             timeout_ps: ina.timeout_ps,
         };
         let err = |e: inalab_host::ConfigError| PlanError::new("ina", e.0);
