@@ -11,10 +11,28 @@ pub struct Endpoint {
 #[derive(Debug, Clone)]
 pub enum AppRequest {
     /// Allreduce one tensor of `bytes` bytes with the other members of the protocol's group.
-    /// `data` carries the values in payload mode (its length is `bytes / 4`).
-    Allreduce { id: u64, bytes: u64, data: Option<Payload> },
+    /// `data` carries the values in payload mode (its length is `bytes / 4`); `attrs` says
+    /// what a scheme may need to know of the tensor.
+    Allreduce { id: u64, bytes: u64, data: Option<Payload>, attrs: TensorAttrs },
     /// Send one message of `bytes` bytes to `dst` (background traffic, benchmarks).
     Send { id: u64, dst: Endpoint, bytes: u64 },
+}
+
+/// What the application knows of a tensor that a scheme may use: DSA ranks tensors by
+/// priority, Canary picks a block's leader, layer-wise schedulers order by layer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TensorAttrs {
+    /// The model layer the tensor belongs to, counted from the input (0 for a benchmark).
+    pub layer: u32,
+    /// Scheduling priority, higher first; 0 when the application gives none.
+    pub priority: u32,
+}
+
+impl AppRequest {
+    /// An allreduce with no attributes.
+    pub fn allreduce(id: u64, bytes: u64, data: Option<Payload>) -> Self {
+        AppRequest::Allreduce { id, bytes, data, attrs: TensorAttrs::default() }
+    }
 }
 
 /// What a host protocol reports back to its application.

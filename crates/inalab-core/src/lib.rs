@@ -16,7 +16,7 @@ mod switch;
 pub mod time;
 mod timers;
 
-pub use host::{AppRequest, Endpoint, HostEvent, HostProtocol};
+pub use host::{AppRequest, Endpoint, HostEvent, HostProtocol, TensorAttrs};
 pub use inalab_wire as wire;
 pub use packet::{flow_key, splitmix64, Packet, Payload, NO_PATH};
 pub use programs::Programs;

@@ -494,7 +494,7 @@ impl HostProtocol for AtpWorker {
 
     fn submit(&mut self, _now: Time, req: AppRequest) {
         match req {
-            AppRequest::Allreduce { id, bytes, data } => {
+            AppRequest::Allreduce { id, bytes, data, .. } => {
                 let values = (bytes / 4) as usize;
                 if bytes % 4 != 0 || data.as_ref().is_some_and(|d| d.len() != values || matches!(d, Payload::F32(_))) {
                     self.events.push_back(HostEvent::Failed { id, reason: "ATP needs i32 (fixed-point) values, bytes / 4 of them".into() });
@@ -942,7 +942,7 @@ mod tests {
     fn submit_all(ws: &mut [AtpWorker], id: u64, data: impl Fn(usize, usize) -> i32, len: usize) {
         for (r, w) in ws.iter_mut().enumerate() {
             let v: Vec<i32> = (0..len).map(|i| data(r, i)).collect();
-            w.submit(0, AppRequest::Allreduce { id, bytes: 4 * len as u64, data: Some(Payload::I32(v)) });
+            w.submit(0, AppRequest::allreduce(id, 4 * len as u64, Some(Payload::I32(v))));
         }
     }
 

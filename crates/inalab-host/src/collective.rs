@@ -101,7 +101,7 @@ impl<A: Algorithm> Runner<A> {
 
     pub fn submit(&mut self, now: Time, req: AppRequest) {
         match req {
-            AppRequest::Allreduce { id, bytes, data } => {
+            AppRequest::Allreduce { id, bytes, data, .. } => {
                 let checked = match &data {
                     Some(d) if d.len() as u64 * Payload::VALUE_BYTES as u64 != bytes => {
                         Err(format!("payload has {} values but bytes is {bytes}", d.len()))

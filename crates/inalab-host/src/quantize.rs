@@ -20,7 +20,7 @@
 //! through; results then come back as i32.
 
 use crate::quant::{block_exponent, from_fixed, switchml_scale, switchml_to_fixed, to_fixed};
-use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload, Time};
+use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload, TensorAttrs, Time};
 use std::collections::{BTreeMap, VecDeque};
 
 /// How a scheme's worker turns float32 tensors into what its packets carry.
@@ -41,7 +41,7 @@ const EXP_BIAS: i32 = 129;
 /// What an inner request is for.
 enum Stage {
     /// The exponent agreement of outer request `outer`; its data waits here.
-    Exponent { outer: u64, bytes: u64, data: Option<Payload> },
+    Exponent { outer: u64, bytes: u64, data: Option<Payload>, attrs: TensorAttrs },
     /// Outer request `outer`'s values; `scale` converts the i32 sum back to f32 (`None`:
     /// hand the result back as it comes), `len` values.
     Data { outer: u64, scale: Option<f64> },
@@ -54,7 +54,7 @@ pub struct Quantized {
     rank: usize,
     world: usize,
     /// AgreedExponent: requests waiting for their exponent round.
-    waiting: VecDeque<(u64, u64, Option<Payload>)>,
+    waiting: VecDeque<(u64, u64, Option<Payload>, TensorAttrs)>,
     exponent_busy: bool,
     stages: BTreeMap<u64, Stage>,
     next_inner: u64,
@@ -67,11 +67,11 @@ impl Quantized {
         Quantized { inner, q, rank, world, waiting: VecDeque::new(), exponent_busy: false, stages: BTreeMap::new(), next_inner: 0, events: VecDeque::new() }
     }
 
-    fn submit_inner(&mut self, now: Time, bytes: u64, data: Option<Payload>, stage: Stage) {
+    fn submit_inner(&mut self, now: Time, bytes: u64, data: Option<Payload>, attrs: TensorAttrs, stage: Stage) {
         self.next_inner += 1;
         let id = self.next_inner;
         self.stages.insert(id, stage);
-        self.inner.submit(now, AppRequest::Allreduce { id, bytes, data });
+        self.inner.submit(now, AppRequest::Allreduce { id, bytes, data, attrs });
     }
 
     /// Rejections reach the application as events (the simulator fails the job, the client
@@ -81,10 +81,10 @@ impl Quantized {
     }
 
     /// Fixed point: converts f32 values (rejecting those that do not fit) and sends.
-    fn send_fixed(&mut self, now: Time, id: u64, bytes: u64, data: Option<Payload>, scale: f64) {
+    fn send_fixed(&mut self, now: Time, id: u64, bytes: u64, data: Option<Payload>, attrs: TensorAttrs, scale: f64) {
         match data {
             Some(Payload::F32(v)) => match to_fixed(&v, scale) {
-                Ok(f) if f.saturated == 0 => self.submit_inner(now, bytes, Some(Payload::I32(f.values)), Stage::Data { outer: id, scale: Some(scale) }),
+                Ok(f) if f.saturated == 0 => self.submit_inner(now, bytes, Some(Payload::I32(f.values)), attrs, Stage::Data { outer: id, scale: Some(scale) }),
                 Ok(f) => {
                     let (i, x) = v.iter().enumerate().find(|(_, x)| (**x as f64 * scale).abs() >= i32::MAX as f64).expect("one saturated");
                     let reason = format!(
@@ -96,14 +96,14 @@ impl Quantized {
                 }
                 Err(e) => self.reject(id, e.to_string()),
             },
-            other => self.submit_inner(now, bytes, other, Stage::Data { outer: id, scale: None }),
+            other => self.submit_inner(now, bytes, other, attrs, Stage::Data { outer: id, scale: None }),
         }
     }
 
     /// Agreed exponent: starts the next waiting request's exponent round, if none runs.
     fn start_exponent_round(&mut self, now: Time) {
         while !self.exponent_busy {
-            let Some((id, bytes, data)) = self.waiting.pop_front() else { return };
+            let Some((id, bytes, data, attrs)) = self.waiting.pop_front() else { return };
             let mine = match &data {
                 Some(Payload::F32(v)) => {
                     if let Some(i) = v.iter().position(|x| !x.is_finite()) {
@@ -120,7 +120,7 @@ impl Quantized {
                 Payload::I32(e)
             });
             self.exponent_busy = true;
-            self.submit_inner(now, self.world as u64 * 4, exps, Stage::Exponent { outer: id, bytes, data });
+            self.submit_inner(now, self.world as u64 * 4, exps, attrs, Stage::Exponent { outer: id, bytes, data, attrs });
         }
     }
 
@@ -147,7 +147,7 @@ impl Quantized {
                 }
             };
             match self.stages.remove(&id) {
-                Some(Stage::Exponent { outer, bytes, data: values }) => {
+                Some(Stage::Exponent { outer, bytes, data: values, attrs }) => {
                     self.exponent_busy = false;
                     match values {
                         Some(Payload::F32(v)) => {
@@ -157,9 +157,9 @@ impl Quantized {
                             };
                             let n = self.world as u32;
                             let f = switchml_to_fixed(&v, n, e_max).expect("checked finite, n > 0");
-                            self.submit_inner(now, bytes, Some(Payload::I32(f.values)), Stage::Data { outer, scale: Some(switchml_scale(n, e_max)) });
+                            self.submit_inner(now, bytes, Some(Payload::I32(f.values)), attrs, Stage::Data { outer, scale: Some(switchml_scale(n, e_max)) });
                         }
-                        other => self.submit_inner(now, bytes, other, Stage::Data { outer, scale: None }),
+                        other => self.submit_inner(now, bytes, other, attrs, Stage::Data { outer, scale: None }),
                     }
                     self.start_exponent_round(now);
                 }
@@ -183,12 +183,12 @@ impl HostProtocol for Quantized {
 
     fn submit(&mut self, now: Time, req: AppRequest) {
         match (req, self.q) {
-            (AppRequest::Allreduce { id, bytes, data }, Quantization::FixedPoint { scale }) => self.send_fixed(now, id, bytes, data, scale),
-            (AppRequest::Allreduce { id, bytes, data }, Quantization::AgreedExponent) => {
-                self.waiting.push_back((id, bytes, data));
+            (AppRequest::Allreduce { id, bytes, data, attrs }, Quantization::FixedPoint { scale }) => self.send_fixed(now, id, bytes, data, attrs, scale),
+            (AppRequest::Allreduce { id, bytes, data, attrs }, Quantization::AgreedExponent) => {
+                self.waiting.push_back((id, bytes, data, attrs));
                 self.start_exponent_round(now);
             }
-            (AppRequest::Allreduce { id, bytes, data }, Quantization::None) => self.submit_inner(now, bytes, data, Stage::Data { outer: id, scale: None }),
+            (AppRequest::Allreduce { id, bytes, data, attrs }, Quantization::None) => self.submit_inner(now, bytes, data, attrs, Stage::Data { outer: id, scale: None }),
             (other, _) => self.inner.submit(now, other),
         }
         self.pump(now);

@@ -222,7 +222,7 @@ impl HostProtocol for SwitchMlWorker {
     /// A zero-byte request is done at once; `Send` requests fail.
     fn submit(&mut self, _now: Time, req: AppRequest) {
         let (id, bytes, data) = match req {
-            AppRequest::Allreduce { id, bytes, data } => (id, bytes, data),
+            AppRequest::Allreduce { id, bytes, data, .. } => (id, bytes, data),
             AppRequest::Send { id, .. } => {
                 return self.events.push_back(HostEvent::Failed {
                     id,

@@ -48,7 +48,7 @@ fn done(f: &Fabric, w: Endpoint, i: usize) -> Vec<i32> {
 fn submit_all(f: &mut Fabric, ws: &[Endpoint], id: u64, data: impl Fn(usize, usize) -> i32, len: usize) {
     for (r, &w) in ws.iter().enumerate() {
         let v: Vec<i32> = (0..len).map(|i| data(r, i)).collect();
-        f.submit(w, AppRequest::Allreduce { id, bytes: 4 * len as u64, data: Some(Payload::I32(v)) });
+        f.submit(w, AppRequest::allreduce(id, 4 * len as u64, Some(Payload::I32(v))));
     }
 }
 

@@ -66,7 +66,7 @@ fn check(setup: &mut Setup, requests: &[(u64, Option<Vec<Payload>>, u64)]) {
     for (rank, &w) in setup.workers.iter().enumerate() {
         for (id, data, bytes) in requests {
             let data = data.as_ref().map(|d| d[rank].clone());
-            setup.fabric.submit(w, AppRequest::Allreduce { id: *id, bytes: *bytes, data });
+            setup.fabric.submit(w, AppRequest::allreduce(*id, *bytes, data));
         }
     }
     assert!(setup.fabric.run(10 * S), "fabric did not go quiet");
@@ -218,7 +218,7 @@ fn bad_requests_and_groups_are_rejected() {
 
     let mut fabric = star(2);
     let w = fabric.add(Box::new(RingAllreduce::new(eps[..1].to_vec(), 0, TransportConfig::default()).unwrap()));
-    fabric.submit(w, AppRequest::Allreduce { id: 9, bytes: 12, data: Some(Payload::I32(vec![1, 2])) });
+    fabric.submit(w, AppRequest::allreduce(9, 12, Some(Payload::I32(vec![1, 2]))));
     fabric.submit(w, AppRequest::Send { id: 10, dst: eps[1], bytes: 12 });
     let ev = fabric.events(w);
     assert!(matches!(ev[..], [HostEvent::Failed { id: 9, .. }, HostEvent::Failed { id: 10, .. }]), "{ev:?}");

@@ -43,7 +43,7 @@ fn datagrams_are_unreliable_and_reject_allreduce() {
     let rx = f.add(Box::new(DatagramSink::new(Endpoint { host: 1, port: 9 })));
     f.lose(Links::FromHosts, Rule::nth([1]));
     f.submit(tx, AppRequest::Send { id: 1, dst: rx, bytes: 3000 });
-    f.submit(tx, AppRequest::Allreduce { id: 2, bytes: 4, data: None });
+    f.submit(tx, AppRequest::allreduce(2, 4, None));
     assert!(f.run(S));
     assert_eq!((f.counter(rx, "rx_packets"), f.counter(rx, "rx_bytes")), (2, 2000));
     assert!(matches!(f.events(tx)[..], [HostEvent::Failed { id: 2, .. }, HostEvent::Done { id: 1, .. }]));

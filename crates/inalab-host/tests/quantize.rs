@@ -3,7 +3,7 @@
 //! values), rejected inputs named, and requests reaching the protocol in one order on every
 //! worker.
 
-use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload, Time};
+use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload, TensorAttrs, Time};
 use inalab_host::{Quantization, Quantized};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 #[derive(Default)]
 struct Log {
     submitted: Vec<(u64, u64, Option<Payload>)>,
+    attrs: Vec<TensorAttrs>,
     done: VecDeque<HostEvent>,
 }
 
@@ -23,8 +24,10 @@ impl HostProtocol for Recorder {
         Endpoint { host: 0, port: 0 }
     }
     fn submit(&mut self, _now: Time, req: AppRequest) {
-        if let AppRequest::Allreduce { id, bytes, data } = req {
-            self.0.lock().unwrap().submitted.push((id, bytes, data));
+        if let AppRequest::Allreduce { id, bytes, data, attrs } = req {
+            let mut log = self.0.lock().unwrap();
+            log.submitted.push((id, bytes, data));
+            log.attrs.push(attrs);
         }
     }
     fn handle_packet(&mut self, _now: Time, _pkt: Packet) {}
@@ -85,7 +88,7 @@ impl Job {
 
     fn submit(&mut self, id: u64, data: impl Fn(usize) -> Option<Payload>, bytes: u64) {
         for (r, w) in self.workers.iter_mut().enumerate() {
-            w.submit(0, AppRequest::Allreduce { id, bytes, data: data(r) });
+            w.submit(0, AppRequest::allreduce(id, bytes, data(r)));
         }
     }
 
@@ -203,4 +206,18 @@ fn nan_is_rejected_before_the_exponent_round() {
     let (id, got) = floats(&events[1][1]);
     assert_eq!((id, got.len()), (2, 1));
     assert!((got[0] - 4.0).abs() < 1e-6);
+}
+
+#[test]
+fn tensor_attributes_reach_the_protocol_in_every_round() {
+    for q in [Quantization::AgreedExponent, Quantization::FixedPoint { scale: 1e8 }, Quantization::None] {
+        let mut job = Job::new(q, 2);
+        let attrs = TensorAttrs { layer: 7, priority: 3 };
+        for w in &mut job.workers {
+            w.submit(0, AppRequest::Allreduce { id: 1, bytes: 8, data: Some(Payload::I32(vec![1, 2])), attrs });
+        }
+        job.run();
+        let seen = job.logs[0].lock().unwrap().attrs.clone();
+        assert!(!seen.is_empty() && seen.iter().all(|a| *a == attrs), "{q:?}: {seen:?}");
+    }
 }

@@ -304,7 +304,7 @@ impl State {
             let id = self.next_id;
             let bytes = values.len() as u64 * 4;
             self.active.insert(id, done);
-            self.proto.submit(now, AppRequest::Allreduce { id, bytes, data: Some(Payload::F32(values)) });
+            self.proto.submit(now, AppRequest::allreduce(id, bytes, Some(Payload::F32(values))));
         }
     }
 

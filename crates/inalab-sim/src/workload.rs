@@ -8,7 +8,7 @@ use crate::setup::{flow_ports, host_named, set_up_jobs};
 use crate::spec::{JobSpec, SimSpec, Workload};
 use crate::world::{Call, Owner, World};
 use crate::SimError;
-use inalab_core::{splitmix64, AppRequest, Endpoint, HostEvent, NodeId, Payload, Time};
+use inalab_core::{splitmix64, AppRequest, Endpoint, HostEvent, NodeId, Payload, TensorAttrs, Time};
 use inalab_host::{DatagramConfig, DatagramSender, DatagramSink};
 use inalab_scheme::Role;
 use rand::{Rng, SeedableRng};
@@ -336,7 +336,7 @@ impl Workloads {
                 let tensor = w.iter as u64 * nl as u64 + l as u64;
                 let bytes = j.layers[l].0;
                 let data = payload.then(|| input(job, rank, tensor, (bytes / 4) as usize));
-                submit = Some((w.host, w.ep, AppRequest::Allreduce { id: tensor, bytes, data }));
+                submit = Some((w.host, w.ep, AppRequest::Allreduce { id: tensor, bytes, data, attrs: TensorAttrs { layer: l as u32, priority: 0 } }));
                 if l > 0 {
                     w.step = Step::Bwd(l - 1);
                 } else {

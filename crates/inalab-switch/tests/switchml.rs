@@ -92,7 +92,7 @@ fn run_exact(net: &mut Fabric, jobs: &[JobSetup], sizes: &[usize], salt: u64) ->
             for (w, &h) in j.hosts.iter().enumerate() {
                 let t = tensor(w, len, salt ^ (j.job as u64) << 20 ^ r as u64);
                 sum.iter_mut().zip(&t).for_each(|(a, b)| *a += b);
-                net.submit(worker(h), AppRequest::Allreduce { id, bytes: 4 * len as u64, data: Some(Payload::I32(t)) });
+                net.submit(worker(h), AppRequest::allreduce(id, 4 * len as u64, Some(Payload::I32(t))));
             }
             want.insert((j.job, id), sum);
         }
@@ -208,8 +208,8 @@ fn metadata_mode_moves_full_packets() {
     let jobs = one_job(3, 8);
     let mut net = build(&jobs, 8, MS);
     for h in 0..3 {
-        net.submit(worker(h), AppRequest::Allreduce { id: 1, bytes: 1001, data: None });
-        net.submit(worker(h), AppRequest::Allreduce { id: 2, bytes: 0, data: None });
+        net.submit(worker(h), AppRequest::allreduce(1, 1001, None));
+        net.submit(worker(h), AppRequest::allreduce(2, 0, None));
     }
     assert!(net.run(S));
     for h in 0..3 {
@@ -240,8 +240,8 @@ fn bad_requests_and_configs_are_refused() {
     assert!(SwitchMlWorker::new(ep, SwitchMlConfig { timeout_ps: 0, ..cfg.clone() }).is_err());
     assert!(SwitchMlWorker::new(ep, SwitchMlConfig { header_bytes: 178, ..cfg.clone() }).is_err());
     let mut w = SwitchMlWorker::new(ep, cfg).unwrap();
-    w.submit(0, AppRequest::Allreduce { id: 1, bytes: 8, data: Some(Payload::F32(vec![1.0, 2.0])) });
-    w.submit(0, AppRequest::Allreduce { id: 2, bytes: 12, data: Some(Payload::I32(vec![1, 2])) });
+    w.submit(0, AppRequest::allreduce(1, 8, Some(Payload::F32(vec![1.0, 2.0]))));
+    w.submit(0, AppRequest::allreduce(2, 12, Some(Payload::I32(vec![1, 2]))));
     w.submit(0, AppRequest::Send { id: 3, dst: ep, bytes: 10 });
     for id in 1..=3 {
         assert!(matches!(w.poll_event(), Some(HostEvent::Failed { id: i, .. }) if i == id));

@@ -321,8 +321,8 @@ impl HostProtocol for Alarm {
 fn host_timers_fire_once_and_rearming_replaces_them() {
     let mut f = Fabric::star(1, LINK);
     let a = f.add(Box::new(Alarm { local: ep(0), at: None, events: VecDeque::new() }));
-    f.submit(a, AppRequest::Allreduce { id: 1, bytes: 5 * US, data: None });
-    f.submit(a, AppRequest::Allreduce { id: 2, bytes: 3 * US, data: None });
+    f.submit(a, AppRequest::allreduce(1, 5 * US, None));
+    f.submit(a, AppRequest::allreduce(2, 3 * US, None));
     assert!(f.run(MS));
     // The replaced deadline left no stale event: the fabric went quiet when 2 rang.
     assert_eq!(f.now(), 3 * US);
