@@ -1,0 +1,143 @@
+//! Jobs planned by the registry, run on the test fabric with the real switch programs and
+//! float32 tensors: every worker gets the sum within its scheme's quantization bound, with
+//! and without loss, and the switches hold no aggregator once the job is released.
+
+use inalab_core::time::US;
+use inalab_core::{AppRequest, Endpoint, HostEvent, NodeId, Payload, PortId, Programs, SwitchProgram};
+use inalab_scheme::{by_name, JobSpec, NetView, Quantization};
+use inalab_testkit::{Fabric, Link, Links, Rule};
+use serde_json::{json, Value};
+
+const PER_LEAF: u32 = 4;
+const LEAVES: u32 = 2;
+const MEMORY: u64 = 2_000_000;
+
+/// The fabric's leaf-spine as a scheme sees it: leaves are programmable.
+struct View;
+
+impl NetView for View {
+    fn tor(&self, host: NodeId) -> NodeId {
+        PER_LEAF * LEAVES + host / PER_LEAF
+    }
+    fn port_toward(&self, switch: NodeId, host: NodeId) -> Option<PortId> {
+        (self.tor(host) == switch).then_some((host % PER_LEAF) as PortId)
+    }
+    fn programmable(&self, switch: NodeId) -> bool {
+        (PER_LEAF * LEAVES..PER_LEAF * LEAVES + LEAVES).contains(&switch)
+    }
+    fn memory_bytes(&self, switch: NodeId) -> u64 {
+        if self.programmable(switch) {
+            MEMORY
+        } else {
+            0
+        }
+    }
+    fn name(&self, node: NodeId) -> String {
+        format!("n{node}")
+    }
+    fn share(&self, _job: u32, _key: &str) -> (u32, u32) {
+        (0, 1)
+    }
+}
+
+/// Worker r's tensor t: magnitudes from 1e-3 to 10, signs mixed (ATP's scale 1e8 carries sums
+/// below 21.47).
+fn values(r: usize, t: u64, len: usize) -> Vec<f32> {
+    (0..len).map(|i| ((i * 7 + r * 13 + t as usize) % 11) as f32 * 10f32.powi((i % 4) as i32 - 3) * if (i + r) % 3 == 0 { -1.0 } else { 1.0 }).collect()
+}
+
+/// Plans `config` for `workers` (and `servers`), runs `tensors` allreduces of `len` values on a
+/// 2 x 4 leaf-spine with `loss` on every link, and checks every result.
+fn run(config: Value, workers: &[NodeId], servers: &[NodeId], tensors: u64, len: usize, loss: f64) {
+    let job = JobSpec { id: 3, workers: workers.to_vec(), servers: servers.to_vec(), config, worker_port: 7, server_port: 8 };
+    let scheme = job.scheme().unwrap();
+    let plan = scheme.plan(&job, &View).unwrap_or_else(|e| panic!("{}: {e}", scheme.name()));
+    let mut f = Fabric::leaf_spine(LEAVES as usize, 1, PER_LEAF as usize, Link::default());
+    f.seed(11);
+    if loss > 0.0 {
+        f.lose(Links::All, Rule::chance(loss));
+    }
+    let mut switches: Vec<(NodeId, Programs)> = vec![];
+    for adm in plan.admissions {
+        let at = match switches.iter().position(|(s, _)| *s == adm.switch) {
+            Some(i) => i,
+            None => {
+                let mut p = Programs::new();
+                p.install(adm.program, by_name(adm.program).unwrap().program(adm.switch, &View).unwrap()).unwrap();
+                switches.push((adm.switch, p));
+                switches.len() - 1
+            }
+        };
+        switches[at].1.admit_at(adm.program, job.id, adm.state).unwrap();
+    }
+    let switch_nodes: Vec<NodeId> = switches.iter().map(|s| s.0).collect();
+    for (s, p) in switches {
+        f.install(s, p);
+    }
+    let mut eps: Vec<Endpoint> = vec![];
+    for ep in plan.endpoints {
+        let e = f.add(ep.proto);
+        if matches!(ep.role, inalab_scheme::Role::Worker { .. }) {
+            eps.push(e);
+        }
+    }
+    for t in 0..tensors {
+        for (r, &ep) in eps.iter().enumerate() {
+            f.submit(ep, AppRequest::allreduce(t, 4 * len as u64, Some(Payload::F32(values(r, t, len)))));
+        }
+    }
+    assert!(f.run(10_000_000 * US), "{}: the job ends", scheme.name());
+    f.check_conservation().unwrap();
+    let n = eps.len();
+    for t in 0..tensors {
+        let exact: Vec<f64> = (0..len).map(|i| (0..n).map(|r| values(r, t, len)[i] as f64).sum()).collect();
+        let max_abs = (0..n).flat_map(|r| values(r, t, len)).fold(0f32, |m, v| m.max(v.abs())) as f64;
+        let e = max_abs.log2().floor() as i32 + 1;
+        let bound = f32::EPSILON as f64 * n as f64 * max_abs
+            + match scheme.quantization(&job.config) {
+                Quantization::None => 1e-5 * max_abs,
+                Quantization::FixedPoint { scale } => n as f64 / (2.0 * scale),
+                Quantization::AgreedExponent => (n * n) as f64 * 2f64.powi(e) / i32::MAX as f64,
+            };
+        for &ep in &eps {
+            let got = f.events(ep).into_iter().find_map(|ev| match ev {
+                HostEvent::Done { id, data: Some(Payload::F32(v)) } if id == t => Some(v),
+                HostEvent::Done { id, .. } if id == t => panic!("{}: tensor {t} came back without floats", scheme.name()),
+                HostEvent::Failed { id, reason } | HostEvent::Rejected { id, reason } if id == t => panic!("{}: tensor {t}: {reason}", scheme.name()),
+                _ => None,
+            });
+            let got = got.unwrap_or_else(|| panic!("{}: {ep:?} has no result for tensor {t}", scheme.name()));
+            for (g, x) in got.iter().zip(&exact) {
+                assert!((*g as f64 - x).abs() <= bound, "{}: {g} vs {x} (bound {bound:e})", scheme.name());
+            }
+        }
+    }
+    for s in switch_nodes {
+        assert!(f.switch_counter(s, "completed") > 0, "{}: switch {s} aggregated nothing", scheme.name());
+        let p = f.program_mut::<Programs>(s);
+        p.release(job.id);
+        assert_eq!(p.aggregators_in_use(), 0, "{}: switch {s} holds aggregators after release", scheme.name());
+    }
+}
+
+#[test]
+fn atp_over_two_racks_sums_floats() {
+    for loss in [0.0, 0.01] {
+        run(json!({"scheme": "atp", "ina": {"timeout_ps": 200 * US}}), &[0, 1, 4, 5], &[6], 3, 300, loss);
+    }
+}
+
+#[test]
+fn switchml_sums_floats() {
+    for loss in [0.0, 0.01] {
+        run(json!({"scheme": "switchml", "ina": {"timeout_ps": 100 * US, "pool_slots": 32}}), &[0, 1, 2, 3], &[], 3, 1000, loss);
+    }
+}
+
+#[test]
+fn host_collectives_sum_floats() {
+    for scheme in ["ring", "hierarchical", "ps_sharded"] {
+        run(json!({"scheme": scheme}), &[0, 1, 4, 5], &[], 2, 2000, 0.0);
+    }
+    run(json!({"scheme": "ps", "partition_bytes": 4000}), &[0, 1, 4], &[6], 2, 2000, 0.0);
+}
