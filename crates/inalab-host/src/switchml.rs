@@ -31,13 +31,14 @@
 //!
 //! # Deviations from the paper
 //!
-//! - The values are i32 already (the simulator's payload); conversion from floats with
-//!   SwitchML's per-block exponents lives in [`crate::quant`], so the header's `exp` is sent
-//!   as 0 here.
+//! - The values are i32 already: floats are converted by the quantization layer in front of
+//!   this protocol ([`crate::Quantized`], which both drivers run), with one exponent agreed
+//!   per tensor in an extra allreduce instead of SwitchML's per-packet exponents, so the
+//!   header's `exp` is sent as 0 here.
 //! - Every packet, the last of a request included, is charged `packet_bytes` on the wire
 //!   (SwitchML pads to the switch's fixed payload), but carries only the request's values.
-//! - No per-tensor scaling handshake (SwitchML's empty first packet): the stream starts with
-//!   data.
+//! - The per-tensor exponent agreement is the quantization layer's extra allreduce (a
+//!   `world`-long vector, one chunk for up to 32 workers) before the tensor's data.
 //! - The chunk field is the stream chunk number modulo 2^32.
 
 use crate::error::ensure;
