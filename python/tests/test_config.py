@@ -256,3 +256,21 @@ def test_a_job_sends_only_the_keys_its_scheme_takes(star):
     assert set(sml) - {"id", "name", "workers", "servers", "workload", "start_ps", "jitter_ps"} == {"scheme", "ina"}
     assert set(sml["ina"]) == {"packet_bytes", "header_bytes", "timeout_ps", "pool_slots"}
     assert "ina" not in ring and "partition_bytes" not in ring and "transport" in ring
+
+
+@pytest.mark.parametrize("scheme", ["ring", "hierarchical", "ps", "ps_sharded", "atp", "switchml"])
+def test_python_defaults_are_the_registrys(star, scheme):
+    """A job that sets nothing sends exactly the registry's defaults for every parameter its
+    scheme takes (Python's schema and the Rust registry cannot drift apart)."""
+    from inalab import schemes
+
+    star["jobs"] = [{"scheme": scheme, "allreduce": "4KiB", "workers": "h0..h2"}]
+    job = load_scenario(star).to_spec()["jobs"][0]
+    for p in schemes.registry()[scheme]["params"]:
+        value = job
+        for key in p["name"].split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        if p["name"] == "ina.scale":
+            assert value is None  # the runtime's worker library's; the simulator carries i32
+            continue
+        assert value == p["default"], (p["name"], value, p["default"])
