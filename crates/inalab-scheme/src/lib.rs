@@ -9,7 +9,6 @@
 //! docs/architecture.md, "Adding a scheme").
 
 mod atp;
-mod hierarchical;
 mod plan;
 mod ps;
 pub mod registry;

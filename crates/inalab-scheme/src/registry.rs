@@ -4,8 +4,8 @@ use crate::plan::{JobSpec, PlanError, Scheme};
 use serde_json::Value;
 
 static SCHEMES: [&dyn Scheme; 6] = [
-    &crate::ring::Ring,
-    &crate::hierarchical::Hierarchical,
+    &crate::ring::Ring { hierarchical: false },
+    &crate::ring::Ring { hierarchical: true },
     &crate::ps::Ps { sharded: false },
     &crate::ps::Ps { sharded: true },
     &crate::atp::Atp,
