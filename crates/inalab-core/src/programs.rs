@@ -106,7 +106,15 @@ impl SwitchProgram for Programs {
         self.members.iter().map(|(_, p)| p.aggregators_in_use()).sum()
     }
 
+    /// Every program's counters; a name several programs use ("completed") is their sum.
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        self.members.iter().flat_map(|(_, p)| p.counters()).collect()
+        let mut out: Vec<(&'static str, u64)> = vec![];
+        for (name, v) in self.members.iter().flat_map(|(_, p)| p.counters()) {
+            match out.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, total)) => *total += v,
+                None => out.push((name, v)),
+            }
+        }
+        out
     }
 }

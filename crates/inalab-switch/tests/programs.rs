@@ -76,6 +76,9 @@ fn each_packet_reaches_its_own_program() {
     let out = run(&mut p, 2, switchml_packet(3, 0));
     assert!(matches!(&out[..], [SwitchAction::Drop { .. }]), "SwitchML consumed its packet: {out:?}");
     assert_eq!(p.aggregators_in_use(), 2);
+    // Both programs count "aggregated": the composite reports their sum, once.
+    let aggregated: Vec<u64> = p.counters().iter().filter(|c| c.0 == "aggregated").map(|c| c.1).collect();
+    assert_eq!(aggregated, [2]);
     assert_eq!(p.job_of(&atp_gradient(1, 0)), Some(1));
     assert_eq!(p.job_of(&switchml_packet(3, 0)), Some(3));
     // Releasing frees at every program: ATP's aggregator, SwitchML's 4-slot pool.
