@@ -53,6 +53,11 @@ pub(crate) struct SwitchState {
     pub rx_packets: u64,
     pub drops_program: u64,
     pub drops_no_route: u64,
+    /// INA packets from a host port for a job that host is not part of (admission filtering,
+    /// as the UDP switch does).
+    pub drops_unadmitted: u64,
+    /// Host-facing port -> the jobs admitted on it (hosts that are a job's workers or servers).
+    pub admitted: std::collections::HashMap<PortId, Vec<u32>>,
     pub agg_peak: u32,
     pub agg_series: Vec<(u32, u32)>,
 }
@@ -220,6 +225,8 @@ impl Sim {
                 rx_packets: 0,
                 drops_program: 0,
                 drops_no_route: 0,
+                drops_unadmitted: 0,
+                admitted: std::collections::HashMap::new(),
                 agg_peak: 0,
                 agg_series: vec![],
             })
@@ -364,6 +371,24 @@ impl Sim {
     /// Installs the INA programs the jobs' schemes need on a switch.
     pub(crate) fn install_ina(&mut self, switch: NodeId, programs: Programs) {
         self.switches[(switch - self.topo.hosts) as usize].ina = Some(programs);
+    }
+
+    /// Admits `job` on the port of `host`'s switch that faces it.
+    pub(crate) fn admit_host(&mut self, host: NodeId, job: u32) {
+        let tor = self.topo.host_switch(host);
+        let port = self.topo.port_to(tor, host).expect("a host's switch faces it");
+        let jobs = self.switches[(tor - self.topo.hosts) as usize].admitted.entry(port).or_default();
+        if !jobs.contains(&job) {
+            jobs.push(job);
+        }
+    }
+
+    /// Adds a protocol endpoint that no workload owns (its events are ignored) and lets it
+    /// send: for tests that need a sender of their own, a rogue one for instance.
+    pub fn add_host_protocol(&mut self, host: NodeId, proto: Box<dyn HostProtocol>) -> u16 {
+        let ep = self.add_endpoint(host, proto, Owner::Background);
+        self.service(host, ep);
+        ep
     }
 
     pub fn topology(&self) -> &Topology {
@@ -551,9 +576,18 @@ impl Sim {
         if pkt.path != NO_PATH {
             pkt.hop = pkt.hop.saturating_add(1);
         }
+        let base = self.port_base[node as usize] as usize;
+        // Admission filtering: a host may only send packets of the jobs admitted on its port.
+        if let Some(job) = sw.ina.as_ref().and_then(|p| p.job_of(&pkt)) {
+            let from_host = self.topo.is_host(self.ports[base + in_port as usize].peer);
+            if from_host && !sw.admitted.get(&in_port).is_some_and(|jobs| jobs.contains(&job)) {
+                sw.drops_unadmitted += 1;
+                self.dropped(&pkt);
+                return;
+            }
+        }
         let in_size = pkt.size as i64;
         let mut out = std::mem::take(&mut self.actions);
-        let base = self.port_base[node as usize] as usize;
         let n = self.topo.nodes[node as usize].ports.len();
         let ctx = Ctx { node, now: self.now, ports: &self.ports[base..base + n], topo: &self.topo, routes: &self.routes };
         let sw = &mut self.switches[si];
@@ -734,6 +768,9 @@ impl World for Sim {
     }
     fn install_ina(&mut self, switch: NodeId, programs: Programs) {
         Sim::install_ina(self, switch, programs)
+    }
+    fn admit_host(&mut self, host: NodeId, job: u32) {
+        Sim::admit_host(self, host, job)
     }
     fn install_path(&mut self, field: &str, names: &[String]) -> Result<u32, SimError> {
         Sim::install_path(self, field, names)

@@ -139,6 +139,7 @@ impl Workloads {
                     Role::Worker { rank } => Owner::Worker { job: job.id, rank },
                     Role::Server { .. } => Owner::Server { job: job.id },
                 };
+                world.admit_host(ep.host, job.id);
                 let e = world.add_endpoint(ep.host, ep.proto, owner);
                 if let Role::Worker { rank } = ep.role {
                     worker_eps[rank as usize] = e;

@@ -35,6 +35,8 @@ pub(crate) trait World {
     // Set-up, before the run.
     fn add_endpoint(&mut self, host: NodeId, proto: Box<dyn HostProtocol>, owner: Owner) -> u16;
     fn install_ina(&mut self, switch: NodeId, programs: Programs);
+    /// Lets `host` send `job`'s packets into its switch (admission filtering).
+    fn admit_host(&mut self, host: NodeId, job: u32);
     /// Installs a fixed path (node names); errors name `field`.
     fn install_path(&mut self, field: &str, names: &[String]) -> Result<u32, SimError>;
     fn set_endpoint_path(&mut self, host: NodeId, ep: u16, path: u32);
