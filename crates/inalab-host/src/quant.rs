@@ -1,6 +1,6 @@
 //! Float to fixed-point conversion for in-network aggregation: switches sum i32, so end
-//! hosts (the UDP runtime, the PyTorch integration) convert gradients before sending and
-//! convert the sums back. The simulator carries i32 already and does not call this.
+//! hosts convert gradients before sending and convert the sums back. The functions here are
+//! pure; [`crate::Quantized`] applies them in front of an INA protocol, in both drivers.
 //!
 //! Two schemes:
 //!
