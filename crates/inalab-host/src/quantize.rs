@@ -45,6 +45,8 @@ enum Stage {
     /// Outer request `outer`'s values; `scale` converts the i32 sum back to f32 (`None`:
     /// hand the result back as it comes), `len` values.
     Data { outer: u64, scale: Option<f64> },
+    /// Any other request, passed through under an id of the wrapper's own.
+    Pass { outer: u64 },
 }
 
 /// A [`HostProtocol`] wrapper that quantizes. See the module docs.
@@ -129,20 +131,22 @@ impl Quantized {
         while let Some(ev) = self.inner.poll_event() {
             let (id, data) = match ev {
                 HostEvent::Done { id, data } => (id, data),
-                HostEvent::Failed { id, reason } => {
-                    let outer = match self.stages.remove(&id) {
-                        Some(Stage::Exponent { outer, .. }) => {
+                HostEvent::Failed { id, reason } | HostEvent::Rejected { id, reason } => {
+                    let Some(stage) = self.stages.remove(&id) else { continue };
+                    let outer = match stage {
+                        Stage::Exponent { outer, .. } => {
+                            // The next tensor's round must not wait for this one forever.
                             self.exponent_busy = false;
+                            self.start_exponent_round(now);
                             outer
                         }
-                        Some(Stage::Data { outer, .. }) => outer,
-                        None => id,
+                        Stage::Data { outer, .. } | Stage::Pass { outer } => outer,
                     };
                     self.events.push_back(HostEvent::Failed { id: outer, reason });
                     continue;
                 }
-                other => {
-                    self.events.push_back(other);
+                received @ HostEvent::Received { .. } => {
+                    self.events.push_back(received);
                     continue;
                 }
             };
@@ -170,7 +174,8 @@ impl Quantized {
                     };
                     self.events.push_back(HostEvent::Done { id: outer, data });
                 }
-                None => self.events.push_back(HostEvent::Done { id, data }),
+                Some(Stage::Pass { outer }) => self.events.push_back(HostEvent::Done { id: outer, data }),
+                None => {}
             }
         }
     }
@@ -189,7 +194,12 @@ impl HostProtocol for Quantized {
                 self.start_exponent_round(now);
             }
             (AppRequest::Allreduce { id, bytes, data, attrs }, Quantization::None) => self.submit_inner(now, bytes, data, attrs, Stage::Data { outer: id, scale: None }),
-            (other, _) => self.inner.submit(now, other),
+            (AppRequest::Send { id, dst, bytes }, _) => {
+                self.next_inner += 1;
+                let inner = self.next_inner;
+                self.stages.insert(inner, Stage::Pass { outer: id });
+                self.inner.submit(now, AppRequest::Send { id: inner, dst, bytes });
+            }
         }
         self.pump(now);
     }

@@ -221,3 +221,26 @@ fn tensor_attributes_reach_the_protocol_in_every_round() {
         assert!(!seen.is_empty() && seen.iter().all(|a| *a == attrs), "{q:?}: {seen:?}");
     }
 }
+
+#[test]
+fn a_failed_exponent_round_fails_its_tensor_and_the_next_one_still_starts() {
+    let mut job = Job::new(Quantization::AgreedExponent, 2);
+    job.submit(1, |_| Some(Payload::F32(vec![1.0])), 4);
+    job.submit(2, |_| Some(Payload::F32(vec![2.0])), 4);
+    // The protocol gives up on the first exponent round (its only request so far).
+    for (w, l) in job.logs.iter().enumerate() {
+        let id = l.lock().unwrap().submitted[0].0;
+        l.lock().unwrap().done.push_back(HostEvent::Failed { id, reason: "gave up".into() });
+        job.workers[w].handle_timeout(0);
+    }
+    let events = job.run();
+    match &events[0][..] {
+        [HostEvent::Failed { id: 1, reason }, done] => {
+            assert_eq!(reason, "gave up");
+            let (id, got) = floats(done);
+            assert_eq!((id, got.len()), (2, 1));
+            assert!((got[0] - 4.0).abs() < 1e-6);
+        }
+        e => panic!("{e:?}"),
+    }
+}

@@ -10,7 +10,7 @@
 //! - the window is AIMD from `transport.init_window_bytes` / `increment_bytes`, never below one
 //!   packet.
 
-use crate::plan::{check_servers, parse_config, JobSpec, NetView, Overrides, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
+use crate::plan::{check_servers, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
 use crate::ring::worker_endpoints;
 use crate::transport::{TransportParams, TRANSPORT_PARAMS};
 use inalab_core::time::MS;
@@ -100,13 +100,6 @@ impl Scheme for Atp {
         let c: AtpParams = parse_config(config)?;
         Ok(serde_json::json!({"scheme": PROGRAM, "transport": c.transport, "ina": c.ina}))
     }
-    fn apply(&self, config: &Value, o: &Overrides) -> Result<Value, PlanError> {
-        let mut c: AtpParams = parse_config(config)?;
-        if let (Some(t), None) = (o.timeout_ps, config.pointer("/ina/timeout_ps")) {
-            c.ina.timeout_ps = t;
-        }
-        Ok(serde_json::json!({"scheme": PROGRAM, "transport": c.transport, "ina": c.ina}))
-    }
     fn quantization(&self, config: &Value) -> Quantization {
         let scale = parse_config::<AtpParams>(config).map_or(inalab_host::quant::ATP_SCALE, |c| c.ina.scale);
         Quantization::FixedPoint { scale }
@@ -170,7 +163,7 @@ impl Scheme for Atp {
         let mut plan = Plan::default();
         for (r, &h) in job.workers.iter().enumerate() {
             let worker = AtpWorker::new(wep[r], ps, layout.positions[r], cfg.clone()).map_err(err)?;
-            let proto = Quantized::new(Box::new(worker), Quantization::FixedPoint { scale: ina.scale }, r, job.workers.len());
+            let proto = Quantized::new(Box::new(worker), self.quantization(&job.config), r, job.workers.len());
             let config = format!("{cfg:?} {:?} ps {ps:?} scale {}", layout.positions[r], ina.scale);
             plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config });
         }

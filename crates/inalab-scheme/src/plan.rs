@@ -123,8 +123,18 @@ pub enum Servers {
 /// loss-recovery timeout and per-job switch pool, tuned for software switches).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Overrides {
+    /// For `ina.timeout_ps`.
     pub timeout_ps: Option<u64>,
+    /// For `ina.pool_slots` when the job leaves it out or gives 0 ("an equal share", which a
+    /// driver that admits jobs one at a time cannot compute).
     pub pool_slots: Option<u32>,
+}
+
+impl Overrides {
+    /// (parameter, value, whether a 0 the job gave counts as left out).
+    fn entries(&self) -> [(&'static str, Option<u64>, bool); 2] {
+        [("ina.timeout_ps", self.timeout_ps, false), ("ina.pool_slots", self.pool_slots.map(u64::from), true)]
+    }
 }
 
 /// One allreduce scheme. Each lives in its own module and is listed once in the registry.
@@ -138,9 +148,19 @@ pub trait Scheme: Sync {
     fn servers(&self) -> Servers;
     /// Checks a configuration and fills every default.
     fn normalize(&self, config: &Value) -> Result<Value, PlanError>;
-    /// Fills settings the driver imposes where the configuration left the default.
-    fn apply(&self, config: &Value, _o: &Overrides) -> Result<Value, PlanError> {
-        self.normalize(config)
+    /// Fills the settings a driver imposes where the configuration left them out, for the
+    /// parameters this scheme has, then every default.
+    fn apply(&self, config: &Value, o: &Overrides) -> Result<Value, PlanError> {
+        let mut config = config.clone();
+        for (name, value, zero_is_unset) in o.entries() {
+            let Some(value) = value.filter(|_| self.params().iter().any(|p| p.name == name)) else { continue };
+            let pointer = format!("/{}", name.replace('.', "/"));
+            let given = config.pointer(&pointer).filter(|v| !(zero_is_unset && v.as_u64() == Some(0)));
+            if given.is_none() {
+                set_path(&mut config, name, value.into());
+            }
+        }
+        self.normalize(&config)
     }
     /// How the scheme's workers quantize (their endpoints in a plan are wrapped in
     /// `inalab_host::Quantized` with it).
@@ -177,6 +197,18 @@ pub fn parse_config<T: DeserializeOwned>(config: &Value) -> Result<T, PlanError>
         let field = if path == "." { String::new() } else { path };
         PlanError::new(field, inner)
     })
+}
+
+/// Sets the dotted `path` of an object to `value`, making the objects on the way.
+fn set_path(v: &mut Value, path: &str, value: Value) {
+    let mut at = v;
+    for key in path.split('.') {
+        if !at.is_object() {
+            *at = Value::Object(Default::default());
+        }
+        at = at.as_object_mut().expect("an object").entry(key.to_string()).or_insert(Value::Null);
+    }
+    *at = value;
 }
 
 /// Checks a job's server count against what the scheme takes.

@@ -4,7 +4,7 @@
 //! Pool policy, the same in both drivers: `ina.pool_slots` slots, or when it is 0 an equal
 //! share of the switch's slots among the SwitchML jobs the driver sets up there.
 
-use crate::plan::{parse_config, JobSpec, NetView, Overrides, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
+use crate::plan::{parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
 use inalab_core::time::MS;
 use inalab_core::{Admission, Endpoint, NodeId, PortId, SwitchProgram};
 use inalab_host::{Quantized, SwitchMlConfig, SwitchMlWorker};
@@ -68,16 +68,6 @@ impl Scheme for SwitchMl {
     fn normalize(&self, config: &Value) -> Result<Value, PlanError> {
         Ok(serde_json::json!({"scheme": PROGRAM, "ina": parse_config::<SwitchMlParams>(config)?.ina}))
     }
-    fn apply(&self, config: &Value, o: &Overrides) -> Result<Value, PlanError> {
-        let mut c: SwitchMlParams = parse_config(config)?;
-        if let (Some(t), None) = (o.timeout_ps, config.pointer("/ina/timeout_ps")) {
-            c.ina.timeout_ps = t;
-        }
-        if let (Some(p), None) = (o.pool_slots, config.pointer("/ina/pool_slots")) {
-            c.ina.pool_slots = p;
-        }
-        Ok(serde_json::json!({"scheme": PROGRAM, "ina": c.ina}))
-    }
     fn quantization(&self, _config: &Value) -> Quantization {
         Quantization::AgreedExponent
     }
@@ -124,7 +114,7 @@ impl Scheme for SwitchMl {
             };
             let config = format!("{cfg:?}");
             let worker = SwitchMlWorker::new(local, cfg).map_err(|e| PlanError::new("ina", e.0))?;
-            let proto = Quantized::new(Box::new(worker), Quantization::AgreedExponent, r, job.workers.len());
+            let proto = Quantized::new(Box::new(worker), self.quantization(&job.config), r, job.workers.len());
             plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config });
             admitted.push((local, net.port_toward(tor, h).unwrap_or(PortId::MAX)));
         }

@@ -56,6 +56,10 @@ fn a_drivers_overrides_fill_only_what_the_job_left_out() {
     let filled = sml.apply(&json!({"scheme": "switchml", "ina": {"pool_slots": 16}}), &o).unwrap();
     assert_eq!(filled["ina"]["pool_slots"], 16, "the job's own value stays");
     assert_eq!(filled["ina"]["timeout_ps"], 20_000_000_000u64, "the driver's fills the gap");
+    let zero = sml.apply(&json!({"scheme": "switchml", "ina": {"pool_slots": 0}}), &o).unwrap();
+    assert_eq!(zero["ina"]["pool_slots"], 128, "0 (an equal share) takes the driver's pool");
+    let atp = by_name("atp").unwrap().apply(&json!({"scheme": "atp", "ina": {"timeout_ps": 5}}), &o).unwrap();
+    assert_eq!((atp["ina"]["timeout_ps"].as_u64(), atp["ina"].get("pool_slots")), (Some(5), None), "ATP has no pool parameter");
     let ring = by_name("ring").unwrap().apply(&json!({"scheme": "ring"}), &o).unwrap();
     assert_eq!(ring, by_name("ring").unwrap().normalize(&json!({"scheme": "ring"})).unwrap(), "ring takes neither");
 }

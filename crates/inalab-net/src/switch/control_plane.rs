@@ -168,7 +168,10 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
     let asked: Value = field(msg, "config")?;
     let udp: SocketAddr = field(msg, "udp")?;
     let scheme = inalab_scheme::scheme_of(&asked).map_err(|e| NetError::Config(format!("field `config.scheme`: {}", e.message)))?;
-    let config = scheme.apply(&asked, &s.opts.overrides()).map_err(|e| plan_err(inalab_scheme::PlanError::new(format!("config.{}", e.field), e.message)))?;
+    let config = scheme.apply(&asked, &s.opts.overrides()).map_err(|e| {
+        let field = if e.field.is_empty() { "config".to_string() } else { format!("config.{}", e.field) };
+        plan_err(inalab_scheme::PlanError::new(field, e.message))
+    })?;
     if !s.dp.lock().expect("data plane lock").program.has(scheme.name()) {
         let runs = s.dp.lock().expect("data plane lock").program.names();
         return Err(NetError::Config(format!("field `config.scheme`: this switch runs {runs}, the worker asked for {}", scheme.name())));
