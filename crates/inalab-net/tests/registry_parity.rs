@@ -3,7 +3,7 @@
 //! configurations, the same admissions at every switch, and programs sized alike).
 
 use inalab_core::NodeId;
-use inalab_net::control::{JobSpec, RuntimeView, ServerSpec, SwitchSpec, WorkerSpec};
+use inalab_net::control::{JobSpec, RuntimeView, ServerSpec, SwitchSpec, WorkerSpec, PROTOCOL_PORT};
 use inalab_scheme::{JobSpec as SchemeJob, NetView, Plan};
 use inalab_sim::setup::{scheme_jobs, SimView};
 use serde_json::{json, Value};
@@ -44,7 +44,10 @@ fn describe(plan: &Plan) -> (Vec<String>, Vec<String>) {
 fn check(jobs: Vec<Value>) {
     let spec = sim_spec(jobs);
     let topo = inalab_topo::build(&spec.topology).expect("valid topology");
-    let job: SchemeJob = scheme_jobs(&spec, &topo).expect("valid jobs").remove(0);
+    let mut job: SchemeJob = scheme_jobs(&spec, &topo).expect("valid jobs").remove(0);
+    // Ports are each driver's choice (the simulator's differ per job, the runtime's are one
+    // UDP-level port): compare plans under the runtime's, everything else as each driver has it.
+    (job.worker_port, job.server_port) = (PROTOCOL_PORT, PROTOCOL_PORT);
     let scheme = job.scheme().expect("a registered scheme");
     let mut sim_view = SimView::new(&topo, &spec.network);
     sim_view.join_shares(&job).expect("shares");
@@ -64,9 +67,8 @@ fn check(jobs: Vec<Value>) {
     };
     let rt_job = rt.scheme_job();
     assert_eq!((&rt_job.workers, &rt_job.servers), (&job.workers, &job.servers));
-    // A host (worker, PS) plans with no ports; a switch with its own.
-    let no_ports = |_: NodeId| None;
-    let host_plan = scheme.plan(&job, &RuntimeView::new(&rt, None, &no_ports)).expect("the runtime plans the job");
+    // The runtime's own path: a host (worker, PS) plans with no ports, a switch with its own.
+    let host_plan = rt.plan(None, &|_| None).expect("the runtime plans the job");
     assert_eq!(describe(&host_plan).0, sim_eps, "host endpoints and their configurations");
     assert!(!sim_eps.is_empty());
     let mut rt_adms = vec![];
@@ -74,7 +76,8 @@ fn check(jobs: Vec<Value>) {
         let ports = |h: NodeId| topo.port_to(s, h);
         let view = RuntimeView::new(&rt, Some(s), &ports);
         assert_eq!(view.memory_bytes(s), sim_view.memory_bytes(s), "programs are sized alike at switch {s}");
-        let plan = scheme.plan(&job, &view).expect("the runtime plans the job at a switch");
+        assert_eq!(view.programmable(s), sim_view.programmable(s), "switch {s}");
+        let plan = rt.plan(Some(s), &ports).expect("the runtime plans the job at a switch");
         rt_adms.extend(describe(&plan).1.into_iter().filter(|a| a.starts_with(&format!("{s} "))));
     }
     rt_adms.sort();

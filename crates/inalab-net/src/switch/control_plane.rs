@@ -264,6 +264,12 @@ fn admit(s: &Arc<Shared>, spec: &JobSpec) -> Result<(), NetError> {
             dp.routes.insert(w.node, p);
         }
     }
+    // A server attached here may send the job's packets too.
+    for server in spec.servers.iter().filter(|sv| sv.rack == me) {
+        if let Some(&p) = dp.routes.get(&server.node) {
+            dp.ports[p as usize].jobs.push(spec.job);
+        }
+    }
     let port_of = |node: NodeId| local.iter().find(|(n, _)| *n == node).map(|x| x.1);
     let plan = spec.plan(Some(me), &port_of)?;
     for adm in plan.admissions.into_iter().filter(|a| a.switch == me) {
@@ -292,6 +298,7 @@ fn release(s: &Shared, job: u32, reason: Option<&str>) {
     };
     let mut dp = s.dp.lock().expect("data plane lock");
     dp.program.release(job);
+    dp.ports.iter_mut().for_each(|p| p.jobs.retain(|&j| j != job));
     let Some(spec) = spec else { return };
     for w in &spec.workers {
         if w.rack == s.opts.node {

@@ -5,8 +5,8 @@
 //! A port is a neighbour's UDP address (a worker, the PS, another switch). A datagram from
 //! an address that is not a port is counted (`unknown_source`) and dropped; so is a frame
 //! that does not decode (`malformed`), one whose source node is not the host on that port
-//! (`spoofed`), and an ATP or SwitchML packet from a worker port for a job that worker is not
-//! admitted to (`unadmitted`). What passes goes to the program, whose actions the driver
+//! (`spoofed`), and an INA packet from a worker or PS port for a job not admitted on that
+//! port (`unadmitted`). What passes goes to the program, whose actions the driver
 //! carries out: `Forward`/`Multicast` on ports, `Route` by the node table (installed by the
 //! control plane; packets for unknown nodes or for the switch itself are `no_route` /
 //! `unadmitted` drops), `Drop` counted by reason, timers on a heap against the wall clock.
@@ -310,7 +310,9 @@ impl DataPlane {
         }
         let mut pkt = frame::to_packet(&view);
         let job = self.program.job_of(&pkt);
-        if p.kind == PortKind::Worker && !job.is_some_and(|j| p.jobs.contains(&j)) {
+        // A worker may only send its jobs' INA packets; a PS only INA packets of jobs it serves.
+        let admitted = job.is_some_and(|j| p.jobs.contains(&j));
+        if (p.kind == PortKind::Worker && !admitted) || (p.kind == PortKind::Ps && job.is_some() && !admitted) {
             self.c.unadmitted += 1;
             return;
         }
