@@ -15,7 +15,9 @@
 //!   [`switchml_to_fixed`]): for one block (one packet's values) the workers agree on
 //!   `e_max`, the largest frexp exponent of the block's values over all workers (each worker
 //!   sends the exponent of its *next* block in the header of the current one and the switch
-//!   keeps the maximum, so the agreed value is known one window ahead). The block's scale is
+//!   keeps the maximum, so the agreed value is known one window ahead; inalab's
+//!   [`crate::Quantized`] takes the whole tensor as the block and agrees on its exponent in
+//!   one extra allreduce before the data). The block's scale is
 //!   `i32::MAX / (n 2^e_max)`: every `|v| < 2^e_max` converts to less than `i32::MAX / n` in
 //!   magnitude, so the sum of `n` converted values cannot overflow. Conversion also clamps
 //!   to `floor(i32::MAX / n)` (counted as saturation), so the guarantee holds even for a
