@@ -333,7 +333,7 @@ class Network(_Model):
         {}, "Processing-capacity limit per switch name, e.g. {s0 = \"1Tbps\"}; unlisted switches are unlimited.",
         type_doc="table of rate",
     )
-    aggregator_memory: Size = opt("5MB", "Aggregator memory of every programmable switch.")
+    aggregator_memory: Size = opt("5MB", "Aggregator memory of every programmable switch, split equally among the INA programs its jobs use there.")
     switch_memory: dict[str, Size] = opt(
         {}, "Per-switch overrides of aggregator_memory, e.g. {s0 = \"10MB\"}.", type_doc="table of size"
     )

@@ -27,6 +27,9 @@ pub struct SimView<'a> {
     memory: BTreeMap<NodeId, u64>,
     /// Share name -> the jobs that asked for it, in job order.
     shares: BTreeMap<String, Vec<u32>>,
+    /// Switches that run several INA programs -> how many: each gets an equal part of the
+    /// switch's aggregator memory.
+    programs: BTreeMap<NodeId, u64>,
 }
 
 impl<'a> SimView<'a> {
@@ -41,7 +44,7 @@ impl<'a> SimView<'a> {
                 *m = sm.value;
             }
         }
-        SimView { topo, memory, shares: BTreeMap::new() }
+        SimView { topo, memory, shares: BTreeMap::new(), programs: BTreeMap::new() }
     }
 
     /// Records that `job` takes part in the shares its scheme names.
@@ -63,8 +66,9 @@ impl NetView for SimView<'_> {
     fn programmable(&self, switch: NodeId) -> bool {
         self.memory.contains_key(&switch)
     }
+    /// The memory one program of the switch gets: an equal part when several share it.
     fn memory_bytes(&self, switch: NodeId) -> u64 {
-        self.memory.get(&switch).copied().unwrap_or(0)
+        self.memory.get(&switch).copied().unwrap_or(0) / self.programs.get(&switch).copied().unwrap_or(1)
     }
     fn name(&self, node: NodeId) -> String {
         self.topo.nodes[node as usize].name.clone()
@@ -133,10 +137,26 @@ pub fn set_up_jobs(spec: &SimSpec, topo: &Topology) -> Result<Setup, SimError> {
     for (j, job) in jobs.iter().enumerate() {
         view.join_shares(job).map_err(|e| plan_error(j, e))?;
     }
+    let plan_all = |view: &SimView| -> Result<Vec<Plan>, SimError> {
+        jobs.iter().enumerate().map(|(j, job)| job.scheme().and_then(|s| s.plan(job, view)).map_err(|e| plan_error(j, e))).collect()
+    };
+    let mut plans = plan_all(&view)?;
+    // A switch where jobs admit at several programs splits its memory among them, and every
+    // job is planned again with the smaller pools.
+    let mut on_switch: BTreeMap<NodeId, Vec<&str>> = BTreeMap::new();
+    for adm in plans.iter().flat_map(|p| &p.admissions) {
+        let names = on_switch.entry(adm.switch).or_default();
+        if !names.contains(&adm.program) {
+            names.push(adm.program);
+        }
+    }
+    view.programs = on_switch.into_iter().filter(|(_, n)| n.len() > 1).map(|(s, n)| (s, n.len() as u64)).collect();
+    if !view.programs.is_empty() {
+        plans = plan_all(&view)?;
+    }
     let mut programs: BTreeMap<NodeId, Programs> = BTreeMap::new();
     let mut planned = vec![];
-    for (j, job) in jobs.into_iter().enumerate() {
-        let mut plan = job.scheme().and_then(|s| s.plan(&job, &view)).map_err(|e| plan_error(j, e))?;
+    for (j, (job, mut plan)) in jobs.into_iter().zip(plans).enumerate() {
         // Admissions move their state into the programs; the plan keeps its endpoints.
         for adm in std::mem::take(&mut plan.admissions) {
             let on_switch = programs.entry(adm.switch).or_default();

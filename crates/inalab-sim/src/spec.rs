@@ -41,7 +41,8 @@ pub struct NetSpec {
     /// Per-switch processing-capacity limits (GRID); unlisted switches are unlimited.
     #[serde(default)]
     pub switch_capacity: Vec<SwitchValue>,
-    /// Aggregator memory of every programmable switch, bytes.
+    /// Aggregator memory of every programmable switch, bytes (split equally among the INA
+    /// programs its jobs use there).
     pub aggregator_memory_bytes: u64,
     /// Per-switch overrides of `aggregator_memory_bytes`.
     #[serde(default)]

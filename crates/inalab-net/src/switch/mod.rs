@@ -49,8 +49,8 @@ pub struct SwitchOptions {
     /// The schemes whose switch programs run here (one program each, sharing the switch;
     /// a packet of another scheme is routed like any packet).
     pub programs: Vec<String>,
-    /// Aggregator memory of each program, bytes (ATP: 272 B per aggregator; SwitchML: 280 B
-    /// per slot). Default 5 MB, as in the simulator.
+    /// Aggregator memory of the switch, bytes, split equally among its programs (ATP: 272 B
+    /// per aggregator; SwitchML: 280 B per slot). Default 5 MB, as in the simulator.
     pub memory_bytes: u64,
     /// Switch pool slots of a job that does not set its own (schemes with static per-job
     /// pools: SwitchML). Default 128: a pool of a few hundred packets in flight is what a
@@ -87,9 +87,9 @@ impl SwitchOptions {
         Overrides { timeout_ps: Some(self.timeout_us * inalab_core::time::US), pool_slots: Some(self.pool_slots) }
     }
 
-    /// This switch as a job's spec lists it.
+    /// This switch as a job's spec lists it, with the memory one of its programs gets.
     fn switch_spec(&self) -> SwitchSpec {
-        SwitchSpec { node: self.node, memory_bytes: self.memory_bytes }
+        SwitchSpec { node: self.node, memory_bytes: self.memory_bytes / self.programs.len().max(1) as u64 }
     }
 
     /// The programs named in `programs`, each sized for this switch.
