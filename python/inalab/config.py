@@ -18,7 +18,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from . import schemes
@@ -347,10 +347,9 @@ class Network(_Model):
 
 # ---------------------------------------------------------------- jobs and traffic
 
-# Each [jobs.ina] field and the scheme parameter it sets; a scheme takes the ones its registry
-# entry lists (inalab.schemes), and setting one it does not take is an error.
-INA_FIELDS = {"packet": "packet_bytes", "header": "header_bytes", "hashing": "hashing",
-              "congestion_control": "congestion_control", "timeout": "timeout_ps", "pool_slots": "pool_slots"}
+# Each [jobs.ina] field and the scheme parameter it sets (filled from the registry below); a
+# scheme takes the ones its registry entry lists, and setting one it does not take is an error.
+INA_FIELDS: dict[str, str] = {}
 
 
 def _taking(param: str) -> str:
@@ -366,26 +365,45 @@ class Transport(_Model):
     increment: Size = opt("1500B", "Additive increase of the window per round trip.")
 
 
-class Ina(_Model):
-    packet: OptSize = opt(None, "Bytes on the wire per gradient packet, headers included.",
-                          default_doc="the scheme's: " + "; ".join(f"{n}: {schemes.default(n, 'ina.packet_bytes')} B"
-                                                                   for n in schemes.names() if schemes.takes(n, "ina.packet_bytes")))
-    header: OptSize = opt(None, "Header bytes of a gradient packet; the rest (a multiple of 4 B) carries 32-bit values.",
-                          default_doc="the scheme's: " + "; ".join(f"{n}: {schemes.default(n, 'ina.header_bytes')} B"
-                                                                   for n in schemes.names() if schemes.takes(n, "ina.header_bytes")))
-    hashing: Literal["hash", "linear", "static"] = opt(
-        "hash", 'ATP only. Aggregator index of a fragment: "hash" = HASH(<job, seq>) % aggregators (ATP); "linear" = '
-        "seq % aggregators, so every job starts at slot 0 (ATP Fig. 14's strawman); \"static\" = the pool is split "
-        "equally among the scenario's static jobs, each using seq % its slice (the static baseline of Figs. 13a, 14)."
-    )
-    congestion_control: bool = opt(
-        True, "ATP only. ECN/loss-driven AIMD window starting at transport.init_window, +1 MTU (transport.increment) per "
-        "parameter in slow start; false: a fixed window of transport.init_window."
-    )
-    timeout: Duration = opt("1ms", "Worker loss-recovery timeout: a fragment (ATP) or a slot's packet (SwitchML) is "
-                            "resent after this long without progress.")
-    pool_slots: int = opt(0, "SwitchML only (not used by atp): slots of the job's static switch pool, 0 = an equal share.",
-                          ge=0)
+def _ina_model() -> type:
+    """[jobs.ina], built from the registry: one field per `ina.*` parameter of any scheme, named
+    without its unit suffix (`timeout_ps` is `timeout`), typed by its unit; unset means the
+    scheme's default. A new scheme's parameters appear here without a change to this file."""
+    fields: dict = {}
+    for scheme, entry in schemes.registry().items():
+        for p in entry["params"]:
+            if not p["name"].startswith("ina."):
+                continue
+            key = p["name"][len("ina."):]
+            user = re.sub(r"_(bytes|ps)$", "", key)
+            f = fields.setdefault(user, {"key": key, "unit": p["unit"], "doc": p["doc"], "defaults": {}})
+            f["defaults"][scheme] = p["default"]
+    model_fields = {}
+    for user, f in fields.items():
+        kind = {"bytes": _quantity(SIZE, optional=True), "ps": _quantity(DURATION, optional=True)}.get(f["unit"])
+        if kind is None:
+            sample = next(iter(f["defaults"].values()))
+            kind = Optional[type(sample)]
+        shown = "; ".join(f"{n}: {_show_base(v, f['unit'])}" for n, v in f["defaults"].items())
+        takers = ", ".join(f["defaults"])
+        model_fields[user] = (kind, opt(None, f"{f['doc']} Schemes: {takers}.", default_doc=f"the scheme's ({shown})"))
+    INA_FIELDS.update({user: f["key"] for user, f in fields.items()})
+    return create_model("Ina", __base__=_Model, **model_fields)
+
+
+def _show_base(value: Any, unit: str) -> str:
+    """A registry default in its base unit, as a user would write it."""
+    if unit == "bytes":
+        return f"{value} B"
+    if unit == "ps":
+        for name, ps in (("s", 10**12), ("ms", 10**9), ("us", 10**6), ("ns", 10**3)):
+            if value % ps == 0:
+                return f"{value // ps}{name}"
+        return f"{value}ps"
+    return _show(value)
+
+
+Ina = _ina_model()
 
 
 _HOSTS_TYPE = 'list of names, "h0..h7" or count'
@@ -700,13 +718,16 @@ def _place_jobs(jobs: list[Job], background: Optional[Background], net: _Graph) 
             "workload": _workload(i, job),
             "start_ps": job.start,
             "jitter_ps": job.jitter,
-            **_scheme_config(job),
+            **_scheme_config(i, job),
         })
     return specs
 
 
-def _scheme_config(job: Job) -> dict:
-    """The keys of the job's scheme configuration: only those its scheme takes."""
+def _scheme_config(i: int, job: Job) -> dict:
+    """The job's scheme configuration as the registry takes it: what the user set, in base units,
+    checked by the scheme and with every default filled in (``_core.normalize_config``)."""
+    from . import _core
+
     out: dict = {"scheme": job.scheme}
     if schemes.takes(job.scheme, "transport"):
         t = job.transport
@@ -714,13 +735,16 @@ def _scheme_config(job: Job) -> dict:
                             "init_window_bytes": t.init_window, "increment_bytes": t.increment}
     if schemes.takes(job.scheme, "partition_bytes"):
         out["partition_bytes"] = job.partition
-    if schemes.takes(job.scheme, "ina"):
-        ina = {key: getattr(job.ina, name) for name, key in INA_FIELDS.items() if schemes.takes(job.scheme, f"ina.{key}")}
-        for key in ("packet_bytes", "header_bytes"):
-            if ina.get(key, 0) is None:
-                ina[key] = schemes.default(job.scheme, f"ina.{key}")
+    ina = {INA_FIELDS[name]: getattr(job.ina, name) for name in job.ina.model_fields_set}
+    if ina:
         out["ina"] = ina
-    return out
+    try:
+        return json.loads(_core.normalize_config(json.dumps(out)))
+    except ValueError as e:
+        field, _, message = str(e).partition(": ")
+        if not field:  # about the configuration as a whole
+            raise ConfigError(f"jobs[{i}]", message) from None
+        raise rust_error(e, f"jobs[{i}]") from None
 
 
 def _workload(i: int, job: Job) -> dict:

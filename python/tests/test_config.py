@@ -261,7 +261,7 @@ def test_a_job_sends_only_the_keys_its_scheme_takes(star):
 @pytest.mark.parametrize("scheme", ["ring", "hierarchical", "ps", "ps_sharded", "atp", "switchml"])
 def test_python_defaults_are_the_registrys(star, scheme):
     """A job that sets nothing sends exactly the registry's defaults for every parameter its
-    scheme takes (Python's schema and the Rust registry cannot drift apart)."""
+    scheme takes (Python's transport and partition defaults cannot drift from the registry's)."""
     from inalab import schemes
 
     star["jobs"] = [{"scheme": scheme, "allreduce": "4KiB", "workers": "h0..h2"}]
@@ -270,7 +270,16 @@ def test_python_defaults_are_the_registrys(star, scheme):
         value = job
         for key in p["name"].split("."):
             value = value.get(key) if isinstance(value, dict) else None
-        if p["name"] == "ina.scale":
-            assert value is None  # the runtime's worker library's; the simulator carries i32
-            continue
         assert value == p["default"], (p["name"], value, p["default"])
+
+
+def test_ina_fields_come_from_the_registry_and_the_registry_checks_them(star):
+    from inalab.config import INA_FIELDS
+
+    assert INA_FIELDS["timeout"] == "timeout_ps" and INA_FIELDS["scale"] == "scale"
+    star["jobs"] = [{"scheme": "atp", "allreduce": "4KiB", "workers": "h0..h2", "ina": {"hashing": "round_robin"}}]
+    e = error(star)
+    assert e.field == "jobs[0].ina.hashing" and "linear" in e.message, (e.field, e.message)
+    star["jobs"][0]["ina"] = {"timeout": "2ms", "scale": 1e6}
+    ina = load_scenario(star).to_spec()["jobs"][0]["ina"]
+    assert (ina["timeout_ps"], ina["scale"], ina["packet_bytes"]) == (2_000_000_000, 1e6, 306)

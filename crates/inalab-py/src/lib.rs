@@ -79,6 +79,15 @@ fn schemes() -> String {
     serde_json::Value::Array(list).to_string()
 }
 
+/// A job's scheme configuration (`{"scheme": NAME, ...}`, JSON) checked by its scheme and
+/// with every default filled in; errors are `ValueError("field.path: message")`.
+#[pyfunction]
+fn normalize_config(config_json: &str) -> PyResult<String> {
+    let config: serde_json::Value = serde_json::from_str(config_json).map_err(|e| PyValueError::new_err(format!("config: {e}")))?;
+    let filled = inalab_scheme::scheme_of(&config).and_then(|s| s.normalize(&config));
+    filled.map(|v| v.to_string()).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
 #[pyfunction]
 fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
@@ -90,6 +99,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(build_topology, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(schemes, m)?)?;
+    m.add_function(wrap_pyfunction!(normalize_config, m)?)?;
     m.add_class::<net::Switch>()?;
     m.add_class::<net::ParameterServer>()?;
     m.add_class::<net::PyClient>()?;

@@ -40,10 +40,10 @@ pub struct SwitchMlParams {
 }
 
 const PARAMS: [Param; 4] = [
-    Param { name: "ina.packet_bytes", default: "180", unit: "bytes", doc: "Bytes on the wire per packet, headers included (52 B + 32 x 4 B values)." },
-    Param { name: "ina.header_bytes", default: "52", unit: "bytes", doc: "Header bytes per packet; the rest carries 32-bit values." },
-    Param { name: "ina.timeout_ps", default: "1000000000", unit: "ps", doc: "Loss-recovery timeout per slot." },
-    Param { name: "ina.pool_slots", default: "0", unit: "slots", doc: "Slots of the job's static switch pool; 0 = an equal share of the switch among its SwitchML jobs." },
+    Param { name: "ina.packet_bytes", default: "180", unit: "bytes", doc: "Bytes on the wire per gradient packet, headers included." },
+    Param { name: "ina.header_bytes", default: "52", unit: "bytes", doc: "Header bytes of a gradient packet; the rest (a multiple of 4 B) carries 32-bit values." },
+    Param { name: "ina.timeout_ps", default: "1000000000", unit: "ps", doc: "Worker loss-recovery timeout: a fragment (ATP) or a slot's packet (SwitchML) is resent after this long without progress." },
+    Param { name: "ina.pool_slots", default: "0", unit: "slots", doc: "Slots of the job's static switch pool, 0 = an equal share of the switch among the jobs of the scheme there." },
 ];
 
 pub struct SwitchMl;
