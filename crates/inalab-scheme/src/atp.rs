@@ -64,32 +64,25 @@ pub struct AtpParams {
     pub ina: AtpIna,
 }
 
-const PARAMS: [Param; 11] = {
-    let t = TRANSPORT_PARAMS;
-    [
-        t[0],
-        t[1],
-        t[2],
-        t[3],
-        t[4],
-        Param { name: "ina.packet_bytes", default: "306", unit: "bytes", doc: "Bytes on the wire per gradient packet, headers included." },
-        Param { name: "ina.header_bytes", default: "58", unit: "bytes", doc: "Header bytes of a gradient packet; the rest (a multiple of 4 B) carries 32-bit values." },
-        Param {
-            name: "ina.hashing",
-            default: "\"hash\"",
-            unit: "",
-            doc: "Aggregator index of a fragment: \"hash\" = HASH(<job, seq>) % aggregators (ATP); \"linear\" = seq % aggregators, so every job starts at slot 0 (ATP Fig. 14's strawman); \"static\" = the pool is split equally among the scenario's static jobs, each using seq % its slice (the static baseline of Figs. 13a, 14).",
-        },
-        Param {
-            name: "ina.congestion_control",
-            default: "true",
-            unit: "",
-            doc: "ECN/loss-driven AIMD window starting at transport.init_window, +1 MTU (transport.increment) per parameter in slow start; false: a fixed window of transport.init_window.",
-        },
-        Param { name: "ina.timeout_ps", default: "1000000000", unit: "ps", doc: "Worker loss-recovery timeout: a fragment (ATP) or a slot's packet (SwitchML) is resent after this long without progress." },
-        Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the workers' float32 values (value x scale, rounded, as i32): error at most workers / (2 scale) per value, sums limited to (2^31 - 1) / scale." },
-    ]
-};
+/// ATP's own parameters, after the transport's.
+const INA_PARAMS: [Param; 6] = [
+    Param { name: "ina.packet_bytes", default: "306", unit: "bytes", doc: "Bytes on the wire per gradient packet, headers included." },
+    Param { name: "ina.header_bytes", default: "58", unit: "bytes", doc: "Header bytes of a gradient packet; the rest (a multiple of 4 B) carries 32-bit values." },
+    Param {
+        name: "ina.hashing",
+        default: "\"hash\"",
+        unit: "",
+        doc: "Aggregator index of a fragment: \"hash\" = HASH(<job, seq>) % aggregators (ATP); \"linear\" = seq % aggregators, so every job starts at slot 0 (ATP Fig. 14's strawman); \"static\" = the pool is split equally among the scenario's static jobs, each using seq % its slice (the static baseline of Figs. 13a, 14).",
+    },
+    Param {
+        name: "ina.congestion_control",
+        default: "true",
+        unit: "",
+        doc: "ECN/loss-driven AIMD window starting at transport.init_window, +1 MTU (transport.increment) per parameter in slow start; false: a fixed window of transport.init_window.",
+    },
+    Param { name: "ina.timeout_ps", default: "1000000000", unit: "ps", doc: "Worker loss-recovery timeout: a fragment (ATP) or a slot's packet (SwitchML) is resent after this long without progress." },
+    Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the workers' float32 values (value x scale, rounded, as i32): error at most workers / (2 scale) per value, sums limited to (2^31 - 1) / scale." },
+];
 
 pub struct Atp;
 
@@ -100,8 +93,8 @@ impl Scheme for Atp {
     fn doc(&self) -> &'static str {
         "ATP: best-effort in-network aggregation in the workers' and the PS's top-of-rack switches, the PS completes the rest"
     }
-    fn params(&self) -> &'static [Param] {
-        &PARAMS
+    fn params(&self) -> Vec<Param> {
+        TRANSPORT_PARAMS.iter().chain(&INA_PARAMS).copied().collect()
     }
     fn servers(&self) -> Servers {
         Servers::ExactlyOne

@@ -144,7 +144,7 @@ pub trait Scheme: Sync {
     /// One sentence for users.
     fn doc(&self) -> &'static str;
     /// Every parameter of the configuration, with default and unit.
-    fn params(&self) -> &'static [Param];
+    fn params(&self) -> Vec<Param>;
     fn servers(&self) -> Servers;
     /// Checks a configuration and fills every default.
     fn normalize(&self, config: &Value) -> Result<Value, PlanError>;

@@ -23,17 +23,7 @@ impl Default for PsParams {
     }
 }
 
-const PS_PARAMS: [Param; 6] = {
-    let t = TRANSPORT_PARAMS;
-    [
-        t[0],
-        t[1],
-        t[2],
-        t[3],
-        t[4],
-        Param { name: "partition_bytes", default: "4194304", unit: "bytes", doc: "Tensor partition size for parameter servers." },
-    ]
-};
+const PARTITION: Param = Param { name: "partition_bytes", default: "4194304", unit: "bytes", doc: "Tensor partition size for parameter servers." };
 
 /// `ps` (sharded: false) and `ps_sharded` (true).
 pub struct Ps {
@@ -55,8 +45,8 @@ impl Scheme for Ps {
             "N-to-1 parameter server on separate hosts"
         }
     }
-    fn params(&self) -> &'static [Param] {
-        &PS_PARAMS
+    fn params(&self) -> Vec<Param> {
+        TRANSPORT_PARAMS.iter().chain([&PARTITION]).copied().collect()
     }
     fn servers(&self) -> Servers {
         if self.sharded {

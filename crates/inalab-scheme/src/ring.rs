@@ -57,8 +57,8 @@ impl Scheme for Ring {
             "ring allreduce on the hosts (reduce-scatter, then all-gather)"
         }
     }
-    fn params(&self) -> &'static [Param] {
-        &TRANSPORT_PARAMS
+    fn params(&self) -> Vec<Param> {
+        TRANSPORT_PARAMS.to_vec()
     }
     fn servers(&self) -> Servers {
         Servers::None

@@ -59,8 +59,8 @@ impl Scheme for SwitchMl {
     fn doc(&self) -> &'static str {
         "SwitchML: a static slot pool in the workers' shared top-of-rack switch, results multicast back, no PS"
     }
-    fn params(&self) -> &'static [Param] {
-        &PARAMS
+    fn params(&self) -> Vec<Param> {
+        PARAMS.to_vec()
     }
     fn servers(&self) -> Servers {
         Servers::None
