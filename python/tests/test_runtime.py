@@ -200,3 +200,13 @@ def test_nan_is_an_error_not_a_wrong_sum(switchml):
     with inalab.Client(switch=switchml.control_addr, job=8, world=1) as c:
         with pytest.raises(ValueError, match="no fixed-point form"):
             c.allreduce(np.array([1.0, np.nan], np.float32))
+
+
+def test_switchml_carries_the_top_of_float32(switchml):
+    """Magnitudes at and above 2^127 come back as sent, within the documented bound (they were
+    clamped to 1.7e38 when the exponent was an i8)."""
+    xs = np.array([1.6e38, 1.8e38, 2.5e38, -3e38, 3.4e38, 1], np.float32)
+    with inalab.Client(switch=switchml.control_addr, job=12, world=1) as c:
+        got = c.allreduce(xs)
+    bound = inalab.runtime.quantization_bound("switchml", 1, float(np.abs(xs).max()))
+    assert np.all(np.isfinite(got)) and np.all(np.abs(got.astype(np.float64) - xs) <= bound), (got, bound)

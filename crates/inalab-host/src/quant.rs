@@ -113,17 +113,21 @@ fn frexp_exponent(v: f32) -> Option<i32> {
     Some(((bits >> 52) & 0x7FF) as i32 - 1022)
 }
 
+/// The block exponent of a block of zeros: below every finite value's (2^-149 is the
+/// smallest float32 subnormal).
+pub const ZERO_BLOCK_EXPONENT: i16 = -149;
+
 /// SwitchML's block exponent: the largest frexp exponent of the finite non-zero values, so
-/// every such `|v| < 2^e` (clamped to `[-128, 127]`; only `|v| >= 2^127` is above its
-/// bound, and conversion clamps those). `i8::MIN` for a block of zeros (and for an empty
-/// block). The block's exponent over all workers is the maximum of theirs.
-pub fn block_exponent(values: &[f32]) -> i8 {
-    values.iter().filter_map(|&v| frexp_exponent(v)).max().map_or(i8::MIN, |e| e.clamp(-128, 127) as i8)
+/// every such `|v| < 2^e`. It covers every finite float32: from -148 (subnormals) to 128
+/// (`f32::MAX` < 2^128). [`ZERO_BLOCK_EXPONENT`] for a block of zeros (and an empty block).
+/// The block's exponent over all workers is the maximum of theirs.
+pub fn block_exponent(values: &[f32]) -> i16 {
+    values.iter().filter_map(|&v| frexp_exponent(v)).max().map_or(ZERO_BLOCK_EXPONENT, |e| e as i16)
 }
 
 /// SwitchML's scale of a block with exponent `e_max` summed over `n` workers:
-/// `i32::MAX / (n 2^e_max)`. Panics if `n` is 0.
-pub fn switchml_scale(n: u32, e_max: i8) -> f64 {
+/// `i32::MAX / (n 2^e_max)` (finite in f64 for every float32 exponent). Panics if `n` is 0.
+pub fn switchml_scale(n: u32, e_max: i16) -> f64 {
     assert!(n > 0, "SwitchML's scale needs at least one worker");
     i32::MAX as f64 / (n as f64 * 2f64.powi(e_max as i32))
 }
@@ -133,7 +137,7 @@ pub fn switchml_scale(n: u32, e_max: i8) -> f64 {
 /// overflows; values at or above `2^e_max` in magnitude count as saturated. Fails on `n = 0`
 /// and on the first NaN/Inf. Convert the sum back with
 /// `from_fixed(sum, switchml_scale(n, e_max))`.
-pub fn switchml_to_fixed(values: &[f32], n: u32, e_max: i8) -> Result<Fixed, QuantError> {
+pub fn switchml_to_fixed(values: &[f32], n: u32, e_max: i16) -> Result<Fixed, QuantError> {
     if n == 0 {
         return Err(QuantError::NoWorkers);
     }
@@ -150,12 +154,12 @@ mod tests {
         assert_eq!(block_exponent(&[1.0]), 1);
         assert_eq!(block_exponent(&[0.5]), 0);
         assert_eq!(block_exponent(&[0.75, -3.0]), 2);
-        assert_eq!(block_exponent(&[0.0, -0.0]), i8::MIN);
-        assert_eq!(block_exponent(&[]), i8::MIN);
+        assert_eq!(block_exponent(&[0.0, -0.0]), ZERO_BLOCK_EXPONENT);
+        assert_eq!(block_exponent(&[]), ZERO_BLOCK_EXPONENT);
         assert_eq!(block_exponent(&[f32::NAN, 0.25]), -1);
         assert_eq!(block_exponent(&[f32::MIN_POSITIVE]), -125);
-        assert_eq!(block_exponent(&[1e-45]), -128); // subnormal 2^-149, clamped
-        assert_eq!(block_exponent(&[f32::MAX]), 127); // 2^128 clamped
+        assert_eq!(block_exponent(&[1e-45]), -148); // the smallest subnormal, 2^-149
+        assert_eq!(block_exponent(&[f32::MAX]), 128);
     }
 
     #[test]

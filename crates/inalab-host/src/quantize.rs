@@ -19,7 +19,7 @@
 //! Values already given as i32 (the simulator's payload mode) are taken as quantized and pass
 //! through; results then come back as i32.
 
-use crate::quant::{block_exponent, from_fixed, switchml_scale, switchml_to_fixed, to_fixed};
+use crate::quant::{block_exponent, from_fixed, switchml_scale, switchml_to_fixed, to_fixed, ZERO_BLOCK_EXPONENT};
 use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload, TensorAttrs, Time};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -34,9 +34,9 @@ pub enum Quantization {
     AgreedExponent,
 }
 
-/// Offset of an exponent in the agreement vector, so that every exponent (-128..=127) is
-/// positive and a zero slot (a worker's empty tensor) loses the maximum.
-const EXP_BIAS: i32 = 129;
+/// Offset of an exponent in the agreement vector, so that every exponent (-149..=128) is
+/// positive and a zero slot (another worker's) loses the maximum.
+const EXP_BIAS: i32 = 1 - ZERO_BLOCK_EXPONENT as i32;
 
 /// What an inner request is for.
 enum Stage {
@@ -156,8 +156,8 @@ impl Quantized {
                     match values {
                         Some(Payload::F32(v)) => {
                             let e_max = match data {
-                                Some(Payload::I32(sum)) => (sum.iter().copied().max().unwrap_or(EXP_BIAS) - EXP_BIAS).clamp(-128, 127) as i8,
-                                _ => i8::MIN,
+                                Some(Payload::I32(sum)) => (sum.iter().copied().max().unwrap_or(EXP_BIAS) - EXP_BIAS).clamp(ZERO_BLOCK_EXPONENT as i32, 128) as i16,
+                                _ => ZERO_BLOCK_EXPONENT,
                             };
                             let n = self.world as u32;
                             let f = switchml_to_fixed(&v, n, e_max).expect("checked finite, n > 0");

@@ -51,7 +51,7 @@ fn blocks(seed: u64, n: usize, lo: i32, hi: i32, worst: bool) -> Vec<Vec<f32>> {
 
 /// SwitchML over one block: the workers' converted values summed in i64, with the
 /// agreed exponent.
-fn switchml_sum(blocks: &[Vec<f32>]) -> (Vec<i64>, i8, usize) {
+fn switchml_sum(blocks: &[Vec<f32>]) -> (Vec<i64>, i16, usize) {
     let n = blocks.len() as u32;
     let e_max = blocks.iter().map(|b| block_exponent(b)).max().unwrap();
     let mut sum = vec![0i64; blocks[0].len()];

@@ -244,3 +244,27 @@ fn a_failed_exponent_round_fails_its_tensor_and_the_next_one_still_starts() {
         e => panic!("{e:?}"),
     }
 }
+
+#[test]
+fn agreed_exponent_covers_every_finite_float32() {
+    // The values near the top of float32, and a sum over three workers that stays finite.
+    for (world, values) in [
+        (1, vec![1.6e38f32, 1.8e38, 2.5e38, -3e38, 3.4e38, 1.0]),
+        (3, vec![1.1e38f32, -1.0e38, 5e37, 1.0, -3e-30, f32::MIN_POSITIVE]),
+        (2, vec![1e-45f32, -3e-44, 0.0]),
+    ] {
+        let mut job = Job::new(Quantization::AgreedExponent, world);
+        job.submit(1, |_| Some(Payload::F32(values.clone())), 4 * values.len() as u64);
+        let events = job.run();
+        let (_, got) = floats(&events[0][0]);
+        let max_abs = values.iter().fold(0f64, |m, v| m.max(v.abs() as f64)) * world as f64;
+        // The documented bound relative to the sum's largest magnitude: n^2 2 max / (2^31 - 1),
+        // plus the float32 rounding of the result.
+        let n = world as f64;
+        let bound = n * n * 2.0 * max_abs / i32::MAX as f64 + f32::EPSILON as f64 * max_abs;
+        for (g, v) in got.iter().zip(&values) {
+            let exact = *v as f64 * n;
+            assert!(g.is_finite() && (*g as f64 - exact).abs() <= bound, "{world} workers: {g} vs {exact} (bound {bound:e})");
+        }
+    }
+}
