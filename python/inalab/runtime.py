@@ -9,9 +9,11 @@ They run the same Rust protocol code as the simulator (``inalab-net`` drives it 
 Every worker of a job calls ``allreduce`` with arrays of the same lengths in the same order.
 Values are float32 in and out, summed as integers by the switch: SwitchML with a per-tensor
 exponent (error at most ``n^2 2^e / 2^31`` per value, ``e`` the largest binary exponent of the
-tensor's values over the workers), ATP with a fixed scale (the job's ``ina.scale``, 1e8: error
-at most ``n / 2e8``, values above 21.47 / n fail the call). Which schemes the switch runs and how
-each quantizes come from the scheme registry (:mod:`inalab.schemes`).
+tensor's values over the workers, for every finite float32), ATP with a fixed scale (the job's
+``ina.scale``, 1e8: error at most ``n / 2e8`` while sums stay within +/-21.47; beyond that ATP's
+overflow fallback sums the original floats, so the result is the float sum). NaN and infinities
+fail the call. Which schemes the switch runs and how each quantizes come from the scheme
+registry (:mod:`inalab.schemes`).
 """
 from __future__ import annotations
 

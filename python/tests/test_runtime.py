@@ -189,11 +189,33 @@ def test_scheme_mismatch_and_missing_ps_are_clear(switchml):
             inalab.Client(switch=sw.control_addr, job=5, world=1, scheme="atp", join_timeout_s=5)
 
 
-def test_atp_rejects_values_beyond_its_fixed_point_range(atp):
-    with inalab.Client(switch=atp.control_addr, job=9, world=1, scheme="atp") as c:
-        with pytest.raises(ValueError, match="fixed-point range"):
-            c.allreduce(np.array([1.0, 30.0], np.float32))
-        assert c.allreduce(np.array([1.5], np.float32))[0] == pytest.approx(1.5)
+def _allreduce_all(control: str, job: int, scheme: str, arrays: list) -> list:
+    """Every rank's result of one allreduce of arrays[rank], the ranks in threads."""
+    results: list = [None] * len(arrays)
+
+    def worker(rank):
+        with inalab.Client(switch=control, job=job, rank=rank, world=len(arrays), scheme=scheme, join_timeout_s=30) as c:
+            results[rank] = c.allreduce(arrays[rank])
+
+    threads = [threading.Thread(target=worker, args=(r,)) for r in range(len(arrays))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert all(r is not None for r in results), "every rank got a result"
+    return results
+
+
+@pytest.mark.parametrize("world, values, expected", [
+    # #11's examples: sums beyond ATP's fixed-point range (+/-21.47 at scale 1e8), and values beyond it.
+    (2, [15, -15, 10, 1.5], [30, -30, 20, 3]),
+    (7, [21.4748], [150.3236]),
+    (3, [30.0, -1e6, 2.5e30, 0.125], [90.0, -3e6, 7.5e30, 0.375]),
+])
+def test_atp_sums_beyond_its_fixed_point_range_exactly(atp, world, values, expected):
+    arrays = [np.array(values, np.float32) for _ in range(world)]
+    for got in _allreduce_all(atp.control_addr, 9, "atp", arrays):
+        np.testing.assert_allclose(got, np.array(expected, np.float32), rtol=4 * world * np.finfo(np.float32).eps, atol=world / 2e8)
 
 
 def test_nan_is_an_error_not_a_wrong_sum(switchml):

@@ -41,14 +41,16 @@
 //! `bitmap0 = new` in that seq's parameter packets.
 //!
 //! # Overflow (§3.8)
-//! A seq whose aggregate saturated (`FLAG_OVERFLOW` from a switch, or the PS's own i32 sum
-//! overflowing) is answered with a `FLAG_OVERFLOW` parameter that carries no values and
-//! asks for floats; workers resend that fragment as `Payload::F32` with `FLAG_FLOAT`
-//! (switches never aggregate those), the PS sums the floats per worker and returns them with
-//! `FLAG_FLOAT | FLAG_ACK`, and workers convert back to i32 (rounding, saturating). In the
-//! simulator the values are already fixed-point integers, so "the original floats" are the
-//! same integers as f32 (exact below 2^24).
-//!
+//! A float32 request is carried in fixed point with `AtpConfig::scale`; a fragment holding a
+//! value whose scaled magnitude does not fit an i32 is sent saturated with `FLAG_OVERFLOW`.
+//! A seq whose aggregate saturated (`FLAG_OVERFLOW` from a worker or a switch, or the PS's own
+//! i32 sum overflowing) is answered with a `FLAG_OVERFLOW` parameter that carries no values and
+//! asks for floats; workers resend that fragment as `Payload::F32` with `FLAG_FLOAT` (their
+//! original float32 values; switches never aggregate those), the PS sums the floats per worker
+//! and returns them with `FLAG_FLOAT | FLAG_ACK`, and a float request takes the float sum as
+//! its result. An i32 request (the simulator's payload mode) sends its integers as floats
+//! (exact below 2^24) and rounds the float sum back.
+
 //! # Choices where the paper is silent
 //! - Every newly received parameter (in order or not) feeds the AIMD window; duplicates are
 //!   ignored entirely. AIMD reacts once per window (see [`AimdWindow`]).
@@ -154,7 +156,7 @@ pub fn atp_layout<R: PartialEq + Copy>(worker_racks: &[R], ps_rack: R, aggregate
 }
 
 /// Settings shared by an ATP job's worker and PS.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AtpConfig {
     pub job: u32,
     /// Bytes on the wire of a full gradient packet. Default 306.
@@ -172,6 +174,8 @@ pub struct AtpConfig {
     pub window_rules: WindowRules,
     /// Worker loss-recovery timeout. Default 1 ms.
     pub timeout_ps: Time,
+    /// Fixed-point scale of float32 requests (value x scale as i32). Default 1e8 (ATP's).
+    pub scale: f64,
 }
 
 impl Default for AtpConfig {
@@ -186,6 +190,7 @@ impl Default for AtpConfig {
             aimd: AimdConfig { initial_window_bytes: 200 * 306, increment_bytes: 1500, min_window_bytes: 306, initial_ssthresh_bytes: u64::MAX },
             window_rules: WindowRules::Aimd,
             timeout_ps: MS,
+            scale: crate::quant::ATP_SCALE,
         }
     }
 }
@@ -199,6 +204,7 @@ impl AtpConfig {
             self.header_bytes
         );
         ensure!(self.timeout_ps > 0, "timeout must be positive");
+        ensure!(self.scale.is_finite() && self.scale > 0.0, "scale must be a positive number, got {}", self.scale);
         Ok(((self.packet_bytes - self.header_bytes) / 4) as usize)
     }
 
@@ -244,7 +250,13 @@ struct Request {
     first_seq: u32,
     frags: u32,
     values: usize,
+    /// What the fragments carry: i32, converted with `cfg.scale` if the request was floats.
     data: Option<Payload>,
+    /// A float32 request's own values: what the overflow fallback sends (§3.8).
+    floats: Option<Vec<f32>>,
+    /// Fragments (by index in the request) with a value beyond the fixed-point range: sent
+    /// with `FLAG_OVERFLOW`, so the PS asks for floats at once.
+    saturated: BTreeSet<u32>,
     result: Option<Payload>,
     remaining: u32,
 }
@@ -376,6 +388,8 @@ impl AtpWorker {
         let mut flags = if resend { AtpHeader::FLAG_RESEND } else { 0 };
         if float {
             flags |= AtpHeader::FLAG_FLOAT | AtpHeader::FLAG_RESEND;
+        } else if self.reqs[r].saturated.contains(&(seq - self.reqs[r].first_seq)) {
+            flags |= AtpHeader::FLAG_OVERFLOW;
         }
         let agg_index = self.outstanding.get(&seq).map_or_else(|| self.current_index(seq), |o| o.index);
         let h = AtpHeader {
@@ -392,13 +406,14 @@ impl AtpWorker {
         let size = self.cfg.header_bytes + 4 * len as u32;
         let mut pkt = Packet::new(self.local.host, self.local.port, self.ps.host, self.ps.port, size, Header::Atp(h));
         pkt.created = now;
-        pkt.payload = self.reqs[r].data.as_ref().map(|d| {
-            let v = d.slice(start, start + len);
-            Box::new(match (float, v) {
-                (true, Payload::I32(v)) => Payload::F32(v.into_iter().map(|x| x as f32).collect()),
-                (_, v) => v,
-            })
-        });
+        let req = &self.reqs[r];
+        pkt.payload = match (float, &req.floats, &req.data) {
+            // The fallback carries the application's own floats when it gave floats; the
+            // simulator's integers otherwise (exact as f32 below 2^24).
+            (true, Some(f), _) => Some(Box::new(Payload::F32(f[start..start + len].to_vec()))),
+            (true, None, Some(Payload::I32(v))) => Some(Box::new(Payload::F32(v[start..start + len].iter().map(|&x| x as f32).collect()))),
+            (_, _, d) => d.as_ref().map(|d| Box::new(d.slice(start, start + len))),
+        };
         pkt
     }
 
@@ -432,11 +447,15 @@ impl AtpWorker {
             return;
         }
         let (r, start, len) = self.fragment(seq);
+        let scale = self.cfg.scale;
         let req = &mut self.reqs[r];
         if let (Some(res), Some(p)) = (req.result.as_mut(), pkt.payload.as_deref()) {
-            let v = match p {
-                Payload::F32(f) => Payload::I32(f.iter().map(|x| x.round() as i32).collect()),
-                other => other.clone(),
+            // A float request's result is floats: fixed-point sums scaled back, the fallback's
+            // float sums as they are. An i32 request (the simulator's) stays i32.
+            let v = match (&*res, p) {
+                (Payload::F32(_), Payload::I32(v)) => Payload::F32(crate::quant::from_fixed(v, scale)),
+                (Payload::I32(_), Payload::F32(f)) => Payload::I32(f.iter().map(|x| x.round() as i32).collect()),
+                (_, other) => other.clone(),
             };
             if v.len() == len {
                 res.copy_at(start, &v);
@@ -496,8 +515,8 @@ impl HostProtocol for AtpWorker {
         match req {
             AppRequest::Allreduce { id, bytes, data, .. } => {
                 let values = (bytes / 4) as usize;
-                if bytes % 4 != 0 || data.as_ref().is_some_and(|d| d.len() != values || matches!(d, Payload::F32(_))) {
-                    self.events.push_back(HostEvent::Failed { id, reason: "ATP needs i32 (fixed-point) values, bytes / 4 of them".into() });
+                if bytes % 4 != 0 || data.as_ref().is_some_and(|d| d.len() != values) {
+                    self.events.push_back(HostEvent::Failed { id, reason: "ATP needs bytes / 4 values".into() });
                     return;
                 }
                 let frags = values.div_ceil(self.per_packet).max(1) as u64;
@@ -507,7 +526,26 @@ impl HostProtocol for AtpWorker {
                 }
                 let frags = frags as u32;
                 let result = data.as_ref().map(|d| d.zeros_like(values));
-                self.reqs.push_back(Request { id, first_seq: self.end_seq, frags, values, data, result, remaining: frags });
+                // Floats are carried in fixed point; a value beyond its range saturates and
+                // marks its fragment, whose sum then comes from the floats (§3.8).
+                let (data, floats, saturated) = match data {
+                    Some(Payload::F32(f)) => {
+                        if let Some(i) = f.iter().position(|x| !x.is_finite()) {
+                            self.events.push_back(HostEvent::Rejected { id, reason: format!("value {i} is {}, which has no fixed-point form", f[i]) });
+                            return;
+                        }
+                        let limit = i32::MAX as f64 + 0.5;
+                        let saturated = (0..frags).filter(|&k| {
+                            let (a, b) = (k as usize * self.per_packet, ((k as usize + 1) * self.per_packet).min(values));
+                            f[a..b].iter().any(|&x| (x as f64 * self.cfg.scale).abs() >= limit)
+                        });
+                        let saturated = saturated.collect();
+                        let fixed = crate::quant::to_fixed(&f, self.cfg.scale).expect("finite values, a checked scale").values;
+                        (Some(Payload::I32(fixed)), Some(f), saturated)
+                    }
+                    other => (other, None, BTreeSet::new()),
+                };
+                self.reqs.push_back(Request { id, first_seq: self.end_seq, frags, values, data, floats, saturated, result, remaining: frags });
                 self.end_seq += frags;
             }
             AppRequest::Send { id, .. } => {
@@ -631,7 +669,7 @@ struct Seq {
 }
 
 /// PS settings beyond [`AtpConfig`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AtpServerConfig {
     pub atp: AtpConfig,
     pub layout: AtpLayout,

@@ -4,8 +4,10 @@
 //! conversion errors: the simulator (which also carries i32 or no values at all) and the UDP
 //! runtime's worker library.
 //!
-//! - [`Quantization::FixedPoint`] (ATP): one scale for every value ([`quant::to_fixed`]). A
-//!   value whose scaled magnitude does not fit an i32 is rejected, naming it.
+//! - [`Quantization::FixedPoint`] (ATP): one scale for every value. The protocol converts
+//!   (ATP's worker, `AtpConfig::scale`), because its overflow fallback (§3.8) needs the
+//!   original floats: this layer hands them over unchanged and rejects only NaN and
+//!   infinities, which have no fixed-point form and no float sum.
 //! - [`Quantization::AgreedExponent`] (SwitchML, with the tensor as the block): per tensor the
 //!   workers first agree on the largest binary exponent of its values, with one extra
 //!   allreduce of a `world`-long i32 vector in which each worker writes `e + 129` in its own
@@ -19,7 +21,7 @@
 //! Values already given as i32 (the simulator's payload mode) are taken as quantized and pass
 //! through; results then come back as i32.
 
-use crate::quant::{block_exponent, from_fixed, switchml_scale, switchml_to_fixed, to_fixed, ZERO_BLOCK_EXPONENT};
+use crate::quant::{block_exponent, from_fixed, switchml_scale, switchml_to_fixed, ZERO_BLOCK_EXPONENT};
 use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload, TensorAttrs, Time};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -82,24 +84,15 @@ impl Quantized {
         self.events.push_back(HostEvent::Rejected { id, reason });
     }
 
-    /// Fixed point: converts f32 values (rejecting those that do not fit) and sends.
-    fn send_fixed(&mut self, now: Time, id: u64, bytes: u64, data: Option<Payload>, attrs: TensorAttrs, scale: f64) {
-        match data {
-            Some(Payload::F32(v)) => match to_fixed(&v, scale) {
-                Ok(f) if f.saturated == 0 => self.submit_inner(now, bytes, Some(Payload::I32(f.values)), attrs, Stage::Data { outer: id, scale: Some(scale) }),
-                Ok(f) => {
-                    let (i, x) = v.iter().enumerate().find(|(_, x)| (**x as f64 * scale).abs() >= i32::MAX as f64).expect("one saturated");
-                    let reason = format!(
-                        "value {i} is {x}: {} values exceed the fixed-point range ±{:.3} at scale {scale:e}; lower the job's ina.scale",
-                        f.saturated,
-                        i32::MAX as f64 / scale
-                    );
-                    self.reject(id, reason);
-                }
-                Err(e) => self.reject(id, e.to_string()),
-            },
-            other => self.submit_inner(now, bytes, other, attrs, Stage::Data { outer: id, scale: None }),
+    /// Fixed point: the protocol converts floats itself (and falls back to them on overflow);
+    /// what has no fixed-point form at all is rejected here.
+    fn send_fixed(&mut self, now: Time, id: u64, bytes: u64, data: Option<Payload>, attrs: TensorAttrs) {
+        if let Some(Payload::F32(v)) = &data {
+            if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+                return self.reject(id, format!("value {i} is {}, which has no fixed-point form", v[i]));
+            }
         }
+        self.submit_inner(now, bytes, data, attrs, Stage::Data { outer: id, scale: None });
     }
 
     /// Agreed exponent: starts the next waiting request's exponent round, if none runs.
@@ -188,7 +181,7 @@ impl HostProtocol for Quantized {
 
     fn submit(&mut self, now: Time, req: AppRequest) {
         match (req, self.q) {
-            (AppRequest::Allreduce { id, bytes, data, attrs }, Quantization::FixedPoint { scale }) => self.send_fixed(now, id, bytes, data, attrs, scale),
+            (AppRequest::Allreduce { id, bytes, data, attrs }, Quantization::FixedPoint { .. }) => self.send_fixed(now, id, bytes, data, attrs),
             (AppRequest::Allreduce { id, bytes, data, attrs }, Quantization::AgreedExponent) => {
                 self.waiting.push_back((id, bytes, data, attrs));
                 self.start_exponent_round(now);

@@ -65,18 +65,12 @@ impl Job {
                 break;
             }
             let reqs: Vec<_> = self.logs.iter().map(|l| l.lock().unwrap().submitted[answered].clone()).collect();
-            let sum = match reqs[0].2 {
-                Some(Payload::I32(ref first)) => {
-                    let mut s = vec![0i32; first.len()];
-                    for (_, _, d) in &reqs {
-                        let Some(Payload::I32(v)) = d else { panic!("every worker sends i32 to the switch") };
-                        s.iter_mut().zip(v).for_each(|(a, b)| *a = a.wrapping_add(*b));
-                    }
-                    Some(Payload::I32(s))
-                }
-                None => None,
-                Some(Payload::F32(_)) => panic!("an INA protocol is never handed floats"),
-            };
+            // What a switch (i32) or a protocol carrying floats computes.
+            let sum = reqs[0].2.as_ref().map(|first| {
+                let mut s = first.zeros_like(first.len());
+                reqs.iter().for_each(|(_, _, d)| s.add_at(0, d.as_ref().expect("every worker sends values")));
+                s
+            });
             for (w, (l, (id, _, _))) in self.logs.iter().zip(&reqs).enumerate() {
                 l.lock().unwrap().done.push_back(HostEvent::Done { id: *id, data: sum.clone() });
                 self.workers[w].handle_timeout(0);
@@ -169,28 +163,24 @@ fn integers_and_metadata_pass_through_but_still_take_the_exponent_round() {
 }
 
 #[test]
-fn fixed_point_sums_within_bound_and_rejects_what_it_cannot_carry() {
-    let world = 4;
-    let scale = 1e8;
-    let mut job = Job::new(Quantization::FixedPoint { scale }, world);
-    job.submit(1, |r| Some(Payload::F32(vec![1.5 + r as f32, -0.25, 1e-7])), 12);
-    job.submit(2, |_| Some(Payload::F32(vec![1.0, 30.0])), 8);
-    job.submit(3, |_| Some(Payload::F32(vec![f32::NAN])), 4);
-    // Rejections come at once, results when the network answers.
+fn fixed_point_hands_floats_to_the_protocol_and_rejects_only_what_has_no_fixed_point_form() {
+    // ATP converts floats itself (its overflow fallback needs them): the layer passes them on,
+    // values beyond the fixed-point range included, and rejects NaN and infinities.
+    let mut job = Job::new(Quantization::FixedPoint { scale: 1e8 }, 2);
+    job.submit(1, |r| Some(Payload::F32(vec![1.5 + r as f32, 30.0])), 8);
+    job.submit(2, |_| Some(Payload::F32(vec![f32::NAN])), 4);
+    job.submit(3, |_| Some(Payload::F32(vec![f32::INFINITY])), 4);
     let events = job.run();
     match &events[0][..] {
         [HostEvent::Rejected { id: 2, reason }, HostEvent::Rejected { id: 3, .. }, done] => {
-            assert!(reason.contains("value 1 is 30") && reason.contains("fixed-point range"), "{reason}");
-            let (id, got) = floats(done);
-            assert_eq!(id, 1);
-            for (g, x) in got.iter().zip([12.0f64, -1.0, 4e-7]) {
-                assert!((*g as f64 - x).abs() <= world as f64 / (2.0 * scale) + 1e-6 * x.abs(), "{g} vs {x}");
-            }
+            assert!(reason.contains("value 0 is NaN") && reason.contains("no fixed-point form"), "{reason}");
+            assert_eq!(floats(done), (1, vec![4.0, 60.0]));
         }
         e => panic!("{e:?}"),
     }
-    // Rejected requests never reached the protocol.
-    assert_eq!(job.submitted(0).len(), 1);
+    let sub = job.submitted(0);
+    assert_eq!(sub.len(), 1, "rejected requests never reach the protocol");
+    assert_eq!(sub[0].1, Some(Payload::F32(vec![1.5, 30.0])), "floats reach the protocol unchanged");
 }
 
 #[test]

@@ -159,6 +159,7 @@ impl Scheme for Atp {
             },
             window_rules: WindowRules::Aimd,
             timeout_ps: ina.timeout_ps,
+            scale: ina.scale,
         };
         let err = |e: inalab_host::ConfigError| PlanError::new("ina", e.0);
         let ps = Endpoint { host: ps_host, port: job.server_port };
