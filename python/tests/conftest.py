@@ -17,8 +17,9 @@ def star():
 
 @pytest.fixture(autouse=True)
 def check_every_simulation(monkeypatch):
-    """Every simulation a test runs must conserve packets and bytes and keep links at or below
-    100 % utilization, whatever else the test asserts."""
+    """Every simulation a test runs must conserve packets and bytes, keep links at or below
+    100 % utilization, and leave no aggregator held once every job ended, whatever else the
+    test asserts."""
     import json
 
     from inalab import _core
@@ -32,6 +33,9 @@ def check_every_simulation(monkeypatch):
         assert c["holds"], f"conservation violated: {c}"
         for link in r["links"]:
             assert link["utilization"] <= 1.0 + 1e-9, f"{link['src']}->{link['dst']} above 100 %"
+        if all(j["finished"] for j in r["jobs"]):
+            for sw in r["switches"]:
+                assert sw["aggregators_end"] == 0, f"{sw['name']} holds aggregators after every job ended"
         return out
 
     monkeypatch.setattr(_core, "simulate", checked)

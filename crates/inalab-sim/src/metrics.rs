@@ -104,6 +104,7 @@ impl Sim {
                 max_queue_bytes: ports.iter().map(|p| p.stats.max_queue_bytes).max().unwrap_or(0),
                 aggregators_peak: sw.agg_peak,
                 aggregators_end: sw.active_ref().aggregators_in_use(),
+                aggregators_released: sw.aggregators_released,
                 counters,
             });
         }

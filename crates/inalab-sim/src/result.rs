@@ -85,7 +85,12 @@ pub struct SwitchResult {
     pub ecn_marks: u64,
     pub max_queue_bytes: u64,
     pub aggregators_peak: u32,
+    /// Aggregators held when the run stopped: 0 once every job ended, since an ended job is
+    /// released at every switch.
     pub aggregators_end: u32,
+    /// Aggregators jobs still held when they ended (a protocol that frees its aggregators
+    /// itself leaves 0), freed by the release.
+    pub aggregators_released: u32,
     pub counters: BTreeMap<String, u64>,
 }
 

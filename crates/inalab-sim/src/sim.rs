@@ -56,6 +56,8 @@ pub(crate) struct SwitchState {
     /// INA packets from a host port for a job that host is not part of (admission filtering,
     /// as the UDP switch does).
     pub drops_unadmitted: u64,
+    /// Aggregators jobs still held when they ended, freed by their release.
+    pub aggregators_released: u32,
     /// Host-facing port -> the jobs admitted on it (hosts that are a job's workers or servers).
     pub admitted: std::collections::HashMap<PortId, Vec<u32>>,
     pub agg_peak: u32,
@@ -226,6 +228,7 @@ impl Sim {
                 drops_program: 0,
                 drops_no_route: 0,
                 drops_unadmitted: 0,
+                aggregators_released: 0,
                 admitted: std::collections::HashMap::new(),
                 agg_peak: 0,
                 agg_series: vec![],
@@ -759,6 +762,13 @@ impl World for Sim {
     fn complete(&mut self) {
         self.done = true;
         self.stopped_by = "completed";
+    }
+    fn release_job(&mut self, job: u32) {
+        for sw in &mut self.switches {
+            if let Some(programs) = &mut sw.ina {
+                sw.aggregators_released += programs.release(job);
+            }
+        }
     }
     fn endpoint_index(&self, host: NodeId, port: u16) -> Option<u16> {
         self.hosts[host as usize].eps.iter().position(|e| e.port == port).map(|i| i as u16)

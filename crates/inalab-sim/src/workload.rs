@@ -396,6 +396,7 @@ impl Workloads {
                 if j.iter_end.len() as u32 == j.iterations {
                     j.finished_at = Some(now);
                     self.open_jobs -= 1;
+                    world.release_job(job);
                     self.check_done(world);
                 }
             }
@@ -410,6 +411,7 @@ impl Workloads {
         if j.finished_at.is_none() {
             j.finished_at = Some(world.now());
             self.open_jobs -= 1;
+            world.release_job(job);
         }
         self.check_done(world);
     }

@@ -29,6 +29,9 @@ pub(crate) trait World {
     fn submit(&mut self, host: NodeId, ep: u16, req: AppRequest);
     /// Every job and flow is done: the run ends.
     fn complete(&mut self);
+    /// A job ended: the control plane releases it at every switch (as the UDP switch does
+    /// when its workers leave), freeing what it still holds.
+    fn release_job(&mut self, job: u32);
     /// The index of `host`'s endpoint on protocol port `port`.
     fn endpoint_index(&self, host: NodeId, port: u16) -> Option<u16>;
 

@@ -406,14 +406,11 @@ impl SwitchProgram for SwitchMlSwitch {
         self.admit_job(job, adm.take::<SwitchMlJob>("switchml")?).map_err(|e| AdmitError(e.to_string()))
     }
 
-    /// Frees the job's partition; SwitchML holds no aggregator outside it, so 0 are left held.
+    /// Frees the job's partition; returns the slots that still held a partial sum.
     fn release(&mut self, job: u32) -> u32 {
-        let pool = self.jobs.get(&job).map_or(0, |j| j.pool);
-        if self.release_job(job) {
-            pool
-        } else {
-            0
-        }
+        let partial = self.jobs.get(&job).map_or(0, |j| j.copies.iter().filter(|c| c.count > 0 && !c.complete).count() as u32);
+        self.release_job(job);
+        partial
     }
 
     fn job_of(&self, pkt: &Packet) -> Option<u32> {

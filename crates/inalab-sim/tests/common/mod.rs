@@ -55,6 +55,12 @@ pub fn simulate(spec: &Value) -> SimResult {
 pub fn check_invariants(r: &SimResult) {
     let c = &r.conservation;
     assert!(c.holds, "conservation violated: {c:?}");
+    // Once every job ended, no switch holds an aggregator.
+    if r.jobs.iter().all(|j| j.finished) {
+        for s in &r.switches {
+            assert_eq!(s.aggregators_end, 0, "switch {} holds aggregators after every job ended", s.name);
+        }
+    }
     for l in &r.links {
         assert!(l.utilization <= 1.0 + 1e-9, "link {}->{} above 100%: {}", l.src, l.dst, l.utilization);
         // A bin is charged whole packets at their start, so it may exceed by one packet.
