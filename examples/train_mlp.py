@@ -75,6 +75,10 @@ def main(argv=None) -> int:
     p.add_argument("--batch-size", type=int, default=32, help="samples per rank per step (default 32)")
     p.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (default 0.05, momentum 0.9)")
     p.add_argument("--seed", type=int, default=0, help="seed of the data, the model and the batch order")
+    p.add_argument("--loss-scale", type=float, default=1.0,
+                   help="multiply the loss (so the gradients) by this and divide the learning rate by it: the same "
+                        "training, with gradients that large (default 1; e.g. 1000 pushes ATP's sums beyond its "
+                        "fixed-point range, into its float fallback)")
     p.add_argument("--out", help="write the per-step losses here as JSON (rank 0)")
     args = p.parse_args(argv)
 
@@ -97,7 +101,7 @@ def main(argv=None) -> int:
 
         client = inalab.torch.connect()
         model.register_comm_hook(client, inalab.torch.allreduce_hook)
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr / args.loss_scale, momentum=0.9)
     loss_fn = nn.MSELoss()
     order = torch.Generator().manual_seed(args.seed * 1000 + rank)
 
@@ -112,7 +116,7 @@ def main(argv=None) -> int:
         pos += args.batch_size
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(x[idx]), y[idx])
-        loss.backward()  # DDP's allreduce (or the hook) runs here
+        (loss * args.loss_scale).backward()  # DDP's allreduce (or the hook) runs here
         opt.step()
         mean = loss.detach().clone()
         dist.all_reduce(mean, group=metrics)

@@ -32,9 +32,10 @@ RTOL = 1e-5
 TIMEOUT_S = 180
 
 
-def train(comm: str, steps: int, tmp_path, switch: str | None = None, scheme: str | None = None) -> list[float]:
+def train(comm: str, steps: int, tmp_path, switch: str | None = None, scheme: str | None = None,
+          loss_scale: float = 1.0) -> list[float]:
     """Runs examples/train_mlp.py under torchrun; returns rank 0's per-step losses."""
-    out = tmp_path / f"{comm}-{scheme or 'none'}.json"
+    out = tmp_path / f"{comm}-{scheme or 'none'}-{loss_scale:g}.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("INALAB_")}
     env["OMP_NUM_THREADS"] = "1"
     if switch:
@@ -42,7 +43,8 @@ def train(comm: str, steps: int, tmp_path, switch: str | None = None, scheme: st
     if scheme:
         env["INALAB_SCHEME"] = scheme
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={WORLD}",
-           str(REPO / "examples" / "train_mlp.py"), "--comm", comm, "--steps", str(steps), "--out", str(out)]
+           str(REPO / "examples" / "train_mlp.py"), "--comm", comm, "--steps", str(steps), "--out", str(out),
+           "--loss-scale", str(loss_scale)]
     # Own session, so that a timeout kills the workers too, not only torchrun.
     p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          start_new_session=True)
@@ -105,3 +107,18 @@ def test_hook_through_atp_matches_gloo(gloo, tmp_path):
     assert_close(losses, gloo)
     assert_went_through(stats, SHORT)
     assert stats["program"]["overflows"] == 0, stats
+
+
+def test_hook_through_atp_with_gradients_beyond_its_fixed_point_range(tmp_path):
+    """Gradients x 1000 (the learning rate / 1000: the same training) sum far beyond ATP's
+    +/-21.47 at scale 1e8; its float fallback carries them and the losses are gloo's (#11:
+    they were capped, or the job died, before)."""
+    reference = train("gloo", SHORT, tmp_path, loss_scale=1000)
+    with inalab.Switch("atp", udp="127.0.0.1:0", control="127.0.0.1:0") as sw, \
+            inalab.ParameterServer(switch=sw.control_addr, udp="127.0.0.1:0", control="127.0.0.1:0"):
+        losses = train("inalab", SHORT, tmp_path, switch=sw.control_addr, scheme="atp", loss_scale=1000)
+        stats = sw.stats()
+    assert_decreases(losses)
+    assert_close(losses, reference)
+    assert_went_through(stats, SHORT)
+    assert stats["program"]["overflows"] > 0, stats
