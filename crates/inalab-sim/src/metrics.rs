@@ -34,7 +34,8 @@ impl Sim {
                 finished,
                 jct_s: jct,
                 iterations: iters,
-                mean_iteration_s: if iters > 0 { jct / iters as f64 } else { 0.0 },
+                // The completed iterations' own time: an unfinished job's JCT runs to the stop.
+                mean_iteration_s: j.iter_end.last().map_or(0.0, |&t| to_secs(t.saturating_sub(start)) / iters as f64),
                 bytes_per_iteration: bpi,
                 goodput_gbps: if jct > 0.0 { (bpi * iters as u64) as f64 * 8.0 / jct / 1e9 } else { 0.0 },
                 payload_checked: j.payload_checked,

@@ -127,3 +127,20 @@ fn co_located_servers_deliver_without_deep_recursion() {
     let r = simulate(&spec(star(4, US), vec![job(0, "ps_sharded", hosts(0..4), vec![], workload)], vec![]));
     assert!(r.jobs[0].finished);
 }
+
+#[test]
+fn an_unfinished_jobs_mean_iteration_is_its_completed_iterations_own_time() {
+    let workload = json!({"kind": "allreduce", "bytes": 4 << 20, "iterations": 2});
+    let mut s = spec(leaf_spine(), vec![job(0, "ring", hosts(0..4), vec![], workload)], vec![]);
+    let full = simulate(&s);
+    let first = full.iterations[0].duration_s;
+    assert!(full.jobs[0].finished && full.iterations.len() == 2);
+    // Stop halfway through the second iteration.
+    let stop = (full.iterations[0].end_s + full.iterations[1].duration_s / 2.0) * 1e12;
+    s["stop_ps"] = json!(stop as u64);
+    let r = simulate(&s);
+    let j = &r.jobs[0];
+    assert!(!j.finished && j.iterations == 1);
+    assert!((j.mean_iteration_s - first).abs() < 1e-12, "{} vs the first iteration's {first}", j.mean_iteration_s);
+    assert!(j.jct_s > first * 1.2, "the JCT runs to the stop");
+}
