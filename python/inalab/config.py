@@ -419,7 +419,7 @@ class Job(_Model):
         "model and allreduce."
     )
     allreduce: OptSize = opt(None, "Benchmark workload: allreduce a tensor of this size, with no compute.")
-    iterations: int = opt(1, "Training iterations, or allreduce repetitions.", gt=0)
+    iterations: int = opt(1, "Training iterations, or allreduce repetitions.", gt=0, le=2**32 - 1)
     compute_scale: float = opt(
         1.0, "Multiplies every compute time of the model (0.5 = a GPU twice as fast as the profiled one).", gt=0
     )
@@ -455,6 +455,8 @@ class Job(_Model):
     def _consistent(self) -> "Job":
         if (self.model is None) == (self.allreduce is None):
             raise ConfigError("model", 'give exactly one of model = "<name>" (training) or allreduce = "<size>"')
+        if self.allreduce is not None and self.allreduce % 4 != 0:
+            raise ConfigError("allreduce", f"must be a positive multiple of 4 B (float32 values), got {self.allreduce} B")
         if self.allreduce is not None and "compute_scale" in self.model_fields_set:
             raise ConfigError("compute_scale", "applies only to model workloads (allreduce has no compute)")
         if self.allreduce is not None and "jitter" in self.model_fields_set:

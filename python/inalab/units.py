@@ -36,6 +36,10 @@ class Unit:
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise ConfigError(field, f"expected a {self.kind} string with a unit ({self.accepted}), {example}; got {value!r}")
         m = _QUANTITY.match(value) if isinstance(value, str) else None
+        if m is None and isinstance(value, str) and _SIGNED.match(value):
+            raise ConfigError(field, f"a {self.kind} is never negative; got {value!r}")
+        if m is None and isinstance(value, str) and _NOT_FINITE.match(value):
+            raise ConfigError(field, f"a {self.kind} is a finite number with a unit ({example}); got {value!r}")
         if m is None or not m.group("unit"):
             raise ConfigError(
                 field, f"a {self.kind} needs a unit, one of {self.accepted} ({example}); got {value!r}"
@@ -49,12 +53,18 @@ class Unit:
             raise ConfigError(field, f"not a number: {number!r}") from None
         if exact != exact.to_integral_value():
             raise ConfigError(field, f"{value!r} is not a whole number of {self.base}")
+        if exact > _MAX:
+            raise ConfigError(field, f"{value!r} is too large: at most {_MAX} {self.base} (64 bits)")
         return int(exact)
 
 
 # Sign is not accepted: no quantity in a scenario is negative.
 _QUANTITY = re.compile(r"^\s*(?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<unit>[A-Za-zµ/]*)\s*$")
 _EXAMPLES = {"duration": "1us", "rate": "100Gbps", "size": "4MiB"}
+_SIGNED = re.compile(r"^\s*-")
+_NOT_FINITE = re.compile(r"^\s*[+]?(nan|inf)", re.IGNORECASE)
+# The simulator's quantities are unsigned 64-bit integers of the base unit.
+_MAX = 2**64 - 1
 
 DURATION = Unit("duration", "picoseconds", {
     "ps": 1, "ns": 10**3, "us": 10**6, "µs": 10**6, "ms": 10**9, "s": 10**12,

@@ -283,3 +283,23 @@ def test_ina_fields_come_from_the_registry_and_the_registry_checks_them(star):
     star["jobs"][0]["ina"] = {"timeout": "2ms", "scale": 1e6}
     ina = load_scenario(star).to_spec()["jobs"][0]["ina"]
     assert (ina["timeout_ps"], ina["scale"], ina["packet_bytes"]) == (2_000_000_000, 1e6, 306)
+
+
+@pytest.mark.parametrize("where, value, field, words", [
+    ("iterations", 1_000_000_000_000, "jobs[0].iterations", "4294967295"),
+    ("allreduce", "100003B", "jobs[0].allreduce", "multiple of 4"),
+    ("link_rate", "1e30Gbps", "topology.link_rate", "too large"),
+    ("stop", "1e30s", "stop", "too large"),
+    ("link_rate", "-5Gbps", "topology.link_rate", "never negative"),
+    ("link_rate", "nanGbps", "topology.link_rate", "finite number"),
+])
+def test_out_of_range_values_name_the_users_field(star, where, value, field, words):
+    """#11: these named an internal field (spec, workload.layers[0].bytes) or none at all."""
+    if where in ("iterations", "allreduce"):
+        star["jobs"][0][where] = value
+    elif where == "link_rate":
+        star["topology"]["link_rate"] = value
+    else:
+        star[where] = value
+    e = error(star)
+    assert e.field == field and words in e.message, (e.field, e.message)
