@@ -38,7 +38,8 @@ pub struct PortStats {
     pub drops_loss: u64,
     pub ecn_marks: u64,
     pub max_queue_bytes: u64,
-    /// Sparse time series: (bin, bytes whose serialization started in that bin).
+    /// Sparse time series: (bin, picoseconds of that bin the link spent serializing), each
+    /// packet's time split over the bins it covers, so a bin is never more than full.
     pub tx_series: Vec<(u32, u64)>,
     /// Sparse time series: (bin, largest backlog seen at an enqueue in that bin).
     pub queue_series: Vec<(u32, u64)>,
@@ -87,9 +88,15 @@ impl PortState {
         s.tx_packets += 1;
         s.max_queue_bytes = s.max_queue_bytes.max(backlog);
         let bin = (start / bin_ps) as u32;
-        match s.tx_series.last_mut() {
-            Some((b, v)) if *b == bin => *v += size as u64,
-            _ => s.tx_series.push((bin, size as u64)),
+        let mut t = start;
+        while t < self.busy_until {
+            let b = t / bin_ps;
+            let upto = self.busy_until.min((b + 1) * bin_ps);
+            match s.tx_series.last_mut() {
+                Some((last, v)) if *last as u64 == b => *v += upto - t,
+                _ => s.tx_series.push((b as u32, upto - t)),
+            }
+            t = upto;
         }
         if buffer.is_some() {
             match s.queue_series.last_mut() {
