@@ -12,8 +12,17 @@ const PER_LEAF: u32 = 4;
 const LEAVES: u32 = 2;
 const MEMORY: u64 = 2_000_000;
 
+/// A run's network and traffic: loss on every link, aggregator memory of each leaf.
+#[derive(Clone, Copy)]
+struct Net {
+    loss: f64,
+    memory: u64,
+}
+
 /// The fabric's leaf-spine as a scheme sees it: leaves are programmable.
-struct View;
+struct View {
+    memory: u64,
+}
 
 impl NetView for View {
     fn tor(&self, host: NodeId) -> NodeId {
@@ -27,7 +36,7 @@ impl NetView for View {
     }
     fn memory_bytes(&self, switch: NodeId) -> u64 {
         if self.programmable(switch) {
-            MEMORY
+            self.memory
         } else {
             0
         }
@@ -49,13 +58,16 @@ fn values(r: usize, t: u64, len: usize) -> Vec<f32> {
 /// Plans `config` for `workers` (and `servers`), runs `tensors` allreduces of `len` values on a
 /// 2 x 4 leaf-spine with `loss` on every link, and checks every result.
 fn run(config: Value, workers: &[NodeId], servers: &[NodeId], tensors: u64, len: usize, loss: f64) {
-    run_values(config, workers, servers, tensors, len, loss, values);
+    let completed = run_values(config, workers, servers, tensors, len, Net { loss, memory: MEMORY }, &values);
+    assert!(completed.iter().all(|&c| c > 0), "every switch the job admits at aggregated: {completed:?}");
 }
 
-fn run_values(config: Value, workers: &[NodeId], servers: &[NodeId], tensors: u64, len: usize, loss: f64, values: fn(usize, u64, usize) -> Vec<f32>) {
+/// Returns the completions counted at each switch the job admitted at.
+fn run_values(config: Value, workers: &[NodeId], servers: &[NodeId], tensors: u64, len: usize, net: Net, values: &dyn Fn(usize, u64, usize) -> Vec<f32>) -> Vec<u64> {
+    let (loss, view) = (net.loss, View { memory: net.memory });
     let job = JobSpec { id: 3, workers: workers.to_vec(), servers: servers.to_vec(), config, worker_port: 7, server_port: 8 };
     let scheme = job.scheme().unwrap();
-    let plan = scheme.plan(&job, &View).unwrap_or_else(|e| panic!("{}: {e}", scheme.name()));
+    let plan = scheme.plan(&job, &view).unwrap_or_else(|e| panic!("{}: {e}", scheme.name()));
     let mut f = Fabric::leaf_spine(LEAVES as usize, 1, PER_LEAF as usize, Link::default());
     f.seed(11);
     if loss > 0.0 {
@@ -67,7 +79,7 @@ fn run_values(config: Value, workers: &[NodeId], servers: &[NodeId], tensors: u6
             Some(i) => i,
             None => {
                 let mut p = Programs::new();
-                p.install(adm.program, by_name(adm.program).unwrap().program(adm.switch, &View).unwrap()).unwrap();
+                p.install(adm.program, by_name(adm.program).unwrap().program(adm.switch, &view).unwrap()).unwrap();
                 switches.push((adm.switch, p));
                 switches.len() - 1
             }
@@ -120,12 +132,14 @@ fn run_values(config: Value, workers: &[NodeId], servers: &[NodeId], tensors: u6
             }
         }
     }
+    let mut completed = vec![];
     for s in switch_nodes {
-        assert!(f.switch_counter(s, "completed") > 0, "{}: switch {s} aggregated nothing", scheme.name());
+        completed.push(f.switch_counter(s, "completed"));
         let p = f.program_mut::<Programs>(s);
         p.release(job.id);
         assert_eq!(p.aggregators_in_use(), 0, "{}: switch {s} holds aggregators after release", scheme.name());
     }
+    completed
 }
 
 #[test]
@@ -165,6 +179,41 @@ fn atp_sums_beyond_the_fixed_point_range_through_its_float_fallback() {
         }).collect()
     }
     for loss in [0.0, 0.01] {
-        run_values(json!({"scheme": "atp", "ina": {"timeout_ps": 200 * US}}), &[0, 1, 4, 5], &[6], 2, 300, loss, large);
+        let completed = run_values(json!({"scheme": "atp", "ina": {"timeout_ps": 200 * US}}), &[0, 1, 4, 5], &[6], 2, 300, Net { loss, memory: MEMORY }, &large);
+        assert!(completed.iter().all(|&c| c > 0), "{completed:?}");
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 48, failure_persistence: None, ..Default::default() })]
+
+    /// Random sizes, values from tiny to far beyond ATP's fixed-point range, loss from 0 to
+    /// 1 %, pools from scarce to ample: every result is the float64 sum within the scheme's
+    /// documented bound, and no aggregator is held after the job.
+    #[test]
+    fn every_scheme_sums_random_tensors_within_its_bound(
+        scheme in 0usize..4,
+        len in 1usize..700,
+        magnitude in -6i32..32,
+        seed in 0u64..1000,
+        loss in proptest::sample::select(vec![0.0, 0.002, 0.01]),
+        slots in proptest::sample::select(vec![4u64, 64, 4096]),
+    ) {
+        let value = move |r: usize, t: u64, len: usize| -> Vec<f32> {
+            (0..len).map(|i| {
+                let h = (seed ^ (r as u64) << 40 ^ t << 20 ^ i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+                let unit = (h % 2001) as f32 / 1000.0 - 1.0;
+                unit * 10f32.powi(magnitude.min(30) * (i % 3) as i32 / 2)
+            }).collect()
+        };
+        let (config, servers): (Value, &[NodeId]) = match scheme {
+            0 => (json!({"scheme": "atp", "ina": {"timeout_ps": 200 * US}}), &[6]),
+            1 => (json!({"scheme": "switchml", "ina": {"timeout_ps": 100 * US, "pool_slots": slots.min(64)}}), &[]),
+            2 => (json!({"scheme": "ring"}), &[]),
+            _ => (json!({"scheme": "ps", "partition_bytes": 1024}), &[6]),
+        };
+        let workers: &[NodeId] = if scheme == 1 { &[0, 1, 2, 3] } else { &[0, 1, 4, 5] };
+        // ATP's pool: 272 B an aggregator; SwitchML's slots: 280 B.
+        run_values(config, workers, servers, 2, len, Net { loss, memory: slots * 280 }, &value);
     }
 }
