@@ -232,3 +232,26 @@ def test_switchml_carries_the_top_of_float32(switchml):
         got = c.allreduce(xs)
     bound = inalab.runtime.quantization_bound("switchml", 1, float(np.abs(xs).max()))
     assert np.all(np.isfinite(got)) and np.all(np.abs(got.astype(np.float64) - xs) <= bound), (got, bound)
+
+
+def test_a_nan_on_one_worker_fails_the_call_on_every_worker_and_the_job_goes_on(switchml):
+    """The NaN's worker marks its exponent slot: every worker gets the error for that tensor,
+    and the next allreduce pairs up right on all of them."""
+    outcome: dict = {}
+
+    def worker(rank):
+        with inalab.Client(switch=switchml.control_addr, job=13, rank=rank, world=2, join_timeout_s=30) as c:
+            try:
+                c.allreduce(np.array([1.0, np.nan if rank == 0 else 2.0], np.float32))
+                outcome[rank] = "no error"
+            except ValueError as e:
+                outcome[rank] = str(e)
+            outcome[rank, "next"] = c.allreduce(np.array([rank + 1.0], np.float32))
+
+    threads = [threading.Thread(target=worker, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert "no fixed-point form" in outcome[0] and "worker 0" in outcome[1], outcome
+    assert outcome[0, "next"][0] == pytest.approx(3.0) and outcome[1, "next"][0] == pytest.approx(3.0)

@@ -39,6 +39,9 @@ pub enum Quantization {
 /// Offset of an exponent in the agreement vector, so that every exponent (-149..=128) is
 /// positive and a zero slot (another worker's) loses the maximum.
 const EXP_BIAS: i32 = 1 - ZERO_BLOCK_EXPONENT as i32;
+/// What a worker writes in its slot when its tensor has a value with no fixed-point form (NaN,
+/// infinity): every worker sees it in the sum and rejects the tensor, so all stay in step.
+const REJECT_MARK: i32 = -1;
 
 /// What an inner request is for.
 enum Stage {
@@ -100,13 +103,8 @@ impl Quantized {
         while !self.exponent_busy {
             let Some((id, bytes, data, attrs)) = self.waiting.pop_front() else { return };
             let mine = match &data {
-                Some(Payload::F32(v)) => {
-                    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
-                        self.reject(id, format!("value {i} is {}, which has no fixed-point form", v[i]));
-                        continue;
-                    }
-                    block_exponent(v) as i32 + EXP_BIAS
-                }
+                Some(Payload::F32(v)) if v.iter().any(|x| !x.is_finite()) => REJECT_MARK,
+                Some(Payload::F32(v)) => block_exponent(v) as i32 + EXP_BIAS,
                 _ => EXP_BIAS,
             };
             let exps = data.is_some().then(|| {
@@ -146,6 +144,24 @@ impl Quantized {
             match self.stages.remove(&id) {
                 Some(Stage::Exponent { outer, bytes, data: values, attrs }) => {
                     self.exponent_busy = false;
+                    // A worker that cannot carry its tensor marked its slot: every worker drops
+                    // the tensor (no data round), naming who and, on that worker, the value.
+                    let marked = match &data {
+                        Some(Payload::I32(sum)) => sum.iter().position(|&x| x == REJECT_MARK),
+                        _ => None,
+                    };
+                    if let Some(r) = marked {
+                        let reason = match &values {
+                            Some(Payload::F32(v)) if r == self.rank => {
+                                let i = v.iter().position(|x| !x.is_finite()).expect("marked for a non-finite value");
+                                format!("value {i} is {}, which has no fixed-point form", v[i])
+                            }
+                            _ => format!("worker {r}'s tensor has a value with no fixed-point form (NaN or infinity)"),
+                        };
+                        self.reject(outer, reason);
+                        self.start_exponent_round(now);
+                        continue;
+                    }
                     match values {
                         Some(Payload::F32(v)) => {
                             let e_max = match data {

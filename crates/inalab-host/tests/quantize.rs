@@ -184,7 +184,7 @@ fn fixed_point_hands_floats_to_the_protocol_and_rejects_only_what_has_no_fixed_p
 }
 
 #[test]
-fn nan_is_rejected_before_the_exponent_round() {
+fn nan_is_rejected_and_the_next_tensor_goes_on() {
     let mut job = Job::new(Quantization::AgreedExponent, 2);
     job.submit(1, |_| Some(Payload::F32(vec![1.0, f32::NAN])), 8);
     job.submit(2, |_| Some(Payload::F32(vec![2.0])), 4);
@@ -256,5 +256,29 @@ fn agreed_exponent_covers_every_finite_float32() {
             let exact = *v as f64 * n;
             assert!(g.is_finite() && (*g as f64 - exact).abs() <= bound, "{world} workers: {g} vs {exact} (bound {bound:e})");
         }
+    }
+}
+
+#[test]
+fn a_value_one_worker_cannot_carry_fails_the_tensor_on_every_worker() {
+    // Only worker 0 has a NaN: its mark in the exponent round makes every worker drop the
+    // tensor, so no one sends its data and the next tensor pairs up right on all of them.
+    let mut job = Job::new(Quantization::AgreedExponent, 3);
+    job.submit(1, |r| Some(Payload::F32(if r == 0 { vec![1.0, f32::INFINITY] } else { vec![1.0, 2.0] })), 8);
+    job.submit(2, |r| Some(Payload::F32(vec![r as f32 + 1.0])), 4);
+    let events = job.run();
+    for (w, evs) in events.iter().enumerate() {
+        match &evs[..] {
+            [HostEvent::Rejected { id: 1, reason }, done] => {
+                let named = if w == 0 { "value 1 is inf" } else { "worker 0's tensor" };
+                assert!(reason.contains(named), "worker {w}: {reason}");
+                let (id, got) = floats(done);
+                assert_eq!(id, 2);
+                assert!((got[0] - 6.0).abs() < 1e-6, "worker {w}: {got:?}");
+            }
+            e => panic!("worker {w}: {e:?}"),
+        }
+        // The exponent rounds of both tensors and only the second tensor's data.
+        assert_eq!(job.submitted(w).iter().map(|s| s.0).collect::<Vec<_>>(), [12, 12, 4], "worker {w}");
     }
 }
