@@ -1,10 +1,11 @@
 //! The UDP runtime: real processes that run inalab's sans-IO protocol code over UDP.
 //!
-//! - [`switch`]: the software switch, a [`inalab_core::SwitchProgram`] (ATP or SwitchML)
-//!   between UDP neighbours, with its control plane.
+//! - [`switch`]: the software switch, the switch programs of the schemes it is started with
+//!   (`inalab_core::Programs`) between UDP neighbours, with its control plane.
 //! - [`host`]: the host-side driver of [`inalab_core::HostProtocol`]s, used by the parameter
 //!   server ([`ps`]) and the worker [`client`].
-//! - [`control`]: the control-plane protocol (JSON lines over TCP).
+//! - [`control`]: the control-plane protocol (JSON lines over TCP) and the job description
+//!   every party plans its part from through the scheme registry (`inalab_scheme`).
 //! - [`udp`]: batched socket I/O (recvmmsg + GRO, sendmsg + GSO).
 //!
 //! Packets travel as [`inalab_core::frame`]s, one per datagram. None of the modules here
