@@ -8,7 +8,9 @@
 //!   rounding drift);
 //! - a congestion signal (an ECN echo, or the caller's loss detection: three out-of-order or
 //!   duplicate ACKs, or a timeout) halves the window and sets `ssthresh` to the new window;
-//! - the window never drops below `min_window_bytes`.
+//! - the window never drops below `min_window_bytes` and never grows above `max_window_bytes`
+//!   (ATP's workers cap it at their slot table: a job never has two fragments in flight on
+//!   one aggregator; the authors' `CC_manager` clamps the same way).
 //!
 //! Once-per-window reaction: all packets in flight when the window is cut were sent at the old
 //! rate, so their congestion signals describe the same episode. After a cut the window
@@ -32,6 +34,8 @@ pub struct AimdConfig {
     /// Slow-start threshold at start, bytes. Default `u64::MAX`: slow start until the first
     /// congestion signal.
     pub initial_ssthresh_bytes: u64,
+    /// Ceiling of the window, bytes. Default `u64::MAX` (none).
+    pub max_window_bytes: u64,
 }
 
 impl Default for AimdConfig {
@@ -41,6 +45,7 @@ impl Default for AimdConfig {
             increment_bytes: 1500,
             min_window_bytes: 1500,
             initial_ssthresh_bytes: u64::MAX,
+            max_window_bytes: u64::MAX,
         }
     }
 }
@@ -62,7 +67,7 @@ pub struct AimdWindow {
 
 impl AimdWindow {
     pub fn new(cfg: AimdConfig) -> Self {
-        let cwnd = cfg.initial_window_bytes.max(cfg.min_window_bytes);
+        let cwnd = cfg.initial_window_bytes.min(cfg.max_window_bytes).max(cfg.min_window_bytes);
         AimdWindow { ssthresh: cfg.initial_ssthresh_bytes, cfg, cwnd, ca_acked: 0, cut_seq: None, cuts: 0 }
     }
 
@@ -105,6 +110,7 @@ impl AimdWindow {
                 self.cwnd = self.cwnd.saturating_add(self.cfg.increment_bytes);
             }
         }
+        self.cwnd = self.cwnd.min(self.cfg.max_window_bytes).max(self.cfg.min_window_bytes);
         false
     }
 
@@ -223,5 +229,18 @@ mod tests {
         // The floor also applies to a configured initial window below it.
         let w = AimdWindow::new(AimdConfig { initial_window_bytes: 10, ..AimdConfig::default() });
         assert_eq!(w.window(), 1500);
+    }
+
+    #[test]
+    fn never_above_the_ceiling() {
+        let mut w = AimdWindow::new(AimdConfig { initial_window_bytes: 90_000, max_window_bytes: 61_200, ..AimdConfig::default() });
+        assert_eq!(w.window(), 61_200, "the initial window is capped too");
+        for seq in 0..50 {
+            w.on_ack(306, false, seq, seq);
+        }
+        assert_eq!(w.window(), 61_200, "slow start stops at the ceiling");
+        // A halving then starts from the ceiling, not from a window grown past it.
+        w.on_congestion(60);
+        assert_eq!(w.window(), 30_600);
     }
 }

@@ -13,19 +13,22 @@
 //!
 //! # Worker
 //! Each `Allreduce` is cut into fragments of `(packet_bytes - header_bytes) / 4` values (62
-//! for 306 B); sequence numbers run across the job's whole stream. The aggregator index of a
-//! fragment with position `key` inside its tensor is `splitmix64(job << 32 | key) %
-//! aggregators` ([`Hashing::Hash`]; a tensor's fragments use the same aggregators every
-//! iteration), or `seq % aggregators` ([`Hashing::Linear`]); then it is remapped by the PS's rehash instructions (a per-worker map
-//! original index -> current index). A sliding window with an expected sequence number:
-//! fragments are sent while in flight < window (AIMD in packets of `packet_bytes`, or fixed);
-//! a parameter with the expected seq advances it, already-received ones are ignored. Loss is
-//! detected per fragment, like SACK holes: a fragment still missing when three parameters of
-//! later fragments have arrived is resent once with `FLAG_RESEND` (ATP's "three out-of-order
-//! parameters", counted for every missing fragment rather than only the expected one, so that
-//! several fragments stalled in partial aggregations recover in one round trip) and the window
-//! halves; a timeout resends every fragment without progress for a whole timeout and halves. A request is `Done` when all its fragments'
-//! parameters arrived (requests complete in FIFO order).
+//! for 306 B); sequence numbers run across the job's whole stream. As in the authors' code
+//! (`common/HashTable.cc`, `client/p4ml_manager.cc`), a job has a table of `slots` aggregator
+//! indexes ([`AtpConfig::slot_table`]), the same at every worker and the PS, and fragment
+//! `seq` uses slot `seq % slots`. A sliding window with an expected sequence number:
+//! fragments are sent while in flight < window (AIMD in packets of `packet_bytes`, or fixed,
+//! never above `slots`) and while the new fragment is less than `slots` past the expected one,
+//! so the slot's previous fragment has its parameter and its aggregator is free at every
+//! switch the job uses: a job never collides with itself. A parameter with the expected seq
+//! advances the window, already-received ones are ignored. Loss is detected per fragment,
+//! like SACK holes: a fragment still missing when three parameters of later fragments have
+//! arrived is resent once with `FLAG_RESEND` (ATP's "three out-of-order parameters", counted
+//! for every missing fragment rather than only the expected one, so that several fragments
+//! stalled in partial aggregations recover in one round trip) and the window halves; a
+//! fragment without its parameter a timeout after its last (re)send is resent and the window
+//! halves (each fragment's timer runs from its own departure). A request is `Done` when all
+//! its fragments' parameters arrived (requests complete in FIFO order).
 //!
 //! # PS
 //! Per seq a worker bitset (up to 1024) reconstructed from the packet: `esi == 2` covers every
@@ -36,9 +39,18 @@
 //! marked, the values) goes either once toward the PS's ATP switch for multicast or once per
 //! worker. Results are kept, so a resend for a completed seq is answered again: the first
 //! resend at once, further ones at most once per `resend_holdoff_ps` (every worker resends a
-//! seq whose multicast was lost, and one answer serves them all). A `FLAG_COLLISION` on any packet of a seq makes the
-//! PS rehash: `new = splitmix64(old << 32 | seq) % aggregators` (see [`AtpConfig::rehash`]), announced with `FLAG_REHASH` and
-//! `bitmap0 = new` in that seq's parameter packets.
+//! seq whose multicast was lost, and one answer serves them all).
+//!
+//! # Dynamic hashing (§3.6)
+//! A `FLAG_COLLISION` on any packet of a seq makes the PS move that seq's slot ([`Rehasher`]):
+//! to an aggregator the job has never used, drawn from a seeded permutation of the pool
+//! without replacement (the authors' `HashNew_predefine`), announced with `FLAG_REHASH` and
+//! `bitmap0 = new` in the seq's parameter packets. Workers move the slot for good, so a
+//! conflict between two jobs ends once the later one has moved, which is the convergence the
+//! paper reports (§5.4.1). The paper writes the new index as HASH(<aggregatorIndex>); a hash
+//! of the index alone sends every move along the same chains, which end in a few cycles, and
+//! with replacement a move can land on another of the job's own slots. Only `Hashing::Hash`
+//! moves slots; the linear strawman and static slices keep theirs.
 //!
 //! # Overflow (§3.8)
 //! A float32 request is carried in fixed point with `AtpConfig::scale`; a fragment holding a
@@ -55,8 +67,9 @@
 //! - Every newly received parameter (in order or not) feeds the AIMD window; duplicates are
 //!   ignored entirely. AIMD reacts once per window (see [`AimdWindow`]).
 //! - A resend uses the aggregator index the fragment was first sent with.
-//! - A rehash applies only if the parameter's `agg_index` is the worker's current index for
-//!   that original index (a late duplicate cannot undo a newer rehash).
+//! - A rehash applies only if the parameter's `agg_index` is the slot's current index and the
+//!   new index is in the pool and not already in the table (a late duplicate cannot undo a
+//!   newer move, a forged one cannot make two slots share an aggregator).
 //! - The PS keeps every completed result for the whole run (the paper's PS stores parameters).
 
 use crate::aimd::AimdConfig;
@@ -71,16 +84,24 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 /// Most workers a job can have: 32 per rack x 32 level-2 contributors.
 pub const ATP_MAX_WORKERS: usize = 1024;
 const WORDS: usize = ATP_MAX_WORKERS / 64;
+/// Default slots per job (and ceiling of the window in packets): 512 x 306 B = 157 KB, above
+/// the bandwidth-delay product of a 100 Gbps fabric with a 10 us round trip. The paper starts
+/// the window at 200 packets (§3.7); the authors' code caps both at 100 per thread.
+pub const DEFAULT_SLOTS: u32 = 512;
 
-/// How workers pick aggregator indexes.
+/// How a job fills its slot table (which aggregators its fragments use).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hashing {
-    /// `splitmix64(job << 32 | seq) % aggregators` (ATP's HASH(<job, seq>)).
+    /// ATP: slot i takes `HASH(<job, i>) % aggregators`, probed until the job's slots are
+    /// distinct (the authors' `HashNew_crc`), and the PS moves a slot that collides to an
+    /// aggregator the job has not used yet (§3.6, dynamic hashing).
     Hash,
-    /// `seq % aggregators`: every job starts at slot 0 (ATP Fig. 14's strawman).
+    /// Slot i takes aggregator i: every job starts at aggregator 0, and nothing is rehashed
+    /// (ATP Fig. 14's strawman, "without hashing enabled").
     Linear,
-    /// Static allocation (SwitchML-style, ATP Figs. 13a and 14): the job owns slots
-    /// `[offset, offset + size)` of the pool and uses `offset + seq % size`; jobs never collide.
+    /// Static allocation (SwitchML-style, ATP Figs. 13a and 14): the job owns aggregators
+    /// `[offset, offset + size)` and has `size` slots, so its window is its slice; jobs never
+    /// collide and nothing is rehashed.
     Static { offset: u32, size: u32 },
 }
 
@@ -167,6 +188,10 @@ pub struct AtpConfig {
     /// Aggregators the index is taken modulo (the smallest pool among the job's switches;
     /// 0 = no pool, every index is 0).
     pub aggregators: u32,
+    /// Slots of the job's table: fragment `seq` uses slot `seq % slots`, and a worker never
+    /// has fragments more than `slots` apart in flight, so a job never collides with itself.
+    /// At most `aggregators` (a static job: its slice). Default 512.
+    pub slots: u32,
     /// ECN/loss AIMD window (false: a fixed window of `aimd.initial_window_bytes`).
     pub congestion_control: bool,
     pub aimd: AimdConfig,
@@ -186,8 +211,9 @@ impl Default for AtpConfig {
             header_bytes: 58,
             hashing: Hashing::Hash,
             aggregators: 0,
+            slots: DEFAULT_SLOTS,
             congestion_control: true,
-            aimd: AimdConfig { initial_window_bytes: 200 * 306, increment_bytes: 1500, min_window_bytes: 306, initial_ssthresh_bytes: u64::MAX },
+            aimd: AimdConfig { initial_window_bytes: 200 * 306, increment_bytes: 1500, min_window_bytes: 306, initial_ssthresh_bytes: u64::MAX, max_window_bytes: u64::MAX },
             window_rules: WindowRules::Aimd,
             timeout_ps: MS,
             scale: crate::quant::ATP_SCALE,
@@ -204,37 +230,88 @@ impl AtpConfig {
             self.header_bytes
         );
         ensure!(self.timeout_ps > 0, "timeout must be positive");
+        ensure!(self.slots > 0, "slots must be at least 1");
         ensure!(self.scale.is_finite() && self.scale > 0.0, "scale must be a positive number, got {}", self.scale);
         Ok(((self.packet_bytes - self.header_bytes) / 4) as usize)
     }
 
-    /// The original aggregator index (before rehashing) of the fragment `key` of a tensor
-    /// (its position within the tensor).
-    pub fn base_index(&self, key: u32) -> u32 {
-        if self.aggregators == 0 {
-            return 0;
-        }
+    /// The job's slot table before any rehash: aggregator index per slot. Every worker and
+    /// the PS compute the same one. Empty slots cannot happen: with no pool (or an empty
+    /// static slice) every slot holds index `aggregators`, beyond the pool, which switches
+    /// send on to the PS.
+    pub fn slot_table(&self) -> Vec<u32> {
+        let pool = self.aggregators;
         match self.hashing {
-            Hashing::Hash => (splitmix64((self.job as u64) << 32 | key as u64) % self.aggregators as u64) as u32,
-            Hashing::Linear => key % self.aggregators,
-            Hashing::Static { offset, size } => offset + key % size.max(1),
+            Hashing::Static { size: 0, .. } => vec![pool; self.slots.max(1) as usize],
+            _ if pool == 0 => vec![0; self.slots.max(1) as usize],
+            Hashing::Static { offset, size } => (0..self.slots.clamp(1, size)).map(|i| offset + i).collect(),
+            Hashing::Linear => (0..self.slots.clamp(1, pool)).collect(),
+            Hashing::Hash => {
+                let n = self.slots.clamp(1, pool);
+                let mut taken = BTreeSet::new();
+                (0..n)
+                    .map(|i| {
+                        let key = splitmix64((self.job as u64) << 32 | i as u64);
+                        // Probe with a salt until the slot is distinct (ATP's HashNew_crc);
+                        // a near-full table falls back to the first free index.
+                        let probed = (0..4 * pool as u64).map(|salt| (splitmix64(key ^ salt) % pool as u64) as u32).find(|x| !taken.contains(x));
+                        let x = probed.unwrap_or_else(|| (0..pool).find(|x| !taken.contains(x)).expect("slots <= pool"));
+                        taken.insert(x);
+                        x
+                    })
+                    .collect()
+            }
         }
     }
 
-    /// The PS's new index for a colliding `index` of fragment `seq` (inside the job's slice
-    /// under static allocation). The paper writes HASH(<aggregatorIndex>); hashing the index
-    /// alone sends every remapped fragment along the same chains i -> f(i) -> f(f(i)), which
-    /// end in a few cycles of f, so the remapped fragments pile onto those few slots and
-    /// rehashing never converges. Salting with the seq gives each fragment a fresh slot.
-    pub fn rehash(&self, index: u32, seq: u32) -> u32 {
-        if self.aggregators == 0 {
-            return 0;
+    /// Whether the PS moves colliding slots (ATP's dynamic hashing; not the strawmen).
+    pub fn rehashes(&self) -> bool {
+        self.hashing == Hashing::Hash && self.aggregators > 0
+    }
+}
+
+/// The PS's choice of new aggregators for colliding slots (§3.6; the authors' PS takes them
+/// from a shuffled list of the pool, `HashNew_predefine`): a lazy Fisher-Yates permutation of
+/// the pool seeded by the job, skipping aggregators the job already uses, so each one is
+/// handed out at most once and a job's moves never land on its own slots. An index that
+/// collided keeps its replacement (`moved`), so every fragment of that slot gets the same
+/// answer; when the pool is exhausted the slot stays where it is.
+#[derive(Debug, Clone)]
+pub struct Rehasher {
+    pool: u32,
+    seed: u64,
+    /// Permutation prefix drawn so far; `swapped` holds the displaced tail entries.
+    drawn: u32,
+    swapped: BTreeMap<u32, u32>,
+    used: BTreeSet<u32>,
+    moved: BTreeMap<u32, u32>,
+}
+
+impl Rehasher {
+    pub fn new(cfg: &AtpConfig) -> Self {
+        let used = if cfg.rehashes() { cfg.slot_table().into_iter().collect() } else { BTreeSet::new() };
+        Rehasher { pool: cfg.aggregators, seed: splitmix64(0x5eed_0000_0000 ^ cfg.job as u64), drawn: 0, swapped: BTreeMap::new(), used, moved: BTreeMap::new() }
+    }
+
+    /// The aggregator that replaces `old`, or `None` if no unused one is left.
+    pub fn replace(&mut self, old: u32) -> Option<u32> {
+        if let Some(&new) = self.moved.get(&old) {
+            return Some(new);
         }
-        let h = splitmix64((index as u64) << 32 | seq as u64);
-        match self.hashing {
-            Hashing::Static { offset, size } => offset + (h % size.max(1) as u64) as u32,
-            _ => (h % self.aggregators as u64) as u32,
+        while self.drawn < self.pool {
+            let i = self.drawn;
+            let j = i + (splitmix64(self.seed ^ i as u64) % (self.pool - i) as u64) as u32;
+            let at = |k: u32, m: &BTreeMap<u32, u32>| *m.get(&k).unwrap_or(&k);
+            let (vi, vj) = (at(i, &self.swapped), at(j, &self.swapped));
+            self.swapped.insert(j, vi);
+            self.swapped.remove(&i);
+            self.drawn += 1;
+            if self.used.insert(vj) {
+                self.moved.insert(old, vj);
+                return Some(vj);
+            }
         }
+        None
     }
 }
 
@@ -278,14 +355,18 @@ pub struct AtpWorker {
     received: BTreeSet<u32>,
     /// Sent fragments whose parameter has not arrived.
     outstanding: BTreeMap<u32, Outstanding>,
-    /// Rehash map: original index -> current index.
-    remap: BTreeMap<u32, u32>,
+    /// Aggregator index per slot (fragment `seq` uses slot `seq % slots.len()`), moved by
+    /// the PS's rehash instructions; `in_table` holds the same indexes as a set.
+    slots: Vec<u32>,
+    in_table: BTreeSet<u32>,
+    /// (send time, seq) of every (re)send, in time order: the loss-recovery timer runs from
+    /// the oldest one still current (a seq resent later, or acknowledged, is skipped).
+    sends: VecDeque<(Time, u32)>,
     /// Fragments to send as floats (the PS asked after an overflow).
     float_seqs: BTreeSet<u32>,
     /// Resends waiting for the NIC.
     resend_q: VecDeque<u32>,
     window: Box<dyn CongestionControl>,
-    deadline: Option<Time>,
     events: VecDeque<HostEvent>,
     fragments_sent: u64,
     resends: u64,
@@ -310,7 +391,10 @@ impl AtpWorker {
     /// Worker at `local` sending to the PS at `ps` with its layout position.
     pub fn new(local: Endpoint, ps: Endpoint, pos: AtpPosition, cfg: AtpConfig) -> Result<Self, ConfigError> {
         let per_packet = cfg.check()?;
-        let window = cfg.window_rules.window(&cfg.aimd);
+        let slots = cfg.slot_table();
+        // The window never exceeds the slots, so no two fragments in flight share one.
+        let aimd = AimdConfig { max_window_bytes: cfg.aimd.max_window_bytes.min(slots.len() as u64 * cfg.packet_bytes as u64), ..cfg.aimd.clone() };
+        let window = cfg.window_rules.window(&aimd);
         Ok(AtpWorker {
             local,
             ps,
@@ -322,11 +406,12 @@ impl AtpWorker {
             expected: 0,
             received: BTreeSet::new(),
             outstanding: BTreeMap::new(),
-            remap: BTreeMap::new(),
+            in_table: slots.iter().copied().collect(),
+            slots,
+            sends: VecDeque::new(),
             float_seqs: BTreeSet::new(),
             resend_q: VecDeque::new(),
             window,
-            deadline: None,
             events: VecDeque::new(),
             fragments_sent: 0,
             resends: 0,
@@ -344,7 +429,13 @@ impl AtpWorker {
 
     fn window_packets(&self) -> u64 {
         let bytes = if self.cfg.congestion_control { self.window.window() } else { self.cfg.aimd.initial_window_bytes };
-        (bytes / self.cfg.packet_bytes as u64).max(1)
+        (bytes / self.cfg.packet_bytes as u64).clamp(1, self.slots.len() as u64)
+    }
+
+    /// A new fragment may go: within the window, and its slot's previous fragment (`slots`
+    /// seqs back) has its parameter, so the slot is free at every switch.
+    fn may_send(&self) -> bool {
+        self.next_seq < self.end_seq && self.in_flight() < self.window_packets() && ((self.next_seq - self.expected) as usize) < self.slots.len()
     }
 
     fn in_flight(&self) -> u64 {
@@ -364,21 +455,12 @@ impl AtpWorker {
         (r, start, (q.values - start).min(self.per_packet))
     }
 
-    /// What the aggregator index is computed from. Hashing uses the fragment's position inside
-    /// its tensor: ATP numbers fragments per tensor, so the same fragment maps to the same
-    /// aggregator every iteration and the PS's rehashes persist (§5.4.1: they converge in
-    /// ~500 ms). Linear and static indexing walk the job's stream seq, so consecutive
-    /// fragments, across tensor boundaries too, take consecutive slots.
-    fn fragment_key(&self, seq: u32) -> u32 {
-        match self.cfg.hashing {
-            Hashing::Hash => self.request_of(seq).map_or(seq, |r| seq - self.reqs[r].first_seq),
-            Hashing::Linear | Hashing::Static { .. } => seq,
-        }
+    fn slot(&self, seq: u32) -> usize {
+        seq as usize % self.slots.len()
     }
 
     fn current_index(&self, seq: u32) -> u32 {
-        let base = self.cfg.base_index(self.fragment_key(seq));
-        *self.remap.get(&base).unwrap_or(&base)
+        self.slots[self.slot(seq)]
     }
 
     fn build(&self, now: Time, seq: u32, resend: bool) -> Packet {
@@ -429,11 +511,18 @@ impl AtpWorker {
         }
     }
 
-    fn arm(&mut self, now: Time) {
-        self.deadline = (self.in_flight() > 0).then_some(now + self.cfg.timeout_ps);
+    /// Whether a (time, seq) entry of `sends` is still the seq's latest send and unanswered.
+    fn current_send(&self, &(t, seq): &(Time, u32)) -> bool {
+        self.outstanding.get(&seq).is_some_and(|o| o.sent_at == t)
     }
 
-    fn on_parameter(&mut self, now: Time, h: AtpHeader, pkt: Packet) {
+    fn drop_stale_sends(&mut self) {
+        while self.sends.front().is_some_and(|e| !self.current_send(e)) {
+            self.sends.pop_front();
+        }
+    }
+
+    fn on_parameter(&mut self, h: AtpHeader, pkt: Packet) {
         let seq = h.seq;
         if seq < self.expected || seq >= self.next_seq || self.received.contains(&seq) {
             return; // duplicate (or never sent): ignored
@@ -463,9 +552,13 @@ impl AtpWorker {
         }
         req.remaining -= 1;
         if h.has(AtpHeader::FLAG_REHASH) {
-            let base = self.cfg.base_index(self.fragment_key(seq));
-            if self.current_index(seq) == h.agg_index {
-                self.remap.insert(base, h.bitmap0);
+            // The PS moved this slot to an aggregator the job does not use: take it for good,
+            // unless a newer move already applied or the index is not one of the pool's.
+            let (i, new) = (self.slot(seq), h.bitmap0);
+            if self.slots[i] == h.agg_index && new < self.cfg.aggregators && !self.in_table.contains(&new) {
+                self.in_table.remove(&h.agg_index);
+                self.in_table.insert(new);
+                self.slots[i] = new;
             }
         }
         self.outstanding.remove(&seq);
@@ -476,7 +569,6 @@ impl AtpWorker {
             while self.received.remove(&self.expected) {
                 self.expected += 1;
             }
-            self.arm(now);
         } else {
             self.received.insert(seq);
             // Every fragment still missing below `seq` saw one more out-of-order parameter;
@@ -498,6 +590,7 @@ impl AtpWorker {
         if self.cfg.congestion_control && self.window.on_ack(self.cfg.packet_bytes as u64, ecn, self.expected as u64, self.next_seq as u64) {
             self.ecn_cuts += 1;
         }
+        self.drop_stale_sends();
         // Completed requests, in order.
         while self.reqs.front().is_some_and(|q| q.remaining == 0) {
             let q = self.reqs.pop_front().expect("front");
@@ -554,50 +647,48 @@ impl HostProtocol for AtpWorker {
         }
     }
 
-    fn handle_packet(&mut self, now: Time, pkt: Packet) {
+    fn handle_packet(&mut self, _now: Time, pkt: Packet) {
         if let Some(h) = atp_header(&pkt).filter(|h| h.has(AtpHeader::FLAG_ACK) && h.job == self.cfg.job) {
-            self.on_parameter(now, h, pkt);
+            self.on_parameter(h, pkt);
         }
     }
 
     fn handle_timeout(&mut self, now: Time) {
-        if self.deadline.is_some_and(|d| now >= d) {
-            if self.in_flight() > 0 {
-                // Every fragment without progress for a whole timeout is resent, not only the
-                // oldest: stalled fragments then recover together instead of one per timeout.
-                self.timeouts += 1;
-                let stale: Vec<u32> = self.outstanding.iter().filter(|(_, o)| o.sent_at + self.cfg.timeout_ps <= now).map(|(&q, _)| q).collect();
-                let e = self.expected;
-                if stale.is_empty() {
-                    self.queue_resend(e);
-                }
-                stale.into_iter().for_each(|q| self.queue_resend(q));
-                self.congestion();
+        // Every fragment without its parameter a whole timeout after its last send is resent,
+        // not only the oldest: stalled fragments then recover together.
+        let mut stale = false;
+        while let Some(&(t, seq)) = self.sends.front() {
+            if t + self.cfg.timeout_ps > now {
+                break;
             }
-            self.arm(now);
+            self.sends.pop_front();
+            if self.current_send(&(t, seq)) {
+                stale = true;
+                self.queue_resend(seq);
+            }
+        }
+        if stale {
+            self.timeouts += 1;
+            self.congestion();
         }
     }
 
     fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
         while let Some(seq) = self.resend_q.pop_front() {
-            if seq < self.expected || self.received.contains(&seq) {
-                continue;
-            }
+            let Some(o) = self.outstanding.get_mut(&seq) else { continue };
             self.resends += 1;
-            if let Some(o) = self.outstanding.get_mut(&seq) {
-                o.sent_at = now;
-                o.later_params = 0;
-            }
+            // A resend counts again from its own departure; the entry it replaces is skipped.
+            o.sent_at = now;
+            o.later_params = 0;
+            self.sends.push_back((now, seq));
             return Some(self.build(now, seq, true));
         }
-        if self.next_seq < self.end_seq && self.in_flight() < self.window_packets() {
+        if self.may_send() {
             let seq = self.next_seq;
             let pkt = self.build(now, seq, false);
             let index = self.current_index(seq);
             self.outstanding.insert(seq, Outstanding { index, sent_at: now, later_params: 0, fast_resent: false });
-            if self.in_flight() == 0 {
-                self.deadline = Some(now + self.cfg.timeout_ps);
-            }
+            self.sends.push_back((now, seq));
             self.next_seq += 1;
             self.fragments_sent += 1;
             return Some(pkt);
@@ -606,7 +697,9 @@ impl HostProtocol for AtpWorker {
     }
 
     fn poll_timeout(&self) -> Option<Time> {
-        self.deadline
+        // Entries made stale by parameters are dropped as they arrive; one resent since its
+        // entry was queued fires early, finds nothing current and is discarded.
+        self.sends.front().map(|&(t, _)| t + self.cfg.timeout_ps)
     }
 
     fn poll_event(&mut self) -> Option<HostEvent> {
@@ -660,6 +753,8 @@ struct Seq {
     overflow: bool,
     collision: bool,
     agg_index: Option<u32>,
+    /// Where the PS moved the colliding slot (sent in every answer for this seq).
+    moved_to: Option<u32>,
     len: usize,
     float_covered: Bits,
     float_sum: Option<Vec<f32>>,
@@ -688,6 +783,7 @@ pub struct AtpServer {
     local: Endpoint,
     cfg: AtpServerConfig,
     seqs: BTreeMap<u32, Seq>,
+    rehasher: Rehasher,
     txq: VecDeque<Packet>,
     events: VecDeque<HostEvent>,
     n: u32,
@@ -705,10 +801,12 @@ impl AtpServer {
         ensure!(cfg.workers.len() == cfg.layout.positions.len(), "the layout has {} workers, the PS {}", cfg.layout.positions.len(), cfg.workers.len());
         ensure!(!cfg.workers.is_empty() && cfg.workers.len() <= ATP_MAX_WORKERS, "an ATP PS serves 1..={ATP_MAX_WORKERS} workers");
         let n = cfg.workers.len() as u32;
+        let rehasher = Rehasher::new(&cfg.atp);
         Ok(AtpServer {
             local,
             cfg,
             seqs: BTreeMap::new(),
+            rehasher,
             txq: VecDeque::new(),
             events: VecDeque::new(),
             n,
@@ -767,15 +865,19 @@ impl AtpServer {
         if resend {
             s.last_resent = Some(now);
         }
+        if s.collision && s.moved_to.is_none() && self.cfg.atp.rehashes() {
+            s.moved_to = s.agg_index.and_then(|old| self.rehasher.replace(old));
+            self.rehashes += s.moved_to.is_some() as u64;
+        }
         let mut flags = AtpHeader::FLAG_ACK;
         if s.ecn {
             flags |= AtpHeader::FLAG_ECN;
         }
         let mut bitmap0 = 0;
         let agg_index = s.agg_index.unwrap_or(0);
-        if s.collision {
+        if let Some(new) = s.moved_to {
             flags |= AtpHeader::FLAG_REHASH;
-            bitmap0 = self.cfg.atp.rehash(agg_index, seq);
+            bitmap0 = new;
         }
         let (payload, size) = match ans {
             Answer::Result(p, float) => {
@@ -810,9 +912,8 @@ impl AtpServer {
         if s.agg_index.is_none() {
             s.agg_index = Some(h.agg_index);
         }
-        if h.has(AtpHeader::FLAG_COLLISION) && !s.collision && s.answer.is_none() {
+        if h.has(AtpHeader::FLAG_COLLISION) && s.answer.is_none() {
             s.collision = true;
-            self.rehashes += 1;
         }
         let float = h.has(AtpHeader::FLAG_FLOAT);
         match &s.answer {
@@ -960,6 +1061,40 @@ mod tests {
         assert!(atp_layout(&(0..33).collect::<Vec<u32>>(), 1, |_| true).unwrap_err().0.contains("32 level-2 contributors"));
         // 33 workers beside the PS are 33 contributors.
         assert!(atp_layout(&[5u32; 33], 5, |_| true).is_err());
+    }
+
+    #[test]
+    fn slot_tables() {
+        let cfg = |hashing, aggregators, slots| AtpConfig { job: 7, hashing, aggregators, slots, ..AtpConfig::default() };
+        let t = cfg(Hashing::Hash, 1000, 512).slot_table();
+        assert_eq!(t.len(), 512);
+        assert_eq!(t.iter().collect::<BTreeSet<_>>().len(), 512, "distinct slots");
+        assert!(t.iter().all(|&x| x < 1000));
+        assert_ne!(t, cfg(Hashing::Hash, 1000, 512).slot_table().into_iter().rev().collect::<Vec<_>>());
+        assert_ne!(t, AtpConfig { job: 8, ..cfg(Hashing::Hash, 1000, 512) }.slot_table(), "jobs hash differently");
+        // A pool smaller than the slots: the table is the whole pool.
+        let mut full = cfg(Hashing::Hash, 50, 512).slot_table();
+        full.sort_unstable();
+        assert_eq!(full, (0..50).collect::<Vec<_>>());
+        assert_eq!(cfg(Hashing::Linear, 1000, 4).slot_table(), vec![0, 1, 2, 3]);
+        assert_eq!(cfg(Hashing::Static { offset: 100, size: 3 }, 1000, 512).slot_table(), vec![100, 101, 102], "a static job's window is its slice");
+        assert_eq!(cfg(Hashing::Static { offset: 0, size: 0 }, 1000, 2).slot_table(), vec![1000, 1000], "no slice: beyond the pool");
+        assert_eq!(cfg(Hashing::Hash, 0, 3).slot_table(), vec![0, 0, 0]);
+    }
+
+    #[test]
+    fn rehasher_draws_each_unused_aggregator_once() {
+        let cfg = AtpConfig { job: 3, aggregators: 40, slots: 10, ..AtpConfig::default() };
+        let table: BTreeSet<u32> = cfg.slot_table().into_iter().collect();
+        let mut r = Rehasher::new(&cfg);
+        let mut got = BTreeSet::new();
+        for old in 0..30 {
+            let new = r.replace(old).expect("30 unused aggregators");
+            assert!(!table.contains(&new) && new < 40 && got.insert(new), "{new} drawn twice or in use");
+            assert_eq!(r.replace(old), Some(new), "the same index keeps its replacement");
+        }
+        assert_eq!(r.replace(99), None, "the pool is exhausted");
+        assert_eq!(got.len() + table.len(), 40);
     }
 
     fn ep(h: u32, port: u16) -> Endpoint {

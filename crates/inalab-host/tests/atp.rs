@@ -17,10 +17,17 @@ fn ep(h: u32, port: u16) -> Endpoint {
 
 const PS: Endpoint = Endpoint { host: 100, port: 2 };
 
+fn base() -> AtpConfig {
+    AtpConfig { timeout_ps: 10_000, ..AtpConfig::default() }
+}
+
 /// `n` workers (hosts `0..n`) beside the PS (host 100) on one L3 switch.
 fn setup(n: usize, aggs: u32, hashing: Hashing) -> (Fabric, Vec<Endpoint>) {
+    setup_with(n, AtpConfig { aggregators: aggs, hashing, ..base() })
+}
+
+fn setup_with(n: usize, cfg: AtpConfig) -> (Fabric, Vec<Endpoint>) {
     let layout = atp_layout(&vec![0u32; n], 0, |_| true).unwrap();
-    let cfg = AtpConfig { aggregators: aggs, hashing, timeout_ps: 10_000, ..AtpConfig::default() };
     let wep: Vec<Endpoint> = (0..n as u32).map(|h| ep(h, 1)).collect();
     let mut f = Fabric::star(101, Link::INSTANT);
     for (r, &w) in wep.iter().enumerate() {
@@ -102,38 +109,64 @@ fn overflow_falls_back_to_floats() {
 }
 
 #[test]
-fn collision_rehashes_the_index() {
-    let (mut f, ws) = setup(2, 4, Hashing::Linear);
-    // Round 1 plays a switch that forwarded seq 0 with the collision flag; round 2 records
-    // the index of every worker packet.
+fn collision_moves_the_slot_for_good() {
+    // 4 slots hashed into a pool of 64: seq 0 collides once, and its slot (also seq 4's and
+    // seq 8's) moves to an aggregator the job did not use, in every later fragment.
+    let (mut f, ws) = setup_with(2, AtpConfig { aggregators: 64, slots: 4, hashing: Hashing::Hash, ..base() });
+    let table = AtpConfig { aggregators: 64, slots: 4, ..base() }.slot_table();
     let round = Rc::new(Cell::new(1));
     let idx = Rc::new(RefCell::new(BTreeMap::new()));
-    let (r, seen) = (round.clone(), idx.clone());
+    let moved = Rc::new(Cell::new(None));
+    let (r, seen, m) = (round.clone(), idx.clone(), moved.clone());
     f.tap(Links::FromHosts, move |_, p| {
         if let Header::Atp(ref mut h) = p.header {
             match (r.get(), h.has(AtpHeader::FLAG_ACK)) {
-                (1, false) => {
-                    assert_eq!(h.agg_index, 0);
-                    h.flags |= AtpHeader::FLAG_COLLISION | AtpHeader::FLAG_RESEND;
-                }
+                (1, false) => h.flags |= AtpHeader::FLAG_COLLISION | AtpHeader::FLAG_RESEND,
                 (1, true) => {
                     assert!(h.has(AtpHeader::FLAG_REHASH));
-                    assert_eq!(h.bitmap0, AtpConfig { aggregators: 4, ..AtpConfig::default() }.rehash(0, 0));
+                    m.set(Some(h.bitmap0));
                 }
                 (_, false) => {
                     seen.borrow_mut().insert(h.seq, h.agg_index);
                 }
-                (_, true) => {}
+                (_, true) => assert!(!h.has(AtpHeader::FLAG_REHASH), "no collision, no move"),
             }
         }
     });
     submit_all(&mut f, &ws, 1, |_, _| 1, 62);
     run_to_quiet(&mut f);
     ws.iter().for_each(|&w| assert_eq!(done(&f, w, 0), vec![2; 62]));
-    // Seqs 1..=4 (linear: index = seq % 4): seq 4 maps to index 0, which is now remapped.
+    let new = moved.get().expect("the PS moved the slot");
+    assert!(new < 64 && !table.contains(&new), "{new} is a pool aggregator the job did not use: {table:?}");
     round.set(2);
-    submit_all(&mut f, &ws, 2, |_, _| 1, 62 * 4);
+    submit_all(&mut f, &ws, 2, |_, _| 1, 62 * 8);
     run_to_quiet(&mut f);
-    let new = AtpConfig { aggregators: 4, ..AtpConfig::default() }.rehash(0, 0);
-    assert_eq!(idx.take().into_iter().collect::<Vec<_>>(), vec![(1, 1), (2, 2), (3, 3), (4, new)]);
+    let want: Vec<(u32, u32)> = (1..=8).map(|seq| (seq, if seq % 4 == 0 { new } else { table[seq as usize % 4] })).collect();
+    assert_eq!(idx.take().into_iter().collect::<Vec<_>>(), want);
+}
+
+#[test]
+fn a_job_never_has_two_fragments_on_one_aggregator() {
+    // 8 slots, a generous window: whatever is in flight at any moment uses distinct indexes.
+    let (mut f, ws) = setup_with(3, AtpConfig { aggregators: 1000, slots: 8, ..base() });
+    let inflight = Rc::new(RefCell::new(BTreeMap::<u32, u32>::new()));
+    let worst = Rc::new(Cell::new(0usize));
+    let (fl, wo) = (inflight.clone(), worst.clone());
+    f.tap(Links::FromHosts, move |_, p| {
+        if let Header::Atp(h) = p.header {
+            let mut fl = fl.borrow_mut();
+            if h.has(AtpHeader::FLAG_ACK) {
+                fl.remove(&h.seq);
+            } else if p.src == 0 {
+                if let Some((&other, _)) = fl.iter().find(|(&s, &i)| i == h.agg_index && s != h.seq) {
+                    panic!("seq {} on aggregator {} while seq {other} is in flight there", h.seq, h.agg_index);
+                }
+                fl.insert(h.seq, h.agg_index);
+                wo.set(wo.get().max(fl.len()));
+            }
+        }
+    });
+    submit_all(&mut f, &ws, 1, |r, i| (r * i) as i32, 62 * 50);
+    run_to_quiet(&mut f);
+    assert!(worst.get() <= 8, "at most 8 fragments in flight, got {}", worst.get());
 }

@@ -43,6 +43,8 @@ pub struct AtpIna {
     /// Header bytes of a gradient packet. Default 58.
     pub header_bytes: u32,
     pub hashing: AtpHashing,
+    /// Slots of the job's aggregator table, and the most fragments in flight. Default 512.
+    pub slots: u32,
     /// ECN/loss-driven AIMD window (false: a fixed window of `transport.init_window_bytes`).
     pub congestion_control: bool,
     /// Worker loss-recovery timeout, ps. Default 1 ms.
@@ -53,7 +55,7 @@ pub struct AtpIna {
 
 impl Default for AtpIna {
     fn default() -> Self {
-        AtpIna { packet_bytes: 306, header_bytes: 58, hashing: AtpHashing::Hash, congestion_control: true, timeout_ps: MS, scale: inalab_host::quant::ATP_SCALE }
+        AtpIna { packet_bytes: 306, header_bytes: 58, hashing: AtpHashing::Hash, slots: inalab_host::ATP_DEFAULT_SLOTS, congestion_control: true, timeout_ps: MS, scale: inalab_host::quant::ATP_SCALE }
     }
 }
 
@@ -65,14 +67,20 @@ pub struct AtpParams {
 }
 
 /// ATP's own parameters, after the transport's.
-const INA_PARAMS: [Param; 6] = [
+const INA_PARAMS: [Param; 7] = [
     Param { name: "ina.packet_bytes", default: "306", unit: "bytes", doc: "Bytes on the wire per gradient packet, headers included." },
     Param { name: "ina.header_bytes", default: "58", unit: "bytes", doc: "Header bytes of a gradient packet; the rest (a multiple of 4 B) carries 32-bit values." },
     Param {
         name: "ina.hashing",
         default: "\"hash\"",
         unit: "",
-        doc: "Aggregator index of a fragment: \"hash\" = HASH(<job, seq>) % aggregators (ATP); \"linear\" = seq % aggregators, so every job starts at slot 0 (ATP Fig. 14's strawman); \"static\" = the pool is split equally among the scenario's static jobs, each using seq % its slice (the static baseline of Figs. 13a, 14).",
+        doc: "How a job's slot table is filled (fragment seq uses slot seq % slots): \"hash\" = HASH(<job, slot>) % aggregators, distinct, and the PS moves a colliding slot to an aggregator the job has not used (ATP); \"linear\" = slot i is aggregator i, so every job starts at 0, and nothing moves (ATP Fig. 14's strawman); \"static\" = the pool is split equally among the scenario's static jobs, each job's slots are its slice, so its window is the slice (the static baseline of Figs. 13a, 14).",
+    },
+    Param {
+        name: "ina.slots",
+        default: "512",
+        unit: "aggregators",
+        doc: "Slots of a job's aggregator table, at most the smallest pool (or static slice) it meets: the aggregators it uses per switch and the most fragments a worker has in flight, so a job never collides with itself.",
     },
     Param {
         name: "ina.congestion_control",
@@ -125,6 +133,9 @@ impl Scheme for Atp {
             return Err(PlanError::new("servers", "ATP's parameter server must be a host without a worker of the job"));
         }
         let ina = &c.ina;
+        if ina.slots == 0 {
+            return Err(PlanError::new("ina.slots", "a job needs at least 1 slot (allowed: 1 and up)"));
+        }
         let racks: Vec<NodeId> = job.workers.iter().map(|&w| net.tor(w)).collect();
         let ps_rack = net.tor(ps_host);
         let runs_atp = |s: NodeId| net.programmable(s);
@@ -150,12 +161,14 @@ impl Scheme for Atp {
                 }
             },
             aggregators: pool,
+            slots: ina.slots,
             congestion_control: ina.congestion_control,
             aimd: AimdConfig {
                 initial_window_bytes: t.init_window_bytes,
                 increment_bytes: t.increment_bytes,
                 min_window_bytes: ina.packet_bytes as u64,
                 initial_ssthresh_bytes: u64::MAX,
+                max_window_bytes: u64::MAX,
             },
             window_rules: WindowRules::Aimd,
             timeout_ps: ina.timeout_ps,

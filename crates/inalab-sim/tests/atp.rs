@@ -114,11 +114,19 @@ fn losses_are_repaired_exactly() {
 
 #[test]
 fn scarce_aggregators_collide_and_still_sum_exactly() {
-    let r = simulate(&atp_spec(leaf_spine(4), vec![atp_job(0, hosts(0..8), "h8", 4 * 5_000, 2)], 4));
+    // Two jobs of 16 slots hashed into a shared pool of 48: they meet on some aggregators, the
+    // PS moves the later job's slots to unused ones, and every sum stays exact.
+    let jobs: Vec<Value> = (0..2)
+        .map(|j| {
+            let mut job = atp_job(j, hosts(4 * j..4 * j + 3), &format!("h{}", 4 * j + 3), 4 * 62 * 400, 3);
+            job["ina"]["slots"] = json!(16);
+            job
+        })
+        .collect();
+    let r = simulate(&atp_spec(star(8, US), jobs, 48));
     assert_exact(&r);
-    let collisions: u64 = ["leaf0", "leaf1", "leaf2"].iter().map(|s| counter(&r, s, "collisions")).sum();
-    assert!(collisions > 0, "4 aggregators for a 200-packet window collide");
-    assert!(host_counter(&r, "rehashes") > 0, "collisions make the PS rehash");
+    assert!(counter(&r, "s0", "collisions") > 0, "two jobs' tables of 16 in a pool of 48 meet");
+    assert!(host_counter(&r, "rehashes") > 0, "collisions make the PS move slots");
 }
 
 #[test]
@@ -232,9 +240,14 @@ fn losses_are_repaired_by_fast_resends_not_timeouts() {
     assert_exact(&r);
     let h0 = r.hosts.iter().find(|h| h.name == "h0").unwrap();
     let lost = h0.drops_loss;
+    let timeouts = h0.counters["timeouts"];
     assert!(lost > 20, "loss was injected: {lost}");
-    assert!(h0.counters["timeouts"] * 10 <= lost, "timeouts {} for {lost} losses", h0.counters["timeouts"]);
-    // 4000 fragments in about 4000 x 306 B x 8 / 100 Gbps plus repairs: far below one timeout
-    // per loss (which alone would be {lost} ms).
-    assert!(r.jobs[0].jct_s < 0.002, "jct {}", r.jobs[0].jct_s);
+    assert!(timeouts * 10 <= lost, "timeouts {timeouts} for {lost} losses");
+    // 4000 fragments take about 4000 x 306 B x 8 / 100 Gbps = 0.1 ms plus repairs. Only a
+    // lost resend waits for the 1 ms timeout, and while it waits the worker may not run more
+    // than a slot table ahead (the authors' `last_ACK + window`), so the job stalls for it:
+    // one timeout per such event, never one per loss (which alone would be {lost} ms).
+    let bound = 0.0005 + 1.1e-3 * timeouts as f64;
+    assert!(r.jobs[0].jct_s < bound, "jct {} above {bound} for {timeouts} timeouts", r.jobs[0].jct_s);
 }
+
