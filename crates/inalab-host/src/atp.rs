@@ -30,6 +30,14 @@
 //! halves (each fragment's timer runs from its own departure). A request is `Done` when all
 //! its fragments' parameters arrived (requests complete in FIFO order).
 //!
+//! The window may not run past a missing fragment by more than `slots`, so while a hole waits
+//! the whole job waits. A lost *resend* would wait for the 1 ms timeout, which on a fabric
+//! with microsecond round trips stalls every worker of the job for hundreds of round trips
+//! and then makes the others time out too. So (our addition; the paper only has the
+//! timeout): when the expected fragment was resent and holds the window back, it is resent
+//! again ("probes") one RTO after its last resend, RFC 6298's SRTT + 4 RTTVAR from fragments
+//! sent once, at least 10 us and at most the timeout, doubled on every probe.
+//!
 //! # PS
 //! Per seq a worker bitset (up to 1024) reconstructed from the packet: `esi == 2` covers every
 //! worker of each contributor in `bitmap1`; `esi < 2` covers the workers of the single
@@ -75,6 +83,7 @@
 use crate::aimd::AimdConfig;
 use crate::cc::{CongestionControl, WindowRules};
 use crate::error::ensure;
+use crate::rtt::{RttConfig, RttEstimator};
 use crate::ConfigError;
 use inalab_core::time::{Time, MS};
 use inalab_core::wire::{AtpHeader, Header};
@@ -84,6 +93,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 /// Most workers a job can have: 32 per rack x 32 level-2 contributors.
 pub const ATP_MAX_WORKERS: usize = 1024;
 const WORDS: usize = ATP_MAX_WORKERS / 64;
+/// Floor of the RTO that probes a lost resend (and its clock granularity): 10 us.
+const PROBE_MIN_PS: Time = 10 * inalab_core::time::US;
 /// Default slots per job (and ceiling of the window in packets): 512 x 306 B = 157 KB, above
 /// the bandwidth-delay product of a 100 Gbps fabric with a 10 us round trip. The paper starts
 /// the window at 200 packets (§3.7); the authors' code caps both at 100 per thread.
@@ -189,8 +200,8 @@ pub struct AtpConfig {
     /// 0 = no pool, every index is 0).
     pub aggregators: u32,
     /// Slots of the job's table: fragment `seq` uses slot `seq % slots`, and a worker never
-    /// has fragments more than `slots` apart in flight, so a job never collides with itself.
-    /// At most `aggregators` (a static job: its slice). Default 512.
+    /// has fragments more than `slots` apart in flight, so a job never collides with itself
+    /// while the pool has `slots` aggregators. A static job has at most its slice. Default 512.
     pub slots: u32,
     /// ECN/loss AIMD window (false: a fixed window of `aimd.initial_window_bytes`).
     pub congestion_control: bool,
@@ -236,20 +247,23 @@ impl AtpConfig {
     }
 
     /// The job's slot table before any rehash: aggregator index per slot. Every worker and
-    /// the PS compute the same one. Empty slots cannot happen: with no pool (or an empty
-    /// static slice) every slot holds index `aggregators`, beyond the pool, which switches
-    /// send on to the PS.
+    /// the PS compute the same one. With more slots than aggregators the table wraps around
+    /// the pool: fragments on a repeated aggregator meet the job's own and fall back to the
+    /// PS, so the job still sends its whole window and the PS link carries what the pool
+    /// cannot (ATP's best effort, Figs. 13a and 15). A static job's table is its slice, so its
+    /// window is the slice (SwitchML's). With no pool (or an empty slice) every slot holds
+    /// index `aggregators`, beyond the pool, which switches send on to the PS.
     pub fn slot_table(&self) -> Vec<u32> {
         let pool = self.aggregators;
+        let n = self.slots.max(1);
         match self.hashing {
-            Hashing::Static { size: 0, .. } => vec![pool; self.slots.max(1) as usize],
-            _ if pool == 0 => vec![0; self.slots.max(1) as usize],
-            Hashing::Static { offset, size } => (0..self.slots.clamp(1, size)).map(|i| offset + i).collect(),
-            Hashing::Linear => (0..self.slots.clamp(1, pool)).collect(),
+            Hashing::Static { size: 0, .. } => vec![pool; n as usize],
+            _ if pool == 0 => vec![pool; n as usize],
+            Hashing::Static { offset, size } => (0..n.min(size)).map(|i| offset + i).collect(),
+            Hashing::Linear => (0..n).map(|i| i % pool).collect(),
             Hashing::Hash => {
-                let n = self.slots.clamp(1, pool);
                 let mut taken = BTreeSet::new();
-                (0..n)
+                let distinct: Vec<u32> = (0..n.min(pool))
                     .map(|i| {
                         let key = splitmix64((self.job as u64) << 32 | i as u64);
                         // Probe with a salt until the slot is distinct (ATP's HashNew_crc);
@@ -259,7 +273,8 @@ impl AtpConfig {
                         taken.insert(x);
                         x
                     })
-                    .collect()
+                    .collect();
+                (0..n as usize).map(|i| distinct[i % distinct.len()]).collect()
             }
         }
     }
@@ -367,12 +382,15 @@ pub struct AtpWorker {
     /// Resends waiting for the NIC.
     resend_q: VecDeque<u32>,
     window: Box<dyn CongestionControl>,
+    /// Round trips of fragments sent once, for the probe of a lost resend.
+    rtt: RttEstimator,
     events: VecDeque<HostEvent>,
     fragments_sent: u64,
     resends: u64,
     timeouts: u64,
     ecn_cuts: u64,
     float_resends: u64,
+    probes: u64,
 }
 
 /// A sent fragment waiting for its parameter.
@@ -385,6 +403,8 @@ struct Outstanding {
     /// Parameters of later fragments received since that send.
     later_params: u8,
     fast_resent: bool,
+    /// Resent at least once (its parameter is then no RTT sample: Karn's rule).
+    resent: bool,
 }
 
 impl AtpWorker {
@@ -412,12 +432,14 @@ impl AtpWorker {
             float_seqs: BTreeSet::new(),
             resend_q: VecDeque::new(),
             window,
+            rtt: RttEstimator::new(RttConfig { initial_rto_ps: cfg.timeout_ps, min_rto_ps: PROBE_MIN_PS.min(cfg.timeout_ps), max_rto_ps: cfg.timeout_ps, granularity_ps: PROBE_MIN_PS.min(cfg.timeout_ps) }),
             events: VecDeque::new(),
             fragments_sent: 0,
             resends: 0,
             timeouts: 0,
             ecn_cuts: 0,
             float_resends: 0,
+            probes: 0,
             cfg,
         })
     }
@@ -511,6 +533,13 @@ impl AtpWorker {
         }
     }
 
+    /// When the expected fragment, already resent and holding the window back, is resent
+    /// again: one RTO (RFC 6298, from fragments sent once) after its last resend.
+    fn probe_at(&self) -> Option<Time> {
+        let o = self.outstanding.get(&self.expected).filter(|o| o.resent)?;
+        (!self.may_send() && self.resend_q.is_empty()).then(|| o.sent_at + self.rtt.rto())
+    }
+
     /// Whether a (time, seq) entry of `sends` is still the seq's latest send and unanswered.
     fn current_send(&self, &(t, seq): &(Time, u32)) -> bool {
         self.outstanding.get(&seq).is_some_and(|o| o.sent_at == t)
@@ -522,7 +551,7 @@ impl AtpWorker {
         }
     }
 
-    fn on_parameter(&mut self, h: AtpHeader, pkt: Packet) {
+    fn on_parameter(&mut self, now: Time, h: AtpHeader, pkt: Packet) {
         let seq = h.seq;
         if seq < self.expected || seq >= self.next_seq || self.received.contains(&seq) {
             return; // duplicate (or never sent): ignored
@@ -561,7 +590,11 @@ impl AtpWorker {
                 self.slots[i] = new;
             }
         }
-        self.outstanding.remove(&seq);
+        if let Some(o) = self.outstanding.remove(&seq) {
+            if !o.resent {
+                self.rtt.sample(now.saturating_sub(o.sent_at));
+            }
+        }
         self.float_seqs.remove(&seq);
         let ecn = pkt.ecn || h.has(AtpHeader::FLAG_ECN);
         if seq == self.expected {
@@ -647,13 +680,19 @@ impl HostProtocol for AtpWorker {
         }
     }
 
-    fn handle_packet(&mut self, _now: Time, pkt: Packet) {
+    fn handle_packet(&mut self, now: Time, pkt: Packet) {
         if let Some(h) = atp_header(&pkt).filter(|h| h.has(AtpHeader::FLAG_ACK) && h.job == self.cfg.job) {
-            self.on_parameter(h, pkt);
+            self.on_parameter(now, h, pkt);
         }
     }
 
     fn handle_timeout(&mut self, now: Time) {
+        if self.probe_at().is_some_and(|t| now >= t) {
+            self.probes += 1;
+            self.rtt.on_timeout();
+            self.queue_resend(self.expected);
+            self.congestion();
+        }
         // Every fragment without its parameter a whole timeout after its last send is resent,
         // not only the oldest: stalled fragments then recover together.
         let mut stale = false;
@@ -680,6 +719,7 @@ impl HostProtocol for AtpWorker {
             // A resend counts again from its own departure; the entry it replaces is skipped.
             o.sent_at = now;
             o.later_params = 0;
+            o.resent = true;
             self.sends.push_back((now, seq));
             return Some(self.build(now, seq, true));
         }
@@ -687,7 +727,7 @@ impl HostProtocol for AtpWorker {
             let seq = self.next_seq;
             let pkt = self.build(now, seq, false);
             let index = self.current_index(seq);
-            self.outstanding.insert(seq, Outstanding { index, sent_at: now, later_params: 0, fast_resent: false });
+            self.outstanding.insert(seq, Outstanding { index, sent_at: now, later_params: 0, fast_resent: false, resent: false });
             self.sends.push_back((now, seq));
             self.next_seq += 1;
             self.fragments_sent += 1;
@@ -699,7 +739,8 @@ impl HostProtocol for AtpWorker {
     fn poll_timeout(&self) -> Option<Time> {
         // Entries made stale by parameters are dropped as they arrive; one resent since its
         // entry was queued fires early, finds nothing current and is discarded.
-        self.sends.front().map(|&(t, _)| t + self.cfg.timeout_ps)
+        let timeout = self.sends.front().map(|&(t, _)| t + self.cfg.timeout_ps);
+        [timeout, self.probe_at()].into_iter().flatten().min()
     }
 
     fn poll_event(&mut self) -> Option<HostEvent> {
@@ -714,6 +755,7 @@ impl HostProtocol for AtpWorker {
             ("ecn_cuts", self.ecn_cuts),
             ("window_cuts", self.window.cuts()),
             ("float_resends", self.float_resends),
+            ("probes", self.probes),
         ]
     }
 }
@@ -773,8 +815,8 @@ pub struct AtpServerConfig {
     /// The PS's switch runs ATP: send one parameter packet per seq for it to multicast.
     pub multicast: bool,
     /// After answering a resend, further resends of the same seq are answered at most this
-    /// often (all workers resend a seq whose multicast was lost). Default: half the worker
-    /// timeout.
+    /// often (all workers resend a seq whose multicast was lost). The scheme sets 10 us,
+    /// at most half the worker timeout.
     pub resend_holdoff_ps: Time,
 }
 
@@ -1072,14 +1114,16 @@ mod tests {
         assert!(t.iter().all(|&x| x < 1000));
         assert_ne!(t, cfg(Hashing::Hash, 1000, 512).slot_table().into_iter().rev().collect::<Vec<_>>());
         assert_ne!(t, AtpConfig { job: 8, ..cfg(Hashing::Hash, 1000, 512) }.slot_table(), "jobs hash differently");
-        // A pool smaller than the slots: the table is the whole pool.
-        let mut full = cfg(Hashing::Hash, 50, 512).slot_table();
-        full.sort_unstable();
-        assert_eq!(full, (0..50).collect::<Vec<_>>());
+        // A pool smaller than the slots: every aggregator once, then around again.
+        let full = cfg(Hashing::Hash, 50, 120).slot_table();
+        assert_eq!(full.len(), 120);
+        assert_eq!(full[..50].iter().collect::<BTreeSet<_>>().len(), 50);
+        assert_eq!(full[50..100], full[..50]);
         assert_eq!(cfg(Hashing::Linear, 1000, 4).slot_table(), vec![0, 1, 2, 3]);
+        assert_eq!(cfg(Hashing::Linear, 3, 5).slot_table(), vec![0, 1, 2, 0, 1]);
         assert_eq!(cfg(Hashing::Static { offset: 100, size: 3 }, 1000, 512).slot_table(), vec![100, 101, 102], "a static job's window is its slice");
         assert_eq!(cfg(Hashing::Static { offset: 0, size: 0 }, 1000, 2).slot_table(), vec![1000, 1000], "no slice: beyond the pool");
-        assert_eq!(cfg(Hashing::Hash, 0, 3).slot_table(), vec![0, 0, 0]);
+        assert_eq!(cfg(Hashing::Hash, 0, 3).slot_table(), vec![0, 0, 0], "no pool: every packet goes to the PS");
     }
 
     #[test]

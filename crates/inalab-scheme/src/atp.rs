@@ -22,6 +22,11 @@ use serde_json::Value;
 
 /// Stale-aggregator timeout as a multiple of the holding job's loss-recovery timeout.
 pub const STALE_TIMEOUTS: u64 = 4;
+/// The PS answers repeated resends of one fragment at most once per 10 us (capped at half the
+/// timeout): long enough for one answer to serve the burst of every worker resending a lost
+/// multicast, short enough that a worker whose answer was lost too is answered at its next
+/// probe (a job waits for a missing fragment, see `inalab_host::atp`).
+pub const RESEND_HOLDOFF_PS: Time = 10 * inalab_core::time::US;
 const PROGRAM: &str = "atp";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,7 +85,7 @@ const INA_PARAMS: [Param; 7] = [
         name: "ina.slots",
         default: "512",
         unit: "aggregators",
-        doc: "Slots of a job's aggregator table, at most the smallest pool (or static slice) it meets: the aggregators it uses per switch and the most fragments a worker has in flight, so a job never collides with itself.",
+        doc: "Slots of a job's aggregator table: the aggregators it uses per switch and the most fragments a worker has in flight, so a job never collides with itself. A pool smaller than this is used around twice (the surplus falls back to the PS); a static job has at most its slice.",
     },
     Param {
         name: "ina.congestion_control",
@@ -185,7 +190,7 @@ impl Scheme for Atp {
             plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config });
         }
         let multicast = runs_atp(ps_rack);
-        let scfg = AtpServerConfig { atp: cfg.clone(), layout, workers: wep, multicast, resend_holdoff_ps: ina.timeout_ps / 2 };
+        let scfg = AtpServerConfig { atp: cfg.clone(), layout, workers: wep, multicast, resend_holdoff_ps: RESEND_HOLDOFF_PS.min(ina.timeout_ps / 2) };
         let config = format!("{scfg:?}");
         plan.endpoints.push(PlannedEndpoint { host: ps_host, role: Role::Server { index: 0 }, proto: Box::new(AtpServer::new(ps, scfg).map_err(err)?), config });
         let stale: Time = ina.timeout_ps.saturating_mul(STALE_TIMEOUTS);

@@ -243,11 +243,10 @@ fn losses_are_repaired_by_fast_resends_not_timeouts() {
     let timeouts = h0.counters["timeouts"];
     assert!(lost > 20, "loss was injected: {lost}");
     assert!(timeouts * 10 <= lost, "timeouts {timeouts} for {lost} losses");
-    // 4000 fragments take about 4000 x 306 B x 8 / 100 Gbps = 0.1 ms plus repairs. Only a
-    // lost resend waits for the 1 ms timeout, and while it waits the worker may not run more
-    // than a slot table ahead (the authors' `last_ACK + window`), so the job stalls for it:
-    // one timeout per such event, never one per loss (which alone would be {lost} ms).
-    let bound = 0.0005 + 1.1e-3 * timeouts as f64;
-    assert!(r.jobs[0].jct_s < bound, "jct {} above {bound} for {timeouts} timeouts", r.jobs[0].jct_s);
+    // 4000 fragments take about 4000 x 306 B x 8 / 100 Gbps = 0.1 ms plus repairs. The window
+    // may not run a slot table past a hole, so a hole waiting for the 1 ms timeout would stall
+    // the job for it; a lost resend is probed again within an RTO instead, so the whole run
+    // stays below one timeout (before the probe: 2.4 ms here).
+    assert!(r.jobs[0].jct_s < 0.001, "jct {} with {timeouts} timeouts", r.jobs[0].jct_s);
 }
 

@@ -6,19 +6,22 @@ from pathlib import Path
 import pandas as pd
 
 from . import markdown_table, register
+from .atp_pta import static_need
 
 AGG_BYTES = 272  # one ATP aggregator (inalab-switch/src/atp.rs, AGGREGATOR_BYTES)
 
 
-def scenario(n_jobs: int, hashing: str, aggregators: int, workers: int, size: str, iterations: int) -> dict:
-    """n_jobs ATP allreduce jobs of `workers` workers + 1 PS each on one star switch."""
+def scenario(n_jobs: int, hashing: str, aggregators: int, workers: int, size: str, iterations: int,
+             slots: int | None = None) -> dict:
+    """n_jobs ATP allreduce jobs of `workers` workers + 1 PS each on one star switch, each with
+    `slots` slots (the default if None)."""
     per = workers + 1
     jobs = []
     for j in range(n_jobs):
         b = j * per
         jobs.append({"name": f"job{j}", "scheme": "atp", "allreduce": size, "iterations": iterations,
                      "workers": f"h{b}..h{b + workers - 1}", "servers": [f"h{b + workers}"],
-                     "ina": {"hashing": hashing}})
+                     "ina": {"hashing": hashing} | ({"slots": slots} if slots else {})})
     net = {"aggregator_memory": f"{aggregators * AGG_BYTES}B"} if aggregators else {}
     return {"name": f"atp-fig14-{hashing}-{n_jobs}", "stop": "10s",
             "topology": {"kind": "star", "hosts": n_jobs * per}, "network": net, "jobs": jobs}
@@ -38,22 +41,28 @@ class AtpHashVsLinear:
         from .. import simulate
 
         # PTA, as the paper defines it: the fewest aggregators with which static allocation gives every
-        # one of max(jobs) jobs its peak throughput = max(jobs) x one job's aggregator peak (measured
-        # with a large pool; static/linear are identical for one job).
+        # one of max(jobs) jobs its peak throughput = max(jobs) x one job's need, found by bisection
+        # over static slices (a job's window is its slice). Every job then has that many slots.
         progress("atp-fig14: measuring one job's aggregator need")
         one = simulate(scenario(1, "static", 0, self.workers, self.size, self.iterations))
-        need = int(one.switches.iloc[0]["aggregators_peak"])
+        full = float(one.jobs.goodput_gbps.iloc[0])
+        peak = int(one.switches.iloc[0]["aggregators_peak"])
+
+        def alone(n: int) -> float:
+            return float(simulate(scenario(1, "static", n, self.workers, self.size, self.iterations, n)).jobs.goodput_gbps.iloc[0])
+
+        need = static_need(alone, full, 4 * peak)
         self.pta = max(self.jobs) * need
         rows = []
         for n in self.jobs:
             for hashing in ("static", "hash", "linear"):
                 progress(f"atp-fig14: {n} jobs, {hashing}")
-                r = simulate(scenario(n, hashing, self.pta, self.workers, self.size, self.iterations))
+                r = simulate(scenario(n, hashing, self.pta, self.workers, self.size, self.iterations, need))
                 sw = r.switches.iloc[0]
                 c = sw["counters"]
                 wk = r.hosts[r.hosts["name"].isin([f"h{j * (self.workers + 1) + k}" for j in range(n) for k in range(self.workers)])]
                 rows.append({
-                    "jobs": n, "allocation": hashing, "aggregators": self.pta,
+                    "jobs": n, "allocation": hashing, "aggregators": self.pta, "slots": need,
                     "mean_goodput_gbps": float(r.jobs["goodput_gbps"].mean()),
                     "min_goodput_gbps": float(r.jobs["goodput_gbps"].min()),
                     "total_goodput_gbps": float(r.jobs["goodput_gbps"].sum()),
@@ -61,6 +70,7 @@ class AtpHashVsLinear:
                     "collisions": int(c["collisions"]), "forwarded_to_ps": int(c["forwarded_to_ps"]),
                     "aggregators_peak": int(sw["aggregators_peak"]), "queue_drops": int(sw["drops_queue"]),
                     "worker_timeouts": int(sum(h.get("timeouts", 0) for h in wk["counters"])),
+                    "rehashes": int(sum(h.get("rehashes", 0) for h in r.hosts["counters"])),
                 })
         return pd.DataFrame(rows)
 
@@ -82,8 +92,8 @@ class AtpHashVsLinear:
         pta = int(rows["aggregators"].iloc[0])
         nmax = int(g.index.max())
         h1 = rows[(rows.jobs == 1) & (rows.allocation == "hash")].iloc[0]
-        s1 = rows[(rows.jobs == 1) & (rows.allocation == "static")].iloc[0]
         hm = rows[(rows.jobs == nmax) & (rows.allocation == "hash")].iloc[0]
+        need = int(rows["slots"].iloc[0])
         return f"""# atp-hash-vs-linear (ATP Fig. 14)
 
 **Claim.** {self.claim}
@@ -91,10 +101,14 @@ class AtpHashVsLinear:
 **Command.** `inalab reproduce atp-hash-vs-linear`. Scenario: 1..{nmax} ATP allreduce jobs
 (`allreduce = "{self.size}"`, {self.iterations} iterations, {self.workers} workers + 1 PS each, default
 congestion control and 1 ms timeout) on one 100 Gbps star switch with a fixed pool of {pta} aggregators
-(`aggregator_memory` = {pta} x 272 B). {pta} is 100% PTA, computed: {nmax} x one job's aggregator peak
-({pta // nmax}) measured with a large pool, so static allocation gives each of {nmax} jobs exactly what
-one job uses. `hashing` = static | hash | linear. Metric: each job's goodput (allreduce bytes x
-iterations / JCT), averaged over the jobs (the paper plots aggregation throughput).
+(`aggregator_memory` = {pta} x 272 B). {pta} is 100% PTA, measured as the paper tunes it: {nmax} x the
+fewest aggregators ({need}) with which one job alone under static allocation (its window is its
+slice) reaches its ample-pool goodput within 2 % (bisection, `atp_pta.static_need`). Every job has
+`ina.slots = {need}`, so its window is at most that. `hashing` = static (each job owns {pta} / jobs
+aggregators) | hash (ATP: distinct hashed slots, the PS moves a colliding slot for good to an
+aggregator the job never used) | linear (every job's slots are aggregators 0..{need - 1}, nothing
+moves). Metric: each job's goodput (allreduce bytes x iterations / JCT), averaged over the jobs
+(the paper plots aggregation throughput).
 
 **Our result** (`holds` = {self.holds(rows)}; tolerance: hash >= {self.HASH_VS_STATIC:.0%} of static at every
 job count, linear < {self.LINEAR_VS_STATIC:.0%} of static and below hash at {nmax} jobs):
@@ -109,32 +123,18 @@ All runs:
 
 **Where and why they differ.**
 
-* Static allocation behaves as in the paper: no collisions, every job at its single-job goodput.
-* Linear allocation collapses as jobs are added, as in the paper: every job walks the same indices
-  from slot 0, so the later jobs' fragments find their slot taken and go to their PS (an N-to-1
-  incast), with queue drops and timeouts.
-* Hash-based allocation does **not** match static here: it stays at roughly 40 % of static for
-  every job count, and with several jobs it is no better than linear. Even one job alone
-  collides with itself ({h1.collisions} collisions, aggregator peak {h1.aggregators_peak} vs
-  {s1.aggregators_peak} for static). The reason is occupancy: a job keeps about
-  {s1.aggregators_peak} fragments in flight, a sliding window over consecutive fragments, and
-  hashing them into {pta} slots makes a fragment meet another in-flight one about
-  2 x {s1.aggregators_peak} / {pta} of the time. A colliding fragment goes (partly) to the PS,
-  which raises PS-link traffic, queue drops and resends, and partial collisions hold aggregators
-  until the workers resend the fragment. Linear indexing is collision-free for one job (the window
-  walks the slots in order) and collides across jobs in lockstep.
-* The paper (Fig. 13b) reports collisions at first and convergence of ATP's dynamic rehashing after
-  about 500 ms. Our runs last a few ms. Longer runs do not converge either: one 1 MiB job (3 workers,
-  680 aggregators) over 8 iterations had 7.1k collisions in the first iteration and still about
-  4.3k in each of iterations 5 to 8 (a one-off check, not part of this sweep). A
-  rehash moves one fragment to a random slot, which meets another in-flight fragment with the same
-  probability as before, so random rehashing cannot reach a collision-free placement when the
-  pool is only a few windows large; the paper does not say what makes its hashing converge
-  (its pool relative to the jobs' windows, or a rehash that searches for a free slot).
-* Model choices that matter here: fragments are keyed by their position in the tensor (so a rehash
-  persists across iterations, as in ATP's per-tensor sequence numbers), and the PS's new index is
-  HASH(<index, seq>) rather than HASH(<index>), because hashing the index alone funnels every
-  remapped fragment into the few cycles of the hash function (see `AtpConfig::rehash`).
+* Static allocation: no collisions, every job at its single-job goodput.
+* Hash: at {nmax} jobs, {hm.collisions:,} collisions in the whole run and the PS moved slots
+  ({int(hm.rehashes)} moves); goodput {hm.mean_goodput_gbps:.1f} Gbps against static's
+  {float(g.loc[nmax, "static"]):.1f}. A job alone never collides ({h1.collisions} collisions): its
+  slots are distinct and its window never runs more than its slots ahead.
+* Linear collapses as jobs are added, as in the paper: every job uses the same aggregators, so the
+  later jobs' fragments find them taken and go to their PS; nothing moves them.
+* Before this model (inalab before issue #11) each fragment was hashed over the whole pool and a
+  collision was rehashed at random with replacement: a job collided with its own in-flight
+  fragments and hash stayed near 40 % of static. The authors' code (`in-ATP/ATP`,
+  `common/HashTable.cc`, `client/p4ml_manager.cc`) gives each job a table of distinct slots, keeps
+  the window within it and moves colliding slots without replacement; that is what runs here.
 * Scaled down: {self.workers} workers per job (the paper does not say how many), {self.iterations} x {self.size}
   per job, one seed.
 """
