@@ -475,22 +475,9 @@ impl SwitchProgram for AtpSwitch {
 mod tests {
     use super::*;
     use inalab_core::wire::AtpHeader as H;
+    use inalab_testkit::IdleCtx;
 
-    struct FakeCtx;
-    impl SwitchCtx for FakeCtx {
-        fn node(&self) -> NodeId {
-            100
-        }
-        fn num_ports(&self) -> usize {
-            8
-        }
-        fn queue_bytes(&self, _port: PortId) -> u64 {
-            0
-        }
-        fn peer(&self, port: PortId) -> NodeId {
-            port as NodeId
-        }
-    }
+    const CTX: IdleCtx = IdleCtx { node: 100, ports: 8 };
 
     const PS: NodeId = 7;
 
@@ -517,7 +504,7 @@ mod tests {
 
     fn run(s: &mut AtpSwitch, now: Time, port: PortId, p: Packet) -> Vec<SwitchAction> {
         let mut out = vec![];
-        s.on_packet(now, &FakeCtx, port, p, &mut out);
+        s.on_packet(now, &CTX, port, p, &mut out);
         out
     }
 

@@ -443,25 +443,12 @@ impl SwitchProgram for SwitchMlSwitch {
 mod tests {
     use super::*;
     use inalab_core::NodeId;
+    use inalab_testkit::IdleCtx;
 
     const SW: NodeId = 100;
     const SW_PORT: u16 = 9000;
 
-    struct Ctx;
-    impl SwitchCtx for Ctx {
-        fn node(&self) -> NodeId {
-            SW
-        }
-        fn num_ports(&self) -> usize {
-            16
-        }
-        fn queue_bytes(&self, _port: PortId) -> u64 {
-            0
-        }
-        fn peer(&self, port: PortId) -> NodeId {
-            port as NodeId
-        }
-    }
+    const CTX: IdleCtx = IdleCtx { node: SW, ports: 16 };
 
     /// Worker `w` is host `w`, UDP port 7 + w, behind switch port `w`.
     fn job(n: u16, pool: u32) -> SwitchMlJob {
@@ -480,7 +467,7 @@ mod tests {
 
     fn run(sw: &mut SwitchMlSwitch, p: Packet) -> Vec<SwitchAction> {
         let mut out = Vec::new();
-        sw.on_packet(0, &Ctx, p.src as PortId, p, &mut out);
+        sw.on_packet(0, &CTX, p.src as PortId, p, &mut out);
         out
     }
 

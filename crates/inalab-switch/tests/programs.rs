@@ -4,23 +4,10 @@
 
 use inalab_core::wire::{AtpHeader, Header, SwitchMlHeader};
 use inalab_core::{Admission, Endpoint, NodeId, Packet, PortId, Programs, SwitchAction, SwitchCtx, SwitchProgram, Time, TimerToken};
+use inalab_testkit::IdleCtx;
 use inalab_switch::{AtpSwitch, AtpSwitchConfig, AtpSwitchJob, SwitchMlJob, SwitchMlSwitch};
 
-struct Ctx;
-impl SwitchCtx for Ctx {
-    fn node(&self) -> NodeId {
-        100
-    }
-    fn num_ports(&self) -> usize {
-        8
-    }
-    fn queue_bytes(&self, _port: PortId) -> u64 {
-        0
-    }
-    fn peer(&self, port: PortId) -> NodeId {
-        port as NodeId
-    }
-}
+const CTX: IdleCtx = IdleCtx { node: 100, ports: 8 };
 
 fn atp() -> Box<AtpSwitch> {
     Box::new(AtpSwitch::new(AtpSwitchConfig { aggregators: 8, stale_timeout_ps: 1000 }))
@@ -47,7 +34,7 @@ fn switchml_packet(job: u32, wid: u16) -> Packet {
 
 fn run(p: &mut Programs, port: PortId, pkt: Packet) -> Vec<SwitchAction> {
     let mut out = vec![];
-    p.on_packet(0, &Ctx, port, pkt, &mut out);
+    p.on_packet(0, &CTX, port, pkt, &mut out);
     out
 }
 
@@ -123,9 +110,9 @@ fn timers_come_back_to_the_program_that_set_them() {
     let token = token.expect("the ticker set a timer");
     assert_ne!(token, 42, "the composite tags the token with the program");
     let mut out = vec![];
-    p.on_timer(10, &Ctx, token, &mut out);
+    p.on_timer(10, &CTX, token, &mut out);
     assert!(p.counters().contains(&("fired", 1)), "{:?}", p.counters());
     // A token naming no program is ignored.
-    p.on_timer(10, &Ctx, u64::MAX, &mut out);
+    p.on_timer(10, &CTX, u64::MAX, &mut out);
     assert!(p.counters().contains(&("fired", 1)));
 }

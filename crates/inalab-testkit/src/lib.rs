@@ -354,6 +354,29 @@ impl SwitchCtx for Ctx<'_> {
     }
 }
 
+/// A switch context for calling one program directly in a unit test: switch `node` with
+/// `ports` idle ports, port p facing node p.
+#[derive(Debug, Clone, Copy)]
+pub struct IdleCtx {
+    pub node: NodeId,
+    pub ports: usize,
+}
+
+impl SwitchCtx for IdleCtx {
+    fn node(&self) -> NodeId {
+        self.node
+    }
+    fn num_ports(&self) -> usize {
+        self.ports
+    }
+    fn queue_bytes(&self, _port: PortId) -> u64 {
+        0
+    }
+    fn peer(&self, port: PortId) -> NodeId {
+        port as NodeId
+    }
+}
+
 /// Hosts and switches on a star or a leaf-spine; see the crate documentation.
 pub struct Fabric {
     link: Link,
