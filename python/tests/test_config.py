@@ -303,3 +303,12 @@ def test_out_of_range_values_name_the_users_field(star, where, value, field, wor
         star[where] = value
     e = error(star)
     assert e.field == field and words in e.message, (e.field, e.message)
+
+
+@pytest.mark.parametrize("slots", [0, (1 << 20) + 1, 4_000_000_000])
+def test_atp_slots_out_of_range_name_the_field_and_range(star, slots):
+    # A table of 4e9 slots would allocate 16 GB before anything runs.
+    star["jobs"][0] = {"scheme": "atp", "allreduce": "4KiB", "workers": "h0..h1", "servers": ["h2"], "ina": {"slots": slots}}
+    e = error(star)
+    assert e.field == "jobs[0].ina.slots", (e.field, e.message)
+    assert "1..=1048576" in e.message or "u32" in e.message, e.message

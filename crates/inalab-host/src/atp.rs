@@ -99,6 +99,8 @@ const PROBE_MIN_PS: Time = 10 * inalab_core::time::US;
 /// the bandwidth-delay product of a 100 Gbps fabric with a 10 us round trip. The paper starts
 /// the window at 200 packets (§3.7); the authors' code caps both at 100 per thread.
 pub const DEFAULT_SLOTS: u32 = 512;
+/// Most slots a job may have: 2^20 (a 4 MiB table; a Tofino pool is a few tens of thousands).
+pub const MAX_SLOTS: u32 = 1 << 20;
 
 /// How a job fills its slot table (which aggregators its fragments use).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -241,7 +243,7 @@ impl AtpConfig {
             self.header_bytes
         );
         ensure!(self.timeout_ps > 0, "timeout must be positive");
-        ensure!(self.slots > 0, "slots must be at least 1");
+        ensure!((1..=MAX_SLOTS).contains(&self.slots), "slots must be 1..={MAX_SLOTS}, got {}", self.slots);
         ensure!(self.scale.is_finite() && self.scale > 0.0, "scale must be a positive number, got {}", self.scale);
         Ok(((self.packet_bytes - self.header_bytes) / 4) as usize)
     }

@@ -40,7 +40,7 @@ mod transport;
 pub use aimd::{AimdConfig, AimdWindow};
 pub use cc::{CongestionControl, WindowRules};
 pub use rtt::{RttConfig, RttEstimator};
-pub use atp::{atp_layout, AtpConfig, AtpLayout, AtpPosition, AtpServer, AtpServerConfig, AtpWorker, Contributor, Hashing, Rehasher, ATP_MAX_WORKERS, DEFAULT_SLOTS as ATP_DEFAULT_SLOTS};
+pub use atp::{atp_layout, AtpConfig, AtpLayout, AtpPosition, AtpServer, AtpServerConfig, AtpWorker, Contributor, Hashing, Rehasher, ATP_MAX_WORKERS, DEFAULT_SLOTS as ATP_DEFAULT_SLOTS, MAX_SLOTS as ATP_MAX_SLOTS};
 pub use datagram::{DatagramConfig, DatagramSender, DatagramSink};
 pub use error::ConfigError;
 pub use hierarchical::HierarchicalAllreduce;

@@ -85,7 +85,7 @@ const INA_PARAMS: [Param; 7] = [
         name: "ina.slots",
         default: "512",
         unit: "aggregators",
-        doc: "Slots of a job's aggregator table: the aggregators it uses per switch and the most fragments a worker has in flight, so a job never collides with itself. A pool smaller than this is used around twice (the surplus falls back to the PS); a static job has at most its slice.",
+        doc: "Slots of a job's aggregator table: the aggregators it uses per switch and the most fragments a worker has in flight, so a job never collides with itself. A pool smaller than this is used more than once (the surplus falls back to the PS); a static job has at most its slice. At most 2^20.",
     },
     Param {
         name: "ina.congestion_control",
@@ -98,6 +98,15 @@ const INA_PARAMS: [Param; 7] = [
 ];
 
 pub struct Atp;
+
+/// A job's ATP description, with the ranges serde cannot check.
+fn parse(config: &Value) -> Result<AtpParams, PlanError> {
+    let c: AtpParams = parse_config(config)?;
+    if !(1..=inalab_host::ATP_MAX_SLOTS).contains(&c.ina.slots) {
+        return Err(PlanError::new("ina.slots", format!("{} slots; allowed: 1..={}", c.ina.slots, inalab_host::ATP_MAX_SLOTS)));
+    }
+    Ok(c)
+}
 
 impl Scheme for Atp {
     fn name(&self) -> &'static str {
@@ -113,7 +122,7 @@ impl Scheme for Atp {
         Servers::ExactlyOne
     }
     fn normalize(&self, config: &Value) -> Result<Value, PlanError> {
-        let c: AtpParams = parse_config(config)?;
+        let c = parse(config)?;
         Ok(serde_json::json!({"scheme": PROGRAM, "transport": c.transport, "ina": c.ina}))
     }
     fn quantization(&self, config: &Value) -> Quantization {
@@ -132,15 +141,12 @@ impl Scheme for Atp {
     }
     fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError> {
         check_servers(self, job)?;
-        let c: AtpParams = parse_config(&job.config)?;
+        let c = parse(&job.config)?;
         let ps_host = job.servers[0];
         if job.workers.contains(&ps_host) {
             return Err(PlanError::new("servers", "ATP's parameter server must be a host without a worker of the job"));
         }
         let ina = &c.ina;
-        if ina.slots == 0 {
-            return Err(PlanError::new("ina.slots", "a job needs at least 1 slot (allowed: 1 and up)"));
-        }
         let racks: Vec<NodeId> = job.workers.iter().map(|&w| net.tor(w)).collect();
         let ps_rack = net.tor(ps_host);
         let runs_atp = |s: NodeId| net.programmable(s);
