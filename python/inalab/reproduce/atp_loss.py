@@ -93,7 +93,9 @@ All runs:
 * ATP degrades less than SwitchML, the paper's order. ATP's workers treat a fragment as lost
   when three parameters of later fragments have arrived and resend it at once (counted for every
   missing fragment, like SACK holes), so a loss costs about a round trip; the PS answers the first
-  resend of an already completed fragment at once. SwitchML's only signal is its 1 ms per-slot
+  resend of an already completed fragment at once, and a lost resend of the fragment holding the
+  window back is resent again one RTO later (RFC 6298 estimate, at least 10 us; inalab's
+  addition, the paper waits for the timeout). SwitchML's only signal is its 1 ms per-slot
   timeout, so every loss stalls one slot for a millisecond (the `lossy_worker_timeouts` column
   equals its losses).
 * At the highest rate ATP still loses {1 - a.loc[top, 'normalized']:.0%} of its throughput: with
