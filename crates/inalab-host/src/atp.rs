@@ -25,9 +25,14 @@
 //! like SACK holes: a fragment still missing when three parameters of later fragments have
 //! arrived is resent once with `FLAG_RESEND` (ATP's "three out-of-order parameters", counted
 //! for every missing fragment rather than only the expected one, so that several fragments
-//! stalled in partial aggregations recover in one round trip) and the window halves; a
+//! stalled in partial aggregations recover in one round trip), without a window cut; a
 //! fragment without its parameter a timeout after its last (re)send is resent and the window
-//! halves (each fragment's timer runs from its own departure). A request is `Done` when all
+//! halves (each fragment's timer runs from its own departure). The paper halves on three
+//! out-of-order parameters too (§3.7); the authors' code does not, and neither does inalab: a
+//! fragment behind its successors is mostly one stalled in a partial aggregation (some of its
+//! packets collided at a switch, the others took a free aggregator), which is no congestion,
+//! and congestion is marked by ECN before a queue overflows. Halving there cost 8 concurrent
+//! jobs of 8 workers up to 2x their JCT (`benchmarks/ina_scale.py`). A request is `Done` when all
 //! its fragments' parameters arrived (requests complete in FIFO order).
 //!
 //! The window may not run past a missing fragment by more than `slots`, so while a hole waits
@@ -36,7 +41,9 @@
 //! and then makes the others time out too. So (our addition; the paper only has the
 //! timeout): when the expected fragment was resent and holds the window back, it is resent
 //! again ("probes") one RTO after its last resend, RFC 6298's SRTT + 4 RTTVAR from fragments
-//! sent once, at least 10 us and at most the timeout, doubled on every probe.
+//! sent once, at least 10 us and at most the timeout, doubled on every probe. Like TCP's tail
+//! loss probe, a probe does not cut the window (the resend may only be waiting at the PS for
+//! other workers' resends).
 //!
 //! # PS
 //! Per seq a worker bitset (up to 1024) reconstructed from the packet: `esi == 2` covers every
@@ -617,10 +624,11 @@ impl AtpWorker {
                     lost.push(m);
                 }
             }
-            if !lost.is_empty() {
-                lost.into_iter().for_each(|m| self.queue_resend(m));
-                self.congestion();
-            }
+            // No window cut here (the authors' `p4ml_manager.cc` does the same; the paper
+            // halves on three out-of-order ACKs, §3.7): in ATP a fragment left behind is most
+            // often stalled in a partial aggregation after a collision, not lost to
+            // congestion, and congestion is marked by ECN before a queue overflows.
+            lost.into_iter().for_each(|m| self.queue_resend(m));
         }
         if self.cfg.congestion_control && self.window.on_ack(self.cfg.packet_bytes as u64, ecn, self.expected as u64, self.next_seq as u64) {
             self.ecn_cuts += 1;
@@ -692,8 +700,9 @@ impl HostProtocol for AtpWorker {
         if self.probe_at().is_some_and(|t| now >= t) {
             self.probes += 1;
             self.rtt.on_timeout();
+            // A probe is no congestion signal (as TCP's tail loss probe, RFC 8985 §7): the
+            // resend it repeats may just wait on other workers' resends at the PS.
             self.queue_resend(self.expected);
-            self.congestion();
         }
         // Every fragment without its parameter a whole timeout after its last send is resent,
         // not only the oldest: stalled fragments then recover together.

@@ -250,3 +250,43 @@ fn losses_are_repaired_by_fast_resends_not_timeouts() {
     assert!(r.jobs[0].jct_s < 0.001, "jct {} with {timeouts} timeouts", r.jobs[0].jct_s);
 }
 
+
+#[test]
+fn collision_stalls_are_resent_without_cutting_the_window() {
+    // Eight jobs of three workers whose tables of 64 slots share a pool of 512, no loss and
+    // buffers that never mark ECN: some fragments collide for part of their workers and stall
+    // in a partial aggregation until a resend frees it. Those resends are no congestion
+    // signal, so no window is cut (with a cut per stall, as before, there were dozens).
+    let jobs: Vec<Value> = (0..8)
+        .map(|j| {
+            let mut job = atp_job(j, hosts(4 * j..4 * j + 3), &format!("h{}", 4 * j + 3), 4 * 62 * 2000, 2);
+            job["ina"]["slots"] = json!(64);
+            job
+        })
+        .collect();
+    let mut s = atp_spec(leaf_spine(11), jobs, 512);
+    s["network"]["ecn_threshold_bytes"] = json!(u32::MAX);
+    let r = simulate(&s);
+    assert_exact(&r);
+    let collisions: u64 = ["leaf0", "leaf1", "leaf2"].iter().map(|s| counter(&r, s, "collisions")).sum();
+    assert!(collisions > 0 && host_counter(&r, "resends") > 0, "stalls happened: {collisions} collisions");
+    assert_eq!(host_counter(&r, "timeouts"), 0);
+    assert_eq!(host_counter(&r, "window_cuts"), 0, "no loss, no ECN: no cut");
+}
+
+#[test]
+fn probes_repair_lost_resends_without_cutting_the_window() {
+    // 5 % loss at one worker and no ECN marks: some resends are lost too and the probe
+    // repeats them within an RTO. Neither a fast resend nor a probe is a congestion signal, so
+    // only timeouts may cut the window, and there are none.
+    let mut j = atp_job(0, hosts(0..4), "h4", 4 * 62 * 4000, 1);
+    j["ina"]["timeout_ps"] = json!(1000 * US);
+    let mut s = atp_spec(star(5, US), vec![j], 4096);
+    s["network"]["host_loss"] = json!([{"host": "h0", "prob": 0.05}]);
+    s["network"]["ecn_threshold_bytes"] = json!(u32::MAX);
+    let r = simulate(&s);
+    assert_exact(&r);
+    assert!(host_counter(&r, "probes") > 0, "a resend was lost and probed again");
+    assert_eq!(host_counter(&r, "timeouts"), 0);
+    assert_eq!(host_counter(&r, "window_cuts"), 0);
+}
