@@ -8,10 +8,14 @@ Every run: `jobs` concurrent jobs of `workers` workers and one server each (the 
 used by ATP; ring and SwitchML leave it idle), one 4 MiB allreduce per job, all starting at 0.
 Leaf-spine of 32-host racks, 100 Gbps host links, 8 spines at 400 Gbps (a non-blocking
 fabric), 1 us links, adaptive routing, ToRs programmable with the default 5 MB of aggregator
-memory, default buffers (1 MiB) and ECN threshold (200 KB). Hosts are dealt to jobs round
-robin (host h belongs to job h % jobs), so every job spans the same racks and all jobs share
-each ToR's aggregator pool; the last host of a job is its server. With one job of 63 workers
-this is the scenario of issue #11: 2 racks of 32, the PS on the second. SwitchML aggregates in
+memory, default buffers (1 MiB) and ECN threshold (200 KB). Workers are dealt to jobs round
+robin, so every job spans the same racks and all jobs share each ToR's aggregator pool.
+Servers (`--servers`): `spread` (default) puts job j's server on the last free host of the
+j-th rack from the end (modulo the racks); `last` gives each job the last of its round-robin hosts, which puts every server in
+the last rack. ATP aggregates a job's racks at its server's ToR and multicasts from there, so
+with `last` that ToR's fabric links carry every job's traffic: at 8 jobs of 63 workers over 16
+racks, 8 x 15 racks x 100 Gbps in each direction against 3.2 Tbps of uplinks. With one job of
+63 workers both are the scenario of issue #11: 2 racks of 32, the PS on the second. SwitchML aggregates in
 one rack only, so it runs where a job's hosts fit one rack (up to 32 hosts in all) and is shown
 as n/a elsewhere.
 
@@ -31,16 +35,29 @@ import time
 HOSTS_PER_RACK = 32
 
 
-def scenario(scheme: str, workers: int, jobs: int, size: str) -> dict:
-    per = workers + 1
-    hosts = jobs * per
+def placement(workers: int, jobs: int, servers: str) -> list[tuple[list[int], int]]:
+    """Each job's worker hosts and server host (see the module docs)."""
+    hosts = jobs * (workers + 1)
+    if servers == "last":
+        return [(list(range(j, hosts, jobs))[:workers], list(range(j, hosts, jobs))[workers]) for j in range(jobs)]
+    racks = -(-hosts // HOSTS_PER_RACK)
+    taken: list[int] = []
+    for j in range(jobs):
+        r = racks - 1 - j % racks
+        top = min(hosts, (r + 1) * HOSTS_PER_RACK)
+        taken.append(next(h for h in range(top - 1, r * HOSTS_PER_RACK - 1, -1) if h not in taken))
+    rest = [h for h in range(hosts) if h not in taken]
+    return [(rest[j::jobs][:workers], taken[j]) for j in range(jobs)]
+
+
+def scenario(scheme: str, workers: int, jobs: int, size: str, servers: str = "spread") -> dict:
+    hosts = jobs * (workers + 1)
     leaves = -(-hosts // HOSTS_PER_RACK)
     js = []
-    for j in range(jobs):
-        mine = [f"h{h}" for h in range(j, hosts, jobs)]
-        job = {"name": f"job{j}", "scheme": scheme, "allreduce": size, "iterations": 1, "workers": mine[:workers]}
+    for j, (mine, server) in enumerate(placement(workers, jobs, servers)):
+        job = {"name": f"job{j}", "scheme": scheme, "allreduce": size, "iterations": 1, "workers": [f"h{h}" for h in mine]}
         if scheme == "atp":
-            job["servers"] = [mine[workers]]
+            job["servers"] = [f"h{server}"]
         js.append(job)
     return {
         "name": f"scale-{scheme}-{workers}w-{jobs}j",
@@ -52,12 +69,12 @@ def scenario(scheme: str, workers: int, jobs: int, size: str) -> dict:
     }
 
 
-def run(scheme: str, workers: int, jobs: int, size: str) -> dict:
+def run(scheme: str, workers: int, jobs: int, size: str, servers: str) -> dict:
     import inalab
 
     t = time.perf_counter()
     try:
-        r = inalab.simulate(scenario(scheme, workers, jobs, size))
+        r = inalab.simulate(scenario(scheme, workers, jobs, size, servers))
     except inalab.ConfigError as e:  # SwitchML needs a job's workers in one rack
         return {"scheme": scheme, "workers": workers, "jobs": jobs, "skipped": str(e)}
     wall = time.perf_counter() - t
@@ -81,6 +98,8 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", default="1,2,4,8", help="concurrent jobs, comma list (default 1,2,4,8)")
     ap.add_argument("--schemes", default="atp,switchml,ring", help="comma list (default atp,switchml,ring)")
     ap.add_argument("--size", default="4MiB", help="allreduce size per job (default 4MiB)")
+    ap.add_argument("--servers", choices=["spread", "last"], default="spread",
+                    help="where servers go: one per rack (spread, default) or all in the last rack (last)")
     ap.add_argument("--quick", action="store_true", help="8 and 63 workers x 1 and 2 jobs")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     a = ap.parse_args(argv)
@@ -91,7 +110,7 @@ def main(argv=None) -> int:
     rows = []
     for i, (w, j, s) in enumerate(runs, 1):
         print(f"[{i}/{len(runs)}] {s}, {w} workers x {j} jobs", file=sys.stderr, flush=True)
-        rows.append(run(s, w, j, a.size))
+        rows.append(run(s, w, j, a.size, a.servers))
     if a.json:
         print(json.dumps(rows, indent=1))
         return 0
