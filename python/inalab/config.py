@@ -510,6 +510,12 @@ class Scenario(_Model):
     description: str = opt("", "One line shown by `inalab scenarios`.")
     seed: int = opt(1, "Seed of every random choice (loss, jitter, background peers); same seed, same result.", ge=0)
     payload: bool = opt(False, "Payload mode: packets carry real values, which are summed and checked.")
+    payload_values: Literal["int", "float"] = opt(
+        "int",
+        "What payload mode sends: `int`, small integers whose sums must be exact; `float`, float32 tensors of "
+        "magnitude 1e-3 to 1e35 (through each scheme's quantization), whose sums must be within the scheme's "
+        "bound (`inalab.runtime.quantization_bound`).",
+    )
     stop: Duration = opt("10s", "Simulated-time limit; the run ends there even if jobs have not finished.")
     topology: Topology = opt(_REQUIRED, "The network, see [topology].", type_doc="table")
     network: Network = opt(Network(), "Switch and link behaviour, see [network].", default_doc="see below")
@@ -534,6 +540,7 @@ class Scenario(_Model):
             "name": self.name,
             "seed": self.seed,
             "payload": self.payload,
+            "payload_values": self.payload_values,
             "stop_ps": self.stop,
             "topology": topology,
             "network": {

@@ -207,15 +207,10 @@ def quantization_bound(scheme: str, world: int, max_abs: float, scale: Optional[
     """Largest absolute error of one summed value, by the scheme's quantization: an agreed
     exponent (SwitchML) ``n^2 2^e / (2^31 - 1)`` with ``e`` the binary exponent bound of
     ``max_abs`` (``max_abs < 2^e``), a fixed point (ATP) ``n / (2 scale)`` (``scale`` default:
-    the scheme's), none 0; plus the float32 rounding of the result."""
+    the scheme's), none 0; plus the float32 rounding of the result, ``n eps max_abs``. The
+    simulator's float payload check uses the same function (``Quantization::error_bound``)."""
     _check_choice("scheme", scheme, schemes.names())
-    q = schemes.registry()[scheme]["quantization"]
-    f32 = float(np.finfo(np.float32).eps) * world * max(max_abs, 1e-30)
-    if q["kind"] == "fixed_point":
-        return world / (2 * (scale or q["scale"])) + f32
-    if q["kind"] == "none":
-        return f32
-    e = int(np.frexp(np.float64(max_abs))[1]) if max_abs > 0 else -128
-    return world * world * 2.0**e / (2**31 - 1) + f32
+    config = {"scheme": scheme, **({"ina": {"scale": scale}} if scale is not None else {})}
+    return _core.quantization_bound(json.dumps(config), int(world), float(max_abs))
 
 

@@ -36,6 +36,29 @@ pub enum Quantization {
     AgreedExponent,
 }
 
+impl Quantization {
+    /// Largest absolute error of one summed value over `world` workers whose inputs are at
+    /// most `max_abs` in magnitude (docs/runtime.md): fixed point `n / (2 scale)`, an agreed
+    /// exponent `n^2 2^e / (2^31 - 1)` with `max_abs < 2^e`, none 0; each plus the float32
+    /// rounding of the result, `n x eps x max_abs`. `inalab.runtime.quantization_bound` is
+    /// this function.
+    pub fn error_bound(&self, world: usize, max_abs: f64) -> f64 {
+        let n = world as f64;
+        let f32_rounding = f32::EPSILON as f64 * n * max_abs.max(1e-30);
+        f32_rounding
+            + match *self {
+                Quantization::None => 0.0,
+                Quantization::FixedPoint { scale } => n / (2.0 * scale),
+                Quantization::AgreedExponent => {
+                    // frexp's exponent, exactly (max_abs = m 2^e, 0.5 <= m < 1): from the
+                    // bits of a normal f64 (every float32 magnitude is one).
+                    let e = if max_abs > 0.0 { ((max_abs.to_bits() >> 52) & 0x7ff) as i32 - 1022 } else { -128 };
+                    n * n * 2f64.powi(e) / (i32::MAX as f64)
+                }
+            }
+    }
+}
+
 /// Offset of an exponent in the agreement vector, so that every exponent (-149..=128) is
 /// positive and a zero slot (another worker's) loses the maximum.
 const EXP_BIAS: i32 = 1 - ZERO_BLOCK_EXPONENT as i32;
@@ -237,5 +260,22 @@ impl HostProtocol for Quantized {
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
         self.inner.counters()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Quantization;
+
+    #[test]
+    fn error_bounds_match_the_documented_formulas() {
+        let eps = f32::EPSILON as f64;
+        // ATP: 4 / 2e8 plus 4 eps x 10.
+        assert_eq!(Quantization::FixedPoint { scale: 1e8 }.error_bound(4, 10.0), 4.0 / 2e8 + 4.0 * eps * 10.0);
+        // SwitchML: frexp(1.0) = 0.5 x 2^1, frexp(0.75) = 0.75 x 2^0.
+        let q = Quantization::AgreedExponent;
+        assert_eq!(q.error_bound(2, 1.0), 4.0 * 2.0 / i32::MAX as f64 + 2.0 * eps);
+        assert_eq!(q.error_bound(2, 0.75), 4.0 / i32::MAX as f64 + 2.0 * eps * 0.75);
+        assert_eq!(Quantization::None.error_bound(3, 2.0), 3.0 * eps * 2.0);
     }
 }

@@ -88,6 +88,16 @@ fn normalize_config(config_json: &str) -> PyResult<String> {
     filled.map(|v| v.to_string()).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
+/// Largest absolute error of one summed value of a job with this scheme configuration (JSON),
+/// `world` workers and inputs of magnitude at most `max_abs`:
+/// `inalab_host::Quantization::error_bound` of the scheme's quantization.
+#[pyfunction]
+fn quantization_bound(config_json: &str, world: usize, max_abs: f64) -> PyResult<f64> {
+    let config: serde_json::Value = serde_json::from_str(config_json).map_err(|e| PyValueError::new_err(format!("config: {e}")))?;
+    let scheme = inalab_scheme::scheme_of(&config).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(scheme.quantization(&config).error_bound(world, max_abs))
+}
+
 #[pyfunction]
 fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
@@ -100,6 +110,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(schemes, m)?)?;
     m.add_function(wrap_pyfunction!(normalize_config, m)?)?;
+    m.add_function(wrap_pyfunction!(quantization_bound, m)?)?;
     m.add_class::<net::Switch>()?;
     m.add_class::<net::ParameterServer>()?;
     m.add_class::<net::PyClient>()?;

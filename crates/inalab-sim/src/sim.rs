@@ -89,7 +89,8 @@ struct FixedPath {
 pub struct Sim {
     pub(crate) name: String,
     pub(crate) seed: u64,
-    pub(crate) payload: bool,
+    /// Payload mode's values (`None`: metadata mode).
+    pub(crate) payload: Option<crate::spec::PayloadValues>,
     pub(crate) stop: Time,
     pub(crate) bin: Time,
     pub(crate) now: Time,
@@ -248,7 +249,7 @@ impl Sim {
         let mut sim = Sim {
             name: spec.name.clone(),
             seed: spec.seed,
-            payload: spec.payload,
+            payload: spec.payload.then_some(spec.payload_values),
             stop: spec.stop_ps,
             bin: spec.metrics.bin_ps,
             now: 0,
@@ -747,7 +748,7 @@ impl World for Sim {
     fn now(&self) -> Time {
         self.now
     }
-    fn payload(&self) -> bool {
+    fn payload(&self) -> Option<crate::spec::PayloadValues> {
         self.payload
     }
     fn topology(&self) -> &Topology {

@@ -13,6 +13,9 @@ pub struct SimSpec {
     pub seed: u64,
     /// Payload mode: packets carry real values, which are summed and checked.
     pub payload: bool,
+    /// What payload mode's workers send. Default `int`.
+    #[serde(default)]
+    pub payload_values: PayloadValues,
     /// Hard stop of simulated time.
     pub stop_ps: u64,
     pub topology: TopologySpec,
@@ -24,6 +27,20 @@ pub struct SimSpec {
     #[serde(default)]
     pub flows: Vec<FlowSpec>,
     pub metrics: MetricsSpec,
+}
+
+/// Values of payload mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PayloadValues {
+    /// Small integers (-1000..=1000) that every scheme carries exactly: results must equal
+    /// the exact sums.
+    #[default]
+    Int,
+    /// Float32 tensors of one magnitude class each (1e-3, 1, 20, 1e4, 1e35), near and beyond
+    /// the fixed-point ranges of the schemes that quantize: results must equal the float64
+    /// sums within the scheme's quantization bound (`Quantization::error_bound`).
+    Float,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -5,11 +5,11 @@
 
 use crate::events::Ev;
 use crate::setup::{flow_ports, host_named, set_up_jobs};
-use crate::spec::{JobSpec, SimSpec, Workload};
+use crate::spec::{JobSpec, PayloadValues, SimSpec, Workload};
 use crate::world::{Call, Owner, World};
 use crate::SimError;
 use inalab_core::{splitmix64, AppRequest, Endpoint, HostEvent, NodeId, Payload, TensorAttrs, Time};
-use inalab_host::{DatagramConfig, DatagramSender, DatagramSink};
+use inalab_host::{DatagramConfig, DatagramSender, DatagramSink, Quantization};
 use inalab_scheme::Role;
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -64,8 +64,51 @@ pub struct JobState {
     pub failures: Vec<String>,
     pub payload_checked: u64,
     pub payload_errors: u64,
+    /// How the job's workers quantize floats (payload mode's float check).
+    quantization: Quantization,
     /// Payload mode: expected sums by tensor id, dropped once every worker checked them.
-    expected: HashMap<u64, (Payload, u32)>,
+    expected: HashMap<u64, (Expected, u32)>,
+}
+
+/// What a tensor's result must be.
+enum Expected {
+    /// Integer inputs: exactly this sum.
+    Exact(Payload),
+    /// Float inputs: these float64 sums, each within `bound`.
+    Within { sums: Vec<f64>, bound: f64 },
+}
+
+impl Expected {
+    fn new(job: u32, workers: u32, tensor: u64, len: usize, values: PayloadValues, q: Quantization) -> Self {
+        match values {
+            PayloadValues::Int => {
+                let mut sum = Payload::I32(vec![0; len]);
+                (0..workers).for_each(|r| sum.add_at(0, &input(job, r, tensor, len, values)));
+                Expected::Exact(sum)
+            }
+            PayloadValues::Float => {
+                let (mut sums, mut max_abs) = (vec![0f64; len], 0f64);
+                for r in 0..workers {
+                    let Payload::F32(v) = input(job, r, tensor, len, values) else { unreachable!("float inputs") };
+                    for (s, &x) in sums.iter_mut().zip(&v) {
+                        *s += x as f64;
+                        max_abs = max_abs.max((x as f64).abs());
+                    }
+                }
+                Expected::Within { sums, bound: q.error_bound(workers as usize, max_abs) }
+            }
+        }
+    }
+
+    fn matches(&self, got: &Payload) -> bool {
+        match (self, got) {
+            (Expected::Exact(sum), got) => got == sum,
+            (Expected::Within { sums, bound }, Payload::F32(v)) => {
+                v.len() == sums.len() && v.iter().zip(sums).all(|(&g, &s)| (g as f64 - s).abs() <= *bound)
+            }
+            _ => false,
+        }
+    }
 }
 
 impl JobState {
@@ -101,15 +144,29 @@ pub struct BackgroundState {
     next_id: u64,
 }
 
-/// Payload-mode input of worker `rank` for tensor `tensor`: small integers whose sum over any
-/// number of workers the papers use stays far from overflow, so results are exact.
-fn input_value(job: u32, rank: u32, tensor: u64, i: usize) -> i32 {
-    let h = splitmix64(((job as u64) << 48) ^ ((rank as u64) << 32) ^ (tensor << 20) ^ i as u64);
-    (h % 2001) as i32 - 1000
+fn input_hash(job: u32, rank: u32, tensor: u64, i: usize) -> u64 {
+    splitmix64(((job as u64) << 48) ^ ((rank as u64) << 32) ^ (tensor << 20) ^ i as u64)
 }
 
-fn input(job: u32, rank: u32, tensor: u64, len: usize) -> Payload {
-    Payload::I32((0..len).map(|i| input_value(job, rank, tensor, i)).collect())
+/// Magnitude classes of float payloads: small, unit, around ATP's fixed-point range (+/-21.47
+/// at scale 1e8, so sums of a few workers leave it), far beyond it, and near the top of
+/// float32 (1024 workers x 1e35 still sums to a finite float32).
+const FLOAT_MAGNITUDES: [f32; 5] = [1e-3, 1.0, 20.0, 1e4, 1e35];
+
+/// Payload-mode input of worker `rank` for tensor `tensor` (`len` values). Integers: small
+/// ones, whose sum over any number of workers the papers use stays far from overflow, so
+/// results are exact. Floats: uniform in +/-m, m the `(tensor + job) % 5`-th of
+/// [`FLOAT_MAGNITUDES`], so five tensors of a job cover every class.
+fn input(job: u32, rank: u32, tensor: u64, len: usize, values: PayloadValues) -> Payload {
+    match values {
+        PayloadValues::Int => Payload::I32((0..len).map(|i| (input_hash(job, rank, tensor, i) % 2001) as i32 - 1000).collect()),
+        PayloadValues::Float => {
+            let m = FLOAT_MAGNITUDES[((tensor + job as u64) % FLOAT_MAGNITUDES.len() as u64) as usize];
+            // 24 random bits: a uniform float32 in [-1, 1).
+            let unit = |h: u64| ((h >> 40) as f32 / (1u64 << 23) as f32) - 1.0;
+            Payload::F32((0..len).map(|i| m * unit(input_hash(job, rank, tensor, i))).collect())
+        }
+    }
 }
 
 impl Workloads {
@@ -174,6 +231,8 @@ impl Workloads {
                 failures: vec![],
                 payload_checked: 0,
                 payload_errors: 0,
+                quantization: inalab_scheme::scheme_of(&serde_json::Value::Object(js.config.clone()))
+                    .map_or(Quantization::None, |s| s.quantization(&serde_json::Value::Object(js.config.clone()))),
                 expected: HashMap::new(),
             });
             if iterations == 0 {
@@ -336,7 +395,7 @@ impl Workloads {
             Step::Bwd(l) => {
                 let tensor = w.iter as u64 * nl as u64 + l as u64;
                 let bytes = j.layers[l].0;
-                let data = payload.then(|| input(job, rank, tensor, (bytes / 4) as usize));
+                let data = payload.map(|values| input(job, rank, tensor, (bytes / 4) as usize, values));
                 submit = Some((w.host, w.ep, AppRequest::Allreduce { id: tensor, bytes, data, attrs: TensorAttrs { layer: l as u32, priority: 0 } }));
                 if l > 0 {
                     w.step = Step::Bwd(l - 1);
@@ -366,18 +425,13 @@ impl Workloads {
         let j = &mut self.jobs[job as usize];
         let nl = j.layers.len() as u64;
         let (iter, layer) = ((tensor / nl) as u32, (tensor % nl) as usize);
-        if let Some(got) = data {
+        if let (Some(got), Some(values)) = (data, world.payload()) {
             let n = j.workers.len() as u32;
             let len = (j.layers[layer].0 / 4) as usize;
-            let entry = j.expected.entry(tensor).or_insert_with(|| {
-                let mut sum = Payload::I32(vec![0; len]);
-                for r in 0..n {
-                    sum.add_at(0, &input(job, r, tensor, len));
-                }
-                (sum, 0)
-            });
+            let q = j.quantization;
+            let entry = j.expected.entry(tensor).or_insert_with(|| (Expected::new(job, n, tensor, len, values, q), 0));
             j.payload_checked += 1;
-            if got != entry.0 {
+            if !entry.0.matches(&got) {
                 j.payload_errors += 1;
             }
             entry.1 += 1;
@@ -486,5 +540,39 @@ impl Workloads {
             return done as f64 / total as f64;
         }
         now as f64 / stop.max(1) as f64
+    }
+}
+
+#[cfg(test)]
+mod payload_tests {
+    use super::*;
+
+    #[test]
+    fn float_results_are_checked_against_the_bound() {
+        let q = Quantization::FixedPoint { scale: 1e8 };
+        let e = Expected::new(0, 4, 2, 100, PayloadValues::Float, q);
+        let Expected::Within { sums, bound } = &e else { panic!("float inputs") };
+        // Tensor 2 of job 0 has magnitude 20: the bound is 4 / 2e8 plus float32 rounding.
+        assert!(*bound > 4.0 / 2e8 && *bound < 1e-4, "{bound}");
+        let exact = Payload::F32(sums.iter().map(|&s| s as f32).collect());
+        assert!(e.matches(&exact));
+        let mut off = sums.iter().map(|&s| s as f32).collect::<Vec<_>>();
+        off[7] += 1e-3;
+        assert!(!e.matches(&Payload::F32(off)), "an error of 1e-3 is far beyond the bound");
+        assert!(!e.matches(&Payload::F32(vec![0.0; 99])), "a short result");
+        assert!(!e.matches(&Payload::I32(vec![0; 100])), "integers where floats were sent");
+    }
+
+    #[test]
+    fn five_tensors_cover_every_magnitude() {
+        let max = |t| match input(3, 0, t, 1000, PayloadValues::Float) {
+            Payload::F32(v) => v.iter().fold(0f32, |m, x| m.max(x.abs())),
+            _ => unreachable!(),
+        };
+        let mut seen: Vec<f32> = (0..5).map(max).collect();
+        seen.sort_by(f32::total_cmp);
+        for (m, class) in seen.iter().zip(FLOAT_MAGNITUDES) {
+            assert!(*m <= class && *m > 0.9 * class, "{m} in class {class}");
+        }
     }
 }

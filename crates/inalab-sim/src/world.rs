@@ -20,8 +20,8 @@ pub enum Owner {
 /// The event loop as a workload sees it.
 pub(crate) trait World {
     fn now(&self) -> Time;
-    /// Payload mode: packets carry values.
-    fn payload(&self) -> bool;
+    /// Payload mode's values (`None`: metadata mode, no values).
+    fn payload(&self) -> Option<crate::spec::PayloadValues>;
     fn topology(&self) -> &Topology;
     /// Calls the workloads back with `ev` at `at`.
     fn schedule(&mut self, at: Time, ev: Ev);
