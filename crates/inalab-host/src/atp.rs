@@ -663,21 +663,23 @@ impl HostProtocol for AtpWorker {
                 let frags = frags as u32;
                 let result = data.as_ref().map(|d| d.zeros_like(values));
                 // Floats are carried in fixed point; a value beyond its range saturates and
-                // marks its fragment, whose sum then comes from the floats (§3.8).
+                // marks its fragment, whose sum then comes from the floats (§3.8). So does a
+                // NaN or infinity (sent as 0 in fixed point): the float sum then carries it to
+                // every worker, whose call fails on it, rather than leaving them waiting.
                 let (data, floats, saturated) = match data {
                     Some(Payload::F32(f)) => {
-                        if let Some(i) = f.iter().position(|x| !x.is_finite()) {
-                            self.events.push_back(HostEvent::Rejected { id, reason: format!("value {i} is {}, which has no fixed-point form", f[i]) });
-                            return;
-                        }
                         let limit = i32::MAX as f64 + 0.5;
                         let saturated = (0..frags).filter(|&k| {
                             let (a, b) = (k as usize * self.per_packet, ((k as usize + 1) * self.per_packet).min(values));
-                            f[a..b].iter().any(|&x| (x as f64 * self.cfg.scale).abs() >= limit)
+                            f[a..b].iter().any(|&x| !x.is_finite() || (x as f64 * self.cfg.scale).abs() >= limit)
                         });
-                        let saturated = saturated.collect();
-                        let fixed = crate::quant::to_fixed(&f, self.cfg.scale).expect("finite values, a checked scale").values;
-                        (Some(Payload::I32(fixed)), Some(f), saturated)
+                        let saturated: BTreeSet<u32> = saturated.collect();
+                        let fixed = if f.iter().all(|x| x.is_finite()) {
+                            crate::quant::to_fixed(&f, self.cfg.scale)
+                        } else {
+                            crate::quant::to_fixed(&f.iter().map(|&x| if x.is_finite() { x } else { 0.0 }).collect::<Vec<_>>(), self.cfg.scale)
+                        };
+                        (Some(Payload::I32(fixed.expect("finite values, a checked scale").values)), Some(f), saturated)
                     }
                     other => (other, None, BTreeSet::new()),
                 };

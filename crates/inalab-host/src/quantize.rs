@@ -66,13 +66,18 @@ const EXP_BIAS: i32 = 1 - ZERO_BLOCK_EXPONENT as i32;
 /// infinity): every worker sees it in the sum and rejects the tensor, so all stay in step.
 const REJECT_MARK: i32 = -1;
 
+fn non_finite(i: usize, x: f32) -> String {
+    format!("value {i} is {x}, which has no fixed-point form")
+}
+
 /// What an inner request is for.
 enum Stage {
     /// The exponent agreement of outer request `outer`; its data waits here.
     Exponent { outer: u64, bytes: u64, data: Option<Payload>, attrs: TensorAttrs },
     /// Outer request `outer`'s values; `scale` converts the i32 sum back to f32 (`None`:
-    /// hand the result back as it comes), `len` values.
-    Data { outer: u64, scale: Option<f64> },
+    /// hand the result back as it comes). `bad`: this worker's input had a value with no
+    /// fixed-point form (why, naming it), sent anyway so the other workers are not left waiting.
+    Data { outer: u64, scale: Option<f64>, bad: Option<String> },
     /// Any other request, passed through under an id of the wrapper's own.
     Pass { outer: u64 },
 }
@@ -110,15 +115,15 @@ impl Quantized {
         self.events.push_back(HostEvent::Rejected { id, reason });
     }
 
-    /// Fixed point: the protocol converts floats itself (and falls back to them on overflow);
-    /// what has no fixed-point form at all is rejected here.
+    /// Fixed point: the protocol converts floats itself (and falls back to them on overflow).
+    /// A value with no fixed-point form (NaN, infinity) still goes out, through the fallback,
+    /// so every worker's call ends: the non-finite sum fails the tensor on all of them.
     fn send_fixed(&mut self, now: Time, id: u64, bytes: u64, data: Option<Payload>, attrs: TensorAttrs) {
-        if let Some(Payload::F32(v)) = &data {
-            if let Some(i) = v.iter().position(|x| !x.is_finite()) {
-                return self.reject(id, format!("value {i} is {}, which has no fixed-point form", v[i]));
-            }
-        }
-        self.submit_inner(now, bytes, data, attrs, Stage::Data { outer: id, scale: None });
+        let bad = match &data {
+            Some(Payload::F32(v)) => v.iter().position(|x| !x.is_finite()).map(|i| non_finite(i, v[i])),
+            _ => None,
+        };
+        self.submit_inner(now, bytes, data, attrs, Stage::Data { outer: id, scale: None, bad });
     }
 
     /// Agreed exponent: starts the next waiting request's exponent round, if none runs.
@@ -177,7 +182,7 @@ impl Quantized {
                         let reason = match &values {
                             Some(Payload::F32(v)) if r == self.rank => {
                                 let i = v.iter().position(|x| !x.is_finite()).expect("marked for a non-finite value");
-                                format!("value {i} is {}, which has no fixed-point form", v[i])
+                                non_finite(i, v[i])
                             }
                             _ => format!("worker {r}'s tensor has a value with no fixed-point form (NaN or infinity)"),
                         };
@@ -193,17 +198,29 @@ impl Quantized {
                             };
                             let n = self.world as u32;
                             let f = switchml_to_fixed(&v, n, e_max).expect("checked finite, n > 0");
-                            self.submit_inner(now, bytes, Some(Payload::I32(f.values)), attrs, Stage::Data { outer, scale: Some(switchml_scale(n, e_max)) });
+                            self.submit_inner(now, bytes, Some(Payload::I32(f.values)), attrs, Stage::Data { outer, scale: Some(switchml_scale(n, e_max)), bad: None });
                         }
-                        other => self.submit_inner(now, bytes, other, attrs, Stage::Data { outer, scale: None }),
+                        other => self.submit_inner(now, bytes, other, attrs, Stage::Data { outer, scale: None, bad: None }),
                     }
                     self.start_exponent_round(now);
                 }
-                Some(Stage::Data { outer, scale }) => {
+                Some(Stage::Data { outer, scale, bad }) => {
                     let data = match (scale, data) {
                         (Some(s), Some(Payload::I32(sum))) => Some(Payload::F32(from_fixed(&sum, s))),
                         (_, d) => d,
                     };
+                    // A quantized tensor's non-finite sum is no result: the value's own worker
+                    // says which input was at fault, the others where the sum broke. (Without
+                    // quantization NaN propagates, as in gloo and NCCL.)
+                    if let (Some(Payload::F32(v)), false) = (&data, self.q == Quantization::None) {
+                        if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+                            let reason = bad.unwrap_or_else(|| {
+                                format!("value {i} of the sum is {}: another worker's value there has no fixed-point form (NaN or infinity), or the sum exceeds float32", v[i])
+                            });
+                            self.reject(outer, reason);
+                            continue;
+                        }
+                    }
                     self.events.push_back(HostEvent::Done { id: outer, data });
                 }
                 Some(Stage::Pass { outer }) => self.events.push_back(HostEvent::Done { id: outer, data }),
@@ -225,7 +242,7 @@ impl HostProtocol for Quantized {
                 self.waiting.push_back((id, bytes, data, attrs));
                 self.start_exponent_round(now);
             }
-            (AppRequest::Allreduce { id, bytes, data, attrs }, Quantization::None) => self.submit_inner(now, bytes, data, attrs, Stage::Data { outer: id, scale: None }),
+            (AppRequest::Allreduce { id, bytes, data, attrs }, Quantization::None) => self.submit_inner(now, bytes, data, attrs, Stage::Data { outer: id, scale: None, bad: None }),
             (AppRequest::Send { id, dst, bytes }, _) => {
                 self.next_inner += 1;
                 let inner = self.next_inner;

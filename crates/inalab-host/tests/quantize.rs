@@ -163,23 +163,34 @@ fn integers_and_metadata_pass_through_but_still_take_the_exponent_round() {
 }
 
 #[test]
-fn fixed_point_hands_floats_to_the_protocol_and_rejects_only_what_has_no_fixed_point_form() {
+fn fixed_point_hands_every_float_to_the_protocol_and_fails_non_finite_sums_on_every_worker() {
     // ATP converts floats itself (its overflow fallback needs them): the layer passes them on,
-    // values beyond the fixed-point range included, and rejects NaN and infinities.
+    // values beyond the fixed-point range included. A NaN or infinity on one worker goes out
+    // too (a worker that kept it back would leave the others waiting for ever): the sum is not
+    // finite, and every worker's call fails, the culprit's naming its value.
     let mut job = Job::new(Quantization::FixedPoint { scale: 1e8 }, 2);
     job.submit(1, |r| Some(Payload::F32(vec![1.5 + r as f32, 30.0])), 8);
-    job.submit(2, |_| Some(Payload::F32(vec![f32::NAN])), 4);
-    job.submit(3, |_| Some(Payload::F32(vec![f32::INFINITY])), 4);
+    job.submit(2, |r| Some(Payload::F32(vec![if r == 0 { f32::NAN } else { 1.0 }])), 4);
+    job.submit(3, |r| Some(Payload::F32(vec![if r == 1 { f32::INFINITY } else { 1.0 }])), 4);
     let events = job.run();
-    match &events[0][..] {
-        [HostEvent::Rejected { id: 2, reason }, HostEvent::Rejected { id: 3, .. }, done] => {
-            assert!(reason.contains("value 0 is NaN") && reason.contains("no fixed-point form"), "{reason}");
-            assert_eq!(floats(done), (1, vec![4.0, 60.0]));
-        }
-        e => panic!("{e:?}"),
+    for (rank, evs) in events.iter().enumerate() {
+        let reason = |id: u64| {
+            evs.iter()
+                .find_map(|e| match e {
+                    HostEvent::Rejected { id: i, reason } if *i == id => Some(reason.clone()),
+                    _ => None,
+                })
+                .unwrap_or_else(|| panic!("worker {rank}: request {id} not rejected: {evs:?}"))
+        };
+        let (nan, inf) = (reason(2), reason(3));
+        assert!(nan.contains("no fixed-point form"), "{nan}");
+        assert_eq!(nan.contains("value 0 is NaN"), rank == 0, "{nan}");
+        assert_eq!(inf.contains("value 0 is inf"), rank == 1, "{inf}");
+        let done = evs.iter().find(|e| matches!(e, HostEvent::Done { id: 1, .. })).expect("request 1 done");
+        assert_eq!(floats(done), (1, vec![4.0, 60.0]));
     }
     let sub = job.submitted(0);
-    assert_eq!(sub.len(), 1, "rejected requests never reach the protocol");
+    assert_eq!(sub.len(), 3, "every request reaches the protocol");
     assert_eq!(sub[0].1, Some(Payload::F32(vec![1.5, 30.0])), "floats reach the protocol unchanged");
 }
 
