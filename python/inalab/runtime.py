@@ -158,11 +158,14 @@ class Client:
         self.scheme, self.job, self.rank, self.world = scheme, job, rank, world
         self._c = _core.Client(switch, job, rank, world, json.dumps({**(config or {}), "scheme": scheme}), join_timeout_s)
 
-    def allreduce(self, array: Any) -> np.ndarray:
+    def allreduce(self, array: Any, timeout_s: float = 30.0) -> np.ndarray:
         """Element-wise sum of ``array`` over the job's workers, as a new float32 array of the
-        same shape."""
+        same shape. Waits at most ``timeout_s`` seconds (default 30) and raises ``RuntimeError``
+        naming the cause (switch gone, PS gone, peer rank gone, job released, timeout); Ctrl-C
+        raises ``KeyboardInterrupt``. After a timeout or an interrupt this worker is out of step
+        with the others, so the client fails every later call."""
         a = _as_f32(array)
-        out = np.frombuffer(self._c.allreduce(a), dtype=np.float32)
+        out = np.frombuffer(self._c.allreduce(a, timeout_s), dtype=np.float32)
         return out.reshape(np.shape(array))
 
     def allreduce_async(self, array: Any, callback: Optional[Callable[[Optional[np.ndarray], Optional[str]], None]] = None) -> Future:

@@ -259,3 +259,43 @@ def test_a_nan_on_one_worker_fails_the_call_on_every_worker_and_the_job_goes_on(
         t.join(timeout=60)
     assert "no fixed-point form" in outcome[0] and other in outcome[1], outcome
     assert outcome[0, "next"][0] == pytest.approx(3.0) and outcome[1, "next"][0] == pytest.approx(3.0)
+
+
+def test_a_blocked_allreduce_times_out_and_answers_ctrl_c(switchml):
+    """Rank 1 joins and never calls allreduce: rank 0's call ends at its timeout with the
+    cause named, later calls fail at once; a blocked call raises KeyboardInterrupt on Ctrl-C
+    (before issue #12 it waited for ever and ignored Ctrl-C)."""
+    import os
+    import signal
+    import time
+
+    release = threading.Event()
+
+    def idle_rank(job):
+        with inalab.Client(switch=switchml.control_addr, job=job, rank=1, world=2, join_timeout_s=30):
+            release.wait(30)
+
+    peers = [threading.Thread(target=idle_rank, args=(j,)) for j in (21, 22)]
+    for p in peers:
+        p.start()
+    try:
+        with inalab.Client(switch=switchml.control_addr, job=21, rank=0, world=2, join_timeout_s=30) as c:
+            t = time.monotonic()
+            with pytest.raises(RuntimeError, match="no result within"):
+                c.allreduce(np.ones(10, np.float32), timeout_s=0.5)
+            assert time.monotonic() - t < 5
+            with pytest.raises(RuntimeError, match="no result within"):
+                c.allreduce(np.ones(10, np.float32))
+        with inalab.Client(switch=switchml.control_addr, job=22, rank=0, world=2, join_timeout_s=30) as c:
+            threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+            t = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                c.allreduce(np.ones(10, np.float32))
+            assert time.monotonic() - t < 5
+    finally:
+        release.set()
+        for p in peers:
+            p.join(timeout=30)
+    with pytest.raises(ValueError, match="timeout_s"):
+        with inalab.Client(switch=switchml.control_addr, job=23, world=1) as c:
+            c.allreduce(np.ones(1, np.float32), timeout_s=0)

@@ -52,6 +52,9 @@ pub struct ClientOptions {
     pub join_timeout: Duration,
 }
 
+/// How long a blocking [`Client::allreduce`] waits for its sum by default: 30 s.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// What a finished request hands its callback.
 pub type Completion = Box<dyn FnOnce(Result<Vec<f32>, NetError>) + Send>;
 
@@ -114,14 +117,15 @@ impl Client {
             }
             Err(e) => return Err(e),
         };
-        if !reader.buffer().is_empty() {
-            return Err(NetError::Protocol("unexpected data after the join reply".into()));
-        }
+        // Events may follow the reply at once (another worker already failed the job).
+        let leftover = reader.buffer().to_vec();
         let spec: JobSpec = field(&reply, "spec")?;
         let node: u32 = field(&reply, "node")?;
         let proto = spec.endpoint(node, Role::Worker { rank: opts.rank as u32 })?;
         // The switch's data-plane address: the only source the worker accepts packets from.
         let gateway: SocketAddr = field(&reply, "switch_udp")?;
+        let mut io = HostIo::new(udp, gateway);
+        io.add_job(spec.job, spec.frame_mac()?);
         conn.set_read_timeout(None)?;
         conn.set_nonblocking(true)?;
         let inner = Arc::new(Inner {
@@ -129,9 +133,9 @@ impl Client {
                 spec: spec.clone(),
                 rank: opts.rank,
                 proto,
-                io: HostIo::new(udp, gateway),
+                io,
                 control: conn,
-                control_buf: vec![],
+                control_buf: leftover,
                 queue: VecDeque::new(),
                 active: BTreeMap::new(),
                 next_id: 0,
@@ -144,6 +148,7 @@ impl Client {
             stop: AtomicBool::new(false),
             clock: Clock::new(),
         });
+        inner.st.lock().expect("client lock").parse_control();
         let (tx, rx) = mpsc::channel::<(Completion, Result<Vec<f32>, NetError>)>();
         let i = inner.clone();
         let io = std::thread::Builder::new().name("inalab-client-io".into()).spawn(move || io_loop(&i, tx))?;
@@ -169,11 +174,46 @@ impl Client {
         self.inner.waker.wake();
     }
 
-    /// Allreduce, blocking until the sum is back.
+    /// Allreduce, blocking until the sum is back or [`CALL_TIMEOUT`] passed.
     pub fn allreduce(&self, values: Vec<f32>) -> Result<Vec<f32>, NetError> {
+        self.allreduce_within(values, CALL_TIMEOUT, || Ok(()))
+    }
+
+    /// Allreduce, blocking until the sum is back, at most `timeout`; `interrupted` is asked
+    /// every 100 ms whether to give up (Python checks for Ctrl-C there). A call that times out
+    /// or is interrupted leaves its request in flight, so this worker is out of step with the
+    /// others: the client is failed, and every later call says why.
+    pub fn allreduce_within(&self, values: Vec<f32>, timeout: Duration, mut interrupted: impl FnMut() -> Result<(), NetError>) -> Result<Vec<f32>, NetError> {
         let (tx, rx) = mpsc::channel();
         self.allreduce_with(values, Box::new(move |r| drop(tx.send(r))));
-        rx.recv().unwrap_or_else(|_| Err(NetError::JobFailed("the client stopped".into())))
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left.min(Duration::from_millis(100))) {
+                Ok(r) => return r,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Err(NetError::JobFailed("the client stopped".into())),
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if let Err(e) = interrupted() {
+                        self.give_up(format!("an allreduce was interrupted ({e})"));
+                        return Err(e);
+                    }
+                    if left.is_zero() {
+                        let reason = format!(
+                            "no result within {timeout:?}: another rank stalled or never made this call, or the network loses every packet \
+                             (the job's workers are now out of step)"
+                        );
+                        self.give_up(reason.clone());
+                        return Err(NetError::JobFailed(reason));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Fails this client's job here: pending and later calls end with `reason`.
+    fn give_up(&self, reason: String) {
+        self.inner.st.lock().expect("client lock").fail(reason);
+        self.inner.waker.wake();
     }
 
     /// Protocol and I/O counters.
@@ -338,6 +378,11 @@ impl State {
                 Err(e) => return self.fail(format!("control connection to the switch failed: {e}")),
             }
         }
+        self.parse_control();
+    }
+
+    /// Handles the complete control lines received so far.
+    fn parse_control(&mut self) {
         while let Some(i) = self.control_buf.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = self.control_buf.drain(..=i).collect();
             if let Ok(v) = serde_json::from_slice::<Value>(&line) {

@@ -27,7 +27,7 @@ use inalab_core::{HostProtocol, NodeId, PortId};
 use inalab_scheme::{scheme_of, JobSpec as SchemeJob, NetView, Plan, PlanError, Role, Scheme};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
@@ -83,9 +83,18 @@ pub struct JobSpec {
     pub servers: Vec<ServerSpec>,
     /// The programmable switches the job may aggregate at.
     pub switches: Vec<SwitchSpec>,
+    /// The job's frame key, hex ([`crate::auth`]): every datagram of the job carries a tag made
+    /// with it, which every receiver checks.
+    pub key: String,
 }
 
 impl JobSpec {
+    /// The authenticator of the job's frames.
+    pub fn frame_mac(&self) -> Result<crate::auth::FrameMac, NetError> {
+        let key = crate::auth::key_from_hex(&self.key).map_err(|e| NetError::Protocol(format!("job {}: field `key`: {e}", self.job)))?;
+        Ok(crate::auth::FrameMac::new(&key))
+    }
+
     pub fn scheme(&self) -> Result<&'static dyn Scheme, NetError> {
         scheme_of(&self.config).map_err(plan_err)
     }
@@ -181,13 +190,31 @@ pub fn send_line(stream: &mut TcpStream, v: &Value) -> std::io::Result<()> {
     stream.write_all(s.as_bytes())
 }
 
-/// Reads one JSON line; `Ok(None)` at end of stream.
+/// Longest control line read, bytes (newline included): 256 KiB. The longest legitimate line,
+/// an `admit` (or join reply) of a 1,024-worker job, is about 63 KiB; the 64 KiB would
+/// leave it no headroom. A switch reading lines holds at most this per connection.
+pub const MAX_LINE_BYTES: u64 = 256 << 10;
+
+/// Characters of a bad line quoted back in an error.
+const QUOTE_CHARS: usize = 64;
+
+/// Reads one JSON line of at most [`MAX_LINE_BYTES`]; `Ok(None)` at end of stream. A longer
+/// line is an error ([`NetError::TooLong`]) after which the stream cannot be resynchronised.
 pub fn read_line(reader: &mut BufReader<TcpStream>) -> Result<Option<Value>, NetError> {
-    let mut line = String::new();
-    if reader.read_line(&mut line)? == 0 {
+    let mut line = Vec::new();
+    let n = (&mut *reader).take(MAX_LINE_BYTES).read_until(b'\n', &mut line)?;
+    if n == 0 {
         return Ok(None);
     }
-    serde_json::from_str(&line).map(Some).map_err(|e| NetError::Protocol(format!("bad control line {line:?}: {e}")))
+    if line.last() != Some(&b'\n') && n as u64 == MAX_LINE_BYTES {
+        return Err(NetError::TooLong(format!("a control line is at most {MAX_LINE_BYTES} bytes")));
+    }
+    serde_json::from_slice(&line).map(Some).map_err(|e| {
+        let text = String::from_utf8_lossy(&line);
+        let quoted: String = text.chars().take(QUOTE_CHARS).collect();
+        let more = if text.chars().count() > QUOTE_CHARS { "..." } else { "" };
+        NetError::Protocol(format!("bad control line ({} bytes) {quoted:?}{more}: {e}", line.len()))
+    })
 }
 
 /// One request/response exchange on a fresh connection (switch to switch, switch to PS).

@@ -1,45 +1,72 @@
 //! Host-side I/O for host protocols: frames in from the host's switch, frames out to it.
 //! A host has one neighbour (its switch, the "gateway"); datagrams from anyone else are
-//! counted as `foreign` and dropped, undecodable ones as `malformed`.
+//! counted as `foreign` and dropped, undecodable ones as `malformed`, ones without a valid tag
+//! of one of the host's jobs as `forged` ([`crate::auth`]). Outgoing frames are tagged.
 
+use crate::auth::{self, FrameMac};
 use crate::udp::{TxBatch, Udp};
 use inalab_core::{frame, HostProtocol, Packet, Time};
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 
 pub struct HostIo {
     pub udp: Udp,
     pub gateway: SocketAddr,
     tx: TxBatch,
+    /// Frame authenticators of the jobs this host takes part in.
+    keys: HashMap<u32, FrameMac>,
     malformed: u64,
     foreign: u64,
+    forged: u64,
+    unsealed: u64,
     last_malformed: Option<String>,
 }
 
 impl HostIo {
     pub fn new(udp: Udp, gateway: SocketAddr) -> HostIo {
-        HostIo { udp, gateway, tx: TxBatch::default(), malformed: 0, foreign: 0, last_malformed: None }
+        HostIo { udp, gateway, tx: TxBatch::default(), keys: HashMap::new(), malformed: 0, foreign: 0, forged: 0, unsealed: 0, last_malformed: None }
+    }
+
+    /// From now on, frames of `job` are accepted and sent with `mac`'s tags.
+    pub fn add_job(&mut self, job: u32, mac: FrameMac) {
+        self.keys.insert(job, mac);
+    }
+
+    pub fn remove_job(&mut self, job: u32) {
+        self.keys.remove(&job);
     }
 
     /// One batched receive; every decodable frame from the gateway goes to `deliver`.
     /// Returns the datagrams read (0: nothing was queued).
     pub fn recv(&mut self, mut deliver: impl FnMut(Packet)) -> std::io::Result<usize> {
-        let (gw, mut malformed, mut foreign, mut last) = (self.gateway, 0, 0, None);
+        let (gw, keys) = (self.gateway, &self.keys);
+        let (mut malformed, mut foreign, mut forged, mut last) = (0, 0, 0, None);
         let n = self.udp.recv_batch(|from, d| {
             if from != gw {
                 foreign += 1;
                 return;
             }
-            match frame::decode(d) {
-                Ok(p) => deliver(p),
+            let Ok((bytes, _)) = auth::split(d) else {
+                forged += 1;
+                return;
+            };
+            let view = match frame::Frame::new_checked(bytes) {
+                Ok(v) => v,
                 Err(e) => {
                     malformed += 1;
                     last = Some(e.to_string());
+                    return;
                 }
+            };
+            match view.header().job().and_then(|j| keys.get(&j)).map(|m| m.open(d)) {
+                Some(Ok(_)) => deliver(frame::to_packet(&view)),
+                _ => forged += 1,
             }
         })?;
         self.malformed += malformed;
         self.foreign += foreign;
+        self.forged += forged;
         if last.is_some() {
             self.last_malformed = last;
         }
@@ -51,7 +78,15 @@ impl HostIo {
     pub fn transmit(&mut self, now: Time, proto: &mut dyn HostProtocol) -> usize {
         let mut n = 0;
         while let Some(p) = proto.poll_transmit(now) {
-            self.tx.push(self.gateway, |b| frame::encode(&p, b));
+            let Some(mac) = p.header.job().and_then(|j| self.keys.get(&j)) else {
+                self.unsealed += 1;
+                continue;
+            };
+            self.tx.push(self.gateway, |b| {
+                let start = b.len();
+                frame::encode(&p, b);
+                mac.seal(b, start);
+            });
             n += 1;
         }
         n
@@ -66,7 +101,8 @@ impl HostIo {
     pub fn stats(&self) -> Value {
         let io = self.udp.stats;
         json!({
-            "malformed": self.malformed, "foreign": self.foreign, "last_malformed": self.last_malformed,
+            "malformed": self.malformed, "foreign": self.foreign, "forged": self.forged, "unsealed": self.unsealed,
+            "last_malformed": self.last_malformed,
             "datagrams_sent": io.datagrams_sent, "datagrams_received": io.datagrams_received,
             "send_calls": io.send_calls, "recv_calls": io.recv_calls, "send_errors": io.send_errors,
         })

@@ -7,10 +7,12 @@
 //! - [`control`]: the control-plane protocol (JSON lines over TCP) and the job description
 //!   every party plans its part from through the scheme registry (`inalab_scheme`).
 //! - [`udp`]: batched socket I/O (recvmmsg + GRO, sendmsg + GSO).
+//! - [`auth`]: the per-job keys and tags that authenticate every data frame.
 //!
-//! Packets travel as [`inalab_core::frame`]s, one per datagram. None of the modules here
+//! Packets travel as [`inalab_core::frame`]s, one per datagram, each followed by its job's tag. None of the modules here
 //! decides anything a protocol decides: they move frames, keep time and run timers.
 
+pub mod auth;
 pub mod clock;
 pub mod udp;
 pub mod control;
@@ -30,6 +32,8 @@ pub enum NetError {
     Config(String),
     /// A malformed control message.
     Protocol(String),
+    /// A control line over the length limit: the connection is closed.
+    TooLong(String),
     /// The other side refused (its message).
     Remote(String),
     /// The job failed (a worker died, the switch went away).
@@ -40,7 +44,7 @@ impl fmt::Display for NetError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             NetError::Io(e) => write!(f, "I/O error: {e}"),
-            NetError::Config(m) | NetError::Protocol(m) | NetError::Remote(m) => f.write_str(m),
+            NetError::Config(m) | NetError::Protocol(m) | NetError::Remote(m) | NetError::TooLong(m) => f.write_str(m),
             NetError::JobFailed(m) => write!(f, "job failed: {m}"),
         }
     }

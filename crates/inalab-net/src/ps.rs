@@ -1,7 +1,9 @@
 //! The parameter server process: the server endpoint of every admitted job whose scheme has
 //! one (ATP's `AtpServer`), behind its switch, as the scheme registry plans it.
-//! It attaches to its switch's control plane at start; jobs are admitted and released by the
-//! switch (`admit` / `release` with the job's [`JobSpec`]).
+//! It attaches to its switch's control plane at start and keeps that connection, pinging every
+//! second: the switch fails the PS's jobs when it closes or goes silent, and refuses a second
+//! PS while it lives. Jobs are admitted and released by the switch (`admit` / `release` with
+//! the job's [`JobSpec`]).
 
 use crate::clock::Clock;
 use crate::control::{self, err, field, ok, JobSpec, CONTROL_TIMEOUT};
@@ -70,12 +72,15 @@ impl PsHandle {
         let udp = Udp::bind(opts.udp)?;
         let listener = TcpListener::bind(opts.control)?;
         let (udp_addr, control_addr) = (udp.local_addr()?, listener.local_addr()?);
-        let reply = control::request(
-            opts.switch,
-            &json!({"op": "attach", "role": "ps", "node": opts.node,
-                    "udp": control::announce(udp_addr, opts.switch), "control": control::announce(control_addr, opts.switch)}),
-            CONTROL_TIMEOUT,
-        )?;
+        let mut attach = TcpStream::connect_timeout(&opts.switch, CONTROL_TIMEOUT)?;
+        attach.set_read_timeout(Some(CONTROL_TIMEOUT))?;
+        attach.set_write_timeout(Some(CONTROL_TIMEOUT))?;
+        let msg = json!({"op": "attach", "role": "ps", "node": opts.node,
+                         "udp": control::announce(udp_addr, opts.switch), "control": control::announce(control_addr, opts.switch)});
+        control::send_line(&mut attach, &msg)?;
+        let mut replies = BufReader::new(attach.try_clone()?);
+        let reply = control::read_line(&mut replies)?.ok_or_else(|| NetError::Protocol(format!("{} closed the control connection", opts.switch)))?;
+        let reply = control::check_ok(reply)?;
         let gateway: SocketAddr = field(&reply, "udp")?;
         let shared = Arc::new(Shared {
             node: opts.node,
@@ -89,7 +94,9 @@ impl PsHandle {
             let conn_shared = s.clone();
             accept_loop(&s.stop, listener, "inalab-ps-conn", move |conn| serve(&conn_shared, conn))
         })?;
-        Ok(PsHandle { shared, threads: vec![data, ctl], udp_addr, control_addr })
+        let s = shared.clone();
+        let beat = std::thread::Builder::new().name("inalab-ps-ping".into()).spawn(move || heartbeat(&s, attach, replies))?;
+        Ok(PsHandle { shared, threads: vec![data, ctl, beat], udp_addr, control_addr })
     }
 
     pub fn stats(&self) -> Value {
@@ -108,6 +115,24 @@ impl PsHandle {
 impl Drop for PsHandle {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// Pings the switch every second on the attach connection until the PS stops or the switch is
+/// gone (then says so once: the switch has failed the PS's jobs meanwhile).
+fn heartbeat(s: &Shared, mut conn: TcpStream, mut replies: BufReader<TcpStream>) {
+    loop {
+        for _ in 0..20 {
+            if s.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let alive = control::send_line(&mut conn, &json!({"op": "ping"})).is_ok() && matches!(control::read_line(&mut replies), Ok(Some(_)));
+        if !alive {
+            eprintln!("inalab ps: lost the switch's control plane; its jobs have failed there");
+            return;
+        }
     }
 }
 
@@ -169,16 +194,20 @@ fn handle(s: &Shared, msg: &Value) -> Result<Value, NetError> {
             let spec: JobSpec = field(msg, "spec")?;
             let index = spec.servers.iter().position(|p| p.node == s.node).ok_or_else(|| NetError::Config(format!("job {}: node {} is not one of its servers", spec.job, s.node)))?;
             let server = spec.endpoint(s.node, Role::Server { index: index as u32 })?;
+            let mac = spec.frame_mac()?;
             let mut st = s.st.lock().expect("ps lock");
             if st.servers.contains_key(&spec.job) {
                 return Err(NetError::Config(format!("job {} is already admitted at the PS", spec.job)));
             }
             st.servers.insert(spec.job, server);
+            st.io.add_job(spec.job, mac);
             Ok(ok(json!({})))
         }
         "release" => {
             let job: u32 = field(msg, "job")?;
-            s.st.lock().expect("ps lock").servers.remove(&job);
+            let mut st = s.st.lock().expect("ps lock");
+            st.servers.remove(&job);
+            st.io.remove_job(job);
             Ok(ok(json!({})))
         }
         "stats" => Ok(ok(stats(s))),

@@ -64,6 +64,7 @@ fn check(jobs: Vec<Value>) {
         workers: job.workers.iter().map(|&w| WorkerSpec { node: w, udp: "127.0.0.1:1".parse().unwrap(), rack: rack(w) }).collect(),
         servers: job.servers.iter().map(|&s| ServerSpec { node: s, rack: rack(s) }).collect(),
         switches,
+        key: String::new(),
     };
     let rt_job = rt.scheme_job();
     assert_eq!((&rt_job.workers, &rt_job.servers), (&job.workers, &job.servers));

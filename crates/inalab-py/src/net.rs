@@ -147,12 +147,29 @@ impl PyClient {
     }
 
     /// Sums a float32 buffer over the job's workers; returns the sum as a bytearray of
-    /// float32. The GIL is released while waiting.
-    fn allreduce(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Py<PyByteArray>> {
+    /// float32. The GIL is released while waiting, at most `timeout_s` seconds; Ctrl-C (any
+    /// signal handler's exception) ends the wait.
+    #[pyo3(signature = (data, timeout_s=30.0))]
+    fn allreduce(&self, py: Python<'_>, data: &Bound<'_, PyAny>, timeout_s: f64) -> PyResult<Py<PyByteArray>> {
+        if !(timeout_s.is_finite() && timeout_s > 0.0) {
+            return Err(PyValueError::new_err(format!("timeout_s must be a positive number of seconds, got {timeout_s}")));
+        }
         let v = values(py, data)?;
         let c = self.client()?;
-        let out = py.detach(|| c.allreduce(v)).map_err(net_err)?;
-        Ok(bytes_of(py, &out))
+        let mut signal: Option<PyErr> = None;
+        let out = py.detach(|| {
+            c.allreduce_within(v, Duration::from_secs_f64(timeout_s), || match Python::attach(|py| py.check_signals()) {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    signal = Some(e);
+                    Err(NetError::JobFailed("interrupted by a signal".into()))
+                }
+            })
+        });
+        if let Some(e) = signal {
+            return Err(e);
+        }
+        Ok(bytes_of(py, &out.map_err(net_err)?))
     }
 
     /// Starts an allreduce; `callback(result: bytearray | None, error: str | None)` runs on

@@ -39,7 +39,6 @@ pub(super) struct ControlState {
     jobs: BTreeMap<u32, JobState>,
     /// Attached PS: (node, control address).
     ps: Option<(NodeId, SocketAddr)>,
-    next_worker: u32,
 }
 
 impl ControlState {
@@ -51,14 +50,22 @@ impl ControlState {
 
 /// Serves one control connection until it closes.
 pub(super) fn serve(s: &Arc<Shared>, conn: TcpStream) {
+    // A peer that does not read costs only its own connection, and at most this long a write.
+    let _ = conn.set_write_timeout(Some(WRITE_TIMEOUT));
     let Ok(mut w) = conn.try_clone() else { return };
     let mut r = BufReader::new(conn);
     // A join turns this connection into a worker's: (job, rank).
     let mut member: Option<(u32, usize)> = None;
+    // An attach as PS turns it into the PS's: it must ping at least every PS_LIVENESS.
+    let mut ps_node: Option<NodeId> = None;
     loop {
         let msg = match control::read_line(&mut r) {
             Ok(Some(m)) => m,
             Ok(None) | Err(NetError::Io(_)) => break,
+            Err(e @ NetError::TooLong(_)) => {
+                let _ = control::send_line(&mut w, &err(e));
+                break;
+            }
             Err(e) => {
                 let _ = control::send_line(&mut w, &err(e));
                 continue;
@@ -69,6 +76,8 @@ pub(super) fn serve(s: &Arc<Shared>, conn: TcpStream) {
             "join" if member.is_none() => match join(s, &msg, &w) {
                 Ok(m) => {
                     member = Some(m);
+                    // A worker's connection idles for its job's whole life.
+                    let _ = r.get_ref().set_read_timeout(None);
                     continue; // answered when the rendezvous completes
                 }
                 Err(e) => err(e),
@@ -82,12 +91,54 @@ pub(super) fn serve(s: &Arc<Shared>, conn: TcpStream) {
             },
             _ => handle(s, op, &msg, &w).unwrap_or_else(err),
         };
+        if op == "attach" && msg["role"] == "ps" && reply["ok"] == true {
+            ps_node = msg["node"].as_u64().map(|n| n as NodeId);
+            let _ = r.get_ref().set_read_timeout(Some(PS_LIVENESS));
+        }
         if control::send_line(&mut w, &reply).is_err() {
             break;
         }
     }
     if let Some((job, rank)) = member {
         disconnected(s, job, rank);
+    }
+    if let Some(node) = ps_node {
+        ps_gone(s, node);
+    }
+}
+
+/// Longest a write to one control connection may block.
+const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Sends each line on its connection, with no lock held (each write is bounded by
+/// [`WRITE_TIMEOUT`]).
+fn send_all(lines: Vec<(TcpStream, Value)>) {
+    for (mut c, v) in lines {
+        let _ = control::send_line(&mut c, &v);
+    }
+}
+
+/// How long the attached PS may go without a word (it pings every second) before the switch
+/// takes it for dead and fails its jobs.
+pub(crate) const PS_LIVENESS: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The PS's control connection closed or went silent: every job it serves fails, with the
+/// reason on every worker, and another PS may attach.
+fn ps_gone(s: &Arc<Shared>, node: NodeId) {
+    let jobs: Vec<u32> = {
+        let mut cp = s.cp.lock().expect("control lock");
+        if cp.ps.is_some_and(|p| p.0 == node) {
+            cp.ps = None;
+        }
+        cp.jobs.iter().filter(|(_, j)| j.spec.as_ref().is_some_and(|sp| sp.servers.iter().any(|v| v.node == node))).map(|(&id, _)| id).collect()
+    };
+    s.dp.lock().expect("data plane lock").remove_port(node);
+    let reason = format!("the parameter server (node {node}) disconnected or stopped answering for {PS_LIVENESS:?}");
+    if !jobs.is_empty() {
+        eprintln!("inalab switch: {reason}; failing jobs {jobs:?}");
+    }
+    for job in jobs {
+        release(s, job, Some(&reason));
     }
 }
 
@@ -103,11 +154,15 @@ fn handle(s: &Arc<Shared>, op: &str, msg: &Value, conn: &TcpStream) -> Result<Va
                 "switch" => PortKind::Switch,
                 r => return Err(NetError::Protocol(format!("field `role`: {r:?} is not one of \"ps\", \"switch\""))),
             };
-            let port = s.dp.lock().expect("data plane lock").add_port(udp, node, kind);
             if kind == PortKind::Ps {
                 let control: SocketAddr = field(msg, "control")?;
-                s.cp.lock().expect("control lock").ps = Some((node, control));
+                let mut cp = s.cp.lock().expect("control lock");
+                if let Some((other, _)) = cp.ps {
+                    return Err(NetError::Config(format!("a parameter server (node {other}) is attached to this switch and alive; a second one is refused")));
+                }
+                cp.ps = Some((node, control));
             }
+            let port = s.dp.lock().expect("data plane lock").add_port(udp, node, kind);
             let bound = s.dp.lock().expect("data plane lock").udp().local_addr()?;
             Ok(ok(json!({"port": port, "node": s.opts.node, "udp": seen_from(bound, conn)})))
         }
@@ -119,9 +174,10 @@ fn handle(s: &Arc<Shared>, op: &str, msg: &Value, conn: &TcpStream) -> Result<Va
         }
         "release" => {
             let job: u32 = field(msg, "job")?;
-            release(s, job, None);
+            release(s, job, Some("the job was released by a control request"));
             Ok(ok(json!({})))
         }
+        "ping" => Ok(ok(json!({}))),
         "stats" => Ok(ok(stats(s))),
         "join" => Err(NetError::Protocol("this connection already joined a job".into())),
         other => Err(NetError::Protocol(format!(
@@ -195,11 +251,24 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
     if st.members.len() < world {
         return Ok((job, rank));
     }
-    // Everyone is here: assign node ids and admit.
+    // Everyone is here: assign node ids and admit. Ids are drawn at random among the free
+    // ones, so nobody learns a job's ids from the order jobs came in.
     let mut workers = vec![];
+    let taken: std::collections::BTreeSet<NodeId> = {
+        let dp = s.dp.lock().expect("data plane lock");
+        dp.routes.keys().copied().chain(cp.jobs.values().flat_map(|j| j.members.values().map(|m| m.node))).collect()
+    };
+    let st = cp.jobs.get_mut(&job).expect("present");
+    let mut used = taken;
     for m in st.members.values_mut() {
-        cp.next_worker += 1;
-        m.node = s.opts.node << 16 | (cp.next_worker & 0xFFFF);
+        m.node = loop {
+            let mut r = [0u8; 2];
+            getrandom::fill(&mut r).expect("the operating system's random source");
+            let n = s.opts.node << 16 | u16::from_le_bytes(r).max(1) as NodeId;
+            if used.insert(n) {
+                break n;
+            }
+        };
         workers.push(WorkerSpec { node: m.node, udp: m.udp, rack: s.opts.node });
     }
     drop(guard);
@@ -217,19 +286,25 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
         Err(e) => Some(err(e)),
     };
     let bound = s.dp.lock().expect("data plane lock").udp().local_addr()?;
-    for m in st.members.values_mut() {
+    let mut lines = vec![];
+    for m in st.members.values() {
         let switch_udp = seen_from(bound, &m.conn);
         let r = reply.clone().unwrap_or_else(|| ok(json!({"node": m.node, "rank": m.rank, "spec": st.spec, "switch_udp": switch_udp})));
-        let _ = control::send_line(&mut m.conn, &r);
+        if let Ok(c) = m.conn.try_clone() {
+            lines.push((c, r));
+        }
     }
     if result.is_err() {
         cp.jobs.remove(&job);
     }
+    drop(cp);
+    send_all(lines);
     Ok((job, rank))
 }
 
 fn build_spec(s: &Shared, job: u32, config: Value, workers: Vec<WorkerSpec>) -> Result<JobSpec, NetError> {
-    let mut spec = JobSpec { job, config, workers, servers: vec![], switches: vec![s.opts.switch_spec()] };
+    let key = crate::auth::key_to_hex(&crate::auth::random_key());
+    let mut spec = JobSpec { job, config, workers, servers: vec![], switches: vec![s.opts.switch_spec()], key };
     if spec.scheme()?.servers() != Servers::None {
         let info = ps_info(s)?;
         spec.servers = vec![ServerSpec { node: field(&info, "ps")?, rack: field(&info, "rack")? }];
@@ -252,7 +327,20 @@ fn next_hop(s: &Shared, spec: &JobSpec) -> Result<Option<SocketAddr>, NetError> 
 /// Installs this switch's part of `spec` and passes it on (upstream switch, PS).
 fn admit(s: &Arc<Shared>, spec: &JobSpec) -> Result<(), NetError> {
     let me = s.opts.node;
+    let mac = spec.frame_mac()?;
     let mut dp = s.dp.lock().expect("data plane lock");
+    // Everything is checked before anything changes: a refused admit leaves no trace.
+    if dp.keys.contains_key(&spec.job) {
+        return Err(NetError::Config(format!("job {} is already admitted at switch {me}", spec.job)));
+    }
+    for w in spec.workers.iter().filter(|w| w.rack == me) {
+        if let Some(&p) = dp.by_addr.get(&w.udp) {
+            let owner = dp.ports[p as usize].node;
+            if owner != w.node {
+                return Err(NetError::Config(format!("job {}: worker address {} belongs to node {owner}, not {}", spec.job, w.udp, w.node)));
+            }
+        }
+    }
     // Worker ports (for workers attached here) and routes to the others via their switch.
     let mut local = vec![];
     for w in &spec.workers {
@@ -275,6 +363,7 @@ fn admit(s: &Arc<Shared>, spec: &JobSpec) -> Result<(), NetError> {
     for adm in plan.admissions.into_iter().filter(|a| a.switch == me) {
         dp.program.admit_at(adm.program, spec.job, adm.state).map_err(|e| NetError::Config(format!("field `config.{}`: {e}", adm.field)))?;
     }
+    dp.keys.insert(spec.job, mac);
     drop(dp);
     if let Some(next) = next_hop(s, spec)? {
         control::request(next, &json!({"op": "admit", "spec": spec}), CONTROL_TIMEOUT)?;
@@ -284,25 +373,28 @@ fn admit(s: &Arc<Shared>, spec: &JobSpec) -> Result<(), NetError> {
 
 /// Removes a job here and at the switches and PS it was passed to. `reason`: the job failed.
 fn release(s: &Shared, job: u32, reason: Option<&str>) {
-    let spec = {
+    let (spec, lines) = {
         let mut cp = s.cp.lock().expect("control lock");
         let st = cp.jobs.remove(&job);
+        let mut lines = vec![];
         if let (Some(st), Some(reason)) = (&st, reason) {
             for m in st.members.values() {
-                if let Ok(mut c) = m.conn.try_clone() {
-                    let _ = control::send_line(&mut c, &json!({"event": "failed", "job": job, "reason": reason}));
+                if let Ok(c) = m.conn.try_clone() {
+                    lines.push((c, json!({"event": "failed", "job": job, "reason": reason})));
                 }
             }
         }
-        st.and_then(|st| st.spec)
+        (st.and_then(|st| st.spec), lines)
     };
+    send_all(lines);
     let mut dp = s.dp.lock().expect("data plane lock");
     dp.program.release(job);
+    dp.keys.remove(&job);
     dp.ports.iter_mut().for_each(|p| p.jobs.retain(|&j| j != job));
     let Some(spec) = spec else { return };
     for w in &spec.workers {
         if w.rack == s.opts.node {
-            dp.remove_worker(w.node);
+            dp.remove_port(w.node);
         } else {
             dp.routes.remove(&w.node);
         }

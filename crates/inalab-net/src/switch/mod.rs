@@ -4,7 +4,8 @@
 //! # Data plane
 //! A port is a neighbour's UDP address (a worker, the PS, another switch). A datagram from
 //! an address that is not a port is counted (`unknown_source`) and dropped; so is a frame
-//! that does not decode (`malformed`), one whose source node is not the host on that port
+//! that does not decode (`malformed`), one without a valid tag of the job its header names
+//! (`forged`, by reason: [`crate::auth`]), one whose source node is not the host on that port
 //! (`spoofed`), and an INA packet from a worker or PS port for a job not admitted on that
 //! port (`unadmitted`). What passes goes to the program, whose actions the driver
 //! carries out: `Forward`/`Multicast` on ports, `Route` by the node table (installed by the
@@ -18,6 +19,7 @@
 
 mod control_plane;
 
+use crate::auth::{self, FrameMac};
 use crate::clock::Clock;
 use crate::control::{self, field, JobSpec, SwitchSpec, CONTROL_TIMEOUT};
 use control_plane::{serve, ControlState};
@@ -94,7 +96,7 @@ impl SwitchOptions {
 
     /// The programs named in `programs`, each sized for this switch.
     fn build_programs(&self) -> Result<Programs, NetError> {
-        let me = JobSpec { job: 0, config: Value::Null, workers: vec![], servers: vec![], switches: vec![self.switch_spec()] };
+        let me = JobSpec { job: 0, config: Value::Null, workers: vec![], servers: vec![], switches: vec![self.switch_spec()], key: String::new() };
         let view = control::RuntimeView::new(&me, Some(self.node), &|_| None);
         let mut programs = Programs::new();
         for name in &self.programs {
@@ -158,6 +160,11 @@ struct Counters {
     dead_port: u64,
     injected_drops: u64,
     ecn_marked: u64,
+    /// Datagrams without a valid tag, by reason: `short`, `no_key` (no admitted job's key for
+    /// the job the header names, or no job at all), `bad_tag`.
+    forged: BTreeMap<&'static str, u64>,
+    /// Packets the program sent for a job whose key is gone (released meanwhile).
+    unsealed: u64,
     program_drops: BTreeMap<&'static str, u64>,
     /// The last decode error, for the operator.
     last_malformed: Option<String>,
@@ -206,6 +213,8 @@ struct DataPlane {
     ports: Vec<Port>,
     by_addr: HashMap<SocketAddr, PortId>,
     routes: HashMap<NodeId, PortId>,
+    /// Frame authenticators of the admitted jobs.
+    keys: HashMap<u32, FrameMac>,
     /// Port toward the next switch (ATP chains): where unknown destinations go.
     default_route: Option<PortId>,
     drop_probability: f64,
@@ -214,6 +223,8 @@ struct DataPlane {
     timer_seq: u64,
     actions: Vec<SwitchAction>,
     tx: TxBatch,
+    /// A multicast's frame, encoded once.
+    scratch: Vec<u8>,
     c: Counters,
 }
 
@@ -240,8 +251,8 @@ impl DataPlane {
         p
     }
 
-    /// Removes a worker's port so its packets are dropped from now on.
-    fn remove_worker(&mut self, node: NodeId) {
+    /// Removes a worker's (or the PS's) port so its packets are dropped from now on.
+    fn remove_port(&mut self, node: NodeId) {
         if let Some(p) = self.routes.remove(&node) {
             let port = &mut self.ports[p as usize];
             port.live = false;
@@ -294,7 +305,11 @@ impl DataPlane {
             self.c.unknown_source += 1;
             return;
         };
-        let view = match frame::Frame::new_checked(bytes) {
+        let Ok((frame_bytes, _)) = auth::split(bytes) else {
+            *self.c.forged.entry("short").or_default() += 1;
+            return;
+        };
+        let view = match frame::Frame::new_checked(frame_bytes) {
             Ok(f) => f,
             Err(e) => {
                 self.c.malformed += 1;
@@ -302,6 +317,15 @@ impl DataPlane {
                 return;
             }
         };
+        // Nothing reads the frame further before its tag is checked.
+        let Some(mac) = view.header().job().and_then(|j| self.keys.get(&j)) else {
+            *self.c.forged.entry("no_key").or_default() += 1;
+            return;
+        };
+        if mac.open(bytes).is_err() {
+            *self.c.forged.entry("bad_tag").or_default() += 1;
+            return;
+        }
         let p = &self.ports[port as usize];
         // Checked on the view so a spoofed datagram's payload is never copied.
         if p.kind != PortKind::Switch && view.src() != p.node {
@@ -343,7 +367,7 @@ impl DataPlane {
                         self.c.no_route += 1;
                     }
                 }
-                SwitchAction::Multicast { ports, pkt } => ports.iter().for_each(|&p| self.egress(p, &pkt)),
+                SwitchAction::Multicast { ports, pkt } => self.egress_many(&ports, &pkt),
                 SwitchAction::Drop { reason, .. } => *self.c.program_drops.entry(reason).or_default() += 1,
                 SwitchAction::SetTimer { at, token } => {
                     self.timer_seq += 1;
@@ -355,13 +379,44 @@ impl DataPlane {
     }
 
     fn egress(&mut self, port: PortId, pkt: &Packet) {
+        let Some(mac) = pkt.header.job().and_then(|j| self.keys.get(&j)) else {
+            self.c.unsealed += 1;
+            return;
+        };
         match self.ports.get(port as usize) {
             Some(p) if p.live => {
                 self.c.forwarded += 1;
-                self.tx.push(p.addr, |b| frame::encode(pkt, b));
+                self.tx.push(p.addr, |b| {
+                    let start = b.len();
+                    frame::encode(pkt, b);
+                    mac.seal(b, start);
+                });
             }
             _ => self.c.dead_port += 1,
         }
+    }
+
+    /// One packet to several ports: encoded and tagged once (the bytes are the same for every
+    /// port), then copied.
+    fn egress_many(&mut self, ports: &[PortId], pkt: &Packet) {
+        let Some(mac) = pkt.header.job().and_then(|j| self.keys.get(&j)) else {
+            self.c.unsealed += ports.len() as u64;
+            return;
+        };
+        let mut bytes = std::mem::take(&mut self.scratch);
+        bytes.clear();
+        frame::encode(pkt, &mut bytes);
+        mac.seal(&mut bytes, 0);
+        for &port in ports {
+            match self.ports.get(port as usize) {
+                Some(p) if p.live => {
+                    self.c.forwarded += 1;
+                    self.tx.push(p.addr, |b| b.extend_from_slice(&bytes));
+                }
+                _ => self.c.dead_port += 1,
+            }
+        }
+        self.scratch = bytes;
     }
 
     fn stats(&self) -> Value {
@@ -375,6 +430,7 @@ impl DataPlane {
             "received": c.received, "forwarded": c.forwarded, "malformed": c.malformed,
             "unknown_source": c.unknown_source, "spoofed": c.spoofed, "unadmitted": c.unadmitted,
             "no_route": c.no_route, "dead_port": c.dead_port, "injected_drops": c.injected_drops, "ecn_marked": c.ecn_marked,
+            "forged": c.forged, "unsealed": c.unsealed,
             "program_drops": c.program_drops, "last_malformed": c.last_malformed,
             "program": program,
             "io": {"datagrams_sent": io.datagrams_sent, "datagrams_received": io.datagrams_received,
@@ -415,6 +471,7 @@ impl SwitchHandle {
             ports: vec![],
             by_addr: HashMap::new(),
             routes: HashMap::new(),
+            keys: HashMap::new(),
             default_route: None,
             drop_probability: opts.drop_probability,
             rng: Xoshiro256PlusPlus::seed_from_u64(opts.seed),
@@ -422,6 +479,7 @@ impl SwitchHandle {
             timer_seq: 0,
             actions: vec![],
             tx: TxBatch::default(),
+            scratch: vec![],
             c: Counters::default(),
         };
         if let Some(up) = opts.upstream {

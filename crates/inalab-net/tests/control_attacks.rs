@@ -1,0 +1,166 @@
+//! The control plane against careless or hostile peers (issue #12's findings 2, 3 and 5): a
+//! client that never reads, a second PS, a dead PS, a third party's `release`, a forged
+//! `admit`, an oversized line. Each must cost the attacker only its own connection, and every
+//! honest call must end with its sum or a clear error, never hang.
+
+use inalab_net::client::{Client, ClientOptions};
+use inalab_net::control;
+use inalab_net::ps::{PsHandle, PsOptions};
+use inalab_net::switch::{SwitchHandle, SwitchOptions};
+use inalab_net::NetError;
+use serde_json::json;
+use std::io::{BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+fn any_port() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+fn switch(program: &'static str) -> SwitchHandle {
+    SwitchHandle::start(SwitchOptions { udp: any_port(), control: any_port(), ..SwitchOptions::new(&[program]) }).unwrap()
+}
+
+fn ps(sw: &SwitchHandle, node: u32) -> Result<PsHandle, NetError> {
+    PsHandle::start(PsOptions { node, udp: any_port(), control: any_port(), switch: sw.control_addr })
+}
+
+fn client(sw: &SwitchHandle, scheme: &str, job: u32, rank: usize, world: usize) -> Client {
+    let opts = ClientOptions { switch: sw.control_addr, job, rank, world, config: json!({"scheme": scheme}), join_timeout: Duration::from_secs(20) };
+    Client::connect(opts).unwrap()
+}
+
+/// Both clients of a 2-worker job, connected in parallel.
+fn pair(sw: &SwitchHandle, scheme: &'static str, job: u32) -> (Client, Client) {
+    let addr = sw.control_addr;
+    let other = std::thread::spawn(move || {
+        let opts = ClientOptions { switch: addr, job, rank: 1, world: 2, config: json!({"scheme": scheme}), join_timeout: Duration::from_secs(20) };
+        Client::connect(opts).unwrap()
+    });
+    let c0 = client(sw, scheme, job, 0, 2);
+    (c0, other.join().unwrap())
+}
+
+fn stats_within(sw: &SwitchHandle, limit: Duration) -> serde_json::Value {
+    let t = Instant::now();
+    let v = control::request(sw.control_addr, &json!({"op": "stats"}), limit).expect("stats answered");
+    assert!(t.elapsed() < limit, "stats took {:?}", t.elapsed());
+    v
+}
+
+#[test]
+fn a_client_that_never_reads_costs_only_its_own_connection() {
+    let sw = switch("switchml");
+    // The attacker joins job 50 as rank 0, then pipelines stats requests and reads nothing
+    // back: its replies fill the socket buffers and writes to it block. Before the fix the
+    // switch wrote the rendezvous reply to it under the control lock, freezing every request.
+    let mut attacker = TcpStream::connect(sw.control_addr).unwrap();
+    let join = json!({"op": "join", "job": 50, "rank": 0, "world": 2, "config": {"scheme": "switchml"}, "udp": "127.0.0.1:9"});
+    control::send_line(&mut attacker, &join).unwrap();
+    let line = b"{\"op\":\"stats\"}\n".repeat(2000);
+    for _ in 0..20 {
+        if attacker.write_all(&line).is_err() {
+            break;
+        }
+    }
+    // Once the attacker's buffers are full, an honest rank 1 completes job 50's rendezvous:
+    // the switch now writes the join reply to the attacker.
+    std::thread::sleep(Duration::from_millis(300));
+    let addr = sw.control_addr;
+    let honest = std::thread::spawn(move || {
+        let opts = ClientOptions { switch: addr, job: 50, rank: 1, world: 2, config: json!({"scheme": "switchml"}), join_timeout: Duration::from_secs(20) };
+        Client::connect(opts).map(|c| c.node)
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    // Meanwhile everyone else is served at once, and a job runs.
+    stats_within(&sw, Duration::from_secs(2));
+    let (a, b) = pair(&sw, "switchml", 1);
+    let t = std::thread::spawn(move || b.allreduce(vec![2.0; 1000]).unwrap());
+    assert_eq!(a.allreduce(vec![1.0; 1000]).unwrap(), vec![3.0; 1000]);
+    assert_eq!(t.join().unwrap(), vec![3.0; 1000]);
+    stats_within(&sw, Duration::from_secs(2));
+    let h = honest.join().unwrap();
+    drop(attacker);
+    assert!(h.is_ok(), "the honest rank got its reply: {:?}", h.err());
+}
+
+#[test]
+fn an_oversized_line_gets_a_short_error_and_the_connection_closes() {
+    let sw = switch("switchml");
+    let mut c = TcpStream::connect(sw.control_addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let big = vec![1u8; (control::MAX_LINE_BYTES + 1000) as usize];
+    let _ = c.write_all(&big);
+    let mut reply = vec![];
+    let _ = c.read_to_end(&mut reply);
+    let text = String::from_utf8_lossy(&reply);
+    assert!(text.contains("at most") && reply.len() < 300, "{} bytes: {text}", reply.len());
+    // A bad line of normal length is quoted in at most a short prefix.
+    let bad = format!("{}\n", "\u{1}".repeat(10_000));
+    let mut c = TcpStream::connect(sw.control_addr).unwrap();
+    c.write_all(bad.as_bytes()).unwrap();
+    let mut r = BufReader::new(c);
+    let v = control::read_line(&mut r).unwrap().unwrap();
+    assert!(v["error"].as_str().unwrap().len() < 600, "{v}");
+    stats_within(&sw, Duration::from_secs(2));
+}
+
+#[test]
+fn a_second_ps_is_refused_while_the_first_lives_and_a_dead_ps_fails_its_jobs() {
+    let sw = switch("atp");
+    let first = ps(&sw, 2).unwrap();
+    match ps(&sw, 3) {
+        Err(e) => assert!(e.to_string().contains("second one is refused"), "{e}"),
+        Ok(_) => panic!("a second PS attached"),
+    }
+    let (a, b) = pair(&sw, "atp", 1);
+    let t = std::thread::spawn(move || (b.allreduce(vec![2.0; 10]), b));
+    assert_eq!(a.allreduce(vec![1.0; 10]).unwrap(), vec![3.0; 10]);
+    let (sum, b) = t.join().unwrap();
+    assert_eq!(sum.unwrap(), vec![3.0; 10]);
+    // The PS goes away while rank 0 waits on an allreduce (rank 1 has not started its part):
+    // the job fails on every worker with the PS named, at once.
+    let t = std::thread::spawn(move || a.allreduce(vec![1.0; 100]));
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    first.stop();
+    let e = t.join().unwrap().unwrap_err().to_string();
+    assert!(e.contains("parameter server"), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(8), "{:?}", started.elapsed());
+    std::thread::sleep(Duration::from_millis(100));
+    let e = b.allreduce(vec![2.0; 100]).unwrap_err().to_string();
+    assert!(e.contains("parameter server"), "{e}");
+    // And another PS may take its place.
+    let _second = ps(&sw, 3).unwrap();
+}
+
+#[test]
+fn a_third_partys_release_fails_the_job_on_every_worker() {
+    let sw = switch("switchml");
+    let (a, b) = pair(&sw, "switchml", 7);
+    control::request(sw.control_addr, &json!({"op": "release", "job": 7}), Duration::from_secs(5)).unwrap();
+    for c in [a, b] {
+        let e = c.allreduce(vec![1.0; 10]).unwrap_err().to_string();
+        assert!(e.contains("released"), "{e}");
+    }
+}
+
+#[test]
+fn a_forged_admit_changes_nothing() {
+    let sw = switch("switchml");
+    let (a, b) = pair(&sw, "switchml", 4);
+    // The running job's id, with rank 1's address under another node id: refused, and rank 1
+    // keeps its port (it was re-numbered before the fix, and its packets dropped as spoofed).
+    let mut spec = b.spec.clone();
+    spec.workers[1].node = 4242;
+    let e = control::request(sw.control_addr, &json!({"op": "admit", "spec": spec}), Duration::from_secs(5)).unwrap_err();
+    assert!(e.to_string().contains("already admitted"), "{e}");
+    // Another job id that claims rank 1's address: refused too.
+    spec.job = 99;
+    let e = control::request(sw.control_addr, &json!({"op": "admit", "spec": spec}), Duration::from_secs(5)).unwrap_err();
+    assert!(e.to_string().contains("belongs to node"), "{e}");
+    let t = std::thread::spawn(move || b.allreduce(vec![2.0; 500]).unwrap());
+    assert_eq!(a.allreduce(vec![1.0; 500]).unwrap(), vec![3.0; 500]);
+    assert_eq!(t.join().unwrap(), vec![3.0; 500]);
+    assert_eq!(stats_within(&sw, Duration::from_secs(2))["jobs"], json!([4]));
+}
