@@ -136,3 +136,152 @@ mod tests {
         assert_ne!(random_key(), random_key());
     }
 }
+
+// ---- control plane ------------------------------------------------------------------------
+
+/// The roles a control connection authenticates as; each has its own key derived from the
+/// deployment secret, and may send only its role's requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Worker,
+    Ps,
+    Switch,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Worker => "worker",
+            Role::Ps => "ps",
+            Role::Switch => "switch",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Role> {
+        [Role::Worker, Role::Ps, Role::Switch].into_iter().find(|r| r.name() == s)
+    }
+}
+
+/// Environment variable holding the deployment secret as 64 hex digits.
+pub const SECRET_ENV: &str = "INALAB_SECRET";
+/// Environment variable naming the secret's file (default `~/.config/inalab/secret`).
+pub const SECRET_FILE_ENV: &str = "INALAB_SECRET_FILE";
+
+/// The deployment secret every switch, PS and worker of one deployment shares: from
+/// `INALAB_SECRET`, else from the file `INALAB_SECRET_FILE` names, else from
+/// `$XDG_CONFIG_HOME/inalab/secret` (`~/.config/inalab/secret`). A missing file is created with
+/// a fresh random secret, readable by its owner only (mode 0600), so processes of one user on
+/// one machine agree without set-up; copy the file (or set the variable) on other machines.
+#[derive(Clone)]
+pub struct Secret([u8; KEY_BYTES]);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+impl Secret {
+    pub fn from_bytes(b: [u8; KEY_BYTES]) -> Secret {
+        Secret(b)
+    }
+
+    pub fn load() -> Result<Secret, String> {
+        if let Ok(hex) = std::env::var(SECRET_ENV) {
+            return key_from_hex(hex.trim()).map(Secret).map_err(|e| format!("{SECRET_ENV}: {e}"));
+        }
+        let path = match std::env::var_os(SECRET_FILE_ENV) {
+            Some(p) => std::path::PathBuf::from(p),
+            None => {
+                let base = std::env::var_os("XDG_CONFIG_HOME")
+                    .map(std::path::PathBuf::from)
+                    .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".config")))
+                    .ok_or_else(|| format!("no deployment secret: set {SECRET_ENV} or {SECRET_FILE_ENV} (neither HOME nor XDG_CONFIG_HOME is set)"))?;
+                base.join("inalab").join("secret")
+            }
+        };
+        Self::from_file(&path)
+    }
+
+    /// Reads the secret in `path`, creating it first if it does not exist.
+    pub fn from_file(path: &std::path::Path) -> Result<Secret, String> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let read = |p: &std::path::Path| std::fs::read_to_string(p).map_err(|e| format!("deployment secret {}: {e}", p.display()));
+        if !path.exists() {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| format!("deployment secret: creating {}: {e}", dir.display()))?;
+            }
+            // Written whole to a private temporary file, then linked into place only if no other
+            // process got there first: readers never see half a secret.
+            let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+            let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp).map_err(|e| format!("deployment secret {}: {e}", tmp.display()))?;
+            std::io::Write::write_all(&mut f, format!("{}\n", key_to_hex(&random_key())).as_bytes()).map_err(|e| e.to_string())?;
+            drop(f);
+            let _ = std::fs::hard_link(&tmp, path);
+            let _ = std::fs::remove_file(&tmp);
+        }
+        key_from_hex(read(path)?.trim()).map(Secret).map_err(|e| format!("deployment secret {}: {e}", path.display()))
+    }
+
+    /// The key of `role`: HMAC-SHA256(secret, "inalab role " + name).
+    pub fn role_key(&self, role: Role) -> [u8; KEY_BYTES] {
+        let mut m = Hmac::<Sha256>::new_from_slice(&self.0).expect("any key length");
+        m.update(b"inalab role ");
+        m.update(role.name().as_bytes());
+        m.finalize().into_bytes().into()
+    }
+}
+
+/// Proof of `role`'s key over both nonces, `who` telling the two directions apart.
+pub fn proof(key: &[u8; KEY_BYTES], who: &str, server_nonce: &str, client_nonce: &str, role: Role) -> String {
+    let mut m = Hmac::<Sha256>::new_from_slice(key).expect("any key length");
+    for part in [who, server_nonce, client_nonce, role.name()] {
+        m.update(part.as_bytes());
+        m.update(&[0]);
+    }
+    key_to_hex(&m.finalize().into_bytes().into())
+}
+
+/// Constant-time comparison of two proofs.
+pub fn proofs_match(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A fresh nonce, hex.
+pub fn nonce() -> String {
+    let mut n = [0u8; 16];
+    getrandom::fill(&mut n).expect("the operating system's random source");
+    n.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod control_tests {
+    use super::*;
+
+    #[test]
+    fn role_keys_differ_and_proofs_bind_role_nonces_and_direction() {
+        let s = Secret::from_bytes([7; KEY_BYTES]);
+        let (kw, ks) = (s.role_key(Role::Worker), s.role_key(Role::Switch));
+        assert_ne!(kw, ks);
+        let p = proof(&kw, "client", "aa", "bb", Role::Worker);
+        assert!(proofs_match(&p, &proof(&kw, "client", "aa", "bb", Role::Worker)));
+        for other in [proof(&ks, "client", "aa", "bb", Role::Worker), proof(&kw, "server", "aa", "bb", Role::Worker),
+                      proof(&kw, "client", "ab", "bb", Role::Worker), proof(&kw, "client", "aa", "bb", Role::Switch)] {
+            assert!(!proofs_match(&p, &other));
+        }
+    }
+
+    #[test]
+    fn a_secret_file_is_created_private_once_and_read_back() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("inalab-secret-test-{}", std::process::id()));
+        let path = dir.join("sub").join("secret");
+        let a = Secret::from_file(&path).unwrap();
+        let b = Secret::from_file(&path).unwrap();
+        assert_eq!(a.0, b.0);
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        std::fs::write(&path, "not hex").unwrap();
+        assert!(Secret::from_file(&path).unwrap_err().contains("64 hex digits"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -50,6 +50,8 @@ pub struct ClientOptions {
     pub config: Value,
     /// How long to wait for the other workers to join. Default 60 s.
     pub join_timeout: Duration,
+    /// The deployment secret (see [`crate::switch::SwitchOptions::secret`]). `None`: loaded.
+    pub secret: Option<crate::auth::Secret>,
 }
 
 /// How long a blocking [`Client::allreduce`] waits for its sum by default: 30 s.
@@ -102,10 +104,16 @@ impl Client {
         let mut conn = TcpStream::connect_timeout(&opts.switch, control::CONTROL_TIMEOUT)
             .map_err(|e| NetError::Config(format!("cannot reach the switch's control plane at {}: {e}", opts.switch)))?;
         let udp = Udp::bind(SocketAddr::new(conn.local_addr()?.ip(), 0))?;
+        let secret = match &opts.secret {
+            Some(s) => s.clone(),
+            None => crate::auth::Secret::load().map_err(NetError::Config)?,
+        };
+        conn.set_read_timeout(Some(control::CONTROL_TIMEOUT))?;
+        let mut reader = BufReader::new(conn.try_clone()?);
+        control::authenticate(&mut conn, &mut reader, &secret, control::AuthRole::Worker)?;
         let msg = json!({"op": "join", "job": opts.job, "rank": opts.rank, "world": opts.world, "config": opts.config, "udp": udp.local_addr()?});
         control::send_line(&mut conn, &msg)?;
         conn.set_read_timeout(Some(opts.join_timeout))?;
-        let mut reader = BufReader::new(conn.try_clone()?);
         let reply = match control::read_line(&mut reader) {
             Ok(Some(v)) => control::check_ok(v)?,
             Ok(None) => return Err(NetError::JobFailed("the switch closed the control connection during the rendezvous".into())),

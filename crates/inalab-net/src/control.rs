@@ -14,6 +14,8 @@
 //! | `{"op":"admit","spec":{JobSpec}}` | a switch, to the next switch and the PS | installs the job's part there |
 //! | `{"op":"release","job":J}` | a switch, to the next switch and the PS | removes the job, frees its aggregators |
 //! | `{"op":"stats"}` | anyone | counters as JSON |
+//! | `{"op":"ping"}` | anyone (the PS, every second) | `{"ok":true}` |
+//! | `{"op":"hello"}`, then `{"op":"auth","role":R,"nonce":N,"proof":P}` | every authenticated party, first | proves role `R`'s key ([`authenticate`], [`ServerAuth`]); `join`/`leave` need `worker`, `attach` as PS `ps`, the rest but `stats`/`ping` `switch` |
 //!
 //! Events the switch pushes on a join connection: `{"event":"failed","job":J,"reason":"..."}`
 //! when another worker of the job disconnected without `leave` (the job's aggregators are
@@ -22,6 +24,7 @@
 //! A worker or switch that drops its connection is treated as gone: a worker that never said
 //! `leave` fails its job.
 
+pub use crate::auth::{Role as AuthRole, Secret};
 use crate::NetError;
 use inalab_core::{HostProtocol, NodeId, PortId};
 use inalab_scheme::{scheme_of, JobSpec as SchemeJob, NetView, Plan, PlanError, Role, Scheme};
@@ -217,14 +220,99 @@ pub fn read_line(reader: &mut BufReader<TcpStream>) -> Result<Option<Value>, Net
     })
 }
 
-/// One request/response exchange on a fresh connection (switch to switch, switch to PS).
-pub fn request(addr: SocketAddr, v: &Value, timeout: Duration) -> Result<Value, NetError> {
+/// One request/response exchange on a fresh connection (switch to switch, switch to PS),
+/// authenticated as `role` first if given.
+pub fn request(addr: SocketAddr, auth: Option<(&Secret, AuthRole)>, v: &Value, timeout: Duration) -> Result<Value, NetError> {
     let mut s = TcpStream::connect_timeout(&addr, timeout)?;
     s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    let mut r = BufReader::new(s.try_clone()?);
+    if let Some((secret, role)) = auth {
+        authenticate(&mut s, &mut r, secret, role)?;
+    }
     send_line(&mut s, v)?;
-    let mut r = BufReader::new(s);
-    let reply = read_line(&mut r)?.ok_or_else(|| NetError::Protocol(format!("{addr} closed the control connection")))?;
+    exchange_reply(&mut r, addr)
+}
+
+fn exchange_reply(r: &mut BufReader<TcpStream>, addr: SocketAddr) -> Result<Value, NetError> {
+    let reply = read_line(r)?.ok_or_else(|| NetError::Protocol(format!("{addr} closed the control connection")))?;
     check_ok(reply)
+}
+
+/// Proves `role`'s key to the server on `conn` and checks the server's proof of the same
+/// secret (mutual: a worker then trusts the job key the switch hands it).
+pub fn authenticate(conn: &mut TcpStream, r: &mut BufReader<TcpStream>, secret: &Secret, role: AuthRole) -> Result<(), NetError> {
+    let peer = conn.peer_addr()?;
+    send_line(conn, &serde_json::json!({"op": "hello"}))?;
+    let hello = exchange_reply(r, peer)?;
+    let server_nonce: String = field(&hello, "nonce")?;
+    let mine = crate::auth::nonce();
+    let key = secret.role_key(role);
+    let p = crate::auth::proof(&key, "client", &server_nonce, &mine, role);
+    send_line(conn, &serde_json::json!({"op": "auth", "role": role.name(), "nonce": mine, "proof": p}))?;
+    let reply = exchange_reply(r, peer).map_err(|e| NetError::Auth(format!("{peer} refused our credentials as {}: {e}", role.name())))?;
+    let theirs: String = field(&reply, "proof")?;
+    if !crate::auth::proofs_match(&theirs, &crate::auth::proof(&key, "server", &server_nonce, &mine, role)) {
+        return Err(NetError::Auth(format!("{peer} could not prove the deployment secret: another deployment, or not an inalab switch/PS")));
+    }
+    Ok(())
+}
+
+/// A control connection's authentication, server side: `hello` gives a nonce, `auth` checks
+/// the client's proof for its role and answers with the server's.
+pub struct ServerAuth {
+    secret: Secret,
+    nonce: Option<String>,
+    role: Option<AuthRole>,
+}
+
+impl ServerAuth {
+    pub fn new(secret: Secret) -> Self {
+        ServerAuth { secret, nonce: None, role: None }
+    }
+
+    /// The role this connection proved, if any.
+    pub fn role(&self) -> Option<AuthRole> {
+        self.role
+    }
+
+    /// Answers `hello` and `auth`; `None` for any other request.
+    pub fn handle(&mut self, op: &str, msg: &Value) -> Option<Result<Value, NetError>> {
+        match op {
+            "hello" => {
+                let n = crate::auth::nonce();
+                self.nonce = Some(n.clone());
+                Some(Ok(ok(serde_json::json!({"nonce": n}))))
+            }
+            "auth" => Some(self.auth(msg)),
+            _ => None,
+        }
+    }
+
+    fn auth(&mut self, msg: &Value) -> Result<Value, NetError> {
+        let server_nonce = self.nonce.take().ok_or_else(|| NetError::Auth("`auth` needs a `hello` first on this connection".into()))?;
+        let name: String = field(msg, "role")?;
+        let role = AuthRole::from_name(&name).ok_or_else(|| NetError::Protocol(format!("field `role`: {name:?} is not one of \"worker\", \"ps\", \"switch\"")))?;
+        let theirs: String = field(msg, "nonce")?;
+        let p: String = field(msg, "proof")?;
+        let key = self.secret.role_key(role);
+        if theirs.len() > 64 || !crate::auth::proofs_match(&p, &crate::auth::proof(&key, "client", &server_nonce, &theirs, role)) {
+            return Err(NetError::Auth(format!("authentication as {name} failed: not this deployment's secret")));
+        }
+        self.role = Some(role);
+        Ok(ok(serde_json::json!({"proof": crate::auth::proof(&key, "server", &server_nonce, &theirs, role)})))
+    }
+
+    /// `Ok` if the connection proved one of `roles`, else an error naming what `op` needs.
+    pub fn require(&self, op: &str, roles: &[AuthRole]) -> Result<(), NetError> {
+        match self.role {
+            Some(r) if roles.contains(&r) => Ok(()),
+            _ => {
+                let names: Vec<&str> = roles.iter().map(|r| r.name()).collect();
+                Err(NetError::Auth(format!("`{op}` needs a connection authenticated as {} (send `hello`, then `auth`)", names.join(" or "))))
+            }
+        }
+    }
 }
 
 /// `Ok(reply)` if it says `"ok": true`, else its error.

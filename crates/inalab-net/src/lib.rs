@@ -34,6 +34,8 @@ pub enum NetError {
     Protocol(String),
     /// A control line over the length limit: the connection is closed.
     TooLong(String),
+    /// Authentication failed or is missing.
+    Auth(String),
     /// The other side refused (its message).
     Remote(String),
     /// The job failed (a worker died, the switch went away).
@@ -44,7 +46,7 @@ impl fmt::Display for NetError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             NetError::Io(e) => write!(f, "I/O error: {e}"),
-            NetError::Config(m) | NetError::Protocol(m) | NetError::Remote(m) | NetError::TooLong(m) => f.write_str(m),
+            NetError::Config(m) | NetError::Protocol(m) | NetError::Remote(m) | NetError::TooLong(m) | NetError::Auth(m) => f.write_str(m),
             NetError::JobFailed(m) => write!(f, "job failed: {m}"),
         }
     }

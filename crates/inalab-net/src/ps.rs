@@ -33,6 +33,8 @@ pub struct PsOptions {
     pub control: SocketAddr,
     /// Control address of the ATP switch the PS is attached to. Default 127.0.0.1:9100.
     pub switch: SocketAddr,
+    /// The deployment secret (see [`crate::switch::SwitchOptions::secret`]). Default: loaded.
+    pub secret: Option<crate::auth::Secret>,
 }
 
 impl Default for PsOptions {
@@ -42,6 +44,7 @@ impl Default for PsOptions {
             udp: "127.0.0.1:9200".parse().expect("valid"),
             control: "127.0.0.1:9300".parse().expect("valid"),
             switch: "127.0.0.1:9100".parse().expect("valid"),
+            secret: None,
         }
     }
 }
@@ -55,6 +58,7 @@ struct PsState {
 
 struct Shared {
     node: NodeId,
+    secret: crate::auth::Secret,
     st: Mutex<PsState>,
     stop: AtomicBool,
 }
@@ -69,6 +73,10 @@ pub struct PsHandle {
 impl PsHandle {
     pub fn start(opts: PsOptions) -> Result<PsHandle, NetError> {
         control::check_node(opts.node)?;
+        let secret = match &opts.secret {
+            Some(s) => s.clone(),
+            None => crate::auth::Secret::load().map_err(NetError::Config)?,
+        };
         let udp = Udp::bind(opts.udp)?;
         let listener = TcpListener::bind(opts.control)?;
         let (udp_addr, control_addr) = (udp.local_addr()?, listener.local_addr()?);
@@ -77,13 +85,15 @@ impl PsHandle {
         attach.set_write_timeout(Some(CONTROL_TIMEOUT))?;
         let msg = json!({"op": "attach", "role": "ps", "node": opts.node,
                          "udp": control::announce(udp_addr, opts.switch), "control": control::announce(control_addr, opts.switch)});
-        control::send_line(&mut attach, &msg)?;
         let mut replies = BufReader::new(attach.try_clone()?);
+        control::authenticate(&mut attach, &mut replies, &secret, control::AuthRole::Ps)?;
+        control::send_line(&mut attach, &msg)?;
         let reply = control::read_line(&mut replies)?.ok_or_else(|| NetError::Protocol(format!("{} closed the control connection", opts.switch)))?;
         let reply = control::check_ok(reply)?;
         let gateway: SocketAddr = field(&reply, "udp")?;
         let shared = Arc::new(Shared {
             node: opts.node,
+            secret,
             st: Mutex::new(PsState { io: HostIo::new(udp, gateway), servers: BTreeMap::new(), unadmitted: 0 }),
             stop: AtomicBool::new(false),
         });
@@ -180,9 +190,16 @@ fn data_loop(s: &Shared) {
 fn serve(s: &Shared, conn: TcpStream) {
     let Ok(mut w) = conn.try_clone() else { return };
     let mut r = BufReader::new(conn);
+    let mut auth = control::ServerAuth::new(s.secret.clone());
     while let Ok(Some(msg)) = control::read_line(&mut r) {
-        let reply = handle(s, &msg).unwrap_or_else(err);
-        if control::send_line(&mut w, &reply).is_err() {
+        let op = msg["op"].as_str().unwrap_or("");
+        let reply = match auth.handle(op, &msg) {
+            Some(r) => r,
+            // Only the switch admits and releases jobs here.
+            None if matches!(op, "admit" | "release") => auth.require(op, &[control::AuthRole::Switch]).and_then(|_| handle(s, &msg)),
+            None => handle(s, &msg),
+        };
+        if control::send_line(&mut w, &reply.unwrap_or_else(err)).is_err() {
             break;
         }
     }

@@ -1,6 +1,6 @@
 //! The control plane against careless or hostile peers (issue #12's findings 2, 3 and 5): a
-//! client that never reads, a second PS, a dead PS, a third party's `release`, a forged
-//! `admit`, an oversized line. Each must cost the attacker only its own connection, and every
+//! client that never reads, a second PS, a dead PS, `release`, `admit` and `attach` without the
+//! right credentials, a forged `admit` from a switch, an oversized line. Each must cost the attacker only its own connection, and every
 //! honest call must end with its sum or a clear error, never hang.
 
 use inalab_net::client::{Client, ClientOptions};
@@ -22,11 +22,11 @@ fn switch(program: &'static str) -> SwitchHandle {
 }
 
 fn ps(sw: &SwitchHandle, node: u32) -> Result<PsHandle, NetError> {
-    PsHandle::start(PsOptions { node, udp: any_port(), control: any_port(), switch: sw.control_addr })
+    PsHandle::start(PsOptions { node, udp: any_port(), control: any_port(), switch: sw.control_addr, secret: None })
 }
 
 fn client(sw: &SwitchHandle, scheme: &str, job: u32, rank: usize, world: usize) -> Client {
-    let opts = ClientOptions { switch: sw.control_addr, job, rank, world, config: json!({"scheme": scheme}), join_timeout: Duration::from_secs(20) };
+    let opts = ClientOptions { switch: sw.control_addr, job, rank, world, config: json!({"scheme": scheme}), join_timeout: Duration::from_secs(20), secret: None };
     Client::connect(opts).unwrap()
 }
 
@@ -34,7 +34,7 @@ fn client(sw: &SwitchHandle, scheme: &str, job: u32, rank: usize, world: usize) 
 fn pair(sw: &SwitchHandle, scheme: &'static str, job: u32) -> (Client, Client) {
     let addr = sw.control_addr;
     let other = std::thread::spawn(move || {
-        let opts = ClientOptions { switch: addr, job, rank: 1, world: 2, config: json!({"scheme": scheme}), join_timeout: Duration::from_secs(20) };
+        let opts = ClientOptions { switch: addr, job, rank: 1, world: 2, config: json!({"scheme": scheme}), join_timeout: Duration::from_secs(20), secret: None };
         Client::connect(opts).unwrap()
     });
     let c0 = client(sw, scheme, job, 0, 2);
@@ -43,7 +43,7 @@ fn pair(sw: &SwitchHandle, scheme: &'static str, job: u32) -> (Client, Client) {
 
 fn stats_within(sw: &SwitchHandle, limit: Duration) -> serde_json::Value {
     let t = Instant::now();
-    let v = control::request(sw.control_addr, &json!({"op": "stats"}), limit).expect("stats answered");
+    let v = control::request(sw.control_addr, None, &json!({"op": "stats"}), limit).expect("stats answered");
     assert!(t.elapsed() < limit, "stats took {:?}", t.elapsed());
     v
 }
@@ -55,6 +55,8 @@ fn a_client_that_never_reads_costs_only_its_own_connection() {
     // back: its replies fill the socket buffers and writes to it block. Before the fix the
     // switch wrote the rendezvous reply to it under the control lock, freezing every request.
     let mut attacker = TcpStream::connect(sw.control_addr).unwrap();
+    let mut attacker_replies = BufReader::new(attacker.try_clone().unwrap());
+    control::authenticate(&mut attacker, &mut attacker_replies, &secret(), control::AuthRole::Worker).unwrap();
     let join = json!({"op": "join", "job": 50, "rank": 0, "world": 2, "config": {"scheme": "switchml"}, "udp": "127.0.0.1:9"});
     control::send_line(&mut attacker, &join).unwrap();
     let line = b"{\"op\":\"stats\"}\n".repeat(2000);
@@ -68,7 +70,7 @@ fn a_client_that_never_reads_costs_only_its_own_connection() {
     std::thread::sleep(Duration::from_millis(300));
     let addr = sw.control_addr;
     let honest = std::thread::spawn(move || {
-        let opts = ClientOptions { switch: addr, job: 50, rank: 1, world: 2, config: json!({"scheme": "switchml"}), join_timeout: Duration::from_secs(20) };
+        let opts = ClientOptions { switch: addr, job: 50, rank: 1, world: 2, config: json!({"scheme": "switchml"}), join_timeout: Duration::from_secs(20), secret: None };
         Client::connect(opts).map(|c| c.node)
     });
     std::thread::sleep(Duration::from_millis(100));
@@ -134,11 +136,40 @@ fn a_second_ps_is_refused_while_the_first_lives_and_a_dead_ps_fails_its_jobs() {
     let _second = ps(&sw, 3).unwrap();
 }
 
+/// This deployment's secret, as the switches of these tests load it.
+fn secret() -> control::Secret {
+    control::Secret::load().unwrap()
+}
+
 #[test]
-fn a_third_partys_release_fails_the_job_on_every_worker() {
+fn admit_release_and_attach_need_the_right_role() {
+    let sw = switch("switchml");
+    let (a, b) = pair(&sw, "switchml", 8);
+    let release = json!({"op": "release", "job": 8});
+    let t = Duration::from_secs(5);
+    // No credentials, a worker's, or another deployment's: refused, and the job goes on.
+    let stranger = control::Secret::from_bytes([9; 32]);
+    for auth in [None, Some((&secret(), control::AuthRole::Worker)), Some((&stranger, control::AuthRole::Switch))] {
+        let e = control::request(sw.control_addr, auth, &release, t).unwrap_err().to_string();
+        assert!(e.contains("needs a connection authenticated as switch") || e.contains("not this deployment's secret"), "{e}");
+    }
+    let attach = json!({"op": "attach", "role": "ps", "node": 7, "udp": "127.0.0.1:9", "control": "127.0.0.1:9"});
+    let e = control::request(sw.control_addr, Some((&secret(), control::AuthRole::Worker)), &attach, t).unwrap_err().to_string();
+    assert!(e.contains("authenticated as ps"), "{e}");
+    let tb = std::thread::spawn(move || b.allreduce(vec![2.0; 100]).unwrap());
+    assert_eq!(a.allreduce(vec![1.0; 100]).unwrap(), vec![3.0; 100]);
+    assert_eq!(tb.join().unwrap(), vec![3.0; 100]);
+    // A worker of another deployment cannot join, and says why.
+    let opts = ClientOptions { switch: sw.control_addr, job: 9, rank: 0, world: 1, config: json!({"scheme": "switchml"}), join_timeout: Duration::from_secs(5), secret: Some(stranger) };
+    let e = Client::connect(opts).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("refused our credentials"), "{e}");
+}
+
+#[test]
+fn a_switchs_release_fails_the_job_on_every_worker() {
     let sw = switch("switchml");
     let (a, b) = pair(&sw, "switchml", 7);
-    control::request(sw.control_addr, &json!({"op": "release", "job": 7}), Duration::from_secs(5)).unwrap();
+    control::request(sw.control_addr, Some((&secret(), control::AuthRole::Switch)), &json!({"op": "release", "job": 7}), Duration::from_secs(5)).unwrap();
     for c in [a, b] {
         let e = c.allreduce(vec![1.0; 10]).unwrap_err().to_string();
         assert!(e.contains("released"), "{e}");
@@ -153,11 +184,13 @@ fn a_forged_admit_changes_nothing() {
     // keeps its port (it was re-numbered before the fix, and its packets dropped as spoofed).
     let mut spec = b.spec.clone();
     spec.workers[1].node = 4242;
-    let e = control::request(sw.control_addr, &json!({"op": "admit", "spec": spec}), Duration::from_secs(5)).unwrap_err();
+    let me = secret();
+    let as_switch = Some((&me, control::AuthRole::Switch));
+    let e = control::request(sw.control_addr, as_switch, &json!({"op": "admit", "spec": spec}), Duration::from_secs(5)).unwrap_err();
     assert!(e.to_string().contains("already admitted"), "{e}");
     // Another job id that claims rank 1's address: refused too.
     spec.job = 99;
-    let e = control::request(sw.control_addr, &json!({"op": "admit", "spec": spec}), Duration::from_secs(5)).unwrap_err();
+    let e = control::request(sw.control_addr, as_switch, &json!({"op": "admit", "spec": spec}), Duration::from_secs(5)).unwrap_err();
     assert!(e.to_string().contains("belongs to node"), "{e}");
     let t = std::thread::spawn(move || b.allreduce(vec![2.0; 500]).unwrap());
     assert_eq!(a.allreduce(vec![1.0; 500]).unwrap(), vec![3.0; 500]);

@@ -89,14 +89,17 @@ fn attack(program: &'static str, scheme: &'static str) {
     // A registered neighbour (attached as a switch, so its frames reach the program) and a stranger.
     let insider = UdpSocket::bind(any_port()).unwrap();
     let msg = json!({"op": "attach", "role": "switch", "node": 900, "udp": insider.local_addr().unwrap(), "control": "127.0.0.1:1"});
-    control::request(sw.control_addr, &msg, Duration::from_secs(5)).unwrap();
+    let secret = control::Secret::load().unwrap();
+    control::request(sw.control_addr, Some((&secret, control::AuthRole::Switch)), &msg, Duration::from_secs(5)).unwrap();
     let stranger = UdpSocket::bind(any_port()).unwrap();
     // A tenant: a worker of its own one-worker job 2, which learns that job's key and node.
     let tenant = UdpSocket::bind(any_port()).unwrap();
     let mut tenant_ctl = TcpStream::connect(sw.control_addr).unwrap();
+    let mut tenant_replies = BufReader::new(tenant_ctl.try_clone().unwrap());
+    control::authenticate(&mut tenant_ctl, &mut tenant_replies, &secret, control::AuthRole::Worker).unwrap();
     let join = json!({"op": "join", "job": 2, "rank": 0, "world": 1, "config": {"scheme": scheme}, "udp": tenant.local_addr().unwrap()});
     control::send_line(&mut tenant_ctl, &join).unwrap();
-    let reply = control::read_line(&mut BufReader::new(tenant_ctl.try_clone().unwrap())).unwrap().unwrap();
+    let reply = control::read_line(&mut tenant_replies).unwrap().unwrap();
     let spec: control::JobSpec = serde_json::from_value(reply["spec"].clone()).unwrap();
     let (tenant_node, tenant_mac) = (reply["node"].as_u64().unwrap() as u32, spec.frame_mac().unwrap());
     // A job runs while the attack goes on.
@@ -105,7 +108,7 @@ fn attack(program: &'static str, scheme: &'static str) {
         let workers: Vec<_> = (0..2)
             .map(|rank| {
                 std::thread::spawn(move || {
-                    let opts = ClientOptions { switch: addr, job: 1, rank, world: 2, config: json!({"scheme": scheme}), join_timeout: Duration::from_secs(20) };
+                    let opts = ClientOptions { switch: addr, job: 1, rank, world: 2, config: json!({"scheme": scheme}), join_timeout: Duration::from_secs(20), secret: None };
                     let c = Client::connect(opts).unwrap();
                     let v: Vec<f32> = (0..5000).map(|i| (i % 17) as f32 * 0.25 + rank as f32).collect();
                     let mut out = vec![];
@@ -153,7 +156,7 @@ fn attack(program: &'static str, scheme: &'static str) {
     assert!(forged["no_key"].as_u64().unwrap_or(0) + forged["bad_tag"].as_u64().unwrap_or(0) > 1000, "{st}");
     assert!(st["unadmitted"].as_u64().unwrap() + st["no_route"].as_u64().unwrap() > 0, "tagged tenant frames reached the checks after the tag: {st}");
     // The tenant leaves without `leave`: its job is released and nothing stays held.
-    drop(tenant_ctl);
+    drop((tenant_ctl, tenant_replies));
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while sw.stats()["jobs"] != json!([]) && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
@@ -182,7 +185,8 @@ fn forged_contributions_for_a_live_job_are_dropped() {
     let sw = SwitchHandle::start(SwitchOptions { udp: any_port(), control: any_port(), ..SwitchOptions::new(&["switchml"]) }).unwrap();
     let forger = UdpSocket::bind(any_port()).unwrap();
     let msg = json!({"op": "attach", "role": "switch", "node": 900, "udp": forger.local_addr().unwrap(), "control": "127.0.0.1:1"});
-    control::request(sw.control_addr, &msg, Duration::from_secs(5)).unwrap();
+    let secret = control::Secret::load().unwrap();
+    control::request(sw.control_addr, Some((&secret, control::AuthRole::Switch)), &msg, Duration::from_secs(5)).unwrap();
     let addr = sw.control_addr;
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (node_tx, node_rx) = std::sync::mpsc::channel();
@@ -190,7 +194,7 @@ fn forged_contributions_for_a_live_job_are_dropped() {
         .map(|rank| {
             let node_tx = node_tx.clone();
             std::thread::spawn(move || {
-                let opts = ClientOptions { switch: addr, job: 1, rank, world: 2, config: json!({"scheme": "switchml"}), join_timeout: Duration::from_secs(20) };
+                let opts = ClientOptions { switch: addr, job: 1, rank, world: 2, config: json!({"scheme": "switchml"}), join_timeout: Duration::from_secs(20), secret: None };
                 let c = Client::connect(opts).unwrap();
                 node_tx.send(c.spec.workers[1].node).unwrap();
                 let v: Vec<f32> = (0..20_000).map(|i| (i % 13) as f32 + rank as f32).collect();

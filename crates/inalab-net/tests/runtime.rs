@@ -25,7 +25,7 @@ fn run_job(sw: SocketAddr, scheme: &'static str, job: u32, world: usize, sizes: 
         .map(|rank| {
             let sizes = sizes.to_vec();
             std::thread::spawn(move || {
-                let opts = ClientOptions { switch: sw, job, rank, world, config: serde_json::json!({"scheme": scheme}), join_timeout: Duration::from_secs(20) };
+                let opts = ClientOptions { switch: sw, job, rank, world, config: serde_json::json!({"scheme": scheme}), join_timeout: Duration::from_secs(20), secret: None };
                 let c = Client::connect(opts).unwrap();
                 let out: Vec<Vec<f32>> = sizes.iter().map(|&n| c.allreduce(input(rank, n)).unwrap()).collect();
                 c.close();
@@ -89,7 +89,7 @@ fn switchml_recovers_from_loss() {
 #[test]
 fn atp_through_a_chain_of_two_switches() {
     let ps_rack = SwitchHandle::start(SwitchOptions { node: 2, udp: any_port(), control: any_port(), ..SwitchOptions::new(&["atp"]) }).unwrap();
-    let _ps = PsHandle::start(PsOptions { node: 3, udp: any_port(), control: any_port(), switch: ps_rack.control_addr }).unwrap();
+    let _ps = PsHandle::start(PsOptions { node: 3, udp: any_port(), control: any_port(), switch: ps_rack.control_addr, secret: None }).unwrap();
     let tor = SwitchHandle::start(SwitchOptions {
         node: 1,
         udp: any_port(),

@@ -66,6 +66,8 @@ impl Switch {
             seed,
             upstream: upstream.map(|u| addr("upstream", u)).transpose()?,
             timeout_us,
+            // The deployment secret comes from INALAB_SECRET or the secret file.
+            secret: None,
         };
         SwitchHandle::start(opts).map(|h| Switch(Some(h))).map_err(net_err)
     }
@@ -103,7 +105,7 @@ pub struct ParameterServer(Option<PsHandle>);
 impl ParameterServer {
     #[new]
     fn new(udp: &str, control: &str, switch: &str, node: u32) -> PyResult<ParameterServer> {
-        let opts = PsOptions { node, udp: addr("udp", udp)?, control: addr("control", control)?, switch: addr("switch", switch)? };
+        let opts = PsOptions { node, udp: addr("udp", udp)?, control: addr("control", control)?, switch: addr("switch", switch)?, secret: None };
         PsHandle::start(opts).map(|h| ParameterServer(Some(h))).map_err(net_err)
     }
     #[getter]
@@ -141,7 +143,7 @@ impl PyClient {
     /// `config_json`: the job's scheme configuration, `{"scheme": NAME, ...}`.
     fn new(py: Python<'_>, switch: &str, job: u32, rank: usize, world: usize, config_json: &str, join_timeout_s: f64) -> PyResult<PyClient> {
         let config = serde_json::from_str(config_json).map_err(|e| PyValueError::new_err(format!("config: {e}")))?;
-        let opts = ClientOptions { switch: addr("switch", switch)?, job, rank, world, config, join_timeout: Duration::from_secs_f64(join_timeout_s) };
+        let opts = ClientOptions { switch: addr("switch", switch)?, job, rank, world, config, join_timeout: Duration::from_secs_f64(join_timeout_s), secret: None };
         let c = py.detach(|| Client::connect(opts)).map_err(net_err)?;
         Ok(PyClient(Some(c)))
     }

@@ -6,7 +6,7 @@
 //! aggregators are freed at every switch and the PS. Protocol: [`crate::control`].
 
 use super::{stats, PortKind, Shared};
-use crate::control::{self, err, field, ok, plan_err, JobSpec, ServerSpec, SwitchSpec, WorkerSpec, CONTROL_TIMEOUT};
+use crate::control::{self, err, field, ok, plan_err, AuthRole, JobSpec, ServerAuth, ServerSpec, SwitchSpec, WorkerSpec, CONTROL_TIMEOUT};
 use crate::NetError;
 use inalab_core::{NodeId, SwitchProgram};
 use inalab_scheme::Servers;
@@ -58,6 +58,7 @@ pub(super) fn serve(s: &Arc<Shared>, conn: TcpStream) {
     let mut member: Option<(u32, usize)> = None;
     // An attach as PS turns it into the PS's: it must ping at least every PS_LIVENESS.
     let mut ps_node: Option<NodeId> = None;
+    let mut auth = ServerAuth::new(s.secret.clone());
     loop {
         let msg = match control::read_line(&mut r) {
             Ok(Some(m)) => m,
@@ -72,6 +73,19 @@ pub(super) fn serve(s: &Arc<Shared>, conn: TcpStream) {
             }
         };
         let op = msg["op"].as_str().unwrap_or("");
+        if let Some(r) = auth.handle(op, &msg) {
+            let failed = r.is_err();
+            if control::send_line(&mut w, &r.unwrap_or_else(err)).is_err() || failed {
+                break; // a failed authentication closes the connection
+            }
+            continue;
+        }
+        if let Err(e) = allowed(op, &msg).map_or(Ok(()), |roles| auth.require(op, roles)) {
+            if control::send_line(&mut w, &err(e)).is_err() {
+                break;
+            }
+            continue;
+        }
         let reply = match op {
             "join" if member.is_none() => match join(s, &msg, &w) {
                 Ok(m) => {
@@ -142,6 +156,16 @@ fn ps_gone(s: &Arc<Shared>, node: NodeId) {
     }
 }
 
+/// The roles that may send `op` (`None`: anyone, authenticated or not: `stats`, `ping`).
+fn allowed(op: &str, msg: &Value) -> Option<&'static [AuthRole]> {
+    match op {
+        "join" | "leave" => Some(&[AuthRole::Worker]),
+        "attach" if msg["role"] == "ps" => Some(&[AuthRole::Ps]),
+        "attach" | "ps_info" | "admit" | "release" => Some(&[AuthRole::Switch]),
+        _ => None,
+    }
+}
+
 /// Requests that are answered at once.
 fn handle(s: &Arc<Shared>, op: &str, msg: &Value, conn: &TcpStream) -> Result<Value, NetError> {
     match op {
@@ -204,7 +228,7 @@ fn ps_info(s: &Shared) -> Result<Value, NetError> {
     }
     match s.opts.upstream {
         Some(up) => {
-            let mut v = control::request(up, &json!({"op": "ps_info"}), CONTROL_TIMEOUT)?;
+            let mut v = control::request(up, Some((&s.secret, AuthRole::Switch)), &json!({"op": "ps_info"}), CONTROL_TIMEOUT)?;
             let mut switches: Vec<SwitchSpec> = field(&v, "switches")?;
             switches.insert(0, s.opts.switch_spec());
             v["switches"] = json!(switches);
@@ -366,7 +390,7 @@ fn admit(s: &Arc<Shared>, spec: &JobSpec) -> Result<(), NetError> {
     dp.keys.insert(spec.job, mac);
     drop(dp);
     if let Some(next) = next_hop(s, spec)? {
-        control::request(next, &json!({"op": "admit", "spec": spec}), CONTROL_TIMEOUT)?;
+        control::request(next, Some((&s.secret, AuthRole::Switch)), &json!({"op": "admit", "spec": spec}), CONTROL_TIMEOUT)?;
     }
     Ok(())
 }
@@ -401,7 +425,7 @@ fn release(s: &Shared, job: u32, reason: Option<&str>) {
     }
     drop(dp);
     if let Ok(Some(addr)) = next_hop(s, &spec) {
-        if let Err(e) = control::request(addr, &json!({"op": "release", "job": job}), CONTROL_TIMEOUT) {
+        if let Err(e) = control::request(addr, Some((&s.secret, AuthRole::Switch)), &json!({"op": "release", "job": job}), CONTROL_TIMEOUT) {
             eprintln!("inalab switch: releasing job {job} at {addr}: {e}");
         }
     }

@@ -67,6 +67,9 @@ pub struct SwitchOptions {
     /// Loss-recovery timeout of a job that does not set its own, microseconds. Default
     /// 20 000 (OS scheduling on shared cores delays packets by milliseconds).
     pub timeout_us: u64,
+    /// The deployment secret control connections authenticate with. Default: loaded at start
+    /// ([`crate::auth::Secret::load`]: `INALAB_SECRET`, or the secret file, created if absent).
+    pub secret: Option<crate::auth::Secret>,
 }
 
 impl SwitchOptions {
@@ -82,6 +85,7 @@ impl SwitchOptions {
             seed: 1,
             upstream: None,
             timeout_us: 20_000,
+            secret: None,
         }
     }
 
@@ -442,6 +446,7 @@ impl DataPlane {
 
 struct Shared {
     opts: SwitchOptions,
+    secret: crate::auth::Secret,
     dp: Mutex<DataPlane>,
     cp: Mutex<ControlState>,
     stop: AtomicBool,
@@ -460,6 +465,10 @@ impl SwitchHandle {
     /// Binds the sockets, attaches to the upstream switch if any, and starts serving.
     pub fn start(opts: SwitchOptions) -> Result<SwitchHandle, NetError> {
         opts.check()?;
+        let secret = match &opts.secret {
+            Some(s) => s.clone(),
+            None => crate::auth::Secret::load().map_err(NetError::Config)?,
+        };
         let udp = Udp::bind(opts.udp)?;
         let listener = TcpListener::bind(opts.control)?;
         let (udp_addr, control_addr) = (udp.local_addr()?, listener.local_addr()?);
@@ -485,6 +494,7 @@ impl SwitchHandle {
         if let Some(up) = opts.upstream {
             let reply = control::request(
                 up,
+                Some((&secret, crate::auth::Role::Switch)),
                 &json!({"op": "attach", "role": "switch", "node": opts.node,
                         "udp": control::announce(udp_addr, up), "control": control::announce(control_addr, up)}),
                 CONTROL_TIMEOUT,
@@ -496,6 +506,7 @@ impl SwitchHandle {
         }
         let shared = Arc::new(Shared {
             opts,
+            secret,
             dp: Mutex::new(dp),
             cp: Mutex::new(ControlState::default()),
             stop: AtomicBool::new(false),
