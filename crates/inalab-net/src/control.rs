@@ -203,7 +203,7 @@ const QUOTE_CHARS: usize = 64;
 
 /// Reads one JSON line of at most [`MAX_LINE_BYTES`]; `Ok(None)` at end of stream. A longer
 /// line is an error ([`NetError::TooLong`]) after which the stream cannot be resynchronised.
-pub fn read_line(reader: &mut BufReader<TcpStream>) -> Result<Option<Value>, NetError> {
+pub fn read_line<R: BufRead>(reader: &mut R) -> Result<Option<Value>, NetError> {
     let mut line = Vec::new();
     let n = (&mut *reader).take(MAX_LINE_BYTES).read_until(b'\n', &mut line)?;
     if n == 0 {

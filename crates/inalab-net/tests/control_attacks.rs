@@ -197,3 +197,39 @@ fn a_forged_admit_changes_nothing() {
     assert_eq!(t.join().unwrap(), vec![3.0; 500]);
     assert_eq!(stats_within(&sw, Duration::from_secs(2))["jobs"], json!([4]));
 }
+
+mod parsers {
+    //! The control-line parser on the stable toolchain (the fuzz targets in fuzz/ run the
+    //! same code under libFuzzer): random bytes and random JSON never panic, a line never
+    //! yields more than the cap, and `auth` without the secret never authenticates.
+    use inalab_net::control::{self, AuthRole, JobSpec, Secret, ServerAuth};
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    proptest! {
+        #[test]
+        fn random_bytes_never_panic_nor_authenticate(data in prop::collection::vec(any::<u8>(), 0..4096)) {
+            let mut r = std::io::Cursor::new(data);
+            let mut auth = ServerAuth::new(Secret::from_bytes([1; 32]));
+            for _ in 0..16 {
+                let Ok(Some(msg)) = control::read_line(&mut r) else { break };
+                let op = msg["op"].as_str().unwrap_or("");
+                let _ = auth.handle(op, &msg);
+                if let Ok(spec) = control::field::<JobSpec>(&msg, "spec") {
+                    let _ = spec.frame_mac();
+                }
+            }
+            prop_assert!(auth.role().is_none());
+        }
+
+        #[test]
+        fn forged_proofs_are_refused(role in prop::sample::select(vec!["worker", "ps", "switch", "admin"]),
+                                     nonce in "[0-9a-f]{0,80}", proof in "[0-9a-f]{0,80}") {
+            let mut auth = ServerAuth::new(Secret::from_bytes([1; 32]));
+            let _ = auth.handle("hello", &json!({"op": "hello"})).unwrap();
+            let r = auth.handle("auth", &json!({"op": "auth", "role": role, "nonce": nonce, "proof": proof})).unwrap();
+            prop_assert!(r.is_err());
+            prop_assert!(auth.require("admit", &[AuthRole::Switch]).is_err());
+        }
+    }
+}
