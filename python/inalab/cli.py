@@ -254,6 +254,7 @@ def _serve(kind: str, start, as_json: bool, every: float) -> None:
 def _status_line(kind: str, st: dict) -> str:
     if kind == "switch":
         drops = sum(st[k] for k in ("malformed", "unknown_source", "spoofed", "unadmitted", "no_route", "injected_drops"))
+        drops += sum(st.get("forged", {}).values())
         return (f"switch: jobs {st['jobs']} | packets in {st['received']} out {st['forwarded']} dropped {drops} | "
                 f"aggregators in use {st['aggregators_in_use']}")
     return f"ps: jobs {list(st['jobs'])} | datagrams in {st['io']['datagrams_received']} out {st['io']['datagrams_sent']}"
