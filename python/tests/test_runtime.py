@@ -299,3 +299,32 @@ def test_a_blocked_allreduce_times_out_and_answers_ctrl_c(switchml):
     with pytest.raises(ValueError, match="timeout_s"):
         with inalab.Client(switch=switchml.control_addr, job=23, world=1) as c:
             c.allreduce(np.ones(1, np.float32), timeout_s=0)
+
+
+def test_sigterm_stops_the_switch_within_a_second_whatever_a_client_does():
+    """A job runs while a client pipelines `stats` without reading its replies (before issue
+    #12 a client that stopped reading could freeze the control plane, and SIGTERM with it)."""
+    import json as _json
+    import signal
+    import socket
+    import time
+
+    sw = subprocess.Popen([sys.executable, "-m", "inalab", "switch", "--program", "switchml", "--udp", "127.0.0.1:0",
+                           "--control", "127.0.0.1:0", "--json", "--stats-every", "0.2"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ready = _json.loads(sw.stdout.readline())
+        host, port = ready["control"].rsplit(":", 1)
+        # A job runs, and another connection floods `stats` without reading the replies.
+        with inalab.Client(switch=ready["control"], job=5, world=1, join_timeout_s=10):
+            s = socket.create_connection((host, int(port)), timeout=5)
+            s.sendall(b'{"op":"stats"}\n' * 50_000)
+            time.sleep(0.5)
+            t = time.monotonic()
+            sw.send_signal(signal.SIGTERM)
+            sw.wait(timeout=10)
+            assert time.monotonic() - t < 1.0, time.monotonic() - t
+            s.close()
+    finally:
+        if sw.poll() is None:
+            sw.kill()
