@@ -297,5 +297,18 @@ def ps(
     _serve("ps", lambda: ParameterServer(switch, udp, control, node), as_json, every)
 
 
+@app.command("worker-key")
+def worker_key() -> None:
+    """Print this deployment's worker key (64 hex digits): set it as INALAB_WORKER_KEY on a worker
+    machine, which can then join jobs without the deployment secret (and cannot act as a switch or PS)."""
+    from . import _core
+
+    try:
+        print(_core.worker_key())
+    except ValueError as e:
+        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_CONFIG)
+
+
 if __name__ == "__main__":
     app()

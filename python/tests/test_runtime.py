@@ -328,3 +328,22 @@ def test_sigterm_stops_the_switch_within_a_second_whatever_a_client_does():
     finally:
         if sw.poll() is None:
             sw.kill()
+
+
+def test_a_worker_with_only_the_worker_key_joins_and_a_wrong_key_is_refused(switchml, tmp_path):
+    """`inalab worker-key` prints what a worker machine needs; with it alone (no readable secret)
+    a worker joins; with another key it is refused, with a message that says so."""
+    key = subprocess.run([sys.executable, "-m", "inalab", "worker-key"], capture_output=True, text=True, check=True).stdout.strip()
+    assert len(key) == 64 and int(key, 16) >= 0
+    code = ("import sys, numpy as np, inalab\n"
+            "with inalab.Client(switch=sys.argv[1], job=31, world=1, join_timeout_s=10) as c:\n"
+            "    print(c.allreduce(np.ones(3, np.float32)).tolist())\n")
+    env = {k: v for k, v in os.environ.items() if k != "INALAB_SECRET"}
+    env["INALAB_SECRET_FILE"] = str(tmp_path / "no-such-dir" / "secret")  # would make a new, wrong secret
+    ok = subprocess.run([sys.executable, "-c", code, switchml.control_addr], env={**env, "INALAB_WORKER_KEY": key},
+                        capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and ok.stdout.strip() == "[1.0, 1.0, 1.0]", ok.stderr
+    assert not (tmp_path / "no-such-dir").exists(), "the worker key alone was used"
+    bad = subprocess.run([sys.executable, "-c", code, switchml.control_addr], env={**env, "INALAB_WORKER_KEY": "ab" * 32},
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "refused our credentials" in bad.stderr, bad.stderr

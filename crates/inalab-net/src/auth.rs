@@ -223,12 +223,38 @@ impl Secret {
         key_from_hex(read(path)?.trim()).map(Secret).map_err(|e| format!("deployment secret {}: {e}", path.display()))
     }
 
+    /// What a party of `role` proves itself with.
+    pub fn credential(&self, role: Role) -> Credential {
+        Credential { role, key: self.role_key(role) }
+    }
+
     /// The key of `role`: HMAC-SHA256(secret, "inalab role " + name).
     pub fn role_key(&self, role: Role) -> [u8; KEY_BYTES] {
         let mut m = Hmac::<Sha256>::new_from_slice(&self.0).expect("any key length");
         m.update(b"inalab role ");
         m.update(role.name().as_bytes());
         m.finalize().into_bytes().into()
+    }
+}
+
+/// Environment variable holding a worker's role key alone (64 hex digits, from `inalab secret
+/// --worker-key`): a worker given only this can join jobs but cannot act as a switch or PS.
+pub const WORKER_KEY_ENV: &str = "INALAB_WORKER_KEY";
+
+/// A role and its key: what a connection authenticates with.
+#[derive(Clone)]
+pub struct Credential {
+    pub role: Role,
+    pub key: [u8; KEY_BYTES],
+}
+
+impl Credential {
+    /// A worker's: `INALAB_WORKER_KEY` if set, else derived from the deployment secret.
+    pub fn worker() -> Result<Credential, String> {
+        match std::env::var(WORKER_KEY_ENV) {
+            Ok(hex) => key_from_hex(hex.trim()).map(|key| Credential { role: Role::Worker, key }).map_err(|e| format!("{WORKER_KEY_ENV}: {e}")),
+            Err(_) => Secret::load().map(|s| s.credential(Role::Worker)),
+        }
     }
 }
 

@@ -50,7 +50,8 @@ pub struct ClientOptions {
     pub config: Value,
     /// How long to wait for the other workers to join. Default 60 s.
     pub join_timeout: Duration,
-    /// The deployment secret (see [`crate::switch::SwitchOptions::secret`]). `None`: loaded.
+    /// The deployment secret (see [`crate::switch::SwitchOptions::secret`]). `None`: the
+    /// worker key in `INALAB_WORKER_KEY`, else the loaded secret.
     pub secret: Option<crate::auth::Secret>,
 }
 
@@ -104,13 +105,13 @@ impl Client {
         let mut conn = TcpStream::connect_timeout(&opts.switch, control::CONTROL_TIMEOUT)
             .map_err(|e| NetError::Config(format!("cannot reach the switch's control plane at {}: {e}", opts.switch)))?;
         let udp = Udp::bind(SocketAddr::new(conn.local_addr()?.ip(), 0))?;
-        let secret = match &opts.secret {
-            Some(s) => s.clone(),
-            None => crate::auth::Secret::load().map_err(NetError::Config)?,
+        let cred = match &opts.secret {
+            Some(s) => s.credential(control::AuthRole::Worker),
+            None => crate::auth::Credential::worker().map_err(NetError::Config)?,
         };
         conn.set_read_timeout(Some(control::CONTROL_TIMEOUT))?;
         let mut reader = BufReader::new(conn.try_clone()?);
-        control::authenticate(&mut conn, &mut reader, &secret, control::AuthRole::Worker)?;
+        control::authenticate(&mut conn, &mut reader, &cred)?;
         let msg = json!({"op": "join", "job": opts.job, "rank": opts.rank, "world": opts.world, "config": opts.config, "udp": udp.local_addr()?});
         control::send_line(&mut conn, &msg)?;
         conn.set_read_timeout(Some(opts.join_timeout))?;

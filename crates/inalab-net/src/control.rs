@@ -24,7 +24,7 @@
 //! A worker or switch that drops its connection is treated as gone: a worker that never said
 //! `leave` fails its job.
 
-pub use crate::auth::{Role as AuthRole, Secret};
+pub use crate::auth::{Credential, Role as AuthRole, Secret};
 use crate::NetError;
 use inalab_core::{HostProtocol, NodeId, PortId};
 use inalab_scheme::{scheme_of, JobSpec as SchemeJob, NetView, Plan, PlanError, Role, Scheme};
@@ -222,13 +222,13 @@ pub fn read_line<R: BufRead>(reader: &mut R) -> Result<Option<Value>, NetError> 
 
 /// One request/response exchange on a fresh connection (switch to switch, switch to PS),
 /// authenticated as `role` first if given.
-pub fn request(addr: SocketAddr, auth: Option<(&Secret, AuthRole)>, v: &Value, timeout: Duration) -> Result<Value, NetError> {
+pub fn request(addr: SocketAddr, auth: Option<&Credential>, v: &Value, timeout: Duration) -> Result<Value, NetError> {
     let mut s = TcpStream::connect_timeout(&addr, timeout)?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
     let mut r = BufReader::new(s.try_clone()?);
-    if let Some((secret, role)) = auth {
-        authenticate(&mut s, &mut r, secret, role)?;
+    if let Some(c) = auth {
+        authenticate(&mut s, &mut r, c)?;
     }
     send_line(&mut s, v)?;
     exchange_reply(&mut r, addr)
@@ -241,13 +241,13 @@ fn exchange_reply(r: &mut BufReader<TcpStream>, addr: SocketAddr) -> Result<Valu
 
 /// Proves `role`'s key to the server on `conn` and checks the server's proof of the same
 /// secret (mutual: a worker then trusts the job key the switch hands it).
-pub fn authenticate(conn: &mut TcpStream, r: &mut BufReader<TcpStream>, secret: &Secret, role: AuthRole) -> Result<(), NetError> {
+pub fn authenticate(conn: &mut TcpStream, r: &mut BufReader<TcpStream>, cred: &Credential) -> Result<(), NetError> {
+    let (role, key) = (cred.role, cred.key);
     let peer = conn.peer_addr()?;
     send_line(conn, &serde_json::json!({"op": "hello"}))?;
     let hello = exchange_reply(r, peer)?;
     let server_nonce: String = field(&hello, "nonce")?;
     let mine = crate::auth::nonce();
-    let key = secret.role_key(role);
     let p = crate::auth::proof(&key, "client", &server_nonce, &mine, role);
     send_line(conn, &serde_json::json!({"op": "auth", "role": role.name(), "nonce": mine, "proof": p}))?;
     let reply = exchange_reply(r, peer).map_err(|e| NetError::Auth(format!("{peer} refused our credentials as {}: {e}", role.name())))?;

@@ -86,7 +86,7 @@ impl PsHandle {
         let msg = json!({"op": "attach", "role": "ps", "node": opts.node,
                          "udp": control::announce(udp_addr, opts.switch), "control": control::announce(control_addr, opts.switch)});
         let mut replies = BufReader::new(attach.try_clone()?);
-        control::authenticate(&mut attach, &mut replies, &secret, control::AuthRole::Ps)?;
+        control::authenticate(&mut attach, &mut replies, &secret.credential(control::AuthRole::Ps))?;
         control::send_line(&mut attach, &msg)?;
         let reply = control::read_line(&mut replies)?.ok_or_else(|| NetError::Protocol(format!("{} closed the control connection", opts.switch)))?;
         let reply = control::check_ok(reply)?;

@@ -56,7 +56,7 @@ fn a_client_that_never_reads_costs_only_its_own_connection() {
     // switch wrote the rendezvous reply to it under the control lock, freezing every request.
     let mut attacker = TcpStream::connect(sw.control_addr).unwrap();
     let mut attacker_replies = BufReader::new(attacker.try_clone().unwrap());
-    control::authenticate(&mut attacker, &mut attacker_replies, &secret(), control::AuthRole::Worker).unwrap();
+    control::authenticate(&mut attacker, &mut attacker_replies, &secret().credential(control::AuthRole::Worker)).unwrap();
     let join = json!({"op": "join", "job": 50, "rank": 0, "world": 2, "config": {"scheme": "switchml"}, "udp": "127.0.0.1:9"});
     control::send_line(&mut attacker, &join).unwrap();
     let line = b"{\"op\":\"stats\"}\n".repeat(2000);
@@ -149,12 +149,12 @@ fn admit_release_and_attach_need_the_right_role() {
     let t = Duration::from_secs(5);
     // No credentials, a worker's, or another deployment's: refused, and the job goes on.
     let stranger = control::Secret::from_bytes([9; 32]);
-    for auth in [None, Some((&secret(), control::AuthRole::Worker)), Some((&stranger, control::AuthRole::Switch))] {
-        let e = control::request(sw.control_addr, auth, &release, t).unwrap_err().to_string();
+    for auth in [None, Some(secret().credential(control::AuthRole::Worker)), Some(stranger.credential(control::AuthRole::Switch))] {
+        let e = control::request(sw.control_addr, auth.as_ref(), &release, t).unwrap_err().to_string();
         assert!(e.contains("needs a connection authenticated as switch") || e.contains("not this deployment's secret"), "{e}");
     }
     let attach = json!({"op": "attach", "role": "ps", "node": 7, "udp": "127.0.0.1:9", "control": "127.0.0.1:9"});
-    let e = control::request(sw.control_addr, Some((&secret(), control::AuthRole::Worker)), &attach, t).unwrap_err().to_string();
+    let e = control::request(sw.control_addr, Some(&secret().credential(control::AuthRole::Worker)), &attach, t).unwrap_err().to_string();
     assert!(e.contains("authenticated as ps"), "{e}");
     let tb = std::thread::spawn(move || b.allreduce(vec![2.0; 100]).unwrap());
     assert_eq!(a.allreduce(vec![1.0; 100]).unwrap(), vec![3.0; 100]);
@@ -169,7 +169,7 @@ fn admit_release_and_attach_need_the_right_role() {
 fn a_switchs_release_fails_the_job_on_every_worker() {
     let sw = switch("switchml");
     let (a, b) = pair(&sw, "switchml", 7);
-    control::request(sw.control_addr, Some((&secret(), control::AuthRole::Switch)), &json!({"op": "release", "job": 7}), Duration::from_secs(5)).unwrap();
+    control::request(sw.control_addr, Some(&secret().credential(control::AuthRole::Switch)), &json!({"op": "release", "job": 7}), Duration::from_secs(5)).unwrap();
     for c in [a, b] {
         let e = c.allreduce(vec![1.0; 10]).unwrap_err().to_string();
         assert!(e.contains("released"), "{e}");
@@ -185,7 +185,7 @@ fn a_forged_admit_changes_nothing() {
     let mut spec = b.spec.clone();
     spec.workers[1].node = 4242;
     let me = secret();
-    let as_switch = Some((&me, control::AuthRole::Switch));
+    let as_switch = Some(&me.credential(control::AuthRole::Switch));
     let e = control::request(sw.control_addr, as_switch, &json!({"op": "admit", "spec": spec}), Duration::from_secs(5)).unwrap_err();
     assert!(e.to_string().contains("already admitted"), "{e}");
     // Another job id that claims rank 1's address: refused too.

@@ -90,13 +90,13 @@ fn attack(program: &'static str, scheme: &'static str) {
     let insider = UdpSocket::bind(any_port()).unwrap();
     let msg = json!({"op": "attach", "role": "switch", "node": 900, "udp": insider.local_addr().unwrap(), "control": "127.0.0.1:1"});
     let secret = control::Secret::load().unwrap();
-    control::request(sw.control_addr, Some((&secret, control::AuthRole::Switch)), &msg, Duration::from_secs(5)).unwrap();
+    control::request(sw.control_addr, Some(&secret.credential(control::AuthRole::Switch)), &msg, Duration::from_secs(5)).unwrap();
     let stranger = UdpSocket::bind(any_port()).unwrap();
     // A tenant: a worker of its own one-worker job 2, which learns that job's key and node.
     let tenant = UdpSocket::bind(any_port()).unwrap();
     let mut tenant_ctl = TcpStream::connect(sw.control_addr).unwrap();
     let mut tenant_replies = BufReader::new(tenant_ctl.try_clone().unwrap());
-    control::authenticate(&mut tenant_ctl, &mut tenant_replies, &secret, control::AuthRole::Worker).unwrap();
+    control::authenticate(&mut tenant_ctl, &mut tenant_replies, &secret.credential(control::AuthRole::Worker)).unwrap();
     let join = json!({"op": "join", "job": 2, "rank": 0, "world": 1, "config": {"scheme": scheme}, "udp": tenant.local_addr().unwrap()});
     control::send_line(&mut tenant_ctl, &join).unwrap();
     let reply = control::read_line(&mut tenant_replies).unwrap().unwrap();
@@ -186,7 +186,7 @@ fn forged_contributions_for_a_live_job_are_dropped() {
     let forger = UdpSocket::bind(any_port()).unwrap();
     let msg = json!({"op": "attach", "role": "switch", "node": 900, "udp": forger.local_addr().unwrap(), "control": "127.0.0.1:1"});
     let secret = control::Secret::load().unwrap();
-    control::request(sw.control_addr, Some((&secret, control::AuthRole::Switch)), &msg, Duration::from_secs(5)).unwrap();
+    control::request(sw.control_addr, Some(&secret.credential(control::AuthRole::Switch)), &msg, Duration::from_secs(5)).unwrap();
     let addr = sw.control_addr;
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (node_tx, node_rx) = std::sync::mpsc::channel();

@@ -98,6 +98,14 @@ fn quantization_bound(config_json: &str, world: usize, max_abs: f64) -> PyResult
     Ok(scheme.quantization(&config).error_bound(world, max_abs))
 }
 
+/// The worker role key of this deployment's secret (hex): what a worker machine alone needs,
+/// as `INALAB_WORKER_KEY`, to join jobs without holding the secret.
+#[pyfunction]
+fn worker_key() -> PyResult<String> {
+    let secret = inalab_net::auth::Secret::load().map_err(PyValueError::new_err)?;
+    Ok(inalab_net::auth::key_to_hex(&secret.role_key(inalab_net::auth::Role::Worker)))
+}
+
 #[pyfunction]
 fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
@@ -111,6 +119,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(schemes, m)?)?;
     m.add_function(wrap_pyfunction!(normalize_config, m)?)?;
     m.add_function(wrap_pyfunction!(quantization_bound, m)?)?;
+    m.add_function(wrap_pyfunction!(worker_key, m)?)?;
     m.add_class::<net::Switch>()?;
     m.add_class::<net::ParameterServer>()?;
     m.add_class::<net::PyClient>()?;

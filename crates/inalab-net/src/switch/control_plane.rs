@@ -228,7 +228,7 @@ fn ps_info(s: &Shared) -> Result<Value, NetError> {
     }
     match s.opts.upstream {
         Some(up) => {
-            let mut v = control::request(up, Some((&s.secret, AuthRole::Switch)), &json!({"op": "ps_info"}), CONTROL_TIMEOUT)?;
+            let mut v = control::request(up, Some(&s.secret.credential(AuthRole::Switch)), &json!({"op": "ps_info"}), CONTROL_TIMEOUT)?;
             let mut switches: Vec<SwitchSpec> = field(&v, "switches")?;
             switches.insert(0, s.opts.switch_spec());
             v["switches"] = json!(switches);
@@ -390,7 +390,7 @@ fn admit(s: &Arc<Shared>, spec: &JobSpec) -> Result<(), NetError> {
     dp.keys.insert(spec.job, mac);
     drop(dp);
     if let Some(next) = next_hop(s, spec)? {
-        control::request(next, Some((&s.secret, AuthRole::Switch)), &json!({"op": "admit", "spec": spec}), CONTROL_TIMEOUT)?;
+        control::request(next, Some(&s.secret.credential(AuthRole::Switch)), &json!({"op": "admit", "spec": spec}), CONTROL_TIMEOUT)?;
     }
     Ok(())
 }
@@ -425,7 +425,7 @@ fn release(s: &Shared, job: u32, reason: Option<&str>) {
     }
     drop(dp);
     if let Ok(Some(addr)) = next_hop(s, &spec) {
-        if let Err(e) = control::request(addr, Some((&s.secret, AuthRole::Switch)), &json!({"op": "release", "job": job}), CONTROL_TIMEOUT) {
+        if let Err(e) = control::request(addr, Some(&s.secret.credential(AuthRole::Switch)), &json!({"op": "release", "job": job}), CONTROL_TIMEOUT) {
             eprintln!("inalab switch: releasing job {job} at {addr}: {e}");
         }
     }

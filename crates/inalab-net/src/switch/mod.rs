@@ -494,7 +494,7 @@ impl SwitchHandle {
         if let Some(up) = opts.upstream {
             let reply = control::request(
                 up,
-                Some((&secret, crate::auth::Role::Switch)),
+                Some(&secret.credential(crate::auth::Role::Switch)),
                 &json!({"op": "attach", "role": "switch", "node": opts.node,
                         "udp": control::announce(udp_addr, up), "control": control::announce(control_addr, up)}),
                 CONTROL_TIMEOUT,
