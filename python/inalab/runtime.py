@@ -138,7 +138,9 @@ class Client:
     "switchml"); ``config`` sets the scheme's parameters (``{"ina": {"scale": 1e6}}``; see
     ``inalab.schemes.registry()``), the same for every worker of the job. What it leaves out
     takes the scheme's defaults, and for the loss-recovery timeout and the switch pool the
-    switch's (``timeout_us``, ``pool_slots``)."""
+    switch's (``timeout_us``, ``pool_slots``). ``job_secret`` (default: ``INALAB_JOB_SECRET``,
+    else none) binds the job's rendezvous: every worker of the job gives the same string, and a
+    joiner without it cannot take a rank."""
 
     def __init__(
         self,
@@ -149,6 +151,7 @@ class Client:
         scheme: str = "switchml",
         join_timeout_s: float = 60.0,
         config: Optional[dict] = None,
+        job_secret: Optional[str] = None,
     ):
         _check_choice("scheme", scheme, schemes.with_program())
         if world < 1 or not 0 <= rank < world:
@@ -156,7 +159,7 @@ class Client:
         if not 0 <= job < 2**32:
             raise ValueError(f"job: {job} is not in 0..2^32")
         self.scheme, self.job, self.rank, self.world = scheme, job, rank, world
-        self._c = _core.Client(switch, job, rank, world, json.dumps({**(config or {}), "scheme": scheme}), join_timeout_s)
+        self._c = _core.Client(switch, job, rank, world, json.dumps({**(config or {}), "scheme": scheme}), join_timeout_s, job_secret)
 
     def allreduce(self, array: Any, timeout_s: float = 30.0) -> np.ndarray:
         """Element-wise sum of ``array`` over the job's workers, as a new float32 array of the

@@ -230,9 +230,14 @@ impl Secret {
 
     /// The key of `role`: HMAC-SHA256(secret, "inalab role " + name).
     pub fn role_key(&self, role: Role) -> [u8; KEY_BYTES] {
+        self.role_key_for_label(role.name())
+    }
+
+    /// HMAC-SHA256(secret, "inalab role " + label).
+    pub fn role_key_for_label(&self, label: &str) -> [u8; KEY_BYTES] {
         let mut m = Hmac::<Sha256>::new_from_slice(&self.0).expect("any key length");
         m.update(b"inalab role ");
-        m.update(role.name().as_bytes());
+        m.update(label.as_bytes());
         m.finalize().into_bytes().into()
     }
 }

@@ -53,6 +53,10 @@ pub struct ClientOptions {
     /// The deployment secret (see [`crate::switch::SwitchOptions::secret`]). `None`: the
     /// worker key in `INALAB_WORKER_KEY`, else the loaded secret.
     pub secret: Option<crate::auth::Secret>,
+    /// The job's rendezvous secret: every worker of the job gives the same, and a joiner
+    /// without it cannot take a rank. `None`: `INALAB_JOB_SECRET` if set, else none (then
+    /// any worker of the deployment may take a free rank).
+    pub job_secret: Option<String>,
 }
 
 /// How long a blocking [`Client::allreduce`] waits for its sum by default: 30 s.
@@ -112,7 +116,10 @@ impl Client {
         conn.set_read_timeout(Some(control::CONTROL_TIMEOUT))?;
         let mut reader = BufReader::new(conn.try_clone()?);
         control::authenticate(&mut conn, &mut reader, &cred)?;
-        let msg = json!({"op": "join", "job": opts.job, "rank": opts.rank, "world": opts.world, "config": opts.config, "udp": udp.local_addr()?});
+        let mut msg = json!({"op": "join", "job": opts.job, "rank": opts.rank, "world": opts.world, "config": opts.config, "udp": udp.local_addr()?});
+        if let Some(j) = opts.job_secret.clone().or_else(|| std::env::var("INALAB_JOB_SECRET").ok()) {
+            msg["job_secret"] = json!(j);
+        }
         control::send_line(&mut conn, &msg)?;
         conn.set_read_timeout(Some(opts.join_timeout))?;
         let reply = match control::read_line(&mut reader) {

@@ -26,7 +26,7 @@ fn ps(sw: &SwitchHandle, node: u32) -> Result<PsHandle, NetError> {
 }
 
 fn client(sw: &SwitchHandle, scheme: &str, job: u32, rank: usize, world: usize) -> Client {
-    let opts = ClientOptions { switch: sw.control_addr, job, rank, world, config: json!({"scheme": scheme}), join_timeout: Duration::from_secs(20), secret: None };
+    let opts = ClientOptions { switch: sw.control_addr, job, rank, world, config: json!({"scheme": scheme}), join_timeout: Duration::from_secs(20), secret: None, job_secret: None };
     Client::connect(opts).unwrap()
 }
 
@@ -34,7 +34,7 @@ fn client(sw: &SwitchHandle, scheme: &str, job: u32, rank: usize, world: usize) 
 fn pair(sw: &SwitchHandle, scheme: &'static str, job: u32) -> (Client, Client) {
     let addr = sw.control_addr;
     let other = std::thread::spawn(move || {
-        let opts = ClientOptions { switch: addr, job, rank: 1, world: 2, config: json!({"scheme": scheme}), join_timeout: Duration::from_secs(20), secret: None };
+        let opts = ClientOptions { switch: addr, job, rank: 1, world: 2, config: json!({"scheme": scheme}), join_timeout: Duration::from_secs(20), secret: None, job_secret: None };
         Client::connect(opts).unwrap()
     });
     let c0 = client(sw, scheme, job, 0, 2);
@@ -70,7 +70,7 @@ fn a_client_that_never_reads_costs_only_its_own_connection() {
     std::thread::sleep(Duration::from_millis(300));
     let addr = sw.control_addr;
     let honest = std::thread::spawn(move || {
-        let opts = ClientOptions { switch: addr, job: 50, rank: 1, world: 2, config: json!({"scheme": "switchml"}), join_timeout: Duration::from_secs(20), secret: None };
+        let opts = ClientOptions { switch: addr, job: 50, rank: 1, world: 2, config: json!({"scheme": "switchml"}), join_timeout: Duration::from_secs(20), secret: None, job_secret: None };
         Client::connect(opts).map(|c| c.node)
     });
     std::thread::sleep(Duration::from_millis(100));
@@ -160,7 +160,7 @@ fn admit_release_and_attach_need_the_right_role() {
     assert_eq!(a.allreduce(vec![1.0; 100]).unwrap(), vec![3.0; 100]);
     assert_eq!(tb.join().unwrap(), vec![3.0; 100]);
     // A worker of another deployment cannot join, and says why.
-    let opts = ClientOptions { switch: sw.control_addr, job: 9, rank: 0, world: 1, config: json!({"scheme": "switchml"}), join_timeout: Duration::from_secs(5), secret: Some(stranger) };
+    let opts = ClientOptions { switch: sw.control_addr, job: 9, rank: 0, world: 1, config: json!({"scheme": "switchml"}), join_timeout: Duration::from_secs(5), secret: Some(stranger), job_secret: None };
     let e = Client::connect(opts).map(|_| ()).unwrap_err().to_string();
     assert!(e.contains("refused our credentials"), "{e}");
 }
@@ -232,4 +232,30 @@ mod parsers {
             prop_assert!(auth.require("admit", &[AuthRole::Switch]).is_err());
         }
     }
+}
+
+#[test]
+fn a_rendezvous_secret_keeps_strangers_out_of_a_jobs_ranks() {
+    // Issue #12, finding 3: anyone could take a missing rank of a job in its rendezvous (or
+    // pre-claim rank 0). With a job secret, a joiner without it is refused and the honest
+    // ranks complete the job.
+    let sw = switch("switchml");
+    let opts = |rank: usize, job_secret: Option<&str>| ClientOptions {
+        switch: sw.control_addr, job: 12, rank, world: 2, config: json!({"scheme": "switchml"}),
+        join_timeout: Duration::from_secs(10), secret: None, job_secret: job_secret.map(str::to_string),
+    };
+    let first = {
+        let o = opts(0, Some("s3cret"));
+        std::thread::spawn(move || Client::connect(o).unwrap())
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    for wrong in [None, Some("guess")] {
+        let e = Client::connect(opts(1, wrong)).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains("rendezvous secret differs"), "{e}");
+    }
+    let second = Client::connect(opts(1, Some("s3cret"))).unwrap();
+    let first = first.join().unwrap();
+    let t = std::thread::spawn(move || first.allreduce(vec![1.0; 10]).unwrap());
+    assert_eq!(second.allreduce(vec![2.0; 10]).unwrap(), vec![3.0; 10]);
+    assert_eq!(t.join().unwrap(), vec![3.0; 10]);
 }

@@ -108,7 +108,7 @@ fn attack(program: &'static str, scheme: &'static str) {
         let workers: Vec<_> = (0..2)
             .map(|rank| {
                 std::thread::spawn(move || {
-                    let opts = ClientOptions { switch: addr, job: 1, rank, world: 2, config: json!({"scheme": scheme}), join_timeout: Duration::from_secs(20), secret: None };
+                    let opts = ClientOptions { switch: addr, job: 1, rank, world: 2, config: json!({"scheme": scheme}), join_timeout: Duration::from_secs(20), secret: None, job_secret: None };
                     let c = Client::connect(opts).unwrap();
                     let v: Vec<f32> = (0..5000).map(|i| (i % 17) as f32 * 0.25 + rank as f32).collect();
                     let mut out = vec![];
@@ -194,7 +194,7 @@ fn forged_contributions_for_a_live_job_are_dropped() {
         .map(|rank| {
             let node_tx = node_tx.clone();
             std::thread::spawn(move || {
-                let opts = ClientOptions { switch: addr, job: 1, rank, world: 2, config: json!({"scheme": "switchml"}), join_timeout: Duration::from_secs(20), secret: None };
+                let opts = ClientOptions { switch: addr, job: 1, rank, world: 2, config: json!({"scheme": "switchml"}), join_timeout: Duration::from_secs(20), secret: None, job_secret: None };
                 let c = Client::connect(opts).unwrap();
                 node_tx.send(c.spec.workers[1].node).unwrap();
                 let v: Vec<f32> = (0..20_000).map(|i| (i % 13) as f32 + rank as f32).collect();

@@ -30,8 +30,16 @@ struct JobState {
     /// joiner must send the same.
     config: Value,
     world: usize,
+    /// The first joiner's rendezvous secret, hashed (`None`: it gave none); every other joiner
+    /// must prove the same, so nobody without it can take a rank.
+    secret: Option<[u8; 32]>,
     members: BTreeMap<usize, Member>,
     spec: Option<JobSpec>,
+}
+
+/// A rendezvous secret as the switch keeps it: keyed by the deployment secret.
+fn secret_digest(s: &Shared, job_secret: &str) -> [u8; 32] {
+    s.secret.role_key_for_label(&format!("rendezvous {job_secret}"))
 }
 
 #[derive(Default)]
@@ -247,6 +255,7 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
     let world: usize = field(msg, "world")?;
     let asked: Value = field(msg, "config")?;
     let udp: SocketAddr = field(msg, "udp")?;
+    let secret = msg.get("job_secret").and_then(Value::as_str).map(|j| secret_digest(s, j));
     let scheme = inalab_scheme::scheme_of(&asked).map_err(|e| NetError::Config(format!("field `config.scheme`: {}", e.message)))?;
     let config = scheme.apply(&asked, &s.opts.overrides()).map_err(|e| {
         let field = if e.field.is_empty() { "config".to_string() } else { format!("config.{}", e.field) };
@@ -261,7 +270,15 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
     }
     let mut guard = s.cp.lock().expect("control lock");
     let cp = &mut *guard;
-    let st = cp.jobs.entry(job).or_insert_with(|| JobState { config: config.clone(), world, members: BTreeMap::new(), spec: None });
+    let st = cp.jobs.entry(job).or_insert_with(|| JobState { config: config.clone(), world, secret, members: BTreeMap::new(), spec: None });
+    let same = match (&st.secret, &secret) {
+        (None, None) => true,
+        (Some(a), Some(b)) => crate::auth::proofs_match(&crate::auth::key_to_hex(a), &crate::auth::key_to_hex(b)),
+        _ => false,
+    };
+    if !same {
+        return Err(NetError::Auth(format!("job {job}: the rendezvous secret differs from the first joiner's (field `job_secret`)")));
+    }
     if st.spec.is_some() {
         return Err(NetError::Config(format!("job {job} is already running; pick another job id")));
     }
