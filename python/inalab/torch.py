@@ -15,7 +15,9 @@ Backend (every SUM/AVG allreduce through INA, other collectives delegated to glo
 
 Environment (all optional): ``INALAB_SWITCH`` the switch's control address (default
 127.0.0.1:9100), ``INALAB_SCHEME`` "switchml" or "atp" (default switchml), ``INALAB_JOB`` the
-job id (default: a random id rank 0 draws and shares through the process group's store).
+job id (default: a random id rank 0 draws and shares through the process group's store),
+``INALAB_JOB_SECRET`` the job's rendezvous secret (default: one rank 0 draws and shares the same
+way, so only the job's own processes can take its ranks).
 
 The futures the hook and the backend return are resolved on the client's completion thread,
 a Rust thread that takes the GIL only to copy the sum into the gradient bucket; waiting for
@@ -26,6 +28,7 @@ from __future__ import annotations
 import atexit
 import os
 import random
+import secrets
 from datetime import timedelta
 from typing import Optional
 
@@ -56,6 +59,18 @@ def _job_id(store: Optional[dist.Store], rank: int, key: str) -> int:
     return int(store.get(key))
 
 
+def _job_secret(store: Optional[dist.Store], rank: int, key: str) -> Optional[str]:
+    """The job's rendezvous secret: ``INALAB_JOB_SECRET``, else drawn by rank 0 and shared
+    through torch's store (so only this job's processes can take its ranks), else none."""
+    if "INALAB_JOB_SECRET" in os.environ:
+        return os.environ["INALAB_JOB_SECRET"]
+    if store is None:
+        return None
+    if rank == 0:
+        store.set(key, secrets.token_hex(16))
+    return store.get(key).decode()
+
+
 def connect(
     switch: Optional[str] = None,
     scheme: Optional[str] = None,
@@ -76,6 +91,7 @@ def connect(
     if job is None:
         job = _job_id(store, rank, "inalab/hook_job")
     client = Client(
+        job_secret=_job_secret(store, rank, f"inalab/job_secret/{job}"),
         switch=switch or os.environ.get("INALAB_SWITCH", DEFAULT_SWITCH),
         job=job,
         rank=rank,
@@ -161,7 +177,7 @@ class InalabBackend(_CBackend):
         super().__init__(rank, size)
         self.gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
         job = _job_id(store, rank, "inalab/backend_job")
-        self.client = connect(job=job, rank=rank, world=size)
+        self.client = connect(job=job, rank=rank, world=size, store=store)
 
     def getBackendName(self) -> str:
         return BACKEND_NAME
