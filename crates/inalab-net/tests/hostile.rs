@@ -240,3 +240,57 @@ fn forged_contributions_for_a_live_job_are_dropped() {
     let st = sw.stats();
     assert!(st["forged"]["bad_tag"].as_u64().unwrap() > 100, "forged frames counted: {st}");
 }
+
+/// Finding 6: a worker sent result-flagged packets of its own job, addressed to any node, and
+/// the switch relayed them. The switch now sends a job's packets only to that job's workers and
+/// PS (or to other switches): the tenant's relayed frames are counted and dropped, and the
+/// victim's host never sees them.
+#[test]
+fn a_tenant_cannot_relay_through_the_switch() {
+    let sw = SwitchHandle::start(SwitchOptions { udp: any_port(), control: any_port(), ..SwitchOptions::new(&["switchml"]) }).unwrap();
+    let secret = control::Secret::load().unwrap();
+    let connect = |job: u32, rank: usize, world: usize| {
+        let opts = ClientOptions { switch: sw.control_addr, job, rank, world, config: json!({"scheme": "switchml"}), join_timeout: Duration::from_secs(20), secret: None, job_secret: None };
+        std::thread::spawn(move || Client::connect(opts).unwrap())
+    };
+    let victims: Vec<_> = [connect(1, 0, 2), connect(1, 1, 2)].into_iter().map(|h| h.join().unwrap()).collect();
+    // The tenant: the only worker of job 2, holding job 2's key.
+    let tenant = UdpSocket::bind(any_port()).unwrap();
+    let mut ctl = TcpStream::connect(sw.control_addr).unwrap();
+    let mut replies = BufReader::new(ctl.try_clone().unwrap());
+    control::authenticate(&mut ctl, &mut replies, &secret.credential(control::AuthRole::Worker)).unwrap();
+    let join = json!({"op": "join", "job": 2, "rank": 0, "world": 1, "config": {"scheme": "switchml"}, "udp": tenant.local_addr().unwrap()});
+    control::send_line(&mut ctl, &join).unwrap();
+    let reply = control::read_line(&mut replies).unwrap().unwrap();
+    let spec: control::JobSpec = serde_json::from_value(reply["spec"].clone()).unwrap();
+    let (node, mac) = (reply["node"].as_u64().unwrap() as u32, spec.frame_mac().unwrap());
+    const SENT: u64 = 200;
+    for i in 0..SENT {
+        let h = SwitchMlHeader { job: 2, slot: 0, chunk: i as u32, wid: 0, ver: 0, flags: SwitchMlHeader::FLAG_RESULT, exp: 0 };
+        let mut p = Packet::new(node, 1, victims[(i % 2) as usize].node, 1, 0, Header::SwitchMl(h));
+        p.payload = Some(Box::new(Payload::I32(vec![7; 32])));
+        let mut b = vec![];
+        frame::encode(&p, &mut b);
+        mac.seal(&mut b, 0);
+        tenant.send_to(&b, sw.udp_addr).unwrap();
+    }
+    // Job 1 still works, and its hosts never saw a frame of job 2.
+    let v: Vec<f32> = (0..1000).map(|i| i as f32).collect();
+    std::thread::scope(|s| {
+        let runs: Vec<_> = victims.iter().map(|c| s.spawn(|| c.allreduce(v.clone()).unwrap())).collect();
+        for r in runs {
+            let out = r.join().unwrap();
+            assert!(out.iter().enumerate().all(|(i, &x)| x == 2.0 * i as f32), "job 1's sum");
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while sw.stats()["outside_job"].as_u64() < Some(SENT) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let st = sw.stats();
+    assert_eq!(st["outside_job"].as_u64(), Some(SENT), "{st}");
+    for c in &victims {
+        let io = &c.stats()["io"];
+        assert_eq!((io["forged"].as_u64(), io["foreign"].as_u64()), (Some(0), Some(0)), "{io}");
+    }
+}

@@ -147,8 +147,17 @@ struct Port {
     node: NodeId,
     kind: PortKind,
     live: bool,
-    /// Jobs a worker port is admitted to.
+    /// Jobs a worker port is admitted to, or a PS port serves.
     jobs: Vec<u32>,
+}
+
+impl Port {
+    /// Whether a packet of `job` may leave on this port: a worker or PS receives only its own
+    /// jobs' packets (else a tenant could relay frames through the switch to any host); a
+    /// neighbouring switch may carry any job.
+    fn carries(&self, job: u32) -> bool {
+        self.kind == PortKind::Switch || self.jobs.contains(&job)
+    }
 }
 
 /// Driver counters (the program keeps its own).
@@ -169,6 +178,8 @@ struct Counters {
     forged: BTreeMap<&'static str, u64>,
     /// Packets the program sent for a job whose key is gone (released meanwhile).
     unsealed: u64,
+    /// Packets the program sent to a worker or PS port outside the packet's job (dropped).
+    outside_job: u64,
     program_drops: BTreeMap<&'static str, u64>,
     /// The last decode error, for the operator.
     last_malformed: Option<String>,
@@ -383,11 +394,12 @@ impl DataPlane {
     }
 
     fn egress(&mut self, port: PortId, pkt: &Packet) {
-        let Some(mac) = pkt.header.job().and_then(|j| self.keys.get(&j)) else {
+        let Some((job, mac)) = pkt.header.job().and_then(|j| Some((j, self.keys.get(&j)?))) else {
             self.c.unsealed += 1;
             return;
         };
         match self.ports.get(port as usize) {
+            Some(p) if p.live && !p.carries(job) => self.c.outside_job += 1,
             Some(p) if p.live => {
                 self.c.forwarded += 1;
                 self.tx.push(p.addr, |b| {
@@ -403,7 +415,7 @@ impl DataPlane {
     /// One packet to several ports: encoded and tagged once (the bytes are the same for every
     /// port), then copied.
     fn egress_many(&mut self, ports: &[PortId], pkt: &Packet) {
-        let Some(mac) = pkt.header.job().and_then(|j| self.keys.get(&j)) else {
+        let Some((job, mac)) = pkt.header.job().and_then(|j| Some((j, self.keys.get(&j)?))) else {
             self.c.unsealed += ports.len() as u64;
             return;
         };
@@ -413,6 +425,7 @@ impl DataPlane {
         mac.seal(&mut bytes, 0);
         for &port in ports {
             match self.ports.get(port as usize) {
+                Some(p) if p.live && !p.carries(job) => self.c.outside_job += 1,
                 Some(p) if p.live => {
                     self.c.forwarded += 1;
                     self.tx.push(p.addr, |b| b.extend_from_slice(&bytes));
@@ -434,7 +447,7 @@ impl DataPlane {
             "received": c.received, "forwarded": c.forwarded, "malformed": c.malformed,
             "unknown_source": c.unknown_source, "spoofed": c.spoofed, "unadmitted": c.unadmitted,
             "no_route": c.no_route, "dead_port": c.dead_port, "injected_drops": c.injected_drops, "ecn_marked": c.ecn_marked,
-            "forged": c.forged, "unsealed": c.unsealed,
+            "forged": c.forged, "unsealed": c.unsealed, "outside_job": c.outside_job,
             "program_drops": c.program_drops, "last_malformed": c.last_malformed,
             "program": program,
             "io": {"datagrams_sent": io.datagrams_sent, "datagrams_received": io.datagrams_received,
