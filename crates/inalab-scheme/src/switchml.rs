@@ -8,7 +8,7 @@ use crate::plan::{parse_config, JobSpec, NetView, Param, Plan, PlanError, Planne
 use inalab_core::time::MS;
 use inalab_core::{Admission, Endpoint, NodeId, PortId, SwitchProgram};
 use inalab_host::{Quantized, SwitchMlConfig, SwitchMlWorker};
-use inalab_switch::{SwitchMlJob, SwitchMlSwitch, SLOT_BYTES};
+use inalab_switch::{slot_units, SwitchMlJob, SwitchMlSwitch, SLOT_BYTES};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -94,8 +94,10 @@ impl Scheme for SwitchMl {
             return Err(PlanError::new("workers", format!("SwitchML needs the workers' switch {} to be programmable", net.name(tor))));
         }
         let mut ina = c.ina;
+        // Values per packet; a packet wider than the hardware's takes several slots.
+        let width = ina.packet_bytes.saturating_sub(ina.header_bytes) / 4;
         if ina.pool_slots == 0 {
-            let slots = net.memory_bytes(tor) / SLOT_BYTES;
+            let slots = net.memory_bytes(tor) / SLOT_BYTES / slot_units(width) as u64;
             let (_, of) = net.share(job.id, &share_key(tor));
             ina.pool_slots = (slots / of.max(1) as u64).min(u32::MAX as u64) as u32;
         }
@@ -118,7 +120,7 @@ impl Scheme for SwitchMl {
             plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config });
             admitted.push((local, net.port_toward(tor, h).unwrap_or(PortId::MAX)));
         }
-        let state = Admission::new(SwitchMlJob { workers: admitted, pool_slots: ina.pool_slots });
+        let state = Admission::new(SwitchMlJob { workers: admitted, pool_slots: ina.pool_slots, values_per_packet: width });
         plan.admissions.push(SwitchAdmission { switch: tor, program: PROGRAM, state, field: "ina.pool_slots" });
         Ok(plan)
     }

@@ -52,6 +52,19 @@ fn sums_exactly_with_and_without_loss() {
     }
 }
 
+/// A packet wider than the hardware's (here 256 values, as `inalab emulate`'s scenarios use for
+/// a software switch) sums exactly in payload mode. It did not: the switch program held 32
+/// values per slot whatever the job's packet size, and rejected every wider packet.
+#[test]
+fn wide_packets_sum_exactly() {
+    let mut j = switchml_job(0, hosts(0..4), 4 * 3000, 4);
+    j["ina"]["packet_bytes"] = json!(95 + 4 * 256);
+    j["ina"]["header_bytes"] = json!(95);
+    let r = run(star(4, US), vec![j], 64, 0.0);
+    assert_exact(&r);
+    assert_eq!(r.switches[0].counters["completed"], (3000u64.div_ceil(256) + 1) * 3, "one completion per 256-value chunk");
+}
+
 #[test]
 fn jobs_share_a_switch_in_static_partitions() {
     // pool_slots 0: each job gets half of the switch's 64 slots.

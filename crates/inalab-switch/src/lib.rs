@@ -16,4 +16,4 @@ mod switchml;
 pub use atp::{atp_admissions, AtpSwitch, AtpSwitchConfig, AtpSwitchJob, AGGREGATOR_BYTES, AGGREGATOR_VALUES};
 pub use inalab_core::L3Forward;
 pub use pool::Pool;
-pub use switchml::{SwitchMlAdmitError, SwitchMlCounters, SwitchMlJob, SwitchMlSwitch, SLOT_BYTES, VALUES_PER_SLOT};
+pub use switchml::{slot_units, SwitchMlAdmitError, SwitchMlCounters, SwitchMlJob, SwitchMlSwitch, SLOT_BYTES, VALUES_PER_SLOT};

@@ -42,8 +42,12 @@
 //!   partial copy is aggregating, or is not newer than the copy's last round, is dropped as
 //!   stale instead of corrupting the sum (the paper assumes no packet outlives a round), and
 //!   a retransmission is answered only if it names the completed copy's chunk.
-//! - A packet must come from the host its `wid` names and carry at most
-//!   [`VALUES_PER_SLOT`] i32 values; otherwise it is dropped and counted in `rejected`.
+//! - A packet must come from the host its `wid` names and carry at most its job's
+//!   `values_per_packet` i32 values; otherwise it is dropped and counted in `rejected`.
+//! - A job whose packets carry more than [`VALUES_PER_SLOT`] values (a configuration wider
+//!   than the Tofino's 180 B packet, e.g. for a software switch) is charged
+//!   `ceil(values / 32)` slots per pool slot, as if its packets spanned that many register
+//!   arrays.
 //! - Jobs of more than 32 workers are accepted and still charged one slot per pool slot (the
 //!   seen bitmap would need `ceil(n / 32)` registers on hardware).
 //! - The result packet has the size of the round's first contribution; its `wid` field is
@@ -69,6 +73,13 @@ pub struct SwitchMlJob {
     pub workers: Vec<(Endpoint, PortId)>,
     /// Slots of the job's pool (the workers must use the same pool size).
     pub pool_slots: u32,
+    /// Values a worker packet carries at most ([`VALUES_PER_SLOT`] for the hardware's packet).
+    pub values_per_packet: u32,
+}
+
+/// Hardware slots one pool slot of `values_per_packet` values takes.
+pub fn slot_units(values_per_packet: u32) -> u32 {
+    values_per_packet.div_ceil(VALUES_PER_SLOT as u32).max(1)
 }
 
 /// Why `admit_job` refused a job.
@@ -86,6 +97,8 @@ pub enum SwitchMlAdmitError {
         endpoint: Endpoint,
     },
     EmptyPool,
+    /// A packet would carry no value.
+    NoValues,
     /// The pool does not fit in the slots left.
     OutOfSlots {
         requested: u32,
@@ -102,6 +115,7 @@ impl fmt::Display for SwitchMlAdmitError {
             SwitchMlAdmitError::TooManyWorkers { workers } => write!(f, "{workers} workers exceed SwitchML's 65536"),
             SwitchMlAdmitError::DuplicateWorker { endpoint } => write!(f, "worker {endpoint:?} listed twice"),
             SwitchMlAdmitError::EmptyPool => write!(f, "a SwitchML pool needs at least one slot"),
+            SwitchMlAdmitError::NoValues => write!(f, "a SwitchML packet must carry at least one value"),
             SwitchMlAdmitError::OutOfSlots { requested, free, total } => write!(
                 f,
                 "a pool of {requested} slots does not fit: {free} of the switch's {total} slots ({SLOT_BYTES} B each) are free"
@@ -115,9 +129,9 @@ impl std::error::Error for SwitchMlAdmitError {}
 /// One shadow copy of one slot.
 #[derive(Debug, Clone)]
 struct SlotCopy {
-    values: [i32; VALUES_PER_SLOT],
-    /// Values of the current round (from its first contribution).
-    len: u8,
+    /// Values of the current round (from its first contribution); the values themselves are in
+    /// the job's `values`.
+    len: u32,
     /// Whether the round carries values (payload mode) or only sizes (metadata mode).
     payload: bool,
     /// Contributions of the current round.
@@ -134,7 +148,6 @@ struct SlotCopy {
 impl Default for SlotCopy {
     fn default() -> Self {
         SlotCopy {
-            values: [0; VALUES_PER_SLOT],
             len: 0,
             payload: false,
             count: 0,
@@ -150,6 +163,11 @@ impl Default for SlotCopy {
 struct Job {
     workers: Vec<(Endpoint, PortId)>,
     pool: u32,
+    /// Hardware slots the pool takes (`pool x slot_units(width)`).
+    units: u32,
+    /// Values per packet: copy `c`'s values are `values[c * width..][..width]`.
+    width: usize,
+    values: Vec<i32>,
     /// `copies[2 * slot + ver]`.
     copies: Vec<SlotCopy>,
     /// Seen bits: `seen[(2 * slot + ver) * words + wid / 64]`.
@@ -244,21 +262,29 @@ impl SwitchMlSwitch {
         if cfg.pool_slots == 0 {
             return Err(SwitchMlAdmitError::EmptyPool);
         }
-        if cfg.pool_slots > self.free_slots() {
+        if cfg.values_per_packet == 0 {
+            return Err(SwitchMlAdmitError::NoValues);
+        }
+        let units = cfg.pool_slots.saturating_mul(slot_units(cfg.values_per_packet));
+        if units > self.free_slots() {
             return Err(SwitchMlAdmitError::OutOfSlots {
-                requested: cfg.pool_slots,
+                requested: units,
                 free: self.free_slots(),
                 total: self.total_slots,
             });
         }
         let words = n.div_ceil(64);
         let copies = 2 * cfg.pool_slots as usize;
-        self.used_slots += cfg.pool_slots;
+        let width = cfg.values_per_packet as usize;
+        self.used_slots += units;
         self.jobs.insert(
             job,
             Job {
                 workers: cfg.workers,
                 pool: cfg.pool_slots,
+                units,
+                width,
+                values: vec![0; copies * width],
                 copies: vec![SlotCopy::default(); copies],
                 seen: vec![0; copies * words],
                 words,
@@ -271,7 +297,7 @@ impl SwitchMlSwitch {
     /// lost). Returns whether the job was admitted.
     pub fn release_job(&mut self, job: u32) -> bool {
         let Some(j) = self.jobs.remove(&job) else { return false };
-        self.used_slots -= j.pool;
+        self.used_slots -= j.units;
         self.partial -= j.copies.iter().filter(|c| c.count > 0 && !c.complete).count() as u32;
         true
     }
@@ -280,7 +306,8 @@ impl SwitchMlSwitch {
     /// `src` is the switch's endpoint (node, SwitchML port); `h` the worker packet's header.
     fn result(src: Endpoint, now: Time, h: &SwitchMlHeader, job: &Job, wid: u16) -> (PortId, Packet) {
         let (job_id, slot, ver) = (h.job, h.slot, h.ver);
-        let copy = &job.copies[2 * slot as usize + ver as usize];
+        let ci = 2 * slot as usize + ver as usize;
+        let copy = &job.copies[ci];
         let (ep, port) = job.workers[wid as usize];
         let h = SwitchMlHeader {
             job: job_id,
@@ -294,7 +321,7 @@ impl SwitchMlSwitch {
         let mut pkt = Packet::new(src.host, src.port, ep.host, ep.port, copy.size, Header::SwitchMl(h));
         pkt.created = now;
         if copy.payload {
-            pkt.payload = Some(Box::new(Payload::I32(copy.values[..copy.len as usize].to_vec())));
+            pkt.payload = Some(Box::new(Payload::I32(job.values[ci * job.width..][..copy.len as usize].to_vec())));
         }
         (port, pkt)
     }
@@ -324,7 +351,7 @@ impl SwitchProgram for SwitchMlSwitch {
         let n = job.workers.len() as u32;
         let values = match pkt.payload.as_deref() {
             None => None,
-            Some(Payload::I32(v)) if v.len() <= VALUES_PER_SLOT => Some(v.as_slice()),
+            Some(Payload::I32(v)) if v.len() <= job.width => Some(v.as_slice()),
             Some(_) => {
                 self.c.rejected += 1;
                 return out.push(SwitchAction::Drop { pkt, reason: "switchml: bad payload" });
@@ -338,6 +365,7 @@ impl SwitchProgram for SwitchMlSwitch {
         let (w, bit) = job.seen_idx(h.slot, h.ver, h.wid);
         let (ow, obit) = job.seen_idx(h.slot, 1 - h.ver, h.wid);
         let copy = &mut job.copies[ci];
+        let stored = &mut job.values[ci * job.width..][..job.width];
         if job.seen[w] & bit != 0 {
             // A retransmission: answer it if its copy holds the result.
             if copy.complete && copy.chunk == h.chunk {
@@ -366,8 +394,8 @@ impl SwitchProgram for SwitchMlSwitch {
             *copy =
                 SlotCopy { used: true, chunk: h.chunk, exp: h.exp, size: pkt.size, count: 1, ..SlotCopy::default() };
             if let Some(v) = values {
-                copy.values[..v.len()].copy_from_slice(v);
-                copy.len = v.len() as u8;
+                stored[..v.len()].copy_from_slice(v);
+                copy.len = v.len() as u32;
                 copy.payload = true;
             }
             self.partial += 1;
@@ -376,7 +404,7 @@ impl SwitchProgram for SwitchMlSwitch {
             copy.exp = copy.exp.max(h.exp);
             if let Some(v) = values {
                 if copy.payload {
-                    for (a, b) in copy.values.iter_mut().zip(v) {
+                    for (a, b) in stored.iter_mut().zip(v) {
                         let (s, o) = a.overflowing_add(*b);
                         *a = if o {
                             self.c.overflows += 1;
@@ -385,7 +413,7 @@ impl SwitchProgram for SwitchMlSwitch {
                             s
                         };
                     }
-                    copy.len = copy.len.max(v.len() as u8);
+                    copy.len = copy.len.max(v.len() as u32);
                 }
             }
         }
@@ -455,6 +483,7 @@ mod tests {
         SwitchMlJob {
             workers: (0..n).map(|w| (Endpoint { host: w as u32, port: 7 + w }, w)).collect(),
             pool_slots: pool,
+            values_per_packet: VALUES_PER_SLOT as u32,
         }
     }
 
@@ -657,5 +686,23 @@ mod tests {
             names,
             ["aggregated", "completed", "retransmissions_answered", "dropped_stale", "overflows", "rejected"]
         );
+    }
+
+    /// A job configured with packets wider than the hardware's (a software switch) sums them
+    /// whole, is charged `ceil(width / 32)` slots per pool slot, and still rejects a packet
+    /// wider than its own.
+    #[test]
+    fn wide_packets_take_several_slots_and_sum_whole() {
+        let mut sw = SwitchMlSwitch::with_slots(100);
+        let wide = SwitchMlJob { values_per_packet: 256, ..job(2, 10) };
+        assert_eq!(sw.admit_job(1, wide.clone()), Ok(()));
+        assert_eq!(sw.free_slots(), 20, "10 pool slots x 8 units");
+        assert!(matches!(sw.admit_job(2, SwitchMlJob { pool_slots: 3, ..wide }), Err(SwitchMlAdmitError::OutOfSlots { requested: 24, free: 20, .. })));
+        run(&mut sw, pkt(1, 0, 4, 0, 4, (0..256).collect()));
+        let out = run(&mut sw, pkt(1, 1, 4, 0, 4, vec![1; 256]));
+        assert_eq!(values(&results(&out)[0].1), (1..257).collect::<Vec<i32>>());
+        assert!(dropped(&run(&mut sw, pkt(1, 0, 5, 0, 5, vec![1; 257])), "bad payload"));
+        assert!(sw.release_job(1));
+        assert_eq!(sw.free_slots(), 100);
     }
 }

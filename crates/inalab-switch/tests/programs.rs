@@ -19,7 +19,7 @@ fn atp_job() -> Admission {
 
 fn switchml_job() -> Admission {
     let ep = |h| Endpoint { host: h, port: 5 };
-    Admission::new(SwitchMlJob { workers: vec![(ep(2), 2), (ep(3), 3)], pool_slots: 4 })
+    Admission::new(SwitchMlJob { workers: vec![(ep(2), 2), (ep(3), 3)], pool_slots: 4, values_per_packet: 32 })
 }
 
 fn atp_gradient(job: u32, from: NodeId) -> Packet {

@@ -62,7 +62,7 @@ fn build(jobs: &[JobSetup], slots: u32, timeout_ps: Time) -> Fabric {
     let mut program = SwitchMlSwitch::with_slots(slots);
     for j in jobs {
         let workers = j.hosts.iter().map(|&h| (worker(h), h as PortId)).collect();
-        program.admit_job(j.job, SwitchMlJob { workers, pool_slots: j.pool }).expect("admitted");
+        program.admit_job(j.job, SwitchMlJob { workers, pool_slots: j.pool, values_per_packet: 32 }).expect("admitted");
     }
     let mut f = Fabric::star(jobs.iter().map(|j| j.hosts.len()).sum(), LINK);
     let sw = switch(&f);
