@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "simulate", "analyze", "load_scenario", "Scenario", "Result", "ConfigError", "__version__",
-    "Switch", "ParameterServer", "Client", "quantization_bound",
+    "Switch", "ParameterServer", "Client", "quantization_bound", "emulate", "compare",
 ]
 
 try:
@@ -40,6 +40,14 @@ def __getattr__(name: str):
         from . import config
 
         return getattr(config, name)
+    if name == "emulate":
+        from .emulation import emulate
+
+        return emulate
+    if name == "compare":
+        from .compare import compare
+
+        return compare
     if name in ("Switch", "ParameterServer", "Client", "quantization_bound"):
         from . import runtime
 

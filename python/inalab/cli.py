@@ -48,10 +48,14 @@ def _report(result: Result, as_json: bool, out: Optional[Path]) -> None:
         print(json.dumps(result.summary()), flush=True)
         return
     s = result.summary()
-    out_console.print(
-        f"[bold]{s['scenario']}[/]: simulated {s['sim_time_s']:.6g} s ({s['stopped_by']}) "
-        f"in {s['wall_s']:.2f} s wall, {s['events']:,} events, seed {s['seed']}"
-    )
+    if "emulation" in result.raw:
+        out_console.print(f"[bold]{s['scenario']}[/]: emulated {s['sim_time_s']:.6g} s ({s['stopped_by']}) "
+                          f"in {s['wall_s']:.2f} s wall, seed {s['seed']}")
+    else:
+        out_console.print(
+            f"[bold]{s['scenario']}[/]: simulated {s['sim_time_s']:.6g} s ({s['stopped_by']}) "
+            f"in {s['wall_s']:.2f} s wall, {s['events']:,} events, seed {s['seed']}"
+        )
     if s["jobs"]:
         table = Table("job", "scheme", "workers", "iters", "JCT ms", "iter ms", "Gbps", "done")
         for j in s["jobs"]:
@@ -74,6 +78,64 @@ def simulate(
 ) -> None:
     """Simulate SCENARIO and print its jobs' completion times."""
     _report(_run(scenario, seed, as_json), as_json, out)
+
+
+@app.command()
+def emulate(
+    scenario: Annotated[str, typer.Argument(help="A scenario TOML file, or the name of a shipped scenario.")],
+    as_json: JsonOpt = False,
+    out: OutOpt = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Override the scenario's seed.")] = None,
+    logs: Annotated[Optional[Path], typer.Option("--logs", help="Keep every process's output here (default: deleted).")] = None,
+) -> None:
+    """Run SCENARIO's jobs for real: a software switch per switch, real workers and PS, in network
+    namespaces with the scenario's link rates (needs root; docs/emulation.md)."""
+    from .emulation import EmulationError
+    from .emulation import emulate as run_emulation
+
+    try:
+        result = run_emulation(scenario, seed=seed, progress=True, keep_logs=logs)
+    except ConfigError as e:
+        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_CONFIG) from None
+    except EmulationError as e:
+        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    _report(result, as_json, out)
+    if not as_json:
+        em = result.raw["emulation"]
+        err_console.print(f"links shaped by {em['shaping']}" + ("" if em["link_delay_emulated"] else " (link delay not emulated: no netem)"),
+                          highlight=False)
+
+
+@app.command()
+def compare(
+    a: Annotated[Path, typer.Argument(help="A result directory or result.json (e.g. simulated).")],
+    b: Annotated[Path, typer.Argument(help="Another one (e.g. emulated).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the tables as JSON on stdout.")] = False,
+) -> None:
+    """Put two results side by side, job by job and link by link, with the relative difference (B - A) / A."""
+    from .compare import compare as side_by_side
+
+    try:
+        tables = side_by_side(a, b)
+    except (FileNotFoundError, json.JSONDecodeError, KeyError) as e:
+        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_CONFIG) from None
+    if as_json:
+        print(json.dumps({k: json.loads(v.to_json(orient="records")) for k, v in tables.items()}))
+        return
+    jobs = tables["jobs"]
+    table = Table("job", "JCT ms (A)", "JCT ms (B)", "B vs A")
+    for _, r in jobs.iterrows():
+        table.add_row(str(r["name"]), f"{r['jct_s_a'] * 1e3:.3f}", f"{r['jct_s_b'] * 1e3:.3f}", f"{r['jct_s_rel']:+.1%}")
+    out_console.print(table)
+    links = tables["links"]
+    if not links.empty:
+        lt = Table("link", "bytes (A)", "bytes (B)", "B vs A")
+        for _, r in links.iterrows():
+            lt.add_row(f"{r['src']}->{r['dst']}", f"{r['tx_bytes_a']:,.0f}", f"{r['tx_bytes_b']:,.0f}", f"{r['tx_bytes_rel']:+.1%}")
+        out_console.print(lt)
 
 
 @app.command()

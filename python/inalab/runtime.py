@@ -140,7 +140,9 @@ class Client:
     takes the scheme's defaults, and for the loss-recovery timeout and the switch pool the
     switch's (``timeout_us``, ``pool_slots``). ``job_secret`` (default: ``INALAB_JOB_SECRET``,
     else none) binds the job's rendezvous: every worker of the job gives the same string, and a
-    joiner without it cannot take a rank."""
+    joiner without it cannot take a rank. ``link_rate`` (bits per second, default none) makes the
+    client send no faster than a link of that rate, as a NIC does (``inalab emulate`` sets it to
+    the scenario's host link)."""
 
     def __init__(
         self,
@@ -152,14 +154,18 @@ class Client:
         join_timeout_s: float = 60.0,
         config: Optional[dict] = None,
         job_secret: Optional[str] = None,
+        link_rate: Optional[int] = None,
     ):
         _check_choice("scheme", scheme, schemes.with_program())
+        if link_rate is not None and link_rate <= 0:
+            raise ValueError(f"link_rate: must be a positive number of bits per second, got {link_rate}")
         if world < 1 or not 0 <= rank < world:
             raise ValueError(f"rank: {rank} is not in 0..{world} (world)")
         if not 0 <= job < 2**32:
             raise ValueError(f"job: {job} is not in 0..2^32")
         self.scheme, self.job, self.rank, self.world = scheme, job, rank, world
-        self._c = _core.Client(switch, job, rank, world, json.dumps({**(config or {}), "scheme": scheme}), join_timeout_s, job_secret)
+        self._c = _core.Client(switch, job, rank, world, json.dumps({**(config or {}), "scheme": scheme}), join_timeout_s, job_secret,
+                                 None if link_rate is None else int(link_rate))
 
     def allreduce(self, array: Any, timeout_s: float = 30.0) -> np.ndarray:
         """Element-wise sum of ``array`` over the job's workers, as a new float32 array of the

@@ -57,6 +57,9 @@ pub struct ClientOptions {
     /// without it cannot take a rank. `None`: `INALAB_JOB_SECRET` if set, else none (then
     /// any worker of the deployment may take a free rank).
     pub job_secret: Option<String>,
+    /// The rate of this worker's link, bits per second: frames leave no faster (a NIC's
+    /// pace, [`crate::pace`]). `None` (default): as fast as the socket takes them.
+    pub link_rate_bps: Option<u64>,
 }
 
 /// How long a blocking [`Client::allreduce`] waits for its sum by default: 30 s.
@@ -142,6 +145,9 @@ impl Client {
         let gateway: SocketAddr = field(&reply, "switch_udp")?;
         let mut io = HostIo::new(udp, gateway);
         io.add_job(spec.job, spec.frame_mac()?);
+        if let Some(rate) = opts.link_rate_bps {
+            io.pace(rate);
+        }
         conn.set_read_timeout(None)?;
         conn.set_nonblocking(true)?;
         let inner = Arc::new(Inner {
@@ -303,7 +309,10 @@ fn io_loop(inner: &Inner, done_tx: mpsc::Sender<(Completion, Result<Vec<f32>, Ne
             }
             return;
         }
-        let next = inner.st.lock().expect("client lock").proto.as_ref().poll_timeout();
+        let next = {
+            let st = inner.st.lock().expect("client lock");
+            [st.proto.as_ref().poll_timeout(), st.io.wake_at()].into_iter().flatten().min()
+        };
         let timeout = next.map_or(Duration::from_millis(50), |at| inner.clock.until(at).min(Duration::from_millis(50)));
         let ready = wait(&[(udp_fd, libc::POLLIN), (inner.waker.fd(), libc::POLLIN), (ctl_fd, libc::POLLIN)], Some(timeout))
             .unwrap_or_else(|_| vec![false; 3]);

@@ -3,7 +3,8 @@
 //! counted as `foreign` and dropped, undecodable ones as `malformed`, ones without a valid tag
 //! of one of the host's jobs as `forged` ([`crate::auth`]). Outgoing frames are tagged.
 
-use crate::auth::{self, FrameMac};
+use crate::auth::{self, FrameMac, TAG_BYTES};
+use crate::pace::Pacer;
 use crate::udp::{TxBatch, Udp};
 use inalab_core::{frame, HostProtocol, Packet, Time};
 use serde_json::{json, Value};
@@ -21,11 +22,37 @@ pub struct HostIo {
     forged: u64,
     unsealed: u64,
     last_malformed: Option<String>,
+    /// Sends at the host link's rate (`None`: as fast as the socket takes them).
+    pacer: Option<Pacer>,
+    /// The pacer held back a frame the protocol may have had.
+    throttled: bool,
 }
 
 impl HostIo {
     pub fn new(udp: Udp, gateway: SocketAddr) -> HostIo {
-        HostIo { udp, gateway, tx: TxBatch::default(), keys: HashMap::new(), malformed: 0, foreign: 0, forged: 0, unsealed: 0, last_malformed: None }
+        HostIo {
+            udp,
+            gateway,
+            tx: TxBatch::default(),
+            keys: HashMap::new(),
+            malformed: 0,
+            foreign: 0,
+            forged: 0,
+            unsealed: 0,
+            last_malformed: None,
+            pacer: None,
+            throttled: false,
+        }
+    }
+
+    /// Sends no faster than a link of `rate_bps` carries (see [`crate::pace`]).
+    pub fn pace(&mut self, rate_bps: u64) {
+        self.pacer = Some(Pacer::new(rate_bps));
+    }
+
+    /// When to call [`HostIo::transmit`] again because the pacer held a frame back.
+    pub fn wake_at(&self) -> Option<Time> {
+        self.pacer.filter(|_| self.throttled).map(|p| p.next_ready())
     }
 
     /// From now on, frames of `job` are accepted and sent with `mac`'s tags.
@@ -77,7 +104,13 @@ impl HostIo {
     /// send batch. Returns how many.
     pub fn transmit(&mut self, now: Time, proto: &mut dyn HostProtocol) -> usize {
         let mut n = 0;
-        while let Some(p) = proto.poll_transmit(now) {
+        self.throttled = false;
+        loop {
+            if self.pacer.is_some_and(|p| !p.ready(now)) {
+                self.throttled = true;
+                break;
+            }
+            let Some(p) = proto.poll_transmit(now) else { break };
             let Some(mac) = p.header.job().and_then(|j| self.keys.get(&j)) else {
                 self.unsealed += 1;
                 continue;
@@ -87,6 +120,9 @@ impl HostIo {
                 frame::encode(&p, b);
                 mac.seal(b, start);
             });
+            if let Some(pacer) = &mut self.pacer {
+                pacer.charge(now, frame::encoded_len(&p) + TAG_BYTES);
+            }
             n += 1;
         }
         n

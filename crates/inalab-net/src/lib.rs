@@ -18,6 +18,7 @@ pub mod udp;
 pub mod control;
 pub mod switch;
 pub mod host;
+pub mod pace;
 pub mod ps;
 pub mod client;
 mod service;

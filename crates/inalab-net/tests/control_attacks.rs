@@ -26,7 +26,7 @@ fn ps(sw: &SwitchHandle, node: u32) -> Result<PsHandle, NetError> {
 }
 
 fn client(sw: &SwitchHandle, scheme: &str, job: u32, rank: usize, world: usize) -> Client {
-    let opts = ClientOptions { switch: sw.control_addr, job, rank, world, config: json!({"scheme": scheme}), join_timeout: Duration::from_secs(20), secret: None, job_secret: None };
+    let opts = ClientOptions { switch: sw.control_addr, job, rank, world, config: json!({"scheme": scheme}), join_timeout: Duration::from_secs(20), secret: None, job_secret: None, link_rate_bps: None };
     Client::connect(opts).unwrap()
 }
 
@@ -34,7 +34,7 @@ fn client(sw: &SwitchHandle, scheme: &str, job: u32, rank: usize, world: usize) 
 fn pair(sw: &SwitchHandle, scheme: &'static str, job: u32) -> (Client, Client) {
     let addr = sw.control_addr;
     let other = std::thread::spawn(move || {
-        let opts = ClientOptions { switch: addr, job, rank: 1, world: 2, config: json!({"scheme": scheme}), join_timeout: Duration::from_secs(20), secret: None, job_secret: None };
+        let opts = ClientOptions { switch: addr, job, rank: 1, world: 2, config: json!({"scheme": scheme}), join_timeout: Duration::from_secs(20), secret: None, job_secret: None, link_rate_bps: None };
         Client::connect(opts).unwrap()
     });
     let c0 = client(sw, scheme, job, 0, 2);
@@ -70,7 +70,7 @@ fn a_client_that_never_reads_costs_only_its_own_connection() {
     std::thread::sleep(Duration::from_millis(300));
     let addr = sw.control_addr;
     let honest = std::thread::spawn(move || {
-        let opts = ClientOptions { switch: addr, job: 50, rank: 1, world: 2, config: json!({"scheme": "switchml"}), join_timeout: Duration::from_secs(20), secret: None, job_secret: None };
+        let opts = ClientOptions { switch: addr, job: 50, rank: 1, world: 2, config: json!({"scheme": "switchml"}), join_timeout: Duration::from_secs(20), secret: None, job_secret: None, link_rate_bps: None };
         Client::connect(opts).map(|c| c.node)
     });
     std::thread::sleep(Duration::from_millis(100));
@@ -160,7 +160,7 @@ fn admit_release_and_attach_need_the_right_role() {
     assert_eq!(a.allreduce(vec![1.0; 100]).unwrap(), vec![3.0; 100]);
     assert_eq!(tb.join().unwrap(), vec![3.0; 100]);
     // A worker of another deployment cannot join, and says why.
-    let opts = ClientOptions { switch: sw.control_addr, job: 9, rank: 0, world: 1, config: json!({"scheme": "switchml"}), join_timeout: Duration::from_secs(5), secret: Some(stranger), job_secret: None };
+    let opts = ClientOptions { switch: sw.control_addr, job: 9, rank: 0, world: 1, config: json!({"scheme": "switchml"}), join_timeout: Duration::from_secs(5), secret: Some(stranger), job_secret: None, link_rate_bps: None };
     let e = Client::connect(opts).map(|_| ()).unwrap_err().to_string();
     assert!(e.contains("refused our credentials"), "{e}");
 }

@@ -108,7 +108,7 @@ fn attack(program: &'static str, scheme: &'static str) {
         let workers: Vec<_> = (0..2)
             .map(|rank| {
                 std::thread::spawn(move || {
-                    let opts = ClientOptions { switch: addr, job: 1, rank, world: 2, config: json!({"scheme": scheme}), join_timeout: Duration::from_secs(20), secret: None, job_secret: None };
+                    let opts = ClientOptions { switch: addr, job: 1, rank, world: 2, config: json!({"scheme": scheme}), join_timeout: Duration::from_secs(20), secret: None, job_secret: None, link_rate_bps: None };
                     let c = Client::connect(opts).unwrap();
                     let v: Vec<f32> = (0..5000).map(|i| (i % 17) as f32 * 0.25 + rank as f32).collect();
                     let mut out = vec![];
@@ -194,7 +194,7 @@ fn forged_contributions_for_a_live_job_are_dropped() {
         .map(|rank| {
             let node_tx = node_tx.clone();
             std::thread::spawn(move || {
-                let opts = ClientOptions { switch: addr, job: 1, rank, world: 2, config: json!({"scheme": "switchml"}), join_timeout: Duration::from_secs(20), secret: None, job_secret: None };
+                let opts = ClientOptions { switch: addr, job: 1, rank, world: 2, config: json!({"scheme": "switchml"}), join_timeout: Duration::from_secs(20), secret: None, job_secret: None, link_rate_bps: None };
                 let c = Client::connect(opts).unwrap();
                 node_tx.send(c.spec.workers[1].node).unwrap();
                 let v: Vec<f32> = (0..20_000).map(|i| (i % 13) as f32 + rank as f32).collect();
@@ -250,7 +250,7 @@ fn a_tenant_cannot_relay_through_the_switch() {
     let sw = SwitchHandle::start(SwitchOptions { udp: any_port(), control: any_port(), ..SwitchOptions::new(&["switchml"]) }).unwrap();
     let secret = control::Secret::load().unwrap();
     let connect = |job: u32, rank: usize, world: usize| {
-        let opts = ClientOptions { switch: sw.control_addr, job, rank, world, config: json!({"scheme": "switchml"}), join_timeout: Duration::from_secs(20), secret: None, job_secret: None };
+        let opts = ClientOptions { switch: sw.control_addr, job, rank, world, config: json!({"scheme": "switchml"}), join_timeout: Duration::from_secs(20), secret: None, job_secret: None, link_rate_bps: None };
         std::thread::spawn(move || Client::connect(opts).unwrap())
     };
     let victims: Vec<_> = [connect(1, 0, 2), connect(1, 1, 2)].into_iter().map(|h| h.join().unwrap()).collect();

@@ -25,7 +25,7 @@ fn run_job(sw: SocketAddr, scheme: &'static str, job: u32, world: usize, sizes: 
         .map(|rank| {
             let sizes = sizes.to_vec();
             std::thread::spawn(move || {
-                let opts = ClientOptions { switch: sw, job, rank, world, config: serde_json::json!({"scheme": scheme}), join_timeout: Duration::from_secs(20), secret: None, job_secret: None };
+                let opts = ClientOptions { switch: sw, job, rank, world, config: serde_json::json!({"scheme": scheme}), join_timeout: Duration::from_secs(20), secret: None, job_secret: None, link_rate_bps: None };
                 let c = Client::connect(opts).unwrap();
                 let out: Vec<Vec<f32>> = sizes.iter().map(|&n| c.allreduce(input(rank, n)).unwrap()).collect();
                 c.close();

@@ -141,10 +141,21 @@ impl PyClient {
     /// Joins the job; blocks (without the GIL) until every rank joined.
     #[new]
     /// `config_json`: the job's scheme configuration, `{"scheme": NAME, ...}`.
-    #[pyo3(signature = (switch, job, rank, world, config_json, join_timeout_s, job_secret=None))]
-    fn new(py: Python<'_>, switch: &str, job: u32, rank: usize, world: usize, config_json: &str, join_timeout_s: f64, job_secret: Option<String>) -> PyResult<PyClient> {
+    #[pyo3(signature = (switch, job, rank, world, config_json, join_timeout_s, job_secret=None, link_rate_bps=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        switch: &str,
+        job: u32,
+        rank: usize,
+        world: usize,
+        config_json: &str,
+        join_timeout_s: f64,
+        job_secret: Option<String>,
+        link_rate_bps: Option<u64>,
+    ) -> PyResult<PyClient> {
         let config = serde_json::from_str(config_json).map_err(|e| PyValueError::new_err(format!("config: {e}")))?;
-        let opts = ClientOptions { switch: addr("switch", switch)?, job, rank, world, config, join_timeout: Duration::from_secs_f64(join_timeout_s), secret: None, job_secret };
+        let opts = ClientOptions { switch: addr("switch", switch)?, job, rank, world, config, join_timeout: Duration::from_secs_f64(join_timeout_s), secret: None, job_secret, link_rate_bps };
         let c = py.detach(|| Client::connect(opts)).map_err(net_err)?;
         Ok(PyClient(Some(c)))
     }

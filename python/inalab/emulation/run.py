@@ -1,0 +1,360 @@
+"""``inalab emulate``: a scenario's jobs run for real on its topology (docs/emulation.md).
+
+One process per switch (``inalab switch`` with the programs its jobs' schemes install), per
+parameter server (``inalab ps``) and per worker (:mod:`inalab.emulation.worker`), each in its
+node's network namespace (:mod:`inalab.emulation.fabric`), links shaped by ``tc``. The result has
+the tables and summary of ``inalab simulate`` (times from the wall clock), plus ``emulation``:
+how links were shaped and what the processes counted.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Optional, Union
+
+from .. import schemes
+from ..config import ConfigError, build_topology, load_scenario
+from ..results import Result
+from . import fabric as fab
+
+# What one 2-core machine carries (docs/emulation.md, "Limits"): beyond these the processes,
+# not the links, set the pace and the emulation stops meaning anything.
+MAX_HOSTS = 8
+MAX_SWITCHES = 1          # one switch so far: multi-switch routing is not built (issue #13)
+MAX_AGGREGATE_GBPS = 5.0  # sum of the rates of the links in use
+MAX_PACKETS_PER_S = 500_000  # datagrams per second the software switch receives, summed over its links
+JOIN_TIMEOUT_S = 30.0     # every worker of every job joined
+START_DELAY_S = 0.5       # from the last join to the common start
+STOP_TIMEOUT_S = 5.0      # a switch / PS exits after SIGINT
+SWITCH_UDP, SWITCH_CONTROL, PS_UDP, PS_CONTROL = 9000, 9100, 9200, 9300
+
+
+class EmulationError(RuntimeError):
+    """The emulation could not run or did not complete; the message says why."""
+
+
+def _check(spec: dict, built: dict) -> None:
+    """Refuses, naming the field and the limit, what this machine or this emulator cannot run."""
+    switches = [n for n in built["nodes"] if n["kind"] == "switch"]
+    if len(switches) > MAX_SWITCHES:
+        raise ConfigError("topology", f"emulate runs topologies with {MAX_SWITCHES} switch so far (a star); this one has "
+                                      f"{len(switches)}: forwarding between software switches is not built yet")
+    with_program = schemes.with_program()
+    for i, job in enumerate(spec["jobs"]):
+        if job["scheme"] not in with_program:
+            raise ConfigError(f"jobs[{i}].scheme", f"{job['scheme']!r} has no switch program; the real runtime runs "
+                                                   f"{', '.join(with_program)}")
+    if spec["flows"] or spec.get("background"):
+        raise ConfigError("flows", "emulate runs jobs only; remove [[flows]] and [background]")
+    servers = {h for j in spec["jobs"] for h in j["servers"]}
+    if len(servers) > 1:
+        raise ConfigError("jobs.servers", f"one parameter server per switch in the real runtime; this scenario has {sorted(servers)}")
+    used = {h for j in spec["jobs"] for h in j["workers"] + j["servers"]}
+    if len(used) > MAX_HOSTS:
+        raise ConfigError("jobs.workers", f"{len(used)} hosts in use; emulate runs at most {MAX_HOSTS} on this machine (2 cores)")
+    rates = [l["rate_bps"] for l in built["links"] if built["nodes"][l["a"]]["name"] in used or built["nodes"][l["b"]]["name"] in used]
+    if sum(rates) / 1e9 > MAX_AGGREGATE_GBPS:
+        raise ConfigError("topology.host_rate", f"{sum(rates) / 1e9:.1f} Gbps of links in use; emulate carries at most "
+                                                f"{MAX_AGGREGATE_GBPS} Gbps on this machine")
+
+
+def _packet_bytes(job: dict) -> int:
+    return int(job.get("ina", {}).get("packet_bytes", 1500))
+
+
+def _check_rate(spec: dict, built: dict) -> None:
+    """The switch's packet rate at line rate must stay within what it processes."""
+    rate = {built["nodes"][l["a"]]["name"]: l["rate_bps"] for l in built["links"]}
+    pps = 0.0
+    for j in spec["jobs"]:
+        for h in j["workers"] + j["servers"]:
+            pps += rate.get(h, 0) / 8 / _packet_bytes(j)
+    if pps > MAX_PACKETS_PER_S:
+        worst = min(spec["jobs"], key=_packet_bytes)
+        raise ConfigError(f"jobs[{worst['id']}].ina.packet_bytes",
+                          f"at line rate the switch would receive {pps:,.0f} datagrams/s, above the {MAX_PACKETS_PER_S:,} "
+                          "a software switch handles on this machine; use larger packets (docs/emulation.md)")
+
+
+class _Procs:
+    """Processes in namespaces, output to files; ``close()`` stops what still runs."""
+
+    def __init__(self, fabric: fab.Fabric, logdir: Path, env: dict):
+        self.fabric, self.logdir, self.env = fabric, logdir, env
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str, node: str, argv: list[str]) -> None:
+        out, err = open(self.logdir / f"{name}.out", "w"), open(self.logdir / f"{name}.err", "w")
+        self.procs[name] = subprocess.Popen(self.fabric.exec(node, argv), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                            env=self.env, start_new_session=True)
+        out.close(), err.close()
+
+    def lines(self, name: str) -> list[dict]:
+        out = []
+        for line in (self.logdir / f"{name}.out").read_text().splitlines():
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass
+        return out
+
+    def event(self, name: str, event: str) -> Optional[dict]:
+        return next((e for e in self.lines(name) if e.get("event") == event), None)
+
+    def wait_event(self, name: str, event: str, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            ev = self.event(name, event)
+            if ev is not None:
+                return ev
+            if self.procs[name].poll() is not None:
+                time.sleep(0.05)
+                ev = self.event(name, event)
+                if ev is not None:
+                    return ev
+                raise EmulationError(f"{name} exited {self.procs[name].returncode} before it was {event}: {self.tail(name)}")
+            if time.monotonic() > deadline:
+                raise EmulationError(f"{name} was not {event} within {timeout:.0f} s: {self.tail(name)}")
+            time.sleep(0.02)
+
+    def tail(self, name: str) -> str:
+        err = (self.logdir / f"{name}.err").read_text().strip().splitlines()
+        return " | ".join(err[-3:]) or "(no output)"
+
+    def interrupt(self, name: str) -> Optional[dict]:
+        """SIGINT and the process's final ``stopped`` line."""
+        p = self.procs[name]
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+            try:
+                p.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                pass
+        return self.event(name, "stopped")
+
+    def close(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(3)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(3)
+
+
+def emulate(
+    config: Union[str, Path, dict],
+    *,
+    seed: Optional[int] = None,
+    progress: Union[bool, Callable[[str], None]] = True,
+    keep_logs: Optional[Path] = None,
+) -> Result:
+    """Runs ``config``'s jobs for real on its topology and returns a :class:`Result` with the
+    tables of :func:`inalab.simulate` (wall-clock times). ``progress``: status lines on stderr
+    (or a callable taking each line). ``keep_logs``: a directory for the processes' output
+    (default: a temporary one, deleted). Raises :class:`ConfigError` for what cannot be
+    emulated (naming the field and the limit) and :class:`EmulationError` when a run fails."""
+    say = (lambda m: print(f"emulate: {m}", file=sys.stderr, flush=True)) if progress is True else (progress or (lambda m: None))
+    scenario = load_scenario(config)
+    if seed is not None:
+        scenario = scenario.model_copy(update={"seed": seed})
+    spec = scenario.to_spec()
+    built = build_topology(spec["topology"])
+    _check(spec, built)
+    _check_rate(spec, built)
+    why = fab.unavailable()
+    if why:
+        raise EmulationError(f"cannot build the emulated network: {why}")
+    fab.remove_stale(say)
+    t_wall = time.monotonic()
+
+    names = [n["name"] for n in built["nodes"]]
+    used = [h for j in spec["jobs"] for h in j["workers"] + j["servers"]]
+    switch = next(n["name"] for n in built["nodes"] if n["kind"] == "switch")
+    links = [{"a": names[l["a"]], "b": names[l["b"]], "rate_bps": l["rate_bps"], "delay_ps": l["delay_ps"]}
+             for l in built["links"] if names[l["a"]] in used or names[l["b"]] in used]
+    mtu = 1500 if max(_packet_bytes(j) for j in spec["jobs"]) <= 1500 else 9000
+    net = fab.Fabric(nodes=[switch, *sorted(set(used), key=names.index)], links=links,
+                     buffer_bytes=spec["network"]["buffer_bytes"], mtu=mtu, netem=fab.has_netem())
+    tmp = tempfile.TemporaryDirectory(prefix="inalab-emulate-")
+    logdir = Path(keep_logs) if keep_logs else Path(tmp.name)
+    logdir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", INALAB_SECRET=os.urandom(32).hex())
+    env.pop("INALAB_SECRET_FILE", None)
+    procs = _Procs(net, logdir, env)
+    stopped = False
+
+    def on_sigterm(*_):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, on_sigterm) if _main_thread() else None
+    try:
+        say(f"building {len(net.nodes)} namespaces and {len(links)} links (shaped by tc tbf"
+            f"{', delayed by netem' if net.netem else '; no netem in this kernel: link delay not emulated'})")
+        net.up()
+        raw = _run(spec, built, net, procs, logdir, say)
+        stopped = True
+    except KeyboardInterrupt:
+        say("interrupted; stopping every process and removing the namespaces")
+        raise
+    finally:
+        procs.close()
+        errors = net.down()
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+        tmp.cleanup()
+        if errors:
+            say("clean-up: " + "; ".join(errors))
+    assert stopped
+    raw["wall_s"] = time.monotonic() - t_wall
+    return Result(raw)
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _run(spec: dict, built: dict, net: fab.Fabric, procs: _Procs, logdir: Path, say) -> dict:
+    py = sys.executable
+    switch = net.nodes[0]
+    programs = sorted({j["scheme"] for j in spec["jobs"]})
+    memory = spec["network"]["aggregator_memory_bytes"]
+    for m in spec["network"]["switch_memory"]:
+        if m["switch"] == switch:
+            memory = m["value"]
+    procs.start("switch", switch, [py, "-m", "inalab", "switch", "--program", ",".join(programs),
+                                   "--udp", f"0.0.0.0:{SWITCH_UDP}", "--control", f"0.0.0.0:{SWITCH_CONTROL}",
+                                   "--memory-bytes", str(memory * len(programs)), "--seed", str(spec["seed"]),
+                                   "--stats-every", "0", "--json"])
+    procs.wait_event("switch", "ready", 15)
+    servers = sorted({h for j in spec["jobs"] for h in j["servers"]})
+    for h in servers:
+        procs.start(f"ps-{h}", h, [py, "-m", "inalab", "ps", "--switch", f"{net.end(switch, h).ip}:{SWITCH_CONTROL}",
+                                   "--udp", f"0.0.0.0:{PS_UDP}", "--control", f"0.0.0.0:{PS_CONTROL}",
+                                   "--stats-every", "0", "--json"])
+        procs.wait_event(f"ps-{h}", "ready", 15)
+    go = logdir / "go.json"
+    go.unlink(missing_ok=True)  # a kept log directory may hold the last run's
+    workers = []
+    for j in spec["jobs"]:
+        config = {k: v for k, v in j.items() if k in ("ina", "transport", "partition_bytes")}
+        for rank, h in enumerate(j["workers"]):
+            task = {"job": j["id"], "rank": rank, "world": len(j["workers"]), "scheme": j["scheme"], "config": config,
+                    "workload": j["workload"], "start_s": j["start_ps"] / 1e12, "jitter_ps": j["jitter_ps"],
+                    "seed": spec["seed"], "switch": f"{net.end(switch, h).ip}:{SWITCH_CONTROL}", "host": h,
+                    "join_timeout_s": JOIN_TIMEOUT_S, "go": str(go), "link_rate_bps": _rate(net, h, switch)}
+            path = logdir / f"task-{j['id']}-{rank}.json"
+            path.write_text(json.dumps(task))
+            name = f"w{j['id']}-{rank}"
+            procs.start(name, h, [py, "-m", "inalab.emulation.worker", str(path)])
+            workers.append(name)
+    say(f"{len(workers)} workers of {len(spec['jobs'])} jobs joining")
+    for w in workers:
+        procs.wait_event(w, "joined", JOIN_TIMEOUT_S)
+    start_at = time.monotonic() + START_DELAY_S
+    tmp_go = go.with_suffix(".tmp")
+    tmp_go.write_text(json.dumps({"start_at": start_at}))
+    tmp_go.rename(go)
+    say("all joined; running")
+    last = time.monotonic()
+    while any(procs.procs[w].poll() is None for w in workers):
+        time.sleep(0.05)
+        if time.monotonic() - last >= 2.0:
+            last = time.monotonic()
+            done = sum(procs.procs[w].poll() is not None for w in workers)
+            say(f"{time.monotonic() - start_at:.1f} s: {done}/{len(workers)} workers done")
+    results = {}
+    for w in workers:
+        ev = procs.event(w, "done")
+        if ev is None:
+            raise EmulationError(f"worker {w} exited {procs.procs[w].returncode} without a result: {procs.tail(w)}")
+        results[w] = ev
+    link_stats = {(e.node, peer): net.link_stats(e.node, peer) for (node, peer), e in net.ends.items()}
+    udp = {n: net.udp_stats(n) for n in net.nodes}
+    sw_final = procs.interrupt("switch")
+    ps_final = {h: procs.interrupt(f"ps-{h}") for h in servers}
+    say("done")
+    return _result(spec, built, net, start_at, results, link_stats, udp, sw_final, ps_final)
+
+
+def _rate(net: fab.Fabric, a: str, b: str) -> int:
+    return next(l["rate_bps"] for l in net.links if {l["a"], l["b"]} == {a, b})
+
+
+def _result(spec, built, net, start_at, results, link_stats, udp, sw_final, ps_final) -> dict:
+    jobs, iterations = [], []
+    end_all = start_at
+    for j in spec["jobs"]:
+        rs = [results[f"w{j['id']}-{r}"] for r in range(len(j["workers"]))]
+        t0 = start_at + j["start_ps"] / 1e12
+        wl = j["workload"]
+        layers = [wl["bytes"]] if wl["kind"] == "allreduce" else [l["bytes"] for l in wl["layers"]]
+        n_iter = wl["iterations"]
+        ends = []
+        for i in range(n_iter):
+            ts = [r["iter_end"][i] for r in rs if r["iter_end"] and r["iter_end"][i] is not None]
+            if len(ts) < len(rs):
+                break
+            ends.append(max(ts))
+        finished = len(ends) == n_iter and all(r["ok"] for r in rs)
+        jct = (ends[-1] if ends else time.monotonic()) - t0
+        end_all = max(end_all, t0 + jct)
+        bpi = sum(layers)
+        jobs.append({
+            "id": j["id"], "name": j["name"], "scheme": j["scheme"], "workers": len(rs), "finished": finished,
+            "jct_s": jct, "iterations": len(ends), "mean_iteration_s": (ends[-1] - t0) / len(ends) if ends else 0.0,
+            "bytes_per_iteration": bpi, "goodput_gbps": bpi * len(ends) * 8 / jct / 1e9 if jct > 0 else 0.0,
+            "payload_checked": sum(len(layers) * len(ends) for _ in rs), "payload_errors": sum(r["wrong"] for r in rs),
+            "max_error": max(r["max_err"] for r in rs), "error_bound": max(r["bound"] for r in rs),
+            "failures": [f for r in rs for f in r["failed"]],
+        })
+        prev = t0
+        for i, t in enumerate(ends):
+            iterations.append({"job": j["id"], "iteration": i, "end_s": t - start_at, "duration_s": t - prev})
+            prev = t
+    duration = max(end_all - start_at, 1e-9)
+    rate = {}
+    for l in net.links:
+        rate[l["a"], l["b"]] = rate[l["b"], l["a"]] = l["rate_bps"]
+    links = []
+    for i, l in enumerate(net.links):
+        for src, dst in ((l["a"], l["b"]), (l["b"], l["a"])):
+            st = link_stats[src, dst]
+            links.append({"link": i, "src": src, "dst": dst, "rate_gbps": l["rate_bps"] / 1e9,
+                          "tx_bytes": st["qdisc_bytes"], "tx_packets": st["qdisc_packets"],
+                          "utilization": st["qdisc_bytes"] * 8 / l["rate_bps"] / duration,
+                          "drops_queue": st["qdisc_drops"], "drops_loss": 0, "ecn_marks": 0})
+    switch = net.nodes[0]
+    switches = []
+    if sw_final:
+        counters = {k: v for k, v in sw_final.items() if isinstance(v, int)}
+        counters.update({f"program.{k}": v for k, v in sw_final.get("program", {}).items()})
+        switches.append({"name": switch, "programmable": True, "rx_packets": sw_final["received"],
+                         "drops_program": 0, "drops_socket": udp[switch].get("RcvbufErrors", 0), "aggregators_end": sw_final["aggregators_in_use"], "counters": counters})
+    hosts = []
+    for h in net.nodes[1:]:
+        up, down = link_stats[h, switch], link_stats[switch, h]
+        counters = next((r["stats"]["protocol"] for r in results.values() if r["host"] == h), {})
+        hosts.append({"name": h, "tx_bytes": up["qdisc_bytes"], "tx_packets": up["qdisc_packets"],
+                      "rx_bytes": down["qdisc_bytes"], "rx_packets": down["qdisc_packets"],
+                      "drops_loss": udp[h].get("RcvbufErrors", 0),
+                      "counters": counters})
+    failed = any(not j["finished"] for j in jobs)
+    return {
+        "scenario": spec["name"], "seed": spec["seed"], "sim_time_s": duration, "wall_s": 0.0, "events": 0,
+        "stopped_by": "failed" if failed else "finished", "jobs": jobs, "iterations": iterations, "links": links,
+        "switches": switches, "hosts": hosts, "flows": [], "timeseries": [], "conservation": {},
+        "emulation": {"shaping": "tc tbf" + (" + netem" if net.netem else ""), "link_delay_emulated": net.netem,
+                      "mtu": net.mtu, "udp": udp, "switch": sw_final, "ps": ps_final},
+    }
