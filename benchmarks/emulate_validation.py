@@ -1,0 +1,75 @@
+"""Simulated against emulated JCT of the shipped emulation scenarios (docs/validation.md,
+"Emulation"): each scenario at its own link rate and at 1 Gbps, simulated once (deterministic)
+and emulated `--reps` times. Writes the rows as JSON and the figure drawn from them.
+
+    .venv/bin/python benchmarks/emulate_validation.py --out out/emulate-validation   # needs root
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import inalab
+from inalab.config import read_source, shipped_scenarios
+
+SCENARIOS = ("emulate-switchml-star", "emulate-atp-star")
+RATES = ("100Mbps", "1Gbps")
+TOLERANCE = 0.15  # the issue's bar: emulated JCT within 15 % of simulated
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=Path("out/emulate-validation"))
+    p.add_argument("--reps", type=int, default=3, help="emulations per point (default 3)")
+    a = p.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name in SCENARIOS:
+        for rate in RATES:
+            scenario = read_source(name, shipped_scenarios(), "scenario")
+            scenario["topology"]["link_rate"] = rate
+            sim = inalab.simulate(scenario).jobs.iloc[0]
+            for rep in range(a.reps):
+                t = time.monotonic()
+                emu = inalab.emulate(scenario, progress=False)
+                j = emu.jobs.iloc[0]
+                row = {"scenario": name, "link_rate": rate, "rep": rep, "sim_jct_s": float(sim.jct_s),
+                       "emu_jct_s": float(j.jct_s), "ratio": float(j.jct_s / sim.jct_s), "finished": bool(j.finished),
+                       "payload_errors": int(j.payload_errors), "max_error": float(j.max_error), "error_bound": float(j.error_bound),
+                       "wall_s": round(time.monotonic() - t, 1)}
+                row["holds"] = row["finished"] and row["payload_errors"] == 0 and abs(row["ratio"] - 1) <= TOLERANCE
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    (a.out / "rows.json").write_text(json.dumps(rows, indent=1))
+    figure(rows, a.out / "sim_vs_emu.png")
+    print(f"wrote {a.out / 'rows.json'} and {a.out / 'sim_vs_emu.png'}", file=sys.stderr)
+    return 0
+
+
+def figure(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 4.5))
+    for (name, rate), marker in zip([(s, r) for s in SCENARIOS for r in RATES], "osD^"):
+        pts = [r for r in rows if r["scenario"] == name and r["link_rate"] == rate]
+        ax.scatter([r["sim_jct_s"] for r in pts], [r["emu_jct_s"] for r in pts], marker=marker,
+                   label=f"{name.removeprefix('emulate-')} @ {rate}")
+    lo = min(r["sim_jct_s"] for r in rows) * 0.5
+    hi = max(max(r["sim_jct_s"], r["emu_jct_s"]) for r in rows) * 1.5
+    xs = [lo, hi]
+    ax.plot(xs, xs, "k-", lw=0.8, label="emulated = simulated")
+    ax.fill_between(xs, [x * (1 - TOLERANCE) for x in xs], [x * (1 + TOLERANCE) for x in xs], color="0.85", label="±15 %")
+    ax.set(xscale="log", yscale="log", xlabel="simulated JCT (s)", ylabel="emulated JCT (s)", title="inalab emulate vs simulate")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

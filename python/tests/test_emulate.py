@@ -1,0 +1,118 @@
+"""``inalab emulate`` end to end: a small SwitchML scenario runs for real in network namespaces
+and its result matches the simulator's for the same file (bytes on every link, sums exact,
+JCT within a loose bound: CI machines are shared); Ctrl-C / SIGTERM and crashed runs leave no
+namespace behind; what cannot be emulated is refused naming the field.
+
+The namespace tests need root and iproute2 and are skipped (saying why) without them. The
+user-space shaper (emulation without namespaces) is not built yet: see docs/emulation.md.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import inalab
+from inalab.config import ConfigError
+from inalab.emulation import fabric
+
+SCENARIO = {
+    "name": "emulate-test",
+    "topology": {"kind": "star", "hosts": 3, "link_rate": "100Mbps", "link_delay": "1us"},
+    "jobs": [{"name": "sml", "scheme": "switchml", "allreduce": "512KiB", "iterations": 3, "workers": 3,
+              "ina": {"packet": "8287B", "header": "95B", "pool_slots": 16, "timeout": "20ms"}}],
+}
+# The same job for a minute (50 x 4 MiB at 100 Mbps): long enough to be interrupted.
+LONG_TOML = """
+[topology]
+kind = "star"
+hosts = 3
+link_rate = "100Mbps"
+[[jobs]]
+scheme = "switchml"
+allreduce = "4MiB"
+iterations = 50
+workers = 3
+ina = { packet = "8287B", header = "95B", pool_slots = 16, timeout = "20ms" }
+"""
+JCT_TOLERANCE = 0.5      # loose: a shared CI machine; docs/validation.md holds the 15 % runs
+BYTES_TOLERANCE = 0.02   # every link carries what the simulator charges it, to 2 %
+
+
+def ours() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    return [n for n in out if n.startswith(fabric.PREFIX)]
+
+
+@pytest.fixture
+def namespaces():
+    why = fabric.unavailable()
+    if why:
+        print(f"\nskipping the emulation test: {why}")
+        pytest.skip(why)
+    before = set(ours())
+    yield
+    left = set(ours()) - before
+    assert not left, f"namespaces left behind: {left}"
+
+
+def test_a_star_scenario_runs_for_real_and_matches_the_simulator(namespaces):
+    sim = inalab.simulate(SCENARIO)
+    emu = inalab.emulate(SCENARIO, progress=False)
+    s, e = sim.jobs.iloc[0], emu.jobs.iloc[0]
+    print(f"\nsimulated JCT {s.jct_s * 1e3:.1f} ms, emulated {e.jct_s * 1e3:.1f} ms ({e.jct_s / s.jct_s - 1:+.1%}); "
+          f"max error {e.max_error:.3g} (bound {e.error_bound:.3g}); shaping {emu.raw['emulation']['shaping']}")
+    assert e.finished and e.iterations == 3, e.failures
+    assert e.payload_checked == 3 * 3 and e.payload_errors == 0 and e.max_error <= e.error_bound
+    assert abs(e.jct_s / s.jct_s - 1) < JCT_TOLERANCE
+    both = inalab.compare(sim, emu)["links"]
+    assert len(both) == 6 and both.tx_bytes_rel.abs().max() < BYTES_TOLERANCE, both
+    sw = emu.raw["emulation"]["switch"]
+    assert sw["aggregators_in_use"] == 0 and sw["jobs"] == [], sw
+    assert sum(sw["forged"].values()) == 0 and sw["malformed"] == 0
+    assert emu.switches.drops_socket.sum() == 0 and emu.hosts.drops_loss.sum() == 0
+
+
+def test_sigterm_stops_every_process_and_removes_the_namespaces(namespaces, tmp_path):
+    path = tmp_path / "long.toml"
+    path.write_text(LONG_TOML)
+    p = subprocess.Popen([sys.executable, "-m", "inalab", "emulate", str(path)], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    seen = ""
+    while "running" not in seen:
+        line = p.stderr.readline()
+        assert line and time.monotonic() < deadline, f"the emulation did not start: {seen}"
+        seen += line
+    p.send_signal(signal.SIGTERM)
+    rc = p.wait(30)
+    rest = p.stderr.read()
+    assert rc != 0 and "interrupted" in rest, rest
+    procs = subprocess.run(["pgrep", "-f", "inalab.emulation.worker"], capture_output=True, text=True).stdout.split()
+    assert not procs, f"workers left running: {procs}"
+
+
+def test_namespaces_of_a_crashed_run_are_removed_with_a_message(namespaces):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    name = f"{fabric.PREFIX}{dead.pid}-h0"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    said = []
+    gone = fabric.remove_stale(said.append)
+    assert name in gone and name not in ours()
+    assert said and "crashed" in said[0]
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"topology": {"kind": "leaf_spine", "leaves": 2, "spines": 2, "hosts_per_leaf": 2}}, "topology"),
+    ({"jobs": [{"name": "r", "scheme": "ring", "allreduce": "1MiB", "workers": 3}]}, "jobs[0].scheme"),
+    ({"jobs": [{**SCENARIO["jobs"][0], "ina": {"packet": "180B", "header": "52B"}}],
+      "topology": {"kind": "star", "hosts": 3, "link_rate": "1Gbps"}}, "jobs[0].ina.packet_bytes"),
+])
+def test_what_cannot_be_emulated_is_refused_naming_the_field(change, field):
+    with pytest.raises(ConfigError) as e:
+        inalab.emulate({**SCENARIO, **change}, progress=False)
+    assert e.value.field == field, str(e.value)
