@@ -45,7 +45,7 @@ def __getattr__(name: str):
 
         return emulate
     if name == "compare":
-        from .compare import compare
+        from .comparison import compare
 
         return compare
     if name in ("Switch", "ParameterServer", "Client", "quantization_bound"):

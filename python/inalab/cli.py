@@ -87,14 +87,15 @@ def emulate(
     out: OutOpt = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Override the scenario's seed.")] = None,
     logs: Annotated[Optional[Path], typer.Option("--logs", help="Keep every process's output here (default: deleted).")] = None,
+    shaper: Annotated[str, typer.Option("--shaper", help="tc (namespaces, root), user (loopback, no privileges) or auto.")] = "auto",
 ) -> None:
-    """Run SCENARIO's jobs for real: a software switch per switch, real workers and PS, in network
-    namespaces with the scenario's link rates (needs root; docs/emulation.md)."""
+    """Run SCENARIO's jobs for real: a software switch per switch, real workers and PS, with the
+    scenario's link rates (network namespaces and tc as root, else shaped in user space; docs/emulation.md)."""
     from .emulation import EmulationError
     from .emulation import emulate as run_emulation
 
     try:
-        result = run_emulation(scenario, seed=seed, progress=True, keep_logs=logs)
+        result = run_emulation(scenario, seed=seed, progress=True, keep_logs=logs, shaper=shaper)
     except ConfigError as e:
         err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_CONFIG) from None
@@ -115,7 +116,7 @@ def compare(
     as_json: Annotated[bool, typer.Option("--json", help="Print the tables as JSON on stdout.")] = False,
 ) -> None:
     """Put two results side by side, job by job and link by link, with the relative difference (B - A) / A."""
-    from .compare import compare as side_by_side
+    from .comparison import compare as side_by_side
 
     try:
         tables = side_by_side(a, b)
@@ -334,6 +335,9 @@ def switch(
     seed: Annotated[int, typer.Option(help="Seed of the random drops.")] = 1,
     upstream: Annotated[Optional[str], typer.Option(help="Control address of the next switch toward the PS (ATP chains).")] = None,
     timeout_us: Annotated[int, typer.Option(help="Loss-recovery timeout of a job that sets none, microseconds.")] = 20_000,
+    link_rate: Annotated[Optional[int], typer.Option(help="Shape every port's egress to this rate, bits/s (default: not shaped).")] = None,
+    link_delay_us: Annotated[float, typer.Option(help="With --link-rate: each port's link delay, microseconds.")] = 0.0,
+    buffer_bytes: Annotated[int, typer.Option(help="With --link-rate: each port's queue, bytes (tail drop beyond).")] = 1 << 20,
     every: StatsEvery = 5.0,
     as_json: JsonOpt = False,
 ) -> None:
@@ -341,7 +345,7 @@ def switch(
     from .runtime import Switch
 
     _serve("switch", lambda: Switch(program, udp, control, node, memory_bytes, pool_slots, drop_probability, seed,
-                                    upstream, timeout_us), as_json, every)
+                                    upstream, timeout_us, link_rate, link_delay_us, buffer_bytes), as_json, every)
 
 
 @app.command()
@@ -350,13 +354,14 @@ def ps(
     udp: Annotated[str, typer.Option(help="Data-plane UDP address (ip:port).")] = "127.0.0.1:9200",
     control: Annotated[str, typer.Option(help="Control-plane TCP address (ip:port).")] = "127.0.0.1:9300",
     node: Annotated[int, typer.Option(help="Node id, 1-65535, unique among the switches and PS.")] = 2,
+    link_rate: Annotated[Optional[int], typer.Option(help="Send no faster than this link rate, bits/s (default: unpaced).")] = None,
     every: StatsEvery = 5.0,
     as_json: JsonOpt = False,
 ) -> None:
     """Run the parameter server of the jobs whose scheme has one (ATP's fallback aggregator) until interrupted."""
     from .runtime import ParameterServer
 
-    _serve("ps", lambda: ParameterServer(switch, udp, control, node), as_json, every)
+    _serve("ps", lambda: ParameterServer(switch, udp, control, node, link_rate), as_json, every)
 
 
 @app.command("worker-key")

@@ -77,7 +77,10 @@ class Switch(_Service):
     ``pool_slots`` 128 (switch pool of a job that sets none: SwitchML slots per job),
     ``drop_probability`` 0 (share of incoming packets dropped at random, seeded by ``seed`` 1),
     ``upstream`` none (control address of the next switch toward the PS, for ATP chains),
-    ``timeout_us`` 20000 (loss-recovery timeout of a job that sets none, µs).
+    ``timeout_us`` 20000 (loss-recovery timeout of a job that sets none, µs). ``link_rate``
+    (bits per second, default none), ``link_delay_us`` (default 0) and ``buffer_bytes``
+    (default 1 MiB): shape every port's egress to that link in user space, where ``tc``
+    cannot (``inalab emulate`` without namespaces); tail drops count in ``ports[].queue_drops``.
 
     ``stats()`` gives packets received/forwarded, drops by cause (``malformed``,
     ``unknown_source``, ``spoofed``, ``unadmitted``, ``injected_drops``, ...), the program's own
@@ -96,6 +99,9 @@ class Switch(_Service):
         seed: int = 1,
         upstream: Optional[str] = None,
         timeout_us: int = 20_000,
+        link_rate: Optional[int] = None,
+        link_delay_us: float = 0.0,
+        buffer_bytes: int = 1 << 20,
     ):
         programs = [p.strip() for p in program.split(",")]
         for p in programs:
@@ -103,14 +109,19 @@ class Switch(_Service):
         _check_node(node)
         if not 0.0 <= drop_probability <= 1.0:
             raise ValueError(f"drop_probability: {drop_probability} is not in [0, 1]")
-        for name, v in (("memory_bytes", memory_bytes), ("pool_slots", pool_slots), ("timeout_us", timeout_us)):
+        if link_rate is not None and link_rate <= 0:
+            raise ValueError(f"link_rate: must be a positive number of bits per second, got {link_rate}")
+        if link_delay_us < 0:
+            raise ValueError(f"link_delay_us: must be >= 0, got {link_delay_us}")
+        for name, v in (("memory_bytes", memory_bytes), ("pool_slots", pool_slots), ("timeout_us", timeout_us), ("buffer_bytes", buffer_bytes)):
             if v <= 0:
                 raise ValueError(f"{name}: must be positive, got {v}")
         if seed < 0:
             raise ValueError(f"seed: must be a non-negative integer, got {seed}")
         self.program = program
         self._h = _core.Switch(
-            programs, udp, control, node, memory_bytes, pool_slots, drop_probability, seed, upstream, timeout_us
+            programs, udp, control, node, memory_bytes, pool_slots, drop_probability, seed, upstream, timeout_us,
+            None if link_rate is None else int(link_rate), float(link_delay_us), int(buffer_bytes),
         )
 
 
@@ -119,11 +130,15 @@ class ParameterServer(_Service):
     control address is ``switch``.
 
     Defaults: ``udp`` 127.0.0.1:9200, ``control`` 127.0.0.1:9300, ``switch`` 127.0.0.1:9100,
-    ``node`` 2 (1..65535, unique per deployment).
+    ``node`` 2 (1..65535, unique per deployment), ``link_rate`` none (bits per second: its
+    datagrams leave no faster, as ``Client(link_rate=...)``).
     """
 
-    def __init__(self, switch: str = "127.0.0.1:9100", udp: str = "127.0.0.1:9200", control: str = "127.0.0.1:9300", node: int = 2):
-        self._h = _core.ParameterServer(udp, control, switch, _check_node(node))
+    def __init__(self, switch: str = "127.0.0.1:9100", udp: str = "127.0.0.1:9200", control: str = "127.0.0.1:9300", node: int = 2,
+                 link_rate: Optional[int] = None):
+        if link_rate is not None and link_rate <= 0:
+            raise ValueError(f"link_rate: must be a positive number of bits per second, got {link_rate}")
+        self._h = _core.ParameterServer(udp, control, switch, _check_node(node), None if link_rate is None else int(link_rate))
 
 
 def _as_f32(array: Any) -> np.ndarray:

@@ -3,8 +3,9 @@ and its result matches the simulator's for the same file (bytes on every link, s
 JCT within a loose bound: CI machines are shared); Ctrl-C / SIGTERM and crashed runs leave no
 namespace behind; what cannot be emulated is refused naming the field.
 
-The namespace tests need root and iproute2 and are skipped (saying why) without them. The
-user-space shaper (emulation without namespaces) is not built yet: see docs/emulation.md.
+The namespace tests need root and iproute2 and are skipped (saying why) without them; the
+user-space shaper (everything on loopback, links shaped by the switch and paced hosts) runs
+everywhere.
 """
 from __future__ import annotations
 
@@ -60,9 +61,16 @@ def namespaces():
     assert not left, f"namespaces left behind: {left}"
 
 
-def test_a_star_scenario_runs_for_real_and_matches_the_simulator(namespaces):
+@pytest.fixture(params=["tc", "user"])
+def shaper(request):
+    if request.param == "tc":
+        request.getfixturevalue("namespaces")
+    return request.param
+
+
+def test_a_star_scenario_runs_for_real_and_matches_the_simulator(shaper):
     sim = inalab.simulate(SCENARIO)
-    emu = inalab.emulate(SCENARIO, progress=False)
+    emu = inalab.emulate(SCENARIO, progress=False, shaper=shaper)
     s, e = sim.jobs.iloc[0], emu.jobs.iloc[0]
     print(f"\nsimulated JCT {s.jct_s * 1e3:.1f} ms, emulated {e.jct_s * 1e3:.1f} ms ({e.jct_s / s.jct_s - 1:+.1%}); "
           f"max error {e.max_error:.3g} (bound {e.error_bound:.3g}); shaping {emu.raw['emulation']['shaping']}")
@@ -75,6 +83,8 @@ def test_a_star_scenario_runs_for_real_and_matches_the_simulator(namespaces):
     assert sw["aggregators_in_use"] == 0 and sw["jobs"] == [], sw
     assert sum(sw["forged"].values()) == 0 and sw["malformed"] == 0
     assert emu.switches.drops_socket.sum() == 0 and emu.hosts.drops_loss.sum() == 0
+    assert sum(p["queue_drops"] for p in sw["ports"]) == 0
+    assert emu.raw["emulation"]["shaping"].startswith("tc" if shaper == "tc" else "user space")
 
 
 def test_sigterm_stops_every_process_and_removes_the_namespaces(namespaces, tmp_path):

@@ -26,6 +26,8 @@ pub struct HostIo {
     pacer: Option<Pacer>,
     /// The pacer held back a frame the protocol may have had.
     throttled: bool,
+    /// Bytes sent on the wire (UDP payload + [`crate::pace::WIRE_OVERHEAD_BYTES`]).
+    wire_bytes_sent: u64,
 }
 
 impl HostIo {
@@ -42,6 +44,7 @@ impl HostIo {
             last_malformed: None,
             pacer: None,
             throttled: false,
+            wire_bytes_sent: 0,
         }
     }
 
@@ -120,8 +123,10 @@ impl HostIo {
                 frame::encode(&p, b);
                 mac.seal(b, start);
             });
+            let bytes = frame::encoded_len(&p) + TAG_BYTES;
+            self.wire_bytes_sent += (bytes as u64) + crate::pace::WIRE_OVERHEAD_BYTES;
             if let Some(pacer) = &mut self.pacer {
-                pacer.charge(now, frame::encoded_len(&p) + TAG_BYTES);
+                pacer.charge(now, bytes);
             }
             n += 1;
         }
@@ -139,7 +144,7 @@ impl HostIo {
         json!({
             "malformed": self.malformed, "foreign": self.foreign, "forged": self.forged, "unsealed": self.unsealed,
             "last_malformed": self.last_malformed,
-            "datagrams_sent": io.datagrams_sent, "datagrams_received": io.datagrams_received,
+            "datagrams_sent": io.datagrams_sent, "wire_bytes_sent": self.wire_bytes_sent, "datagrams_received": io.datagrams_received,
             "send_calls": io.send_calls, "recv_calls": io.recv_calls, "send_errors": io.send_errors,
         })
     }

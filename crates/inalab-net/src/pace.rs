@@ -6,6 +6,7 @@
 //! frame go only when the link would be free, charging each its bytes on the wire.
 
 use inalab_core::Time;
+use std::collections::VecDeque;
 
 /// Bytes a datagram takes on an Ethernet link beyond its UDP payload: UDP 8 + IPv4 20 +
 /// Ethernet 14, as `tc` counts them on a veth (and as scenarios' `header_bytes` include them).
@@ -46,6 +47,60 @@ impl Pacer {
     pub fn next_ready(&self) -> Time {
         self.free_at.saturating_sub(self.burst_ps)
     }
+
+    /// Queues a datagram of `bytes` at `now` behind what the link still has to send; returns
+    /// when its last bit is sent.
+    pub fn admit(&mut self, now: Time, bytes: usize) -> Time {
+        self.free_at = self.free_at.max(now) + Self::wire_ps(self.rate_bps, bytes as u64 + WIRE_OVERHEAD_BYTES);
+        self.free_at
+    }
+}
+
+/// A switch port's egress in user space (where `tc` cannot shape the link): datagrams leave
+/// at the link's rate, each `delay_ps` after its last bit is sent; with more than
+/// `buffer_bytes` waiting, new ones are dropped (tail drop, as a switch port's buffer).
+#[derive(Debug)]
+pub struct ShapedQueue {
+    pacer: Pacer,
+    delay_ps: Time,
+    buffer_bytes: u64,
+    queued_bytes: u64,
+    queue: VecDeque<(Time, Vec<u8>)>,
+    /// Datagrams dropped because the buffer was full.
+    pub drops: u64,
+}
+
+impl ShapedQueue {
+    pub fn new(rate_bps: u64, delay_ps: Time, buffer_bytes: u64) -> ShapedQueue {
+        ShapedQueue { pacer: Pacer::new(rate_bps), delay_ps, buffer_bytes, queued_bytes: 0, queue: VecDeque::new(), drops: 0 }
+    }
+
+    /// Queues `datagram` at `now`; false if the buffer was full (it is dropped).
+    pub fn push(&mut self, now: Time, datagram: Vec<u8>) -> bool {
+        let wire = datagram.len() as u64 + WIRE_OVERHEAD_BYTES;
+        if self.queued_bytes + wire > self.buffer_bytes {
+            self.drops += 1;
+            return false;
+        }
+        let due = self.pacer.admit(now, datagram.len()) + self.delay_ps;
+        self.queued_bytes += wire;
+        self.queue.push_back((due, datagram));
+        true
+    }
+
+    /// The next datagram whose time has come.
+    pub fn pop_due(&mut self, now: Time) -> Option<Vec<u8>> {
+        if self.queue.front().is_some_and(|(due, _)| *due <= now) {
+            let (_, d) = self.queue.pop_front()?;
+            self.queued_bytes -= d.len() as u64 + WIRE_OVERHEAD_BYTES;
+            return Some(d);
+        }
+        None
+    }
+
+    pub fn next_due(&self) -> Option<Time> {
+        self.queue.front().map(|(due, _)| *due)
+    }
 }
 
 #[cfg(test)]
@@ -67,5 +122,21 @@ mod tests {
         }
         // 10 ms at 8 us per frame, plus the 32 KiB burst (33 frames) at the start.
         assert!((1250 + 32..=1250 + 34).contains(&sent), "{sent} frames");
+    }
+
+    #[test]
+    fn a_shaped_queue_releases_at_the_rate_after_the_delay_and_drops_beyond_its_buffer() {
+        // 1 Gbps, 958 B = 8 us on the wire, 5 us delay, room for 3 datagrams.
+        let mut q = ShapedQueue::new(1_000_000_000, 5 * inalab_core::time::US, 3000);
+        assert!(q.push(0, vec![1; 958]) && q.push(0, vec![2; 958]) && q.push(0, vec![3; 958]));
+        assert!(!q.push(0, vec![4; 958]), "a fourth does not fit");
+        assert_eq!(q.drops, 1);
+        assert_eq!(q.next_due(), Some(13 * inalab_core::time::US));
+        assert_eq!(q.pop_due(12 * inalab_core::time::US), None);
+        assert_eq!(q.pop_due(13 * inalab_core::time::US).map(|d| d[0]), Some(1));
+        assert_eq!(q.next_due(), Some(21 * inalab_core::time::US));
+        assert!(q.push(13 * inalab_core::time::US, vec![5; 958]), "room again");
+        let order: Vec<u8> = std::iter::from_fn(|| q.pop_due(Time::MAX)).map(|d| d[0]).collect();
+        assert_eq!(order, [2, 3, 5]);
     }
 }

@@ -35,6 +35,9 @@ pub struct PsOptions {
     pub switch: SocketAddr,
     /// The deployment secret (see [`crate::switch::SwitchOptions::secret`]). Default: loaded.
     pub secret: Option<crate::auth::Secret>,
+    /// The rate of the PS's link, bits per second: its datagrams leave no faster (see
+    /// [`crate::pace`]). Default none.
+    pub link_rate_bps: Option<u64>,
 }
 
 impl Default for PsOptions {
@@ -45,6 +48,7 @@ impl Default for PsOptions {
             control: "127.0.0.1:9300".parse().expect("valid"),
             switch: "127.0.0.1:9100".parse().expect("valid"),
             secret: None,
+            link_rate_bps: None,
         }
     }
 }
@@ -94,7 +98,17 @@ impl PsHandle {
         let shared = Arc::new(Shared {
             node: opts.node,
             secret,
-            st: Mutex::new(PsState { io: HostIo::new(udp, gateway), servers: BTreeMap::new(), unadmitted: 0 }),
+            st: Mutex::new(PsState {
+                io: {
+                    let mut io = HostIo::new(udp, gateway);
+                    if let Some(rate) = opts.link_rate_bps {
+                        io.pace(rate);
+                    }
+                    io
+                },
+                servers: BTreeMap::new(),
+                unadmitted: 0,
+            }),
             stop: AtomicBool::new(false),
         });
         let s = shared.clone();
@@ -156,7 +170,10 @@ fn data_loop(s: &Shared) {
     let clock = Clock::new();
     let fd = s.st.lock().expect("ps lock").io.udp.fd();
     while !s.stop.load(Ordering::Relaxed) {
-        let next = s.st.lock().expect("ps lock").servers.values().filter_map(|p| p.poll_timeout()).min();
+        let next = {
+            let st = s.st.lock().expect("ps lock");
+            st.servers.values().filter_map(|p| p.poll_timeout()).chain(st.io.wake_at()).min()
+        };
         let timeout = next.map_or(Duration::from_millis(10), |at| clock.until(at).min(Duration::from_millis(10)));
         let _ = wait(&[(fd, libc::POLLIN)], Some(timeout));
         let mut guard = s.st.lock().expect("ps lock");

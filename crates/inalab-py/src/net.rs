@@ -3,7 +3,7 @@
 
 use inalab_net::client::{Client, ClientOptions};
 use inalab_net::ps::{PsHandle, PsOptions};
-use inalab_net::switch::{SwitchHandle, SwitchOptions};
+use inalab_net::switch::{PortShaping, SwitchHandle, SwitchOptions};
 use inalab_net::NetError;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -41,7 +41,7 @@ pub struct Switch(Option<SwitchHandle>);
 #[pymethods]
 impl Switch {
     #[new]
-    #[pyo3(signature = (programs, udp, control, node, memory_bytes, pool_slots, drop_probability, seed, upstream, timeout_us))]
+    #[pyo3(signature = (programs, udp, control, node, memory_bytes, pool_slots, drop_probability, seed, upstream, timeout_us, link_rate_bps=None, link_delay_us=0.0, buffer_bytes=1048576))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         programs: Vec<String>,
@@ -54,6 +54,9 @@ impl Switch {
         seed: u64,
         upstream: Option<&str>,
         timeout_us: u64,
+        link_rate_bps: Option<u64>,
+        link_delay_us: f64,
+        buffer_bytes: u64,
     ) -> PyResult<Switch> {
         let opts = SwitchOptions {
             programs,
@@ -68,6 +71,7 @@ impl Switch {
             timeout_us,
             // The deployment secret comes from INALAB_SECRET or the secret file.
             secret: None,
+            shaping: link_rate_bps.map(|rate_bps| PortShaping { rate_bps, delay_us: link_delay_us, buffer_bytes }),
         };
         SwitchHandle::start(opts).map(|h| Switch(Some(h))).map_err(net_err)
     }
@@ -104,8 +108,9 @@ pub struct ParameterServer(Option<PsHandle>);
 #[pymethods]
 impl ParameterServer {
     #[new]
-    fn new(udp: &str, control: &str, switch: &str, node: u32) -> PyResult<ParameterServer> {
-        let opts = PsOptions { node, udp: addr("udp", udp)?, control: addr("control", control)?, switch: addr("switch", switch)?, secret: None };
+    #[pyo3(signature = (udp, control, switch, node, link_rate_bps=None))]
+    fn new(udp: &str, control: &str, switch: &str, node: u32, link_rate_bps: Option<u64>) -> PyResult<ParameterServer> {
+        let opts = PsOptions { node, udp: addr("udp", udp)?, control: addr("control", control)?, switch: addr("switch", switch)?, secret: None, link_rate_bps };
         PsHandle::start(opts).map(|h| ParameterServer(Some(h))).map_err(net_err)
     }
     #[getter]

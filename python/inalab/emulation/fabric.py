@@ -108,6 +108,7 @@ class Fabric:
     tag: str = field(default_factory=lambda: str(os.getpid()))
     created: list[str] = field(default_factory=list)
     ends: dict = field(default_factory=dict)   # (node, peer) -> End on node's side
+    label = "tc tbf"
 
     def ns(self, node: str) -> str:
         return f"{PREFIX}{self.tag}-{node}"
@@ -176,3 +177,27 @@ class Fabric:
                 errors.append(f"ip netns del {name}: {r.stderr.strip()}")
         self.created.clear()
         return errors
+
+
+@dataclass
+class LocalFabric:
+    """Every node on this machine's loopback, links shaped in user space: each switch port's
+    egress by the switch (``inalab switch --link-rate``), each host's by its own pacer
+    (``Client(link_rate=...)``, ``inalab ps --link-rate``). Needs no privileges. Link delay is
+    applied at the switch's egress only (host links are paced, not delayed)."""
+
+    nodes: list[str]
+    links: list[dict]
+    buffer_bytes: int
+    netem: bool = False
+    mtu: int = 65535
+    label = "user space (switch egress queues, paced hosts)"
+
+    def exec(self, node: str, argv: list[str]) -> list[str]:
+        return argv
+
+    def up(self) -> "LocalFabric":
+        return self
+
+    def down(self) -> list[str]:
+        return []

@@ -151,19 +151,28 @@ class _Procs:
                 p.wait(3)
 
 
+SHAPERS = ("auto", "tc", "user")
+
+
 def emulate(
     config: Union[str, Path, dict],
     *,
     seed: Optional[int] = None,
     progress: Union[bool, Callable[[str], None]] = True,
     keep_logs: Optional[Path] = None,
+    shaper: str = "auto",
 ) -> Result:
     """Runs ``config``'s jobs for real on its topology and returns a :class:`Result` with the
-    tables of :func:`inalab.simulate` (wall-clock times). ``progress``: status lines on stderr
-    (or a callable taking each line). ``keep_logs``: a directory for the processes' output
+    tables of :func:`inalab.simulate` (wall-clock times). ``shaper``: "tc" (network namespaces,
+    links shaped by ``tc``; needs root), "user" (everything on loopback, links shaped in user
+    space by the switch and the hosts' pacers; no privileges) or "auto" (default: "tc" where
+    namespaces can be built, else "user", saying why). ``progress``: status lines on stderr (or
+    a callable taking each line). ``keep_logs``: a directory for the processes' output
     (default: a temporary one, deleted). Raises :class:`ConfigError` for what cannot be
     emulated (naming the field and the limit) and :class:`EmulationError` when a run fails."""
     say = (lambda m: print(f"emulate: {m}", file=sys.stderr, flush=True)) if progress is True else (progress or (lambda m: None))
+    if shaper not in SHAPERS:
+        raise ConfigError("shaper", f"{shaper!r} is not one of {', '.join(SHAPERS)}")
     scenario = load_scenario(config)
     if seed is not None:
         scenario = scenario.model_copy(update={"seed": seed})
@@ -171,10 +180,9 @@ def emulate(
     built = build_topology(spec["topology"])
     _check(spec, built)
     _check_rate(spec, built)
-    why = fab.unavailable()
-    if why:
-        raise EmulationError(f"cannot build the emulated network: {why}")
-    fab.remove_stale(say)
+    why = fab.unavailable() if shaper != "user" else "asked for the user-space shaper"
+    if why and shaper == "tc":
+        raise EmulationError(f"cannot build the emulated network with tc: {why}")
     t_wall = time.monotonic()
 
     names = [n["name"] for n in built["nodes"]]
@@ -182,27 +190,36 @@ def emulate(
     switch = next(n["name"] for n in built["nodes"] if n["kind"] == "switch")
     links = [{"a": names[l["a"]], "b": names[l["b"]], "rate_bps": l["rate_bps"], "delay_ps": l["delay_ps"]}
              for l in built["links"] if names[l["a"]] in used or names[l["b"]] in used]
-    mtu = 1500 if max(_packet_bytes(j) for j in spec["jobs"]) <= 1500 else 9000
-    net = fab.Fabric(nodes=[switch, *sorted(set(used), key=names.index)], links=links,
-                     buffer_bytes=spec["network"]["buffer_bytes"], mtu=mtu, netem=fab.has_netem())
+    nodes = [switch, *sorted(set(used), key=names.index)]
+    buffer = spec["network"]["buffer_bytes"]
+    if why:
+        if len({(l["rate_bps"], l["delay_ps"]) for l in links}) > 1:
+            raise ConfigError("topology", "the user-space shaper gives every switch port one rate and delay; this "
+                                          "scenario's links differ (use the tc shaper: run as root)")
+        if shaper == "auto":
+            say(f"no network namespaces ({why}): links shaped in user space")
+        net = fab.LocalFabric(nodes=nodes, links=links, buffer_bytes=buffer)
+    else:
+        fab.remove_stale(say)
+        mtu = 1500 if max(_packet_bytes(j) for j in spec["jobs"]) <= 1500 else 9000
+        net = fab.Fabric(nodes=nodes, links=links, buffer_bytes=buffer, mtu=mtu, netem=fab.has_netem())
     tmp = tempfile.TemporaryDirectory(prefix="inalab-emulate-")
     logdir = Path(keep_logs) if keep_logs else Path(tmp.name)
     logdir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", INALAB_SECRET=os.urandom(32).hex())
     env.pop("INALAB_SECRET_FILE", None)
     procs = _Procs(net, logdir, env)
-    stopped = False
 
     def on_sigterm(*_):
         raise KeyboardInterrupt
 
     old = signal.signal(signal.SIGTERM, on_sigterm) if _main_thread() else None
     try:
-        say(f"building {len(net.nodes)} namespaces and {len(links)} links (shaped by tc tbf"
-            f"{', delayed by netem' if net.netem else '; no netem in this kernel: link delay not emulated'})")
+        if isinstance(net, fab.Fabric):
+            say(f"building {len(net.nodes)} namespaces and {len(links)} links (shaped by tc tbf"
+                f"{', delayed by netem' if net.netem else '; no netem in this kernel: link delay not emulated'})")
         net.up()
-        raw = _run(spec, built, net, procs, logdir, say)
-        stopped = True
+        raw = _run(spec, net, procs, logdir, say)
     except KeyboardInterrupt:
         say("interrupted; stopping every process and removing the namespaces")
         raise
@@ -214,7 +231,6 @@ def emulate(
         tmp.cleanup()
         if errors:
             say("clean-up: " + "; ".join(errors))
-    assert stopped
     raw["wall_s"] = time.monotonic() - t_wall
     return Result(raw)
 
@@ -225,24 +241,35 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _run(spec: dict, built: dict, net: fab.Fabric, procs: _Procs, logdir: Path, say) -> dict:
+def _run(spec: dict, net, procs: _Procs, logdir: Path, say) -> dict:
     py = sys.executable
+    local = isinstance(net, fab.LocalFabric)
     switch = net.nodes[0]
     programs = sorted({j["scheme"] for j in spec["jobs"]})
     memory = spec["network"]["aggregator_memory_bytes"]
     for m in spec["network"]["switch_memory"]:
         if m["switch"] == switch:
             memory = m["value"]
-    procs.start("switch", switch, [py, "-m", "inalab", "switch", "--program", ",".join(programs),
-                                   "--udp", f"0.0.0.0:{SWITCH_UDP}", "--control", f"0.0.0.0:{SWITCH_CONTROL}",
-                                   "--memory-bytes", str(memory * len(programs)), "--seed", str(spec["seed"]),
-                                   "--stats-every", "0", "--json"])
-    procs.wait_event("switch", "ready", 15)
+    bind = "127.0.0.1:0" if local else None
+    argv = [py, "-m", "inalab", "switch", "--program", ",".join(programs),
+            "--udp", bind or f"0.0.0.0:{SWITCH_UDP}", "--control", bind or f"0.0.0.0:{SWITCH_CONTROL}",
+            "--memory-bytes", str(memory * len(programs)), "--seed", str(spec["seed"]), "--stats-every", "0", "--json"]
+    if local:
+        link = net.links[0]
+        argv += ["--link-rate", str(link["rate_bps"]), "--link-delay-us", str(link["delay_ps"] / 1e6),
+                 "--buffer-bytes", str(net.buffer_bytes)]
+    procs.start("switch", switch, argv)
+    ready = procs.wait_event("switch", "ready", 15)
+
+    def control_of(h: str) -> str:
+        """The switch's control address as host ``h`` reaches it."""
+        return ready["control"] if local else f"{net.end(switch, h).ip}:{SWITCH_CONTROL}"
+
     servers = sorted({h for j in spec["jobs"] for h in j["servers"]})
     for h in servers:
-        procs.start(f"ps-{h}", h, [py, "-m", "inalab", "ps", "--switch", f"{net.end(switch, h).ip}:{SWITCH_CONTROL}",
-                                   "--udp", f"0.0.0.0:{PS_UDP}", "--control", f"0.0.0.0:{PS_CONTROL}",
-                                   "--stats-every", "0", "--json"])
+        procs.start(f"ps-{h}", h, [py, "-m", "inalab", "ps", "--switch", control_of(h),
+                                   "--udp", bind or f"0.0.0.0:{PS_UDP}", "--control", bind or f"0.0.0.0:{PS_CONTROL}",
+                                   "--link-rate", str(_rate(net, h, switch)), "--stats-every", "0", "--json"])
         procs.wait_event(f"ps-{h}", "ready", 15)
     go = logdir / "go.json"
     go.unlink(missing_ok=True)  # a kept log directory may hold the last run's
@@ -252,7 +279,7 @@ def _run(spec: dict, built: dict, net: fab.Fabric, procs: _Procs, logdir: Path, 
         for rank, h in enumerate(j["workers"]):
             task = {"job": j["id"], "rank": rank, "world": len(j["workers"]), "scheme": j["scheme"], "config": config,
                     "workload": j["workload"], "start_s": j["start_ps"] / 1e12, "jitter_ps": j["jitter_ps"],
-                    "seed": spec["seed"], "switch": f"{net.end(switch, h).ip}:{SWITCH_CONTROL}", "host": h,
+                    "seed": spec["seed"], "switch": control_of(h), "host": h,
                     "join_timeout_s": JOIN_TIMEOUT_S, "go": str(go), "link_rate_bps": _rate(net, h, switch)}
             path = logdir / f"task-{j['id']}-{rank}.json"
             path.write_text(json.dumps(task))
@@ -260,8 +287,7 @@ def _run(spec: dict, built: dict, net: fab.Fabric, procs: _Procs, logdir: Path, 
             procs.start(name, h, [py, "-m", "inalab.emulation.worker", str(path)])
             workers.append(name)
     say(f"{len(workers)} workers of {len(spec['jobs'])} jobs joining")
-    for w in workers:
-        procs.wait_event(w, "joined", JOIN_TIMEOUT_S)
+    joined = {w: procs.wait_event(w, "joined", JOIN_TIMEOUT_S) for w in workers}
     start_at = time.monotonic() + START_DELAY_S
     tmp_go = go.with_suffix(".tmp")
     tmp_go.write_text(json.dumps({"start_at": start_at}))
@@ -280,19 +306,46 @@ def _run(spec: dict, built: dict, net: fab.Fabric, procs: _Procs, logdir: Path, 
         if ev is None:
             raise EmulationError(f"worker {w} exited {procs.procs[w].returncode} without a result: {procs.tail(w)}")
         results[w] = ev
-    link_stats = {(e.node, peer): net.link_stats(e.node, peer) for (node, peer), e in net.ends.items()}
-    udp = {n: net.udp_stats(n) for n in net.nodes}
+    if local:
+        counters = {}
+    else:
+        counters = {"links": {(e.node, peer): net.link_stats(e.node, peer) for (node, peer), e in net.ends.items()},
+                    "udp": {n: net.udp_stats(n) for n in net.nodes}}
     sw_final = procs.interrupt("switch")
     ps_final = {h: procs.interrupt(f"ps-{h}") for h in servers}
+    if local:
+        counters = _local_counters(net, switch, joined, results, sw_final, ps_final)
     say("done")
-    return _result(spec, built, net, start_at, results, link_stats, udp, sw_final, ps_final)
+    return _result(spec, net, start_at, results, counters, sw_final, ps_final)
 
 
-def _rate(net: fab.Fabric, a: str, b: str) -> int:
+def _local_counters(net, switch: str, joined: dict, results: dict, sw_final, ps_final) -> dict:
+    """Link counters in the user-space mode: a host's uplink from its own pacer's count, a
+    switch port's from the switch (queue drops included)."""
+    host_of = {ev["node"]: results[w]["host"] for w, ev in joined.items()}
+    links, udp = {}, {n: {} for n in net.nodes}
+    for w, r in results.items():
+        io = r["stats"].get("io", {})
+        links[r["host"], switch] = {"qdisc_bytes": io.get("wire_bytes_sent", 0), "qdisc_packets": io.get("datagrams_sent", 0), "qdisc_drops": 0}
+    for h, st in ps_final.items():
+        io = (st or {}).get("io", {})
+        links[h, switch] = {"qdisc_bytes": io.get("wire_bytes_sent", 0), "qdisc_packets": io.get("datagrams_sent", 0), "qdisc_drops": 0}
+        host_of[(st or {}).get("node")] = h
+    for port in (sw_final or {}).get("ports", []):
+        h = host_of.get(port["node"])
+        if h is not None:
+            links[switch, h] = {"qdisc_bytes": port["sent_bytes"], "qdisc_packets": port["sent"], "qdisc_drops": port["queue_drops"]}
+    for (a, b) in [(l["a"], l["b"]) for l in net.links] + [(l["b"], l["a"]) for l in net.links]:
+        links.setdefault((a, b), {"qdisc_bytes": 0, "qdisc_packets": 0, "qdisc_drops": 0})
+    return {"links": links, "udp": udp}
+
+
+def _rate(net, a: str, b: str) -> int:
     return next(l["rate_bps"] for l in net.links if {l["a"], l["b"]} == {a, b})
 
 
-def _result(spec, built, net, start_at, results, link_stats, udp, sw_final, ps_final) -> dict:
+def _result(spec, net, start_at, results, counters, sw_final, ps_final) -> dict:
+    link_stats, udp = counters["links"], counters["udp"]
     jobs, iterations = [], []
     end_all = start_at
     for j in spec["jobs"]:
@@ -355,6 +408,7 @@ def _result(spec, built, net, start_at, results, link_stats, udp, sw_final, ps_f
         "scenario": spec["name"], "seed": spec["seed"], "sim_time_s": duration, "wall_s": 0.0, "events": 0,
         "stopped_by": "failed" if failed else "finished", "jobs": jobs, "iterations": iterations, "links": links,
         "switches": switches, "hosts": hosts, "flows": [], "timeseries": [], "conservation": {},
-        "emulation": {"shaping": "tc tbf" + (" + netem" if net.netem else ""), "link_delay_emulated": net.netem,
+        "emulation": {"shaping": net.label + (" + netem" if net.netem else ""),
+                      "link_delay_emulated": net.netem or isinstance(net, fab.LocalFabric),
                       "mtu": net.mtu, "udp": udp, "switch": sw_final, "ps": ps_final},
     }

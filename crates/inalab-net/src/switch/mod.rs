@@ -24,6 +24,7 @@ use crate::clock::Clock;
 use crate::control::{self, field, JobSpec, SwitchSpec, CONTROL_TIMEOUT};
 use control_plane::{serve, ControlState};
 use crate::service::{accept_loop, shut_down};
+use crate::pace::{ShapedQueue, WIRE_OVERHEAD_BYTES};
 use crate::udp::{wait, TxBatch, Udp};
 use crate::NetError;
 use inalab_core::{frame, NodeId, Packet, PortId, Programs, SwitchAction, SwitchCtx, SwitchProgram, Time, TimerToken};
@@ -70,6 +71,18 @@ pub struct SwitchOptions {
     /// The deployment secret control connections authenticate with. Default: loaded at start
     /// ([`crate::auth::Secret::load`]: `INALAB_SECRET`, or the secret file, created if absent).
     pub secret: Option<crate::auth::Secret>,
+    /// Shape every port's egress in user space to this link (where `tc` cannot: `inalab
+    /// emulate` without namespaces). Default none: datagrams leave as fast as the socket takes
+    /// them.
+    pub shaping: Option<PortShaping>,
+}
+
+/// A link's rate, delay and buffer, applied to a port's egress by [`crate::pace::ShapedQueue`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PortShaping {
+    pub rate_bps: u64,
+    pub delay_us: f64,
+    pub buffer_bytes: u64,
 }
 
 impl SwitchOptions {
@@ -86,6 +99,7 @@ impl SwitchOptions {
             upstream: None,
             timeout_us: 20_000,
             secret: None,
+            shaping: None,
         }
     }
 
@@ -124,6 +138,11 @@ impl SwitchOptions {
         if self.timeout_us == 0 {
             return Err(NetError::Config("timeout_us must be positive".into()));
         }
+        if let Some(sh) = self.shaping {
+            if sh.rate_bps == 0 || !(sh.delay_us >= 0.0 && sh.delay_us.is_finite()) || sh.buffer_bytes == 0 {
+                return Err(NetError::Config(format!("shaping: rate_bps and buffer_bytes must be positive and delay_us >= 0, got {sh:?}")));
+            }
+        }
         Ok(())
     }
 }
@@ -141,7 +160,7 @@ enum PortKind {
     Switch,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Port {
     addr: SocketAddr,
     node: NodeId,
@@ -149,9 +168,23 @@ struct Port {
     live: bool,
     /// Jobs a worker port is admitted to, or a PS port serves.
     jobs: Vec<u32>,
+    /// Datagrams and bytes on the wire (UDP payload + 42) sent on this port.
+    sent: u64,
+    sent_bytes: u64,
+    /// The link's egress queue when the switch shapes its ports itself.
+    shaper: Option<ShapedQueue>,
 }
 
 impl Port {
+    fn new(addr: SocketAddr, node: NodeId, kind: PortKind, shaper: Option<ShapedQueue>) -> Port {
+        Port { addr, node, kind, live: true, jobs: vec![], sent: 0, sent_bytes: 0, shaper }
+    }
+
+    fn stats(&self) -> Value {
+        json!({"node": self.node, "kind": format!("{:?}", self.kind).to_lowercase(), "live": self.live, "sent": self.sent,
+               "sent_bytes": self.sent_bytes, "queue_drops": self.shaper.as_ref().map_or(0, |q| q.drops)})
+    }
+
     /// Whether a packet of `job` may leave on this port: a worker or PS receives only its own
     /// jobs' packets (else a tenant could relay frames through the switch to any host); a
     /// neighbouring switch may carry any job.
@@ -240,6 +273,10 @@ struct DataPlane {
     tx: TxBatch,
     /// A multicast's frame, encoded once.
     scratch: Vec<u8>,
+    /// Ports shape their own egress ([`SwitchOptions::shaping`]).
+    shaping: Option<PortShaping>,
+    /// The clock at the packet or timer being handled (when a shaped datagram is queued).
+    now: Time,
     c: Counters,
 }
 
@@ -255,12 +292,13 @@ impl DataPlane {
     fn add_port(&mut self, addr: SocketAddr, node: NodeId, kind: PortKind) -> PortId {
         if let Some(&p) = self.by_addr.get(&addr) {
             let port = &mut self.ports[p as usize];
-            *port = Port { addr, node, kind, live: true, jobs: std::mem::take(&mut port.jobs) };
+            (port.addr, port.node, port.kind, port.live) = (addr, node, kind, true);
             self.routes.insert(node, p);
             return p;
         }
         let p = self.ports.len() as PortId;
-        self.ports.push(Port { addr, node, kind, live: true, jobs: vec![] });
+        let shaper = self.shaping.map(|sh| ShapedQueue::new(sh.rate_bps, (sh.delay_us * 1e6) as Time, sh.buffer_bytes));
+        self.ports.push(Port::new(addr, node, kind, shaper));
         self.by_addr.insert(addr, p);
         self.routes.insert(node, p);
         p
@@ -286,6 +324,7 @@ impl DataPlane {
         let mut handled = 0;
         while handled < RECV_BUDGET {
             let now = clock.now();
+            self.now = now;
             let congested = handled >= ECN_BACKLOG_DATAGRAMS;
             let n = udp.recv_batch(|addr, d| self.ingress(now, addr, d, congested))?;
             if n == 0 {
@@ -297,6 +336,7 @@ impl DataPlane {
             }
         }
         let now = clock.now();
+        self.now = now;
         while let Some(&Reverse((at, _, token))) = self.timers.peek() {
             if at > now {
                 break;
@@ -306,6 +346,7 @@ impl DataPlane {
             self.program.on_timer(now, &ctx, token, &mut self.actions);
             self.apply();
         }
+        self.release_due(now);
         udp.send_batch(&mut self.tx);
         Ok(())
     }
@@ -401,12 +442,12 @@ impl DataPlane {
         match self.ports.get(port as usize) {
             Some(p) if p.live && !p.carries(job) => self.c.outside_job += 1,
             Some(p) if p.live => {
-                self.c.forwarded += 1;
-                self.tx.push(p.addr, |b| {
-                    let start = b.len();
-                    frame::encode(pkt, b);
-                    mac.seal(b, start);
-                });
+                let mut bytes = std::mem::take(&mut self.scratch);
+                bytes.clear();
+                frame::encode(pkt, &mut bytes);
+                mac.seal(&mut bytes, 0);
+                self.send(port, &bytes);
+                self.scratch = bytes;
             }
             _ => self.c.dead_port += 1,
         }
@@ -426,14 +467,43 @@ impl DataPlane {
         for &port in ports {
             match self.ports.get(port as usize) {
                 Some(p) if p.live && !p.carries(job) => self.c.outside_job += 1,
-                Some(p) if p.live => {
-                    self.c.forwarded += 1;
-                    self.tx.push(p.addr, |b| b.extend_from_slice(&bytes));
-                }
+                Some(p) if p.live => self.send(port, &bytes),
                 _ => self.c.dead_port += 1,
             }
         }
         self.scratch = bytes;
+    }
+
+    /// One datagram out of a live `port`: into the send batch, or its shaped queue.
+    fn send(&mut self, port: PortId, datagram: &[u8]) {
+        let p = &mut self.ports[port as usize];
+        match &mut p.shaper {
+            Some(q) => {
+                if !q.push(self.now, datagram.to_vec()) {
+                    return; // tail drop, counted by the queue
+                }
+            }
+            None => self.tx.push(p.addr, |b| b.extend_from_slice(datagram)),
+        }
+        self.c.forwarded += 1;
+        p.sent += 1;
+        p.sent_bytes += datagram.len() as u64 + WIRE_OVERHEAD_BYTES;
+    }
+
+    /// Moves every shaped datagram whose time has come into the send batch.
+    fn release_due(&mut self, now: Time) {
+        for p in &mut self.ports {
+            if let Some(q) = &mut p.shaper {
+                while let Some(d) = q.pop_due(now) {
+                    self.tx.push(p.addr, |b| b.extend_from_slice(&d));
+                }
+            }
+        }
+    }
+
+    /// When the next shaped datagram is due.
+    fn next_due(&self) -> Option<Time> {
+        self.ports.iter().filter_map(|p| p.shaper.as_ref()?.next_due()).min()
     }
 
     fn stats(&self) -> Value {
@@ -450,6 +520,7 @@ impl DataPlane {
             "forged": c.forged, "unsealed": c.unsealed, "outside_job": c.outside_job,
             "program_drops": c.program_drops, "last_malformed": c.last_malformed,
             "program": program,
+            "ports": self.ports.iter().map(Port::stats).collect::<Vec<_>>(),
             "io": {"datagrams_sent": io.datagrams_sent, "datagrams_received": io.datagrams_received,
                    "send_calls": io.send_calls, "recv_calls": io.recv_calls, "send_errors": io.send_errors,
                    "gso_segments": self.udp().max_gso_segments(), "gro_segments": self.udp().gro_segments()},
@@ -502,6 +573,8 @@ impl SwitchHandle {
             actions: vec![],
             tx: TxBatch::default(),
             scratch: vec![],
+            shaping: opts.shaping,
+            now: 0,
             c: Counters::default(),
         };
         if let Some(up) = opts.upstream {
@@ -564,7 +637,10 @@ fn data_loop(s: &Shared) {
     let clock = Clock::new();
     let fd = s.dp.lock().expect("data plane lock").udp().fd();
     while !s.stop.load(Ordering::Relaxed) {
-        let next = s.dp.lock().expect("data plane lock").timers.peek().map(|Reverse((at, _, _))| *at);
+        let next = {
+            let dp = s.dp.lock().expect("data plane lock");
+            [dp.timers.peek().map(|Reverse((at, _, _))| *at), dp.next_due()].into_iter().flatten().min()
+        };
         let timeout = next.map_or(Duration::from_millis(10), |at| clock.until(at).min(Duration::from_millis(10)));
         if wait(&[(fd, libc::POLLIN)], Some(timeout)).is_err() {
             continue;
