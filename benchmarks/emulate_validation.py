@@ -15,7 +15,7 @@ from pathlib import Path
 import inalab
 from inalab.config import read_source, shipped_scenarios
 
-SCENARIOS = ("emulate-switchml-star", "emulate-atp-star")
+SCENARIOS = ("emulate-switchml-star", "emulate-atp-star", "emulate-atp-leafspine", "emulate-ring-leafspine")
 RATES = ("100Mbps", "1Gbps")
 TOLERANCE = 0.15  # the bar: emulated JCT within 15 % of simulated
 
@@ -30,7 +30,10 @@ def main() -> int:
     for name in SCENARIOS:
         for rate in RATES:
             scenario = read_source(name, shipped_scenarios(), "scenario")
-            scenario["topology"]["link_rate"] = rate
+            topo = scenario["topology"]
+            for key in ("link_rate", "host_rate", "fabric_rate"):
+                if key in topo:
+                    topo[key] = rate
             sim = inalab.simulate(scenario).jobs.iloc[0]
             for rep in range(a.reps):
                 t = time.monotonic()
@@ -56,7 +59,7 @@ def figure(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5, 4.5))
-    for (name, rate), marker in zip([(s, r) for s in SCENARIOS for r in RATES], "osD^"):
+    for (name, rate), marker in zip([(s, r) for s in SCENARIOS for r in RATES], "osD^v<>p"):
         pts = [r for r in rows if r["scenario"] == name and r["link_rate"] == rate]
         ax.scatter([r["sim_jct_s"] for r in pts], [r["emu_jct_s"] for r in pts], marker=marker,
                    label=f"{name.removeprefix('emulate-')} @ {rate}")

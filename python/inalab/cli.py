@@ -338,14 +338,26 @@ def switch(
     link_rate: Annotated[Optional[int], typer.Option(help="Shape every port's egress to this rate, bits/s (default: not shaped).")] = None,
     link_delay_us: Annotated[float, typer.Option(help="With --link-rate: each port's link delay, microseconds.")] = 0.0,
     buffer_bytes: Annotated[int, typer.Option(help="With --link-rate: each port's queue, bytes (tail drop beyond).")] = 1 << 20,
+    fabric: Annotated[Optional[Path], typer.Option(help="A static deployment's JSON (neighbours, routes, jobs), as inalab emulate writes it.")] = None,
     every: StatsEvery = 5.0,
     as_json: JsonOpt = False,
 ) -> None:
     """Run a software INA switch (the switch programs of ATP, SwitchML, ...) over UDP until interrupted."""
     from .runtime import Switch
 
+    f = _read_json(fabric, "--fabric")
     _serve("switch", lambda: Switch(program, udp, control, node, memory_bytes, pool_slots, drop_probability, seed,
-                                    upstream, timeout_us, link_rate, link_delay_us, buffer_bytes), as_json, every)
+                                    upstream, timeout_us, link_rate, link_delay_us, buffer_bytes, f), as_json, every)
+
+
+def _read_json(path: Optional[Path], option: str) -> Optional[dict]:
+    if path is None:
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        err_console.print(f"error: {option}: {e}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_CONFIG) from None
 
 
 @app.command()
@@ -355,13 +367,15 @@ def ps(
     control: Annotated[str, typer.Option(help="Control-plane TCP address (ip:port).")] = "127.0.0.1:9300",
     node: Annotated[int, typer.Option(help="Node id, 1-65535, unique among the switches and PS.")] = 2,
     link_rate: Annotated[Optional[int], typer.Option(help="Send no faster than this link rate, bits/s (default: unpaced).")] = None,
+    fabric: Annotated[Optional[Path], typer.Option(help="A static deployment's JSON (gateway, jobs): attach to no switch.")] = None,
     every: StatsEvery = 5.0,
     as_json: JsonOpt = False,
 ) -> None:
     """Run the parameter server of the jobs whose scheme has one (ATP's fallback aggregator) until interrupted."""
     from .runtime import ParameterServer
 
-    _serve("ps", lambda: ParameterServer(switch, udp, control, node, link_rate), as_json, every)
+    f = _read_json(fabric, "--fabric")
+    _serve("ps", lambda: ParameterServer(switch, udp, control, node, link_rate, f), as_json, every)
 
 
 @app.command("worker-key")

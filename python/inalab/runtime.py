@@ -81,6 +81,9 @@ class Switch(_Service):
     (bits per second, default none), ``link_delay_us`` (default 0) and ``buffer_bytes``
     (default 1 MiB): shape every port's egress to that link in user space, where ``tc``
     cannot (``inalab emulate`` without namespaces); tail drops count in ``ports[].queue_drops``.
+    ``fabric`` (default none): a static deployment, as ``inalab emulate`` writes it: the
+    switch's neighbours (``ports``: node, kind, udp), ``routes`` (ECMP next hops toward other
+    nodes) and ``jobs`` (job specs admitted at start; see ``inalab.net`` docs/runtime.md).
 
     ``stats()`` gives packets received/forwarded, drops by cause (``malformed``,
     ``unknown_source``, ``spoofed``, ``unadmitted``, ``injected_drops``, ...), the program's own
@@ -102,6 +105,7 @@ class Switch(_Service):
         link_rate: Optional[int] = None,
         link_delay_us: float = 0.0,
         buffer_bytes: int = 1 << 20,
+        fabric: Optional[dict] = None,
     ):
         programs = [p.strip() for p in program.split(",")]
         for p in programs:
@@ -122,6 +126,7 @@ class Switch(_Service):
         self._h = _core.Switch(
             programs, udp, control, node, memory_bytes, pool_slots, drop_probability, seed, upstream, timeout_us,
             None if link_rate is None else int(link_rate), float(link_delay_us), int(buffer_bytes),
+            None if fabric is None else json.dumps(fabric),
         )
 
 
@@ -131,14 +136,16 @@ class ParameterServer(_Service):
 
     Defaults: ``udp`` 127.0.0.1:9200, ``control`` 127.0.0.1:9300, ``switch`` 127.0.0.1:9100,
     ``node`` 2 (1..65535, unique per deployment), ``link_rate`` none (bits per second: its
-    datagrams leave no faster, as ``Client(link_rate=...)``).
+    datagrams leave no faster, as ``Client(link_rate=...)``), ``fabric`` none (a static
+    deployment: ``{"gateway": switch udp, "jobs": [spec, ...]}``; then it attaches to no switch).
     """
 
     def __init__(self, switch: str = "127.0.0.1:9100", udp: str = "127.0.0.1:9200", control: str = "127.0.0.1:9300", node: int = 2,
-                 link_rate: Optional[int] = None):
+                 link_rate: Optional[int] = None, fabric: Optional[dict] = None):
         if link_rate is not None and link_rate <= 0:
             raise ValueError(f"link_rate: must be a positive number of bits per second, got {link_rate}")
-        self._h = _core.ParameterServer(udp, control, switch, _check_node(node), None if link_rate is None else int(link_rate))
+        self._h = _core.ParameterServer(udp, control, switch, _check_node(node), None if link_rate is None else int(link_rate),
+                                        None if fabric is None else json.dumps(fabric))
 
 
 def _as_f32(array: Any) -> np.ndarray:
@@ -181,6 +188,19 @@ class Client:
         self.scheme, self.job, self.rank, self.world = scheme, job, rank, world
         self._c = _core.Client(switch, job, rank, world, json.dumps({**(config or {}), "scheme": scheme}), join_timeout_s, job_secret,
                                  None if link_rate is None else int(link_rate))
+
+    @classmethod
+    def from_spec(cls, spec: dict, rank: int, gateway: str, link_rate: Optional[int] = None) -> "Client":
+        """A worker of a static deployment (``inalab emulate``): rank ``rank`` of the job ``spec``
+        describes (its ``workers[rank]`` gives the node id and UDP address), sending to its
+        switch's data plane at ``gateway``. No rendezvous and no control connection."""
+        workers = spec.get("workers", [])
+        if not 0 <= rank < len(workers):
+            raise ValueError(f"rank: {rank} is not in 0..{len(workers)} (the spec's workers)")
+        self = cls.__new__(cls)
+        self.scheme, self.job, self.rank, self.world = spec["config"]["scheme"], spec["job"], rank, len(workers)
+        self._c = _core.Client.from_spec(json.dumps(spec), rank, gateway, None if link_rate is None else int(link_rate))
+        return self
 
     def allreduce(self, array: Any, timeout_s: float = 30.0) -> np.ndarray:
         """Element-wise sum of ``array`` over the job's workers, as a new float32 array of the

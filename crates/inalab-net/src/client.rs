@@ -62,6 +62,10 @@ pub struct ClientOptions {
     pub link_rate_bps: Option<u64>,
 }
 
+/// Longest [`Client::close`] waits for its protocol to go quiet (peers to acknowledge its
+/// last data) before it stops: 5 s.
+pub const LINGER: Duration = Duration::from_secs(5);
+
 /// How long a blocking [`Client::allreduce`] waits for its sum by default: 30 s.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -73,7 +77,8 @@ struct State {
     rank: usize,
     proto: Box<dyn HostProtocol>,
     io: HostIo,
-    control: TcpStream,
+    /// The join connection to the switch (`None`: started from a static fabric's spec).
+    control: Option<TcpStream>,
     control_buf: Vec<u8>,
     /// Requests not handed to the protocol yet.
     queue: VecDeque<(Vec<f32>, Completion)>,
@@ -140,23 +145,46 @@ impl Client {
         let leftover = reader.buffer().to_vec();
         let spec: JobSpec = field(&reply, "spec")?;
         let node: u32 = field(&reply, "node")?;
-        let proto = spec.endpoint(node, Role::Worker { rank: opts.rank as u32 })?;
         // The switch's data-plane address: the only source the worker accepts packets from.
         let gateway: SocketAddr = field(&reply, "switch_udp")?;
-        let mut io = HostIo::new(udp, gateway);
-        io.add_job(spec.job, spec.frame_mac()?);
-        if let Some(rate) = opts.link_rate_bps {
-            io.pace(rate);
-        }
         conn.set_read_timeout(None)?;
         conn.set_nonblocking(true)?;
+        Client::start(spec, opts.rank, node, udp, gateway, opts.link_rate_bps, Some(conn), leftover)
+    }
+
+    /// A worker of a static deployment (`inalab emulate`): rank `rank` of `spec`, with the
+    /// UDP address the spec gives it, sending to its switch at `gateway`; no rendezvous and no
+    /// control connection (nobody sends it `failed` events: calls time out instead).
+    pub fn from_spec(spec: JobSpec, rank: usize, gateway: SocketAddr, link_rate_bps: Option<u64>) -> Result<Client, NetError> {
+        let w = spec.workers.get(rank).ok_or_else(|| NetError::Config(format!("rank {rank} is not in 0..{} (the spec's workers)", spec.workers.len())))?;
+        let (node, udp) = (w.node, Udp::bind(w.udp)?);
+        Client::start(spec, rank, node, udp, gateway, link_rate_bps, None, vec![])
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn start(
+        spec: JobSpec,
+        rank: usize,
+        node: u32,
+        udp: Udp,
+        gateway: SocketAddr,
+        link_rate_bps: Option<u64>,
+        control: Option<TcpStream>,
+        leftover: Vec<u8>,
+    ) -> Result<Client, NetError> {
+        let proto = spec.endpoint(node, Role::Worker { rank: rank as u32 })?;
+        let mut io = HostIo::new(udp, gateway);
+        io.add_job(spec.job, spec.frame_mac()?);
+        if let Some(rate) = link_rate_bps {
+            io.pace(rate);
+        }
         let inner = Arc::new(Inner {
             st: Mutex::new(State {
                 spec: spec.clone(),
-                rank: opts.rank,
+                rank,
                 proto,
                 io,
-                control: conn,
+                control,
                 control_buf: leftover,
                 queue: VecDeque::new(),
                 active: BTreeMap::new(),
@@ -254,6 +282,18 @@ impl Client {
         if self.threads.is_empty() {
             return;
         }
+        // Linger while the protocol still has a timer armed (data a peer has not acknowledged:
+        // in a ring, this worker's last chunk may still be on its way to its successor, whose
+        // allreduce would never finish if we stopped resending it), at most LINGER.
+        let deadline = std::time::Instant::now() + LINGER;
+        while std::time::Instant::now() < deadline {
+            let st = self.inner.st.lock().expect("client lock");
+            if st.failed.is_some() || (st.active.is_empty() && st.proto.poll_timeout().is_none()) {
+                break;
+            }
+            drop(st);
+            std::thread::sleep(Duration::from_millis(2));
+        }
         self.inner.stop.store(true, Ordering::SeqCst);
         self.inner.waker.wake();
         for t in self.threads.drain(..) {
@@ -265,7 +305,7 @@ impl Client {
         if st.failed_before_close {
             return;
         }
-        let Ok(mut conn) = st.control.try_clone() else { return };
+        let Some(Ok(mut conn)) = st.control.as_ref().map(TcpStream::try_clone) else { return };
         let _ = conn.set_nonblocking(false);
         let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
         if control::send_line(&mut conn, &json!({"op": "leave"})).is_err() {
@@ -289,7 +329,8 @@ impl Drop for Client {
 fn io_loop(inner: &Inner, done_tx: mpsc::Sender<(Completion, Result<Vec<f32>, NetError>)>) {
     let (udp_fd, ctl_fd) = {
         let st = inner.st.lock().expect("client lock");
-        (st.io.udp.fd(), st.control.as_raw_fd())
+        // A negative descriptor is ignored by ppoll: no control connection, nothing to read.
+        (st.io.udp.fd(), st.control.as_ref().map_or(-1, |c| c.as_raw_fd()))
     };
     loop {
         let stopping = inner.stop.load(Ordering::SeqCst);
@@ -396,7 +437,8 @@ impl State {
     fn read_control(&mut self) {
         let mut buf = [0u8; 4096];
         loop {
-            match self.control.read(&mut buf) {
+            let Some(control) = self.control.as_mut() else { return };
+            match control.read(&mut buf) {
                 Ok(0) => return self.fail("the switch closed the control connection".into()),
                 Ok(n) => self.control_buf.extend_from_slice(&buf[..n]),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,

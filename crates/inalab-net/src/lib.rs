@@ -17,6 +17,7 @@ pub mod clock;
 pub mod udp;
 pub mod control;
 pub mod switch;
+pub mod fabric;
 pub mod host;
 pub mod pace;
 pub mod ps;

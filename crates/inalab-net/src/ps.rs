@@ -8,6 +8,7 @@
 use crate::clock::Clock;
 use crate::control::{self, err, field, ok, JobSpec, CONTROL_TIMEOUT};
 use crate::service::{accept_loop, shut_down};
+use crate::fabric::HostFabric;
 use crate::host::{counters_json, HostIo};
 use crate::udp::{wait, Udp};
 use crate::NetError;
@@ -38,6 +39,9 @@ pub struct PsOptions {
     /// The rate of the PS's link, bits per second: its datagrams leave no faster (see
     /// [`crate::pace`]). Default none.
     pub link_rate_bps: Option<u64>,
+    /// A static deployment (`inalab emulate`): the switch's data-plane address and the jobs,
+    /// admitted at start; the PS then attaches to no switch. Default none.
+    pub fabric: Option<HostFabric>,
 }
 
 impl Default for PsOptions {
@@ -49,6 +53,7 @@ impl Default for PsOptions {
             switch: "127.0.0.1:9100".parse().expect("valid"),
             secret: None,
             link_rate_bps: None,
+            fabric: None,
         }
     }
 }
@@ -84,6 +89,14 @@ impl PsHandle {
         let udp = Udp::bind(opts.udp)?;
         let listener = TcpListener::bind(opts.control)?;
         let (udp_addr, control_addr) = (udp.local_addr()?, listener.local_addr()?);
+        if let Some(f) = &opts.fabric {
+            let shared = Arc::new(Shared { node: opts.node, secret, st: Mutex::new(PsState::new(udp, f.gateway, opts.link_rate_bps)), stop: AtomicBool::new(false) });
+            for spec in &f.jobs {
+                admit(&shared, spec).map_err(|e| NetError::Config(format!("fabric: job {}: {e}", spec.job)))?;
+            }
+            let threads = spawn(&shared, listener)?;
+            return Ok(PsHandle { shared, threads, udp_addr, control_addr });
+        }
         let mut attach = TcpStream::connect_timeout(&opts.switch, CONTROL_TIMEOUT)?;
         attach.set_read_timeout(Some(CONTROL_TIMEOUT))?;
         attach.set_write_timeout(Some(CONTROL_TIMEOUT))?;
@@ -95,32 +108,11 @@ impl PsHandle {
         let reply = control::read_line(&mut replies)?.ok_or_else(|| NetError::Protocol(format!("{} closed the control connection", opts.switch)))?;
         let reply = control::check_ok(reply)?;
         let gateway: SocketAddr = field(&reply, "udp")?;
-        let shared = Arc::new(Shared {
-            node: opts.node,
-            secret,
-            st: Mutex::new(PsState {
-                io: {
-                    let mut io = HostIo::new(udp, gateway);
-                    if let Some(rate) = opts.link_rate_bps {
-                        io.pace(rate);
-                    }
-                    io
-                },
-                servers: BTreeMap::new(),
-                unadmitted: 0,
-            }),
-            stop: AtomicBool::new(false),
-        });
+        let shared = Arc::new(Shared { node: opts.node, secret, st: Mutex::new(PsState::new(udp, gateway, opts.link_rate_bps)), stop: AtomicBool::new(false) });
+        let mut threads = spawn(&shared, listener)?;
         let s = shared.clone();
-        let data = std::thread::Builder::new().name("inalab-ps-dp".into()).spawn(move || data_loop(&s))?;
-        let s = shared.clone();
-        let ctl = std::thread::Builder::new().name("inalab-ps-cp".into()).spawn(move || {
-            let conn_shared = s.clone();
-            accept_loop(&s.stop, listener, "inalab-ps-conn", move |conn| serve(&conn_shared, conn))
-        })?;
-        let s = shared.clone();
-        let beat = std::thread::Builder::new().name("inalab-ps-ping".into()).spawn(move || heartbeat(&s, attach, replies))?;
-        Ok(PsHandle { shared, threads: vec![data, ctl, beat], udp_addr, control_addr })
+        threads.push(std::thread::Builder::new().name("inalab-ps-ping".into()).spawn(move || heartbeat(&s, attach, replies))?);
+        Ok(PsHandle { shared, threads, udp_addr, control_addr })
     }
 
     pub fn stats(&self) -> Value {
@@ -204,6 +196,42 @@ fn data_loop(s: &Shared) {
     }
 }
 
+impl PsState {
+    fn new(udp: Udp, gateway: SocketAddr, link_rate_bps: Option<u64>) -> PsState {
+        let mut io = HostIo::new(udp, gateway);
+        if let Some(rate) = link_rate_bps {
+            io.pace(rate);
+        }
+        PsState { io, servers: BTreeMap::new(), unadmitted: 0 }
+    }
+}
+
+/// The data-plane thread and the control listener.
+fn spawn(shared: &Arc<Shared>, listener: TcpListener) -> Result<Vec<JoinHandle<()>>, NetError> {
+    let s = shared.clone();
+    let data = std::thread::Builder::new().name("inalab-ps-dp".into()).spawn(move || data_loop(&s))?;
+    let s = shared.clone();
+    let ctl = std::thread::Builder::new().name("inalab-ps-cp".into()).spawn(move || {
+        let conn_shared = s.clone();
+        accept_loop(&s.stop, listener, "inalab-ps-conn", move |conn| serve(&conn_shared, conn))
+    })?;
+    Ok(vec![data, ctl])
+}
+
+/// Runs the PS's part of `spec`.
+fn admit(s: &Shared, spec: &JobSpec) -> Result<(), NetError> {
+    let index = spec.servers.iter().position(|p| p.node == s.node).ok_or_else(|| NetError::Config(format!("job {}: node {} is not one of its servers", spec.job, s.node)))?;
+    let server = spec.endpoint(s.node, Role::Server { index: index as u32 })?;
+    let mac = spec.frame_mac()?;
+    let mut st = s.st.lock().expect("ps lock");
+    if st.servers.contains_key(&spec.job) {
+        return Err(NetError::Config(format!("job {} is already admitted at the PS", spec.job)));
+    }
+    st.servers.insert(spec.job, server);
+    st.io.add_job(spec.job, mac);
+    Ok(())
+}
+
 fn serve(s: &Shared, conn: TcpStream) {
     let Ok(mut w) = conn.try_clone() else { return };
     let mut r = BufReader::new(conn);
@@ -226,15 +254,7 @@ fn handle(s: &Shared, msg: &Value) -> Result<Value, NetError> {
     match msg["op"].as_str().unwrap_or("") {
         "admit" => {
             let spec: JobSpec = field(msg, "spec")?;
-            let index = spec.servers.iter().position(|p| p.node == s.node).ok_or_else(|| NetError::Config(format!("job {}: node {} is not one of its servers", spec.job, s.node)))?;
-            let server = spec.endpoint(s.node, Role::Server { index: index as u32 })?;
-            let mac = spec.frame_mac()?;
-            let mut st = s.st.lock().expect("ps lock");
-            if st.servers.contains_key(&spec.job) {
-                return Err(NetError::Config(format!("job {} is already admitted at the PS", spec.job)));
-            }
-            st.servers.insert(spec.job, server);
-            st.io.add_job(spec.job, mac);
+            admit(s, &spec)?;
             Ok(ok(json!({})))
         }
         "release" => {

@@ -45,6 +45,40 @@ fn build_topology(topology_json: &str) -> PyResult<String> {
     serde_json::to_string(&topo).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
+/// The paths the simulator's ECMP gives a job's flows: `flows_json` is `[{"job": J, "src":
+/// HOST, "src_server": bool, "dst": HOST, "dst_server": bool}]` (host names of the built
+/// topology; a server's packets use the job's server port, a worker's its worker port, as in
+/// the simulator); returns one list of node names per flow (`null` where there is no path).
+/// `inalab emulate` installs these paths so that its flows cross the links they cross in the
+/// simulator.
+#[pyfunction]
+fn ecmp_paths(topology_json: &str, flows_json: &str) -> PyResult<String> {
+    #[derive(serde::Deserialize)]
+    struct Flow {
+        job: u32,
+        src: String,
+        src_server: bool,
+        dst: String,
+        dst_server: bool,
+    }
+    let spec: inalab_topo::TopologySpec =
+        serde_json::from_str(topology_json).map_err(|e| PyValueError::new_err(format!("topology: {e}")))?;
+    let topo = inalab_topo::build(&spec).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let flows: Vec<Flow> = serde_json::from_str(flows_json).map_err(|e| PyValueError::new_err(format!("flows: {e}")))?;
+    let routes = inalab_topo::Routes::compute(&topo);
+    let port = |job: u32, server: bool| if server { inalab_sim::setup::server_port(job) } else { inalab_sim::setup::worker_port(job) };
+    let mut out = vec![];
+    for f in &flows {
+        let (Some(src), Some(dst)) = (topo.find(&f.src), topo.find(&f.dst)) else {
+            return Err(PyValueError::new_err(format!("flows: no host {:?} or {:?}", f.src, f.dst)));
+        };
+        let key = inalab_core::flow_key(src, port(f.job, f.src_server), dst, port(f.job, f.dst_server));
+        let path = routes.ecmp_path(&topo, src, dst, key);
+        out.push(path.map(|p| p.into_iter().map(|n| topo.nodes[n as usize].name.clone()).collect::<Vec<_>>()));
+    }
+    serde_json::to_string(&out).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
 /// The scheme registry as JSON: `[{name, doc, servers, program, quantization, params: [{name,
 /// default, unit, doc}]}]`, where `servers` is "none", "exactly_one" or "at_least_one",
 /// `program` whether the scheme installs a switch program (so the UDP switch can run it) and
@@ -120,6 +154,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(normalize_config, m)?)?;
     m.add_function(wrap_pyfunction!(quantization_bound, m)?)?;
     m.add_function(wrap_pyfunction!(worker_key, m)?)?;
+    m.add_function(wrap_pyfunction!(ecmp_paths, m)?)?;
     m.add_class::<net::Switch>()?;
     m.add_class::<net::ParameterServer>()?;
     m.add_class::<net::PyClient>()?;

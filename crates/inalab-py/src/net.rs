@@ -16,6 +16,11 @@ fn addr(field: &str, s: &str) -> PyResult<SocketAddr> {
     s.parse().map_err(|_| PyValueError::new_err(format!("{field}: {s:?} is not an ip:port address")))
 }
 
+/// A static fabric's JSON (`inalab emulate` writes it), checked.
+fn fabric<T: serde::de::DeserializeOwned>(json: Option<&str>) -> PyResult<Option<T>> {
+    json.map(|j| serde_json::from_str(j).map_err(|e| PyValueError::new_err(format!("fabric: {e}")))).transpose()
+}
+
 fn net_err(e: NetError) -> PyErr {
     match e {
         NetError::Config(m) => PyValueError::new_err(m),
@@ -41,7 +46,7 @@ pub struct Switch(Option<SwitchHandle>);
 #[pymethods]
 impl Switch {
     #[new]
-    #[pyo3(signature = (programs, udp, control, node, memory_bytes, pool_slots, drop_probability, seed, upstream, timeout_us, link_rate_bps=None, link_delay_us=0.0, buffer_bytes=1048576))]
+    #[pyo3(signature = (programs, udp, control, node, memory_bytes, pool_slots, drop_probability, seed, upstream, timeout_us, link_rate_bps=None, link_delay_us=0.0, buffer_bytes=1048576, fabric_json=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         programs: Vec<String>,
@@ -57,6 +62,7 @@ impl Switch {
         link_rate_bps: Option<u64>,
         link_delay_us: f64,
         buffer_bytes: u64,
+        fabric_json: Option<&str>,
     ) -> PyResult<Switch> {
         let opts = SwitchOptions {
             programs,
@@ -72,6 +78,7 @@ impl Switch {
             // The deployment secret comes from INALAB_SECRET or the secret file.
             secret: None,
             shaping: link_rate_bps.map(|rate_bps| PortShaping { rate_bps, delay_us: link_delay_us, buffer_bytes }),
+            fabric: fabric(fabric_json)?,
         };
         SwitchHandle::start(opts).map(|h| Switch(Some(h))).map_err(net_err)
     }
@@ -108,9 +115,17 @@ pub struct ParameterServer(Option<PsHandle>);
 #[pymethods]
 impl ParameterServer {
     #[new]
-    #[pyo3(signature = (udp, control, switch, node, link_rate_bps=None))]
-    fn new(udp: &str, control: &str, switch: &str, node: u32, link_rate_bps: Option<u64>) -> PyResult<ParameterServer> {
-        let opts = PsOptions { node, udp: addr("udp", udp)?, control: addr("control", control)?, switch: addr("switch", switch)?, secret: None, link_rate_bps };
+    #[pyo3(signature = (udp, control, switch, node, link_rate_bps=None, fabric_json=None))]
+    fn new(udp: &str, control: &str, switch: &str, node: u32, link_rate_bps: Option<u64>, fabric_json: Option<&str>) -> PyResult<ParameterServer> {
+        let opts = PsOptions {
+            node,
+            udp: addr("udp", udp)?,
+            control: addr("control", control)?,
+            switch: addr("switch", switch)?,
+            secret: None,
+            link_rate_bps,
+            fabric: fabric(fabric_json)?,
+        };
         PsHandle::start(opts).map(|h| ParameterServer(Some(h))).map_err(net_err)
     }
     #[getter]
@@ -143,6 +158,17 @@ pub struct PyClient(Option<Client>);
 
 #[pymethods]
 impl PyClient {
+    /// A worker of a static deployment: rank `rank` of the job `spec_json` describes, sending
+    /// to its switch at `gateway` (no rendezvous).
+    #[staticmethod]
+    #[pyo3(signature = (spec_json, rank, gateway, link_rate_bps=None))]
+    fn from_spec(py: Python<'_>, spec_json: &str, rank: usize, gateway: &str, link_rate_bps: Option<u64>) -> PyResult<PyClient> {
+        let spec = serde_json::from_str(spec_json).map_err(|e| PyValueError::new_err(format!("spec: {e}")))?;
+        let gateway = addr("gateway", gateway)?;
+        let c = py.detach(|| Client::from_spec(spec, rank, gateway, link_rate_bps)).map_err(net_err)?;
+        Ok(PyClient(Some(c)))
+    }
+
     /// Joins the job; blocks (without the GIL) until every rank joined.
     #[new]
     /// `config_json`: the job's scheme configuration, `{"scheme": NAME, ...}`.

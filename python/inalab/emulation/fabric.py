@@ -125,6 +125,9 @@ class Fabric:
             _run("ip", "netns", "add", self.ns(n))
             self.created.append(self.ns(n))
             _run("ip", "-n", self.ns(n), "link", "set", "lo", "up")
+            # No IPv6: its neighbour discovery would add stray packets to the links' counts.
+            _run("ip", "netns", "exec", self.ns(n), "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
+                 "net.ipv6.conf.default.disable_ipv6=1", check=False)
         for i, link in enumerate(self.links):
             net = f"10.{100 + i // 250}.{i % 250}"
             a, b = link["a"], link["b"]

@@ -22,17 +22,18 @@ from .. import schemes
 from ..config import ConfigError, build_topology, load_scenario
 from ..results import Result
 from . import fabric as fab
+from .plan import PS_CONTROL, SWITCH_PORT, deploy
 
 # What one 2-core machine carries (docs/emulation.md, "Limits"): beyond these the processes,
 # not the links, set the pace and the emulation stops meaning anything.
 MAX_HOSTS = 8
-MAX_SWITCHES = 1          # one switch so far: multi-switch routing is not built (issue #13)
+MAX_SWITCHES = 6          # one process each
 MAX_AGGREGATE_GBPS = 5.0  # sum of the rates of the links in use
 MAX_PACKETS_PER_S = 500_000  # datagrams per second the software switch receives, summed over its links
 JOIN_TIMEOUT_S = 30.0     # every worker of every job joined
 START_DELAY_S = 0.5       # from the last join to the common start
 STOP_TIMEOUT_S = 5.0      # a switch / PS exits after SIGINT
-SWITCH_UDP, SWITCH_CONTROL, PS_UDP, PS_CONTROL = 9000, 9100, 9200, 9300
+SWITCH_CONTROL = 9100
 
 
 class EmulationError(RuntimeError):
@@ -43,18 +44,9 @@ def _check(spec: dict, built: dict) -> None:
     """Refuses, naming the field and the limit, what this machine or this emulator cannot run."""
     switches = [n for n in built["nodes"] if n["kind"] == "switch"]
     if len(switches) > MAX_SWITCHES:
-        raise ConfigError("topology", f"emulate runs topologies with {MAX_SWITCHES} switch so far (a star); this one has "
-                                      f"{len(switches)}: forwarding between software switches is not built yet")
-    with_program = schemes.with_program()
-    for i, job in enumerate(spec["jobs"]):
-        if job["scheme"] not in with_program:
-            raise ConfigError(f"jobs[{i}].scheme", f"{job['scheme']!r} has no switch program; the real runtime runs "
-                                                   f"{', '.join(with_program)}")
+        raise ConfigError("topology", f"{len(switches)} switches; emulate runs at most {MAX_SWITCHES} on this machine (2 cores)")
     if spec["flows"] or spec.get("background"):
         raise ConfigError("flows", "emulate runs jobs only; remove [[flows]] and [background]")
-    servers = {h for j in spec["jobs"] for h in j["servers"]}
-    if len(servers) > 1:
-        raise ConfigError("jobs.servers", f"one parameter server per switch in the real runtime; this scenario has {sorted(servers)}")
     used = {h for j in spec["jobs"] for h in j["workers"] + j["servers"]}
     if len(used) > MAX_HOSTS:
         raise ConfigError("jobs.workers", f"{len(used)} hosts in use; emulate runs at most {MAX_HOSTS} on this machine (2 cores)")
@@ -187,10 +179,9 @@ def emulate(
 
     names = [n["name"] for n in built["nodes"]]
     used = [h for j in spec["jobs"] for h in j["workers"] + j["servers"]]
-    switch = next(n["name"] for n in built["nodes"] if n["kind"] == "switch")
+    nodes = [n["name"] for n in built["nodes"] if n["kind"] == "switch" or n["name"] in used]
     links = [{"a": names[l["a"]], "b": names[l["b"]], "rate_bps": l["rate_bps"], "delay_ps": l["delay_ps"]}
-             for l in built["links"] if names[l["a"]] in used or names[l["b"]] in used]
-    nodes = [switch, *sorted(set(used), key=names.index)]
+             for l in built["links"] if names[l["a"]] in nodes and names[l["b"]] in nodes]
     buffer = spec["network"]["buffer_bytes"]
     if why:
         if len({(l["rate_bps"], l["delay_ps"]) for l in links}) > 1:
@@ -201,8 +192,9 @@ def emulate(
         net = fab.LocalFabric(nodes=nodes, links=links, buffer_bytes=buffer)
     else:
         fab.remove_stale(say)
-        mtu = 1500 if max(_packet_bytes(j) for j in spec["jobs"]) <= 1500 else 9000
-        net = fab.Fabric(nodes=nodes, links=links, buffer_bytes=buffer, mtu=mtu, netem=fab.has_netem())
+        # Jumbo frames: a frame's real overhead (envelope, tag) can push a scenario's 1500 B
+        # packet past a 1500 B MTU, and a datagram that does not fit is never sent.
+        net = fab.Fabric(nodes=nodes, links=links, buffer_bytes=buffer, mtu=9000, netem=fab.has_netem())
     tmp = tempfile.TemporaryDirectory(prefix="inalab-emulate-")
     logdir = Path(keep_logs) if keep_logs else Path(tmp.name)
     logdir.mkdir(parents=True, exist_ok=True)
@@ -219,7 +211,7 @@ def emulate(
             say(f"building {len(net.nodes)} namespaces and {len(links)} links (shaped by tc tbf"
                 f"{', delayed by netem' if net.netem else '; no netem in this kernel: link delay not emulated'})")
         net.up()
-        raw = _run(spec, net, procs, logdir, say)
+        raw = _run(spec, built, net, procs, logdir, say)
     except KeyboardInterrupt:
         say("interrupted; stopping every process and removing the namespaces")
         raise
@@ -241,58 +233,80 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _run(spec: dict, net, procs: _Procs, logdir: Path, say) -> dict:
+def _free_ports(n: int) -> list[int]:
+    """``n`` free TCP/UDP port numbers on loopback (bound and released at once)."""
+    import socket
+
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(n)]
+    try:
+        for sk in socks:
+            sk.bind(("127.0.0.1", 0))
+        return [sk.getsockname()[1] for sk in socks]
+    finally:
+        for sk in socks:
+            sk.close()
+
+
+def _run(spec: dict, built: dict, net, procs: _Procs, logdir: Path, say) -> dict:
     py = sys.executable
     local = isinstance(net, fab.LocalFabric)
-    switch = net.nodes[0]
-    programs = sorted({j["scheme"] for j in spec["jobs"]})
-    memory = spec["network"]["aggregator_memory_bytes"]
-    for m in spec["network"]["switch_memory"]:
-        if m["switch"] == switch:
-            memory = m["value"]
-    bind = "127.0.0.1:0" if local else None
-    argv = [py, "-m", "inalab", "switch", "--program", ",".join(programs),
-            "--udp", bind or f"0.0.0.0:{SWITCH_UDP}", "--control", bind or f"0.0.0.0:{SWITCH_CONTROL}",
-            "--memory-bytes", str(memory * len(programs)), "--seed", str(spec["seed"]), "--stats-every", "0", "--json"]
+    used = [n for n in net.nodes if n in {h for j in spec["jobs"] for h in j["workers"] + j["servers"]}]
     if local:
-        link = net.links[0]
-        argv += ["--link-rate", str(link["rate_bps"]), "--link-delay-us", str(link["delay_ps"] / 1e6),
-                 "--buffer-bytes", str(net.buffer_bytes)]
-    procs.start("switch", switch, argv)
-    ready = procs.wait_event("switch", "ready", 15)
-
-    def control_of(h: str) -> str:
-        """The switch's control address as host ``h`` reaches it."""
-        return ready["control"] if local else f"{net.end(switch, h).ip}:{SWITCH_CONTROL}"
-
+        port = dict(zip(net.nodes, _free_ports(len(net.nodes))))
+        dep = deploy(spec, built, used, lambda node, peer, _: f"127.0.0.1:{port[node]}")
+    else:
+        dep = deploy(spec, built, used, lambda node, peer, p: f"{net.end(node, peer).ip}:{p}")
+    name_of = {v: k for k, v in dep.node_id.items()}
+    programs = sorted({j["scheme"] for j in spec["jobs"]} & set(schemes.with_program())) or ["switchml"]
+    for s in dep.switches:
+        path = logdir / f"fabric-{s}.json"
+        path.write_text(json.dumps(dep.fabrics[s]))
+        memory = max(sw["memory_bytes"] for sw in dep.specs[0]["switches"]) if dep.specs[0]["switches"] else \
+            spec["network"]["aggregator_memory_bytes"]
+        argv = [py, "-m", "inalab", "switch", "--node", str(dep.node_id[s]), "--program", ",".join(programs),
+                "--udp", f"127.0.0.1:{port[s]}" if local else f"0.0.0.0:{SWITCH_PORT}",
+                "--control", "127.0.0.1:0" if local else f"0.0.0.0:{SWITCH_CONTROL}",
+                "--memory-bytes", str(memory * len(programs)), "--seed", str(spec["seed"]), "--fabric", str(path),
+                "--stats-every", "0", "--json"]
+        if local:
+            link = net.links[0]
+            argv += ["--link-rate", str(link["rate_bps"]), "--link-delay-us", str(link["delay_ps"] / 1e6),
+                     "--buffer-bytes", str(net.buffer_bytes)]
+        procs.start(f"switch-{s}", s, argv)
+    for s in dep.switches:
+        procs.wait_event(f"switch-{s}", "ready", 15)
     servers = sorted({h for j in spec["jobs"] for h in j["servers"]})
     for h in servers:
-        procs.start(f"ps-{h}", h, [py, "-m", "inalab", "ps", "--switch", control_of(h),
-                                   "--udp", bind or f"0.0.0.0:{PS_UDP}", "--control", bind or f"0.0.0.0:{PS_CONTROL}",
-                                   "--link-rate", str(_rate(net, h, switch)), "--stats-every", "0", "--json"])
+        path = logdir / f"fabric-{h}.json"
+        node = dep.node_id[h]
+        path.write_text(json.dumps({"gateway": dep.udp[dep.tor[h], h],
+                                    "jobs": [sp for sp in dep.specs if any(sv["node"] == node for sv in sp["servers"])]}))
+        procs.start(f"ps-{h}", h, [py, "-m", "inalab", "ps", "--node", str(node), "--udp", dep.udp[h, dep.tor[h]],
+                                   "--control", "127.0.0.1:0" if local else f"0.0.0.0:{PS_CONTROL}", "--fabric", str(path),
+                                   "--link-rate", str(_rate(net, h, dep.tor[h])), "--stats-every", "0", "--json"])
         procs.wait_event(f"ps-{h}", "ready", 15)
     go = logdir / "go.json"
     go.unlink(missing_ok=True)  # a kept log directory may hold the last run's
     workers = []
-    for j in spec["jobs"]:
-        config = {k: v for k, v in j.items() if k in ("ina", "transport", "partition_bytes")}
+    for j, job_spec in zip(spec["jobs"], dep.specs):
         for rank, h in enumerate(j["workers"]):
-            task = {"job": j["id"], "rank": rank, "world": len(j["workers"]), "scheme": j["scheme"], "config": config,
-                    "workload": j["workload"], "start_s": j["start_ps"] / 1e12, "jitter_ps": j["jitter_ps"],
-                    "seed": spec["seed"], "switch": control_of(h), "host": h,
-                    "join_timeout_s": JOIN_TIMEOUT_S, "go": str(go), "link_rate_bps": _rate(net, h, switch)}
+            task = {"job": j["id"], "rank": rank, "world": len(j["workers"]), "scheme": j["scheme"], "spec": job_spec,
+                    "gateway": dep.udp[dep.tor[h], h], "workload": j["workload"], "start_s": j["start_ps"] / 1e12,
+                    "jitter_ps": j["jitter_ps"], "seed": spec["seed"], "host": h, "join_timeout_s": JOIN_TIMEOUT_S,
+                    "go": str(go), "link_rate_bps": _rate(net, h, dep.tor[h])}
             path = logdir / f"task-{j['id']}-{rank}.json"
             path.write_text(json.dumps(task))
             name = f"w{j['id']}-{rank}"
             procs.start(name, h, [py, "-m", "inalab.emulation.worker", str(path)])
             workers.append(name)
-    say(f"{len(workers)} workers of {len(spec['jobs'])} jobs joining")
-    joined = {w: procs.wait_event(w, "joined", JOIN_TIMEOUT_S) for w in workers}
+    say(f"{len(dep.switches)} switches; {len(workers)} workers of {len(spec['jobs'])} jobs starting")
+    for w in workers:
+        procs.wait_event(w, "joined", JOIN_TIMEOUT_S)
     start_at = time.monotonic() + START_DELAY_S
     tmp_go = go.with_suffix(".tmp")
     tmp_go.write_text(json.dumps({"start_at": start_at}))
     tmp_go.rename(go)
-    say("all joined; running")
+    say("all started; running")
     last = time.monotonic()
     while any(procs.procs[w].poll() is None for w in workers):
         time.sleep(0.05)
@@ -306,45 +320,42 @@ def _run(spec: dict, net, procs: _Procs, logdir: Path, say) -> dict:
         if ev is None:
             raise EmulationError(f"worker {w} exited {procs.procs[w].returncode} without a result: {procs.tail(w)}")
         results[w] = ev
-    if local:
-        counters = {}
-    else:
+    if not local:
         counters = {"links": {(e.node, peer): net.link_stats(e.node, peer) for (node, peer), e in net.ends.items()},
                     "udp": {n: net.udp_stats(n) for n in net.nodes}}
-    sw_final = procs.interrupt("switch")
+    sw_final = {s: procs.interrupt(f"switch-{s}") for s in dep.switches}
     ps_final = {h: procs.interrupt(f"ps-{h}") for h in servers}
     if local:
-        counters = _local_counters(net, switch, joined, results, sw_final, ps_final)
+        counters = _local_counters(net, dep, name_of, results, sw_final, ps_final)
     say("done")
-    return _result(spec, net, start_at, results, counters, sw_final, ps_final)
+    return _result(spec, net, dep, start_at, results, counters, sw_final, ps_final)
 
 
-def _local_counters(net, switch: str, joined: dict, results: dict, sw_final, ps_final) -> dict:
+def _local_counters(net, dep, name_of: dict, results: dict, sw_final: dict, ps_final: dict) -> dict:
     """Link counters in the user-space mode: a host's uplink from its own pacer's count, a
     switch port's from the switch (queue drops included)."""
-    host_of = {ev["node"]: results[w]["host"] for w, ev in joined.items()}
-    links, udp = {}, {n: {} for n in net.nodes}
-    for w, r in results.items():
-        io = r["stats"].get("io", {})
-        links[r["host"], switch] = {"qdisc_bytes": io.get("wire_bytes_sent", 0), "qdisc_packets": io.get("datagrams_sent", 0), "qdisc_drops": 0}
-    for h, st in ps_final.items():
-        io = (st or {}).get("io", {})
-        links[h, switch] = {"qdisc_bytes": io.get("wire_bytes_sent", 0), "qdisc_packets": io.get("datagrams_sent", 0), "qdisc_drops": 0}
-        host_of[(st or {}).get("node")] = h
-    for port in (sw_final or {}).get("ports", []):
-        h = host_of.get(port["node"])
-        if h is not None:
-            links[switch, h] = {"qdisc_bytes": port["sent_bytes"], "qdisc_packets": port["sent"], "qdisc_drops": port["queue_drops"]}
-    for (a, b) in [(l["a"], l["b"]) for l in net.links] + [(l["b"], l["a"]) for l in net.links]:
-        links.setdefault((a, b), {"qdisc_bytes": 0, "qdisc_packets": 0, "qdisc_drops": 0})
-    return {"links": links, "udp": udp}
+    zero = {"qdisc_bytes": 0, "qdisc_packets": 0, "qdisc_drops": 0}
+    links = {}
+    uplinks = [(r["host"], r["stats"].get("io", {})) for r in results.values()]
+    uplinks += [(h, (st or {}).get("io", {})) for h, st in ps_final.items()]
+    for h, io in uplinks:
+        links[h, dep.tor[h]] = {"qdisc_bytes": io.get("wire_bytes_sent", 0), "qdisc_packets": io.get("datagrams_sent", 0), "qdisc_drops": 0}
+    for s, st in sw_final.items():
+        for port in (st or {}).get("ports", []):
+            peer = name_of.get(port["node"])
+            if peer is not None:
+                links[s, peer] = {"qdisc_bytes": port["sent_bytes"], "qdisc_packets": port["sent"], "qdisc_drops": port["queue_drops"]}
+    for l in net.links:
+        links.setdefault((l["a"], l["b"]), dict(zero))
+        links.setdefault((l["b"], l["a"]), dict(zero))
+    return {"links": links, "udp": {n: {} for n in net.nodes}}
 
 
 def _rate(net, a: str, b: str) -> int:
     return next(l["rate_bps"] for l in net.links if {l["a"], l["b"]} == {a, b})
 
 
-def _result(spec, net, start_at, results, counters, sw_final, ps_final) -> dict:
+def _result(spec, net, dep, start_at, results, counters, sw_final, ps_final) -> dict:
     link_stats, udp = counters["links"], counters["udp"]
     jobs, iterations = [], []
     end_all = start_at
@@ -388,16 +399,20 @@ def _result(spec, net, start_at, results, counters, sw_final, ps_final) -> dict:
                           "tx_bytes": st["qdisc_bytes"], "tx_packets": st["qdisc_packets"],
                           "utilization": st["qdisc_bytes"] * 8 / l["rate_bps"] / duration,
                           "drops_queue": st["qdisc_drops"], "drops_loss": 0, "ecn_marks": 0})
-    switch = net.nodes[0]
     switches = []
-    if sw_final:
-        counters = {k: v for k, v in sw_final.items() if isinstance(v, int)}
-        counters.update({f"program.{k}": v for k, v in sw_final.get("program", {}).items()})
-        switches.append({"name": switch, "programmable": True, "rx_packets": sw_final["received"],
-                         "drops_program": 0, "drops_socket": udp[switch].get("RcvbufErrors", 0), "aggregators_end": sw_final["aggregators_in_use"], "counters": counters})
+    for sw, st in sw_final.items():
+        if not st:
+            continue
+        counters = {k: v for k, v in st.items() if isinstance(v, int)}
+        counters.update({f"program.{k}": v for k, v in st.get("program", {}).items()})
+        switches.append({"name": sw, "programmable": dep.programmable[sw], "rx_packets": st["received"],
+                         "drops_program": 0, "drops_socket": udp[sw].get("RcvbufErrors", 0),
+                         "aggregators_end": st["aggregators_in_use"], "counters": counters})
     hosts = []
-    for h in net.nodes[1:]:
-        up, down = link_stats[h, switch], link_stats[switch, h]
+    for h in net.nodes:
+        if h not in dep.tor:
+            continue
+        up, down = link_stats[h, dep.tor[h]], link_stats[dep.tor[h], h]
         counters = next((r["stats"]["protocol"] for r in results.values() if r["host"] == h), {})
         hosts.append({"name": h, "tx_bytes": up["qdisc_bytes"], "tx_packets": up["qdisc_packets"],
                       "rx_bytes": down["qdisc_bytes"], "rx_packets": down["qdisc_packets"],
@@ -410,5 +425,5 @@ def _result(spec, net, start_at, results, counters, sw_final, ps_final) -> dict:
         "switches": switches, "hosts": hosts, "flows": [], "timeseries": [], "conservation": {},
         "emulation": {"shaping": net.label + (" + netem" if net.netem else ""),
                       "link_delay_emulated": net.netem or isinstance(net, fab.LocalFabric),
-                      "mtu": net.mtu, "udp": udp, "switch": sw_final, "ps": ps_final},
+                      "mtu": net.mtu, "udp": udp, "switches": sw_final, "ps": ps_final},
     }

@@ -1,7 +1,7 @@
 """One worker of an emulated job, as a process: ``python -m inalab.emulation.worker TASK.json``.
 
-It joins its job at its switch (the real runtime, :class:`inalab.Client`), waits for the common
-start time, then runs the job's workload as the simulator does (crates/inalab-sim/src/workload.rs):
+It starts from its job's spec (the real runtime's client, :meth:`inalab.Client.from_spec`:
+the emulator fixed every node id and address in advance), waits for the common start time, then runs the job's workload as the simulator does (crates/inalab-sim/src/workload.rs):
 
 - ``allreduce``: ``iterations`` allreduces of ``bytes``, one after another, no compute;
 - ``training``: per iteration, the forward pass of each layer in order (a layer waits for its
@@ -53,8 +53,7 @@ def main(task_path: str) -> int:
         # The scheme's bound plus the float32 rounding of the expected sum itself.
         bounds.append(float(quantization_bound(t["scheme"], world, 1.0 + world / 1024.0)) + world * 2.0 ** -23)
     rng = random.Random(hash((job, rank, t["seed"])))
-    client = inalab.Client(switch=t["switch"], job=job + 1, rank=rank, world=world, scheme=t["scheme"],
-                           join_timeout_s=t["join_timeout_s"], config=t["config"], link_rate=t["link_rate_bps"])
+    client = inalab.Client.from_spec(t["spec"], rank, t["gateway"], link_rate=t["link_rate_bps"])
     print(json.dumps({"event": "joined", "rank": rank, "node": client.node}), flush=True)
     # The common start (the orchestrator writes it once every worker joined) plus the job's offset.
     go = pathlib.Path(t["go"])

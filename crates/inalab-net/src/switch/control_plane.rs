@@ -367,6 +367,16 @@ fn next_hop(s: &Shared, spec: &JobSpec) -> Result<Option<SocketAddr>, NetError> 
 
 /// Installs this switch's part of `spec` and passes it on (upstream switch, PS).
 fn admit(s: &Arc<Shared>, spec: &JobSpec) -> Result<(), NetError> {
+    admit_here(s, spec)?;
+    if let Some(next) = next_hop(s, spec)? {
+        control::request(next, Some(&s.secret.credential(AuthRole::Switch)), &json!({"op": "admit", "spec": spec}), CONTROL_TIMEOUT)?;
+    }
+    Ok(())
+}
+
+/// Installs this switch's part of `spec`: worker ports and routes, the programs' admissions,
+/// the job's key.
+pub(super) fn admit_here(s: &Shared, spec: &JobSpec) -> Result<(), NetError> {
     let me = s.opts.node;
     let mac = spec.frame_mac()?;
     let mut dp = s.dp.lock().expect("data plane lock");
@@ -405,10 +415,6 @@ fn admit(s: &Arc<Shared>, spec: &JobSpec) -> Result<(), NetError> {
         dp.program.admit_at(adm.program, spec.job, adm.state).map_err(|e| NetError::Config(format!("field `config.{}`: {e}", adm.field)))?;
     }
     dp.keys.insert(spec.job, mac);
-    drop(dp);
-    if let Some(next) = next_hop(s, spec)? {
-        control::request(next, Some(&s.secret.credential(AuthRole::Switch)), &json!({"op": "admit", "spec": spec}), CONTROL_TIMEOUT)?;
-    }
     Ok(())
 }
 

@@ -22,9 +22,11 @@ mod control_plane;
 use crate::auth::{self, FrameMac};
 use crate::clock::Clock;
 use crate::control::{self, field, JobSpec, SwitchSpec, CONTROL_TIMEOUT};
-use control_plane::{serve, ControlState};
+use control_plane::{admit_here, serve, ControlState};
 use crate::service::{accept_loop, shut_down};
+use crate::fabric::SwitchFabric;
 use crate::pace::{ShapedQueue, WIRE_OVERHEAD_BYTES};
+use inalab_topo::ecmp_pick;
 use crate::udp::{wait, TxBatch, Udp};
 use crate::NetError;
 use inalab_core::{frame, NodeId, Packet, PortId, Programs, SwitchAction, SwitchCtx, SwitchProgram, Time, TimerToken};
@@ -75,6 +77,9 @@ pub struct SwitchOptions {
     /// emulate` without namespaces). Default none: datagrams leave as fast as the socket takes
     /// them.
     pub shaping: Option<PortShaping>,
+    /// A static deployment: neighbours, routes and jobs fixed at start (`inalab emulate`).
+    /// Default none: workers join and the PS and other switches attach at run time.
+    pub fabric: Option<SwitchFabric>,
 }
 
 /// A link's rate, delay and buffer, applied to a port's egress by [`crate::pace::ShapedQueue`].
@@ -100,6 +105,7 @@ impl SwitchOptions {
             timeout_us: 20_000,
             secret: None,
             shaping: None,
+            fabric: None,
         }
     }
 
@@ -222,6 +228,7 @@ struct Ctx<'a> {
     node: NodeId,
     ports: &'a [Port],
     routes: &'a HashMap<NodeId, PortId>,
+    ecmp: &'a HashMap<NodeId, Vec<PortId>>,
     /// The port toward the upstream switch: the only one that leads up.
     up: Option<PortId>,
 }
@@ -242,6 +249,7 @@ impl SwitchCtx for Ctx<'_> {
     fn next_hops(&self, dst: NodeId) -> &[PortId] {
         match self.routes.get(&dst) {
             Some(p) => std::slice::from_ref(p),
+            None if self.ecmp.contains_key(&dst) => &self.ecmp[&dst],
             None if dst != self.node => self.up.as_slice(),
             None => &[],
         }
@@ -261,6 +269,13 @@ struct DataPlane {
     ports: Vec<Port>,
     by_addr: HashMap<SocketAddr, PortId>,
     routes: HashMap<NodeId, PortId>,
+    /// Next hops toward nodes further away (a static fabric's routes), one picked per flow.
+    ecmp: HashMap<NodeId, Vec<PortId>>,
+    /// A static fabric's pinned routes: (source, destination) -> port.
+    pinned: HashMap<(NodeId, NodeId), PortId>,
+    /// Jobs of the nodes (a static fabric's workers and servers): the key of frames whose
+    /// header names no job (host-to-host transport segments).
+    node_jobs: HashMap<NodeId, u32>,
     /// Frame authenticators of the admitted jobs.
     keys: HashMap<u32, FrameMac>,
     /// Port toward the next switch (ATP chains): where unknown destinations go.
@@ -304,6 +319,38 @@ impl DataPlane {
         p
     }
 
+    /// A static fabric's ports and routes, and which job each of its hosts belongs to.
+    fn install(&mut self, f: &SwitchFabric) -> Result<(), NetError> {
+        for p in &f.ports {
+            let kind = match p.kind.as_str() {
+                "worker" => PortKind::Worker,
+                "ps" => PortKind::Ps,
+                "switch" => PortKind::Switch,
+                k => return Err(NetError::Config(format!("fabric: port kind {k:?} is not one of \"worker\", \"ps\", \"switch\""))),
+            };
+            self.add_port(p.udp, p.node, kind);
+        }
+        for r in &f.routes {
+            let via: Option<Vec<PortId>> = r.via.iter().map(|n| self.routes.get(n).copied()).collect();
+            let via = via.ok_or_else(|| NetError::Config(format!("fabric: a route to node {} goes via a node that is no neighbour", r.dst)))?;
+            match (r.src, via.as_slice()) {
+                (Some(src), [port]) => {
+                    self.pinned.insert((src, r.dst), *port);
+                }
+                (Some(src), _) => return Err(NetError::Config(format!("fabric: the route from {src} to {} needs exactly one next hop", r.dst))),
+                (None, _) => {
+                    self.ecmp.insert(r.dst, via);
+                }
+            }
+        }
+        for spec in &f.jobs {
+            for n in spec.workers.iter().map(|w| w.node).chain(spec.servers.iter().map(|s| s.node)) {
+                self.node_jobs.insert(n, spec.job);
+            }
+        }
+        Ok(())
+    }
+
     /// Removes a worker's (or the PS's) port so its packets are dropped from now on.
     fn remove_port(&mut self, node: NodeId) {
         if let Some(p) = self.routes.remove(&node) {
@@ -342,7 +389,7 @@ impl DataPlane {
                 break;
             }
             self.timers.pop();
-            let ctx = Ctx { node: self.node, ports: &self.ports, routes: &self.routes, up: self.default_route };
+            let ctx = Ctx { node: self.node, ports: &self.ports, routes: &self.routes, ecmp: &self.ecmp, up: self.default_route };
             self.program.on_timer(now, &ctx, token, &mut self.actions);
             self.apply();
         }
@@ -374,7 +421,7 @@ impl DataPlane {
             }
         };
         // Nothing reads the frame further before its tag is checked.
-        let Some(mac) = view.header().job().and_then(|j| self.keys.get(&j)) else {
+        let Some(mac) = self.frame_job(view.header(), view.src()).and_then(|j| self.keys.get(&j)) else {
             *self.c.forged.entry("no_key").or_default() += 1;
             return;
         };
@@ -389,7 +436,7 @@ impl DataPlane {
             return;
         }
         let mut pkt = frame::to_packet(&view);
-        let job = self.program.job_of(&pkt);
+        let job = self.program.job_of(&pkt).or_else(|| self.node_jobs.get(&pkt.src).copied());
         // A worker may only send its jobs' INA packets; a PS only INA packets of jobs it serves.
         let admitted = job.is_some_and(|j| p.jobs.contains(&j));
         if (p.kind == PortKind::Worker && !admitted) || (p.kind == PortKind::Ps && job.is_some() && !admitted) {
@@ -404,7 +451,7 @@ impl DataPlane {
             self.c.ecn_marked += 1;
             pkt.ecn = true;
         }
-        let ctx = Ctx { node: self.node, ports: &self.ports, routes: &self.routes, up: self.default_route };
+        let ctx = Ctx { node: self.node, ports: &self.ports, routes: &self.routes, ecmp: &self.ecmp, up: self.default_route };
         self.program.on_packet(now, &ctx, port, pkt, &mut self.actions);
         self.apply();
     }
@@ -417,7 +464,7 @@ impl DataPlane {
                 SwitchAction::Route { pkt } => {
                     if pkt.dst == self.node {
                         self.c.unadmitted += 1;
-                    } else if let Some(port) = self.routes.get(&pkt.dst).copied().or(self.default_route) {
+                    } else if let Some(port) = self.route(&pkt) {
                         self.egress(port, &pkt);
                     } else {
                         self.c.no_route += 1;
@@ -435,7 +482,7 @@ impl DataPlane {
     }
 
     fn egress(&mut self, port: PortId, pkt: &Packet) {
-        let Some((job, mac)) = pkt.header.job().and_then(|j| Some((j, self.keys.get(&j)?))) else {
+        let Some((job, mac)) = self.frame_job(&pkt.header, pkt.src).and_then(|j| Some((j, self.keys.get(&j)?))) else {
             self.c.unsealed += 1;
             return;
         };
@@ -456,7 +503,7 @@ impl DataPlane {
     /// One packet to several ports: encoded and tagged once (the bytes are the same for every
     /// port), then copied.
     fn egress_many(&mut self, ports: &[PortId], pkt: &Packet) {
-        let Some((job, mac)) = pkt.header.job().and_then(|j| Some((j, self.keys.get(&j)?))) else {
+        let Some((job, mac)) = self.frame_job(&pkt.header, pkt.src).and_then(|j| Some((j, self.keys.get(&j)?))) else {
             self.c.unsealed += ports.len() as u64;
             return;
         };
@@ -472,6 +519,26 @@ impl DataPlane {
             }
         }
         self.scratch = bytes;
+    }
+
+    /// The port toward `pkt`'s destination: a neighbour's, one of a static fabric's next hops
+    /// (by the flow's hash, as the simulator's ECMP), or the upstream switch's.
+    fn route(&self, pkt: &Packet) -> Option<PortId> {
+        if let Some(&p) = self.routes.get(&pkt.dst) {
+            return Some(p);
+        }
+        if let Some(&p) = self.pinned.get(&(pkt.src, pkt.dst)) {
+            return Some(p);
+        }
+        match self.ecmp.get(&pkt.dst) {
+            Some(hops) if !hops.is_empty() => Some(ecmp_pick(hops, pkt.flow, self.node)),
+            _ => self.default_route,
+        }
+    }
+
+    /// The job whose key tags a frame: the one its header names, else its source node's.
+    fn frame_job(&self, header: &inalab_core::wire::Header, src: NodeId) -> Option<u32> {
+        header.job().or_else(|| self.node_jobs.get(&src).copied())
     }
 
     /// One datagram out of a live `port`: into the send batch, or its shaped queue.
@@ -564,6 +631,9 @@ impl SwitchHandle {
             ports: vec![],
             by_addr: HashMap::new(),
             routes: HashMap::new(),
+            ecmp: HashMap::new(),
+            pinned: HashMap::new(),
+            node_jobs: HashMap::new(),
             keys: HashMap::new(),
             default_route: None,
             drop_probability: opts.drop_probability,
@@ -590,6 +660,9 @@ impl SwitchHandle {
             let p = dp.add_port(up_udp, up_node, PortKind::Switch);
             dp.default_route = Some(p);
         }
+        if let Some(f) = &opts.fabric {
+            dp.install(f)?;
+        }
         let shared = Arc::new(Shared {
             opts,
             secret,
@@ -597,6 +670,9 @@ impl SwitchHandle {
             cp: Mutex::new(ControlState::default()),
             stop: AtomicBool::new(false),
         });
+        for spec in shared.opts.fabric.iter().flat_map(|f| &f.jobs) {
+            admit_here(&shared, spec).map_err(|e| NetError::Config(format!("fabric: job {}: {e}", spec.job)))?;
+        }
         let s = shared.clone();
         let data = std::thread::Builder::new().name("inalab-switch-dp".into()).spawn(move || data_loop(&s))?;
         let s = shared.clone();
@@ -629,7 +705,10 @@ impl Drop for SwitchHandle {
 
 fn stats(s: &Shared) -> Value {
     let mut v = s.dp.lock().expect("data plane lock").stats();
-    v["jobs"] = json!(s.cp.lock().expect("control lock").job_ids());
+    let mut jobs = s.cp.lock().expect("control lock").job_ids();
+    // A static fabric's jobs are admitted without a rendezvous.
+    jobs.extend(s.opts.fabric.iter().flat_map(|f| f.jobs.iter().map(|j| j.job)));
+    v["jobs"] = json!(jobs);
     v
 }
 

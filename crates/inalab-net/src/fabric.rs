@@ -1,0 +1,51 @@
+//! A static deployment: every switch's neighbours, routes and jobs fixed before it starts,
+//! as `inalab emulate` derives them from a scenario's topology (the simulator's view), instead
+//! of joins and attaches at run time. A worker then starts from its job's spec
+//! ([`crate::client::Client::from_spec`]), a PS from [`HostFabric`].
+
+use crate::control::JobSpec;
+use inalab_core::NodeId;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+
+/// One neighbour of a switch, i.e. one port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FabricPort {
+    pub node: NodeId,
+    /// "worker", "ps" or "switch".
+    pub kind: String,
+    /// The neighbour's data-plane address.
+    pub udp: SocketAddr,
+}
+
+/// The next hops toward `dst` (a node not adjacent to the switch): neighbours' node ids, one
+/// chosen per flow (ECMP, by the simulator's hash). With `src`, the route of packets from
+/// `src` only, and `via` holds the one next hop (the emulator pins each flow to the path the
+/// simulator gives it); such routes take precedence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FabricRoute {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src: Option<NodeId>,
+    pub dst: NodeId,
+    pub via: Vec<NodeId>,
+}
+
+/// A switch's part of a static deployment.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SwitchFabric {
+    pub ports: Vec<FabricPort>,
+    pub routes: Vec<FabricRoute>,
+    /// Jobs admitted at start (each switch installs its own part of each).
+    pub jobs: Vec<JobSpec>,
+}
+
+/// A PS's part of a static deployment: its switch's data-plane address and its jobs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostFabric {
+    pub gateway: SocketAddr,
+    pub jobs: Vec<JobSpec>,
+}

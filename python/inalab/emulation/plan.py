@@ -1,0 +1,128 @@
+"""The static deployment of an emulation: node ids, data-plane addresses, each switch's ports and
+routes, and each job's spec, all derived from the scenario's built topology (the simulator's
+view), so that no process needs a rendezvous.
+
+- Node ids: switch ``k`` (in the topology's order) is ``k + 1``; host ``i`` is ``HOST_BASE + i``.
+- Routes: toward every host in use, each switch's next hops are the neighbours on a shortest
+  path (all of them: ECMP, one picked per flow by hash). Besides, every flow between two hosts
+  of a job is pinned to the path the simulator's ECMP gives it (``_core.ecmp_paths``: same
+  hash, same ports), so that emulated and simulated flows cross the same links; the node ids
+  differ between the two, so hashing alone would not.
+- A job's spec names its workers (node, UDP address, ToR switch), servers, the programmable
+  switches (with the scenario's aggregator memory) and a fresh frame key.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from dataclasses import dataclass, field
+
+HOST_BASE = 100
+SWITCH_PORT, WORKER_PORT, PS_PORT, PS_CONTROL = 9000, 9500, 9200, 9300
+
+
+@dataclass
+class Deployment:
+    switches: list[str]
+    node_id: dict[str, int]
+    udp: dict[tuple[str, str], str]          # (node, peer) -> node's data-plane address as peer reaches it
+    tor: dict[str, str]                       # host -> its switch
+    programmable: dict[str, bool]
+    fabrics: dict[str, dict] = field(default_factory=dict)   # switch -> its SwitchFabric JSON
+    specs: list[dict] = field(default_factory=list)           # job specs, in the scenario's order
+
+
+def _neighbours(built: dict) -> dict[str, list[str]]:
+    names = [n["name"] for n in built["nodes"]]
+    adj: dict[str, list[str]] = {n: [] for n in names}
+    for l in built["links"]:
+        a, b = names[l["a"]], names[l["b"]]
+        adj[a].append(b)
+        adj[b].append(a)
+    return adj
+
+
+def _distances(adj: dict[str, list[str]], src: str, kind: dict[str, str]) -> dict[str, int]:
+    """Hops from ``src`` to every node, paths through switches only (hosts do not forward)."""
+    dist, todo = {src: 0}, deque([src])
+    while todo:
+        n = todo.popleft()
+        if n != src and kind[n] == "host":
+            continue
+        for m in adj[n]:
+            if m not in dist:
+                dist[m] = dist[n] + 1
+                todo.append(m)
+    return dist
+
+
+def _pinned(spec: dict) -> dict[str, list[dict]]:
+    """Per switch, the pinned routes of every flow between two hosts of a job, as the
+    simulator's ECMP routes it: ``{"src": host, "dst": host, "via": next node}`` by name."""
+    from .. import _core
+
+    flows = []
+    for j in spec["jobs"]:
+        members = [(h, False) for h in j["workers"]] + [(h, True) for h in j["servers"]]
+        flows += [{"job": j["id"], "src": a, "src_server": sa, "dst": b, "dst_server": sb}
+                  for a, sa in members for b, sb in members if a != b]
+    paths = json.loads(_core.ecmp_paths(json.dumps(spec["topology"]), json.dumps(flows)))
+    out: dict[str, list[dict]] = {}
+    for f, path in zip(flows, paths):
+        for here, nxt in zip((path or [])[1:-1], (path or [])[2:]):
+            out.setdefault(here, []).append({"src": f["src"], "dst": f["dst"], "via": nxt})
+    return out
+
+
+def deploy(spec: dict, built: dict, used: list[str], address) -> Deployment:
+    """``address(node, peer, port)``: ``node``'s address as ``peer`` reaches it on their link
+    (an IP of the link in namespaces, 127.0.0.1 with a port of its own on loopback)."""
+    kind = {n["name"]: n["kind"] for n in built["nodes"]}
+    programmable = {n["name"]: n["programmable"] for n in built["nodes"]}
+    switches = [n["name"] for n in built["nodes"] if n["kind"] == "switch"]
+    hosts = [n["name"] for n in built["nodes"] if n["kind"] == "host"]
+    node_id = {s: k + 1 for k, s in enumerate(switches)} | {h: HOST_BASE + i for i, h in enumerate(hosts)}
+    adj = _neighbours(built)
+    servers = {h for j in spec["jobs"] for h in j["servers"]}
+    tor = {h: adj[h][0] for h in used}
+    dep = Deployment(switches=switches, node_id=node_id, udp={}, tor=tor, programmable={s: programmable[s] for s in switches})
+    for s in switches:
+        for peer in adj[s]:
+            if kind[peer] == "switch" or peer in used:
+                dep.udp[s, peer] = address(s, peer, SWITCH_PORT)
+    for h in used:
+        dep.udp[h, tor[h]] = address(h, tor[h], PS_PORT if h in servers else WORKER_PORT)
+
+    memory = {s: spec["network"]["aggregator_memory_bytes"] for s in switches}
+    for m in spec["network"]["switch_memory"]:
+        memory[m["switch"]] = m["value"]
+    for j in spec["jobs"]:
+        config = {k: v for k, v in j.items() if k in ("scheme", "ina", "transport", "partition_bytes")}
+        dep.specs.append({
+            "job": j["id"] + 1,
+            "config": config,
+            "workers": [{"node": node_id[h], "udp": dep.udp[h, tor[h]], "rack": node_id[tor[h]]} for h in j["workers"]],
+            "servers": [{"node": node_id[h], "rack": node_id[tor[h]]} for h in j["servers"]],
+            "switches": [{"node": node_id[s], "memory_bytes": memory[s]} for s in switches if programmable[s]],
+            "key": os.urandom(32).hex(),
+        })
+
+    dist = {h: _distances(adj, h, kind) for h in used}
+    pinned = _pinned(spec)
+    for s in switches:
+        ports = []
+        for peer in adj[s]:
+            if kind[peer] == "switch":
+                ports.append({"node": node_id[peer], "kind": "switch", "udp": dep.udp[peer, s]})
+            elif peer in used:
+                ports.append({"node": node_id[peer], "kind": "ps" if peer in servers else "worker", "udp": dep.udp[peer, s]})
+        routes = []
+        for h in used:
+            if h in adj[s] or s not in dist[h]:
+                continue
+            via = [p for p in adj[s] if kind[p] == "switch" and dist[h].get(p) == dist[h][s] - 1]
+            routes.append({"dst": node_id[h], "via": [node_id[p] for p in via]})
+        routes += [{"src": node_id[r["src"]], "dst": node_id[r["dst"]], "via": [node_id[r["via"]]]} for r in pinned.get(s, [])]
+        dep.fabrics[s] = {"ports": ports, "routes": routes, "jobs": dep.specs}
+    return dep
