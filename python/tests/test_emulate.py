@@ -88,6 +88,38 @@ def test_a_star_scenario_runs_for_real_and_matches_the_simulator(shaper):
     assert emu.raw["emulation"]["shaping"].startswith("tc" if shaper == "tc" else "user space")
 
 
+LEAF_SPINE = {
+    "name": "emulate-test-leafspine",
+    "topology": {"kind": "leaf_spine", "leaves": 2, "spines": 2, "hosts_per_leaf": 3, "host_rate": "100Mbps",
+                 "fabric_rate": "100Mbps", "link_delay": "1us", "programmable": "tor"},
+    "jobs": [{"name": "atp", "scheme": "atp", "allreduce": "512KiB", "iterations": 2, "workers": ["h0", "h1", "h3", "h4"],
+              "servers": ["h5"], "ina": {"packet": "8294B", "header": "102B", "timeout": "100ms"}}],
+}
+
+
+@pytest.mark.parametrize("scheme", ["atp", "ring"])
+def test_a_leaf_spine_runs_with_every_flow_on_its_simulated_path(shaper, scheme):
+    scenario = LEAF_SPINE
+    if scheme == "ring":
+        scenario = {**LEAF_SPINE, "jobs": [{"name": "ring", "scheme": "ring", "allreduce": "512KiB", "iterations": 2,
+                                            "workers": ["h0", "h1", "h3", "h4"], "transport": {"rto": "20ms"}}]}
+    sim = inalab.simulate(scenario)
+    emu = inalab.emulate(scenario, progress=False, shaper=shaper)
+    e = emu.jobs.iloc[0]
+    assert e.finished and e.payload_errors == 0 and e.max_error <= e.error_bound, e.failures
+    links = inalab.compare(sim, emu)["links"]
+    print(f"\n{scheme} on a leaf-spine ({shaper}): JCT {sim.jobs.jct_s[0] * 1e3:.1f} ms simulated, {e.jct_s * 1e3:.1f} ms emulated")
+    # The same links carry the traffic (ECMP paths pinned to the simulator's), in like amounts:
+    # ATP exactly; the ring up to its retransmissions.
+    busy_sim = set(links[links.tx_bytes_a > 10_000].apply(lambda r: (r.src, r.dst), axis=1))
+    busy_emu = set(links[links.tx_bytes_b > 10_000].apply(lambda r: (r.src, r.dst), axis=1))
+    assert busy_sim == busy_emu and any("spine" in s for s, _ in busy_sim), (busy_sim ^ busy_emu)
+    both = links[links.tx_bytes_a > 10_000]
+    assert both.tx_bytes_rel.abs().max() < (BYTES_TOLERANCE if scheme == "atp" else 0.15), both
+    for name, st in emu.raw["emulation"]["switches"].items():
+        assert st["aggregators_in_use"] == 0 and sum(st["forged"].values()) == 0 and st["no_route"] == 0, (name, st)
+
+
 def test_sigterm_stops_every_process_and_removes_the_namespaces(namespaces, tmp_path):
     path = tmp_path / "long.toml"
     path.write_text(LONG_TOML)

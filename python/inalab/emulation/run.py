@@ -175,6 +175,9 @@ def emulate(
     why = fab.unavailable() if shaper != "user" else "asked for the user-space shaper"
     if why and shaper == "tc":
         raise EmulationError(f"cannot build the emulated network with tc: {why}")
+    routing = spec["network"]["routing"]["kind"]
+    if routing != "ecmp":
+        say(f"network.routing = {routing!r} is emulated as ECMP (the software switches do not route adaptively)")
     t_wall = time.monotonic()
 
     names = [n["name"] for n in built["nodes"]]
@@ -224,6 +227,7 @@ def emulate(
         if errors:
             say("clean-up: " + "; ".join(errors))
     raw["wall_s"] = time.monotonic() - t_wall
+    raw["emulation"]["routing"] = "ecmp, flows pinned to the simulator's paths"
     return Result(raw)
 
 
