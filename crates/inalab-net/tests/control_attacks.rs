@@ -22,7 +22,7 @@ fn switch(program: &'static str) -> SwitchHandle {
 }
 
 fn ps(sw: &SwitchHandle, node: u32) -> Result<PsHandle, NetError> {
-    PsHandle::start(PsOptions { node, udp: any_port(), control: any_port(), switch: sw.control_addr, secret: None })
+    PsHandle::start(PsOptions { node, udp: any_port(), control: any_port(), switch: sw.control_addr, secret: None, ..PsOptions::default() })
 }
 
 fn client(sw: &SwitchHandle, scheme: &str, job: u32, rank: usize, world: usize) -> Client {
@@ -242,7 +242,7 @@ fn a_rendezvous_secret_keeps_strangers_out_of_a_jobs_ranks() {
     let sw = switch("switchml");
     let opts = |rank: usize, job_secret: Option<&str>| ClientOptions {
         switch: sw.control_addr, job: 12, rank, world: 2, config: json!({"scheme": "switchml"}),
-        join_timeout: Duration::from_secs(10), secret: None, job_secret: job_secret.map(str::to_string),
+        join_timeout: Duration::from_secs(10), secret: None, job_secret: job_secret.map(str::to_string), link_rate_bps: None,
     };
     let first = {
         let o = opts(0, Some("s3cret"));

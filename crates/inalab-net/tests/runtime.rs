@@ -89,7 +89,7 @@ fn switchml_recovers_from_loss() {
 #[test]
 fn atp_through_a_chain_of_two_switches() {
     let ps_rack = SwitchHandle::start(SwitchOptions { node: 2, udp: any_port(), control: any_port(), ..SwitchOptions::new(&["atp"]) }).unwrap();
-    let _ps = PsHandle::start(PsOptions { node: 3, udp: any_port(), control: any_port(), switch: ps_rack.control_addr, secret: None }).unwrap();
+    let _ps = PsHandle::start(PsOptions { node: 3, udp: any_port(), control: any_port(), switch: ps_rack.control_addr, secret: None, ..PsOptions::default() }).unwrap();
     let tor = SwitchHandle::start(SwitchOptions {
         node: 1,
         udp: any_port(),

@@ -704,10 +704,14 @@ impl Drop for SwitchHandle {
 }
 
 fn stats(s: &Shared) -> Value {
-    let mut v = s.dp.lock().expect("data plane lock").stats();
-    let mut jobs = s.cp.lock().expect("control lock").job_ids();
-    // A static fabric's jobs are admitted without a rendezvous.
-    jobs.extend(s.opts.fabric.iter().flat_map(|f| f.jobs.iter().map(|j| j.job)));
+    let (mut v, admitted) = {
+        let dp = s.dp.lock().expect("data plane lock");
+        (dp.stats(), dp.keys.keys().copied().collect::<Vec<u32>>())
+    };
+    // Jobs in their rendezvous and jobs the data plane still holds (their keys go in the same
+    // step as their aggregators, so `jobs: []` means nothing is held), static fabrics' too.
+    let mut jobs: std::collections::BTreeSet<u32> = s.cp.lock().expect("control lock").job_ids().into_iter().collect();
+    jobs.extend(admitted);
     v["jobs"] = json!(jobs);
     v
 }
