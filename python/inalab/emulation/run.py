@@ -1,10 +1,12 @@
 """``inalab emulate``: a scenario's jobs run for real on its topology (docs/emulation.md).
 
-One process per switch (``inalab switch`` with the programs its jobs' schemes install), per
-parameter server (``inalab ps``) and per worker (:mod:`inalab.emulation.worker`), each in its
-node's network namespace (:mod:`inalab.emulation.fabric`), links shaped by ``tc``. The result has
+One process per switch (``inalab switch --fabric`` with the programs its jobs' schemes
+install), per parameter server (``inalab ps --fabric``) and per worker
+(:mod:`inalab.emulation.worker`), all fixed in advance by :mod:`inalab.emulation.plan`. Either
+each in its node's network namespace with links shaped by ``tc`` (:class:`fabric.Fabric`), or
+all on loopback with links shaped in user space (:class:`fabric.LocalFabric`). The result has
 the tables and summary of ``inalab simulate`` (times from the wall clock), plus ``emulation``:
-how links were shaped and what the processes counted.
+how links were shaped and routed, and what the processes counted.
 """
 from __future__ import annotations
 
@@ -30,8 +32,8 @@ MAX_HOSTS = 8
 MAX_SWITCHES = 6          # one process each
 MAX_AGGREGATE_GBPS = 5.0  # sum of the rates of the links in use
 MAX_PACKETS_PER_S = 500_000  # datagrams per second the software switch receives, summed over its links
-JOIN_TIMEOUT_S = 30.0     # every worker of every job joined
-START_DELAY_S = 0.5       # from the last join to the common start
+JOIN_TIMEOUT_S = 30.0     # a worker process is up and its client started
+START_DELAY_S = 0.5       # from the last worker up to the common start
 STOP_TIMEOUT_S = 5.0      # a switch / PS exits after SIGINT
 SWITCH_CONTROL = 9100
 
