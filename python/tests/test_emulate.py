@@ -159,3 +159,18 @@ def test_what_cannot_be_emulated_is_refused_naming_the_field(change, field):
     with pytest.raises(ConfigError) as e:
         inalab.emulate({**SCENARIO, **change}, progress=False)
     assert e.value.field == field, str(e.value)
+
+
+def test_a_training_job_sleeps_its_compute_and_overlaps_its_layers():
+    """A model profile's job (dnn_b: 4 layers, 8 MB of gradients; compute scaled to ~130 ms per
+    iteration) runs layer by layer as the simulator's does: every layer's sum exact, the
+    iteration time within the loose bound of the simulated one."""
+    scenario = {**SCENARIO, "topology": {**SCENARIO["topology"], "hosts": 3},
+                "jobs": [{"name": "dnn", "scheme": "switchml", "model": "dnn_b", "compute_scale": 100, "iterations": 2,
+                          "workers": 3, "ina": SCENARIO["jobs"][0]["ina"]}]}
+    sim = inalab.simulate(scenario)
+    emu = inalab.emulate(scenario, progress=False, shaper="user")
+    e = emu.jobs.iloc[0]
+    assert e.finished and e.payload_errors == 0 and e.payload_checked == 3 * 4 * 2, e.failures
+    print(f"\ntraining: iteration {sim.jobs.mean_iteration_s[0] * 1e3:.0f} ms simulated, {e.mean_iteration_s * 1e3:.0f} ms emulated")
+    assert abs(e.mean_iteration_s / sim.jobs.mean_iteration_s[0] - 1) < JCT_TOLERANCE
