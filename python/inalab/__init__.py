@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "simulate", "analyze", "load_scenario", "Scenario", "Result", "ConfigError", "__version__",
-    "Switch", "ParameterServer", "Client", "quantization_bound", "emulate", "compare",
+    "Switch", "ParameterServer", "Client", "quantization_bound", "emulate", "compare", "sweep",
 ]
 
 try:
@@ -44,6 +44,10 @@ def __getattr__(name: str):
         from .emulation import emulate
 
         return emulate
+    if name == "sweep":
+        from .sweeps import sweep
+
+        return sweep
     if name == "compare":
         from .comparison import compare
 

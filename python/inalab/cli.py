@@ -140,6 +140,36 @@ def compare(
 
 
 @app.command()
+def sweep(
+    file: Annotated[Path, typer.Argument(help="A sweep file (TOML): base scenario, [vary] fields, seeds.")],
+    out: Annotated[Path, typer.Option("--out", help="The Parquet dataset's directory (reruns skip the points done).")],
+    workers: Annotated[Optional[int], typer.Option("--workers", help="Local processes (default: one per CPU).")] = None,
+    ray: Annotated[Optional[str], typer.Option("--ray", help="Run on Ray instead: local (start one here), auto (the running cluster) or a cluster address.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a summary as one JSON line, no progress bar.")] = False,
+) -> None:
+    """Simulate every combination of a sweep file's varied fields and seeds, in parallel; one row per job per point."""
+    from .sweeps import sweep as run_sweep
+
+    if workers is not None and workers < 1:
+        err_console.print(f"error: --workers: must be at least 1, got {workers}", highlight=False)
+        raise typer.Exit(EXIT_CONFIG)
+    try:
+        df = run_sweep(file, out, workers=workers, ray=ray, progress=not as_json)
+    except ConfigError as e:
+        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_CONFIG) from None
+    points = df.drop_duplicates("point") if not df.empty else df
+    summary = {"out": str(out), "points": len(points), "failed": int((points.status == "error").sum()) if len(points) else 0,
+               "rows": len(df)}
+    if as_json:
+        print(json.dumps(summary), flush=True)
+        return
+    out_console.print(f"{summary['points']} points ({summary['failed']} failed), {summary['rows']} rows in {out}")
+    for _, r in points[points.status == "error"].head(5).iterrows():
+        err_console.print(f"  point {r['point']}: {r['error']}", markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command()
 def scenarios() -> None:
     """List the scenarios shipped with inalab (usable by name)."""
     table = Table("name", "description")
