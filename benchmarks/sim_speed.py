@@ -81,7 +81,6 @@ def ring_job(workers, nbytes=4 * 1024 * 1024):
         "start_ps": 0,
         "jitter_ps": 0,
         "transport": TRANSPORT,
-        "partition_bytes": nbytes,
     }
 
 
@@ -181,8 +180,11 @@ def main():
     g.add_argument("--ns3", action="store_true", help="also run scenario (a) in ns-3 (fails if ns-3 is missing)")
     g.add_argument("--no-ns3", action="store_true", help="never run ns-3")
     ap.add_argument("--only", default="a,b,c", help="comma-separated subset of a,b,c")
+    ap.add_argument("--sweep", action="store_true", help="also time a 20-point sweep of (b): 2 local workers vs serial")
     args = ap.parse_args()
     keys = [k.strip() for k in args.only.split(",") if k.strip()]
+    if args.sweep:
+        sweep_speedup()
 
     rows = []
     for k in keys:
@@ -221,6 +223,30 @@ def main():
               f"(events are not the same unit: ns-3 spends several events per packet per hop, inalab one)")
         print(f"tx rate ratio inalab/ns-3:    {(ours['tx'] / ours['wall_s']) / (n['tx'] / n['wall_s']):.1f}x")
         print(f"wall time ratio ns-3/inalab:  {n['wall_s'] / ours['wall_s']:.1f}x   (same simulated work; ns-3 wall = Simulator::Run only)")
+
+
+def sweep_speedup(points: int = 20, reps: int = 2) -> None:
+    """`inalab sweep` of scenario (b) (64-host star, 4 MiB ring over all 64) with `points` seeds,
+    on 2 local worker processes against 1, interleaved `reps` times. Target: parallel at most
+    0.6x serial (issue #14)."""
+    import tempfile
+
+    import inalab
+
+    spec = {"base": {"name": "bench-b", "topology": {"kind": "star", "hosts": 64},
+                     "jobs": [{"name": "ring", "scheme": "ring", "allreduce": "4MiB", "workers": 64}]},
+            "seeds": list(range(1, points + 1))}
+    times = {1: [], 2: []}
+    for _ in range(reps):
+        for workers in (1, 2):
+            with tempfile.TemporaryDirectory() as out:
+                t = time.monotonic()
+                df = inalab.sweep(spec, out, workers=workers, progress=False)
+                times[workers].append(time.monotonic() - t)
+                assert (df.status == "ok").all() and len(df) == points
+    serial, parallel = min(times[1]), min(times[2])
+    print(f"sweep of (b), {points} points: serial {serial:.1f} s, 2 workers {parallel:.1f} s "
+          f"(best of {reps} each, interleaved): ratio {parallel / serial:.2f} (target <= 0.6)")
 
 
 def cpu_model():

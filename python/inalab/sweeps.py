@@ -209,8 +209,11 @@ def _run_pool(todo: list[dict], write, workers: int, report) -> None:
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    # spawn: the children start clean (no copy of this process's threads or Rust state).
-    with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=mp.get_context("spawn")) as pool:
+    # fork: the children start with inalab imported (spawn or a fork server re-import it, a
+    # second per worker, a fifth of a 20-point sweep); they only simulate and return rows, so
+    # the parent's threads (the progress bar's) are not a hazard.
+    ctx = mp.get_context("fork")
+    with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=ctx) as pool:
         futures = {pool.submit(run_point, p): p for p in todo}
         for f in as_completed(futures):
             write(futures[f], f.result())
