@@ -150,7 +150,9 @@ def schema(pts: list[dict]):
         return "string"
 
     params = list(pts[0]["params"]) if pts else []
-    fields = [("point", "string")] + [(k, kind([p["params"][k] for p in pts])) for k in params] + list(COLUMNS.items())
+    # A parameter named like a column (e.g. "scheme") is that column.
+    fields = [("point", "string")] + [(k, kind([p["params"][k] for p in pts])) for k in params]
+    fields += [(c, t) for c, t in COLUMNS.items() if c not in params]
     return pa.schema([(name, pa.type_for_alias(t)) for name, t in fields])
 
 

@@ -47,24 +47,33 @@ class AtpSingleJob:
                 "jobs": [job], "metrics": {"bin": "10ms"}}
 
     def run(self, progress) -> pd.DataFrame:
-        import inalab
-        from ..models import get_model
+        import tempfile
 
-        rows = []
+        from ..models import get_model
+        from ..sweeps import point_id, run_points
+
         runs = [(model, self.compute_scale) for model in self.models]
         runs += [(self.network_intensive, cs) for cs in self.extra_scales if self.network_intensive in self.models]
+        pts = []
         for model, cs in runs:
-            m = get_model(model)
             for scheme in self.schemes:
-                progress(f"atp-8: {model} {scheme} compute x {cs}")
-                r = inalab.simulate(self.scenario(model, scheme, cs))
-                j = r.jobs.iloc[0]
-                it_s = float(r.iterations.duration_s.mean()) if len(r.iterations) else float("nan")
-                rows.append({"model": model, "compute_scale": cs, "scheme": scheme, "finished": bool(j.finished),
-                             "compute_ms": 1e3 * m.iteration_compute_s * cs,
-                             "iteration_ms": 1e3 * it_s,
-                             "img_per_s_per_worker": (m.batch_size or 1) / it_s,
-                             "goodput_gbps": float(j.goodput_gbps)})
+                params = {"model": model, "compute_scale": cs, "scheme": scheme}
+                pts.append({"id": point_id(params), "params": params, "scenario": self.scenario(model, scheme, cs)})
+        # Every run is one point of a sweep, in parallel on this machine's cores.
+        with tempfile.TemporaryDirectory(prefix="atp-single-job-") as out:
+            done = run_points(pts, out, progress=lambda n, total: progress(f"atp-8: {n}/{total} runs"))
+        failed = done[done.status != "ok"]
+        if len(failed):
+            raise RuntimeError(f"atp-single-job: {len(failed)} runs failed: {failed.error.iloc[0]}")
+        rows = []
+        for _, j in done.iterrows():
+            m = get_model(j.model)
+            it_s = float(j.mean_iteration_s) if j.iterations else float("nan")
+            rows.append({"model": j.model, "compute_scale": j.compute_scale, "scheme": j.scheme, "finished": bool(j.finished),
+                         "compute_ms": 1e3 * m.iteration_compute_s * j.compute_scale,
+                         "iteration_ms": 1e3 * it_s,
+                         "img_per_s_per_worker": (m.batch_size or 1) / it_s,
+                         "goodput_gbps": float(j.goodput_gbps)})
         df = pd.DataFrame(rows)
         key = [df.model, df.compute_scale]
         df["vs_best"] = df.img_per_s_per_worker / df.groupby(["model", "compute_scale"]).img_per_s_per_worker.transform("max")
