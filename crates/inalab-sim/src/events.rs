@@ -105,12 +105,9 @@ impl EventQueue {
         self.buckets[b].iter().map(|e| e.time).min()
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 }
 
