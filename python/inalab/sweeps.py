@@ -116,8 +116,9 @@ def point_id(params: dict) -> str:
     return hashlib.sha1(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def run_point(point: dict) -> list[dict]:
-    """Simulates one point; its rows (one per job, or one error row). Never raises."""
+def run_point(point: dict, measure: Optional[Callable] = None) -> list[dict]:
+    """Simulates one point; its rows (one per job, or ``measure(result)``'s, or one error
+    row). Never raises."""
     from . import simulate
 
     t0 = time.monotonic()
@@ -126,6 +127,8 @@ def run_point(point: dict) -> list[dict]:
         r = simulate(point["scenario"])
     except Exception as e:  # a point's failure is data, not the sweep's end
         return [{**head, "status": "error", "error": f"{type(e).__name__}: {e}", "wall_s": time.monotonic() - t0}]
+    if measure is not None:
+        return [{**head, "status": "ok", "error": None, "wall_s": r.raw["wall_s"], **m} for m in measure(r)]
     rows = []
     for j in r.raw["jobs"]:
         rows.append({**head, "status": "ok", "error": None, "wall_s": r.raw["wall_s"],
@@ -160,6 +163,11 @@ def _write(out: Path, point: dict, rows: list[dict], sch) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    if sch is None:  # a measure's own columns: their types as the rows give them
+        tmp = out / f".point-{point['id']}.parquet.tmp"
+        pq.write_table(pa.Table.from_pylist(rows), tmp)
+        tmp.replace(out / f"point-{point['id']}.parquet")
+        return
     cols = {}
     for f in sch:
         vals = [r.get(f.name) for r in rows]
@@ -182,32 +190,35 @@ def _done(out: Path, point: dict) -> bool:
 
 
 def run_points(pts: list[dict], out: Union[str, Path], *, workers: Optional[int] = None, ray: Optional[str] = None,
-               progress: Union[bool, Callable[[int, int], None]] = True) -> pd.DataFrame:
+               progress: Union[bool, Callable[[int, int], None]] = True, measure: Optional[Callable] = None) -> pd.DataFrame:
     """Runs ``pts`` (from :func:`points`, or any ``{"id", "params", "scenario"}``) into ``out``
     and returns the whole dataset. ``workers``: local processes (default: the machine's CPU
     count); ``ray``: run on Ray instead: "local" (a Ray instance started on this machine for
-    the sweep), "auto" (the running cluster this machine belongs to) or a cluster address."""
+    the sweep), "auto" (the running cluster this machine belongs to) or a cluster address.
+    ``measure``: a module-level function from a point's :class:`Result` to its rows (dicts of
+    metrics), instead of one row per job (the reproductions use it for hosts' and switches'
+    counters); the params, ``status`` and ``error`` are added to each."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    sch = schema(pts)
+    sch = None if measure is not None else schema(pts)
     todo = [p for p in pts if not _done(out, p)]
     report = _progress(progress, len(pts), len(pts) - len(todo))
     try:
         write = lambda p, rows: _write(out, p, rows, sch)  # noqa: E731
         if ray is not None:
-            _run_ray(todo, write, ray, report)
+            _run_ray(todo, write, ray, report, measure)
         elif (workers or os.cpu_count() or 1) <= 1 or len(todo) <= 1:
             for p in todo:
-                write(p, run_point(p))
+                write(p, run_point(p, measure))
                 report(1)
         else:
-            _run_pool(todo, write, workers or os.cpu_count() or 1, report)
+            _run_pool(todo, write, workers or os.cpu_count() or 1, report, measure)
     finally:
         report(None)
     return load(out, [p["id"] for p in pts])
 
 
-def _run_pool(todo: list[dict], write, workers: int, report) -> None:
+def _run_pool(todo: list[dict], write, workers: int, report, measure) -> None:
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -216,13 +227,13 @@ def _run_pool(todo: list[dict], write, workers: int, report) -> None:
     # the parent's threads (the progress bar's) are not a hazard.
     ctx = mp.get_context("fork")
     with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=ctx) as pool:
-        futures = {pool.submit(run_point, p): p for p in todo}
+        futures = {pool.submit(run_point, p, measure): p for p in todo}
         for f in as_completed(futures):
             write(futures[f], f.result())
             report(1)
 
 
-def _run_ray(todo: list[dict], write, address: str, report) -> None:
+def _run_ray(todo: list[dict], write, address: str, report, measure) -> None:
     try:
         import ray
     except ImportError:
@@ -234,7 +245,7 @@ def _run_ray(todo: list[dict], write, address: str, report) -> None:
         ray.init(address=None if address == "local" else address, log_to_driver=False)
     try:
         remote = ray.remote(run_point)
-        pending = {remote.remote(p): p for p in todo}
+        pending = {remote.remote(p, measure): p for p in todo}
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:
@@ -285,7 +296,8 @@ def load(out: Union[str, Path], ids: Optional[list[str]] = None) -> pd.DataFrame
     import pyarrow.parquet as pq
     import pyarrow as pa
 
-    return pa.concat_tables([pq.read_table(f) for f in files]).to_pandas()
+    # A measure's columns may be null in some points (an error row): types are promoted.
+    return pa.concat_tables([pq.read_table(f) for f in files], promote_options="default").to_pandas()
 
 
 def read_sweep(source: Union[str, Path, dict]) -> dict:

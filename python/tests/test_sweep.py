@@ -119,3 +119,18 @@ def test_a_sweep_runs_on_a_local_ray_instance(tmp_path):
     df = inalab.sweep(spec, tmp_path / "ds", ray="local", progress=False)
     local = inalab.sweep(spec, tmp_path / "ds2", workers=1, progress=False)
     assert df.jct_s.tolist() == local.jct_s.tolist()
+
+
+def links_used(r) -> list[dict]:
+    """A measure: one row per link direction that carried bytes."""
+    return [{"link": f"{l.src}->{l.dst}", "tx_bytes": int(l.tx_bytes)} for l in r.links.itertuples() if l.tx_bytes > 0]
+
+
+def test_a_measure_gives_its_own_rows_and_failed_points_stay_in_the_dataset(tmp_path):
+    from inalab.sweeps import run_points
+
+    spec = {"base": "ring-star-allreduce", "vary": {"jobs[0].workers": [4, 99]}}
+    df = run_points(points(spec), tmp_path / "ds", workers=2, measure=links_used, progress=False)
+    ok, bad = df[df.status == "ok"], df[df.status == "error"]
+    assert len(ok) == 8 and ok.link.str.contains("->").all() and (ok.tx_bytes > 0).all()  # 4 hosts, both ways
+    assert len(bad) == 1 and bad.tx_bytes.isna().all() and "99" in bad.error.iloc[0]

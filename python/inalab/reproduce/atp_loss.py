@@ -21,6 +21,17 @@ def scenario(scheme: str, prob: float, size: str, workers: int, seed: int = 1) -
             "network": {"host_loss": [{"host": "h0", "prob": prob}] if prob else []}}
 
 
+def measure(r) -> list[dict]:
+    """A run's row: the job's throughput and the lossy worker's (h0's) recovery counters."""
+    j = r.jobs.iloc[0]
+    h = r.hosts.set_index("name")
+    c = h.loc["h0", "counters"]
+    return [{"goodput_gbps": float(j["goodput_gbps"]), "jct_s": float(j["jct_s"]), "finished": bool(j["finished"]),
+             "packets_lost": int(h["drops_loss"].sum()),
+             "lossy_worker_timeouts": int(c.get("timeouts", 0)),
+             "lossy_worker_resends": int(c.get("resends", c.get("retransmissions", 0)))}]
+
+
 class AtpLoss:
     name = "atp-loss"
     claim = ("ATP Fig. 10 (§5.2.3): with one worker dropping 0.001 %-1 % of its packets and congestion "
@@ -31,21 +42,22 @@ class AtpLoss:
         self.size, self.workers, self.loss = size, workers, list(loss)
 
     def run(self, progress) -> pd.DataFrame:
-        from .. import simulate
+        import tempfile
 
-        rows = []
+        from ..sweeps import point_id, run_points
+
+        pts = []
         for scheme in ("atp", "switchml"):
             for p in self.loss:
-                progress(f"atp-fig10: {scheme}, loss {p:g}")
-                r = simulate(scenario(scheme, p, self.size, self.workers))
-                j = r.jobs.iloc[0]
-                h = r.hosts.set_index("name")
-                c = h.loc["h0", "counters"]
-                rows.append({"scheme": scheme, "loss_pct": p * 100, "goodput_gbps": float(j["goodput_gbps"]),
-                             "jct_s": float(j["jct_s"]), "finished": bool(j["finished"]),
-                             "packets_lost": int(h["drops_loss"].sum()),
-                             "lossy_worker_timeouts": int(c.get("timeouts", 0)),
-                             "lossy_worker_resends": int(c.get("resends", c.get("retransmissions", 0)))})
+                params = {"scheme": scheme, "loss_pct": p * 100}
+                pts.append({"id": point_id(params), "params": params, "scenario": scenario(scheme, p, self.size, self.workers)})
+        # The ten runs are one sweep, in parallel on this machine's cores.
+        with tempfile.TemporaryDirectory(prefix="atp-loss-") as out:
+            done = run_points(pts, out, measure=measure, progress=lambda n, total: progress(f"atp-fig10: {n}/{total} runs"))
+        failed = done[done.status != "ok"]
+        if len(failed):
+            raise RuntimeError(f"atp-loss: {len(failed)} runs failed: {failed.error.iloc[0]}")
+        rows = done.drop(columns=["point", "status", "error", "wall_s"]).to_dict("records")
         df = pd.DataFrame(rows)
         base = df[df.loss_pct == 0].set_index("scheme")["goodput_gbps"]
         df["normalized"] = df["goodput_gbps"] / df["scheme"].map(base)
