@@ -43,6 +43,10 @@ impl TxBatch {
     pub fn len(&self) -> usize {
         self.items.len()
     }
+    /// Bytes queued in the batch.
+    pub fn bytes(&self) -> usize {
+        self.buf.len()
+    }
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }

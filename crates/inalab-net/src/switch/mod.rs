@@ -488,6 +488,17 @@ impl DataPlane {
         };
         match self.ports.get(port as usize) {
             Some(p) if p.live && !p.carries(job) => self.c.outside_job += 1,
+            // Unshaped (the usual case): encoded straight into the send batch, no copy.
+            Some(p) if p.live && p.shaper.is_none() => {
+                let (addr, start) = (p.addr, self.tx.bytes());
+                self.tx.push(addr, |b| {
+                    let start = b.len();
+                    frame::encode(pkt, b);
+                    mac.seal(b, start);
+                });
+                let len = self.tx.bytes() - start;
+                self.count_sent(port, len);
+            }
             Some(p) if p.live => {
                 let mut bytes = std::mem::take(&mut self.scratch);
                 bytes.clear();
@@ -552,9 +563,14 @@ impl DataPlane {
             }
             None => self.tx.push(p.addr, |b| b.extend_from_slice(datagram)),
         }
+        self.count_sent(port, datagram.len());
+    }
+
+    fn count_sent(&mut self, port: PortId, len: usize) {
+        let p = &mut self.ports[port as usize];
         self.c.forwarded += 1;
         p.sent += 1;
-        p.sent_bytes += datagram.len() as u64 + WIRE_OVERHEAD_BYTES;
+        p.sent_bytes += len as u64 + WIRE_OVERHEAD_BYTES;
     }
 
     /// Moves every shaped datagram whose time has come into the send batch.
