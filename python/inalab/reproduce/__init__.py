@@ -63,6 +63,24 @@ def reproduce(name: str, progress: Optional[Progress] = None, out: Optional[Path
     return {"name": name, "claim": rep.claim, "rows": rows, "holds": holds, "png": str(png), "markdown": str(md)}
 
 
+def simulate_all(label: str, runs: list[tuple[dict, dict]], progress: Progress, measure=None) -> pd.DataFrame:
+    """Simulates every ``(params, scenario)`` of a reproduction as one sweep, in parallel on
+    this machine's cores (``inalab.sweeps.run_points``): one row per point and job (or per
+    ``measure(result)`` row, ``measure`` a module-level function), ``params`` as columns.
+    Raises if a run failed: a reproduction needs all of them."""
+    import tempfile
+
+    from ..sweeps import point_id, run_points
+
+    pts = [{"id": point_id(params), "params": params, "scenario": scenario} for params, scenario in runs]
+    with tempfile.TemporaryDirectory(prefix=f"{label}-") as out:
+        done = run_points(pts, out, measure=measure, progress=lambda n, total: progress(f"{label}: {n}/{total} runs"))
+    failed = done[done.status != "ok"]
+    if len(failed):
+        raise RuntimeError(f"{label}: {len(failed)} of {len(pts)} runs failed; the first: {failed.error.iloc[0]}")
+    return done.drop(columns=["point", "status", "error", "wall_s"])
+
+
 def markdown_table(rows: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
     cols = list(rows.columns)
     lines = ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import markdown_table, register
+from . import markdown_table, register, simulate_all
 
 LOSS = (0.0, 1e-5, 1e-4, 1e-3, 1e-2)  # 0, 0.001 %, 0.01 %, 0.1 %, 1 %
 
@@ -42,22 +42,9 @@ class AtpLoss:
         self.size, self.workers, self.loss = size, workers, list(loss)
 
     def run(self, progress) -> pd.DataFrame:
-        import tempfile
-
-        from ..sweeps import point_id, run_points
-
-        pts = []
-        for scheme in ("atp", "switchml"):
-            for p in self.loss:
-                params = {"scheme": scheme, "loss_pct": p * 100}
-                pts.append({"id": point_id(params), "params": params, "scenario": scenario(scheme, p, self.size, self.workers)})
-        # The ten runs are one sweep, in parallel on this machine's cores.
-        with tempfile.TemporaryDirectory(prefix="atp-loss-") as out:
-            done = run_points(pts, out, measure=measure, progress=lambda n, total: progress(f"atp-fig10: {n}/{total} runs"))
-        failed = done[done.status != "ok"]
-        if len(failed):
-            raise RuntimeError(f"atp-loss: {len(failed)} runs failed: {failed.error.iloc[0]}")
-        rows = done.drop(columns=["point", "status", "error", "wall_s"]).to_dict("records")
+        runs = [({"scheme": scheme, "loss_pct": p * 100}, scenario(scheme, p, self.size, self.workers))
+                for scheme in ("atp", "switchml") for p in self.loss]
+        rows = simulate_all("atp-fig10", runs, progress, measure).to_dict("records")
         df = pd.DataFrame(rows)
         base = df[df.loss_pct == 0].set_index("scheme")["goodput_gbps"]
         df["normalized"] = df["goodput_gbps"] / df["scheme"].map(base)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import markdown_table, register
+from . import markdown_table, register, simulate_all
 
 WORKERS = {"w0": "sw0", "w1": "sw0", "w2": "sw1", "w3": "sw1", "w4": "sw2", "w5": "sw2"}
 
@@ -24,6 +24,18 @@ def topology(variant: str) -> dict:
     programmable = {"atp": ["sw0", "sw1", "sw2"], "rss": ["sw0", "sw1", "sw2"],
                     "level1_only": ["sw0", "sw1"], "none": []}[variant]
     return {"kind": "edges", "nodes": nodes, "links": links, "programmable": programmable}
+
+
+def measure(r) -> list[dict]:
+    """A run's row: what reached the PS, the job's outcome, the switches' drops and collisions,
+    the workers' timeouts."""
+    h = r.hosts.set_index("name")
+    j = r.jobs.iloc[0]
+    sw = r.switches.set_index("name")
+    return [{"ps_rx_bytes": int(h.loc["ps", "rx_bytes"]), "finished": bool(j["finished"]), "jct_s": float(j["jct_s"]),
+             "queue_drops": int(sw["drops_queue"].sum()),
+             "collisions": int(sum(c.get("collisions", 0) for c in sw["counters"])),
+             "worker_timeouts": int(sum(h.loc[w, "counters"].get("timeouts", 0) for w in WORKERS))}]
 
 
 def scenario(variant: str, size: str, iterations: int) -> dict:
@@ -50,24 +62,14 @@ class AtpMultiRack:
         self.size, self.iterations, self.variants = size, iterations, list(variants)
 
     def run(self, progress) -> pd.DataFrame:
-        from .. import simulate
         from ..units import parse_size
 
         # One stream = one worker's gradient packets: ceil(size / 248 B) x 306 B per iteration.
         stream = math.ceil(parse_size(self.size) / 248) * 306 * self.iterations
-        rows = []
-        for v in self.variants:
-            progress(f"atp-fig9: {v}")
-            r = simulate(scenario(v, self.size, self.iterations))
-            h = r.hosts.set_index("name")
-            j = r.jobs.iloc[0]
-            sw = r.switches.set_index("name")
-            rows.append({"variant": v, "ps_rx_bytes": int(h.loc["ps", "rx_bytes"]),
-                         "ps_rx_streams": h.loc["ps", "rx_bytes"] / stream,
-                         "finished": bool(j["finished"]), "jct_s": float(j["jct_s"]),
-                         "queue_drops": int(sw["drops_queue"].sum()),
-                         "collisions": int(sum(c.get("collisions", 0) for c in sw["counters"])),
-                         "worker_timeouts": int(sum(h.loc[w, "counters"].get("timeouts", 0) for w in WORKERS))})
+        runs = [({"variant": v}, scenario(v, self.size, self.iterations)) for v in self.variants]
+        rows = [{"variant": r["variant"], "ps_rx_bytes": r["ps_rx_bytes"], "ps_rx_streams": r["ps_rx_bytes"] / stream,
+                 **{k: v for k, v in r.items() if k not in ("variant", "ps_rx_bytes")}}
+                for r in simulate_all("atp-fig9", runs, progress, measure).to_dict("records")]
         df = pd.DataFrame(rows)
         atp = df.set_index("variant").loc["atp", "ps_rx_bytes"] if "atp" in self.variants else float("nan")
         df["vs_atp"] = df["ps_rx_bytes"] / atp

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import markdown_table, register
+from . import markdown_table, register, simulate_all
 
 SCHEMES = ("atp", "switchml", "ring", "ps_sharded", "ps")
 LABELS = {"atp": "ATP", "switchml": "SwitchML", "ring": "ring allreduce", "ps_sharded": "PS N-to-N",
@@ -47,24 +47,12 @@ class AtpSingleJob:
                 "jobs": [job], "metrics": {"bin": "10ms"}}
 
     def run(self, progress) -> pd.DataFrame:
-        import tempfile
-
         from ..models import get_model
-        from ..sweeps import point_id, run_points
 
         runs = [(model, self.compute_scale) for model in self.models]
         runs += [(self.network_intensive, cs) for cs in self.extra_scales if self.network_intensive in self.models]
-        pts = []
-        for model, cs in runs:
-            for scheme in self.schemes:
-                params = {"model": model, "compute_scale": cs, "scheme": scheme}
-                pts.append({"id": point_id(params), "params": params, "scenario": self.scenario(model, scheme, cs)})
-        # Every run is one point of a sweep, in parallel on this machine's cores.
-        with tempfile.TemporaryDirectory(prefix="atp-single-job-") as out:
-            done = run_points(pts, out, progress=lambda n, total: progress(f"atp-8: {n}/{total} runs"))
-        failed = done[done.status != "ok"]
-        if len(failed):
-            raise RuntimeError(f"atp-single-job: {len(failed)} runs failed: {failed.error.iloc[0]}")
+        done = simulate_all("atp-8", [({"model": model, "compute_scale": cs, "scheme": scheme}, self.scenario(model, scheme, cs))
+                                      for model, cs in runs for scheme in self.schemes], progress)
         rows = []
         for _, j in done.iterrows():
             m = get_model(j.model)
