@@ -9,7 +9,6 @@ everywhere.
 """
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys

@@ -26,7 +26,6 @@ import struct
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import uuid
 from pathlib import Path

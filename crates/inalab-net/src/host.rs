@@ -89,10 +89,7 @@ impl HostIo {
                     return;
                 }
             };
-            // A frame whose header names no job (a transport segment between hosts) is the
-            // host's only job's.
-            let job = view.header().job().or_else(|| (keys.len() == 1).then(|| *keys.keys().next().expect("one")));
-            match job.and_then(|j| keys.get(&j)).map(|m| m.open(d)) {
+            match frame_key(keys, view.header()).map(|m| m.open(d)) {
                 Some(Ok(_)) => deliver(frame::to_packet(&view)),
                 _ => forged += 1,
             }
@@ -117,8 +114,7 @@ impl HostIo {
                 break;
             }
             let Some(p) = proto.poll_transmit(now) else { break };
-            let job = p.header.job().or_else(|| (self.keys.len() == 1).then(|| *self.keys.keys().next().expect("one")));
-            let Some(mac) = job.and_then(|j| self.keys.get(&j)) else {
+            let Some(mac) = frame_key(&self.keys, &p.header) else {
                 self.unsealed += 1;
                 continue;
             };
@@ -151,6 +147,16 @@ impl HostIo {
             "datagrams_sent": io.datagrams_sent, "wire_bytes_sent": self.wire_bytes_sent, "datagrams_received": io.datagrams_received,
             "send_calls": io.send_calls, "recv_calls": io.recv_calls, "send_errors": io.send_errors,
         })
+    }
+}
+
+/// The key of a frame: its header's job's, or, for a frame whose header names no job (a
+/// transport segment between hosts), the host's only job's.
+fn frame_key<'a>(keys: &'a HashMap<u32, FrameMac>, header: &inalab_core::wire::Header) -> Option<&'a FrameMac> {
+    match header.job() {
+        Some(j) => keys.get(&j),
+        None if keys.len() == 1 => keys.values().next(),
+        None => None,
     }
 }
 
