@@ -16,6 +16,7 @@ pub mod setup;
 mod sim;
 pub mod spec;
 mod workload;
+mod wires;
 mod world;
 
 pub use error::SimError;

@@ -8,7 +8,7 @@
 //! adaptive routing read the same backlog a real output queue would show.
 
 use inalab_core::time::serialization;
-use inalab_core::{NodeId, Packet, PortId, Time};
+use inalab_core::{NodeId, PortId, Time};
 
 /// Hot fields first: they share the port's first cache line.
 #[derive(Debug, Clone)]
@@ -18,15 +18,11 @@ pub struct PortState {
     pub busy_until: Time,
     pub rate_bps: u64,
     pub delay_ps: Time,
-    /// Packets serializing or propagating, in arrival order. Packets live here between hops
-    /// (not in a shared pool), so a hop touches memory the port touched recently.
-    pub wire: std::collections::VecDeque<(Time, Packet)>,
     pub peer: NodeId,
     pub peer_port: PortId,
     pub link: u32,
     /// Probability that a packet sent on this port is lost on the wire.
     pub loss: f64,
-    pub on_wire_bytes: u64,
     pub stats: PortStats,
 }
 
@@ -117,7 +113,7 @@ mod tests {
     use super::*;
 
     fn port() -> PortState {
-        PortState { peer: 1, peer_port: 0, link: 0, rate_bps: 100_000_000_000, delay_ps: 1_000_000, busy_until: 0, loss: 0.0, wire: Default::default(), on_wire_bytes: 0, stats: Default::default() }
+        PortState { peer: 1, peer_port: 0, link: 0, rate_bps: 100_000_000_000, delay_ps: 1_000_000, busy_until: 0, loss: 0.0, stats: Default::default() }
     }
 
     #[test]

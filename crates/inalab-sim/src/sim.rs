@@ -7,6 +7,7 @@ use crate::result::Conservation;
 use crate::setup::host_named;
 use crate::spec::{Routing, SimSpec};
 use crate::workload::Workloads;
+use crate::wires::Wires;
 use crate::world::{Call, Owner, World};
 use crate::{Progress, SimError};
 use inalab_core::{AppRequest, HostEvent, HostProtocol, NodeId, Packet, PortId, Programs, SwitchAction, SwitchCtx, SwitchProgram, Time, NO_PATH};
@@ -102,6 +103,7 @@ pub struct Sim {
     ecn_threshold: u64,
     port_base: Vec<u32>,
     pub(crate) ports: Vec<PortState>,
+    wires: Wires,
     pub(crate) switches: Vec<SwitchState>,
     pub(crate) hosts: Vec<HostState>,
     rng: Xoshiro256PlusPlus,
@@ -192,8 +194,6 @@ impl Sim {
                     delay_ps: l.delay_ps,
                     busy_until: 0,
                     loss: 0.0,
-                    wire: Default::default(),
-                    on_wire_bytes: 0,
                     stats: Default::default(),
                 });
             }
@@ -260,6 +260,7 @@ impl Sim {
             buffer: net.buffer_bytes,
             ecn_threshold: net.ecn_threshold_bytes,
             port_base,
+            wires: Wires::new(ports.len()),
             ports,
             switches,
             hosts,
@@ -318,12 +319,11 @@ impl Sim {
     fn handle(&mut self, ev: Ev) {
         match ev {
             Ev::Arrive { port } => {
-                let p = &mut self.ports[port as usize];
-                let (_, pkt) = p.wire.pop_front().expect("a packet on the wire");
-                p.on_wire_bytes -= pkt.size as u64;
-                if let Some(&(next, _)) = p.wire.front() {
+                let (pkt, next) = self.wires.pop(port as usize).expect("a packet on the wire");
+                if let Some(next) = next {
                     self.q.push(next, Ev::Arrive { port });
                 }
+                let p = &self.ports[port as usize];
                 let (node, in_port) = (p.peer, p.peer_port);
                 if self.topo.is_host(node) {
                     self.host_rx(node, pkt)
@@ -706,12 +706,9 @@ impl Sim {
 
     #[inline]
     fn put_on_wire(&mut self, pi: usize, arrival: Time, pkt: Packet) {
-        let p = &mut self.ports[pi];
-        if p.wire.is_empty() {
+        if self.wires.push(pi, arrival, pkt) {
             self.q.push(arrival, Ev::Arrive { port: pi as u32 });
         }
-        p.on_wire_bytes += pkt.size as u64;
-        p.wire.push_back((arrival, pkt));
     }
 
     fn dropped(&mut self, pkt: &Packet) {
@@ -739,7 +736,7 @@ impl Sim {
 
     /// Packets and bytes on wires (serializing or propagating) or between local endpoints.
     pub(crate) fn in_flight(&self) -> (u64, u64) {
-        let wires = self.ports.iter().fold((0, 0), |(n, b), p| (n + p.wire.len() as u64, b + p.on_wire_bytes));
+        let wires = self.wires.in_flight();
         self.hosts.iter().flat_map(|h| &h.local).fold(wires, |(n, b), p| (n + 1, b + p.size as u64))
     }
 }
