@@ -1,5 +1,5 @@
 use crate::bytes::u8_at;
-use crate::{AtpHeader, SwitchMlHeader, TransportHeader, WireError};
+use crate::{AtpHeader, DsaHeader, SwitchMlHeader, TransportHeader, WireError};
 
 /// Offsets in an encoded header: a kind tag, then that kind's fixed-length body.
 mod field {
@@ -20,6 +20,8 @@ pub enum Header {
     Atp(AtpHeader),
     /// SwitchML worker packets and results.
     SwitchMl(SwitchMlHeader),
+    /// DSA gradients, results, evictions and reminder traffic.
+    Dsa(DsaHeader),
 }
 
 /// One byte that names the variant on the wire.
@@ -30,12 +32,13 @@ pub enum HeaderKind {
     Transport = 1,
     Atp = 2,
     SwitchMl = 3,
+    Dsa = 4,
 }
 
 impl TryFrom<u8> for HeaderKind {
     type Error = WireError;
     fn try_from(v: u8) -> Result<Self, WireError> {
-        [HeaderKind::Raw, HeaderKind::Transport, HeaderKind::Atp, HeaderKind::SwitchMl]
+        [HeaderKind::Raw, HeaderKind::Transport, HeaderKind::Atp, HeaderKind::SwitchMl, HeaderKind::Dsa]
             .into_iter()
             .find(|k| *k as u8 == v)
             .ok_or(WireError::BadValue { what: "header kind", value: v as u64 })
@@ -49,6 +52,7 @@ impl Header {
             Header::Transport(_) => HeaderKind::Transport,
             Header::Atp(_) => HeaderKind::Atp,
             Header::SwitchMl(_) => HeaderKind::SwitchMl,
+            Header::Dsa(_) => HeaderKind::Dsa,
         }
     }
 
@@ -57,6 +61,7 @@ impl Header {
         match self {
             Header::Atp(h) => Some(h.job),
             Header::SwitchMl(h) => Some(h.job),
+            Header::Dsa(h) => Some(h.job as u32),
             Header::Raw | Header::Transport(_) => None,
         }
     }
@@ -69,6 +74,7 @@ impl Header {
                 Header::Transport(_) => TransportHeader::LEN,
                 Header::Atp(_) => AtpHeader::LEN,
                 Header::SwitchMl(_) => SwitchMlHeader::LEN,
+                Header::Dsa(_) => DsaHeader::LEN,
             }
     }
 
@@ -79,6 +85,7 @@ impl Header {
             Header::Transport(h) => h.encode(out),
             Header::Atp(h) => h.encode(out),
             Header::SwitchMl(h) => h.encode(out),
+            Header::Dsa(h) => h.encode(out),
         }
     }
 
@@ -91,6 +98,7 @@ impl Header {
             HeaderKind::Transport => Header::Transport(TransportHeader::decode(body)?),
             HeaderKind::Atp => Header::Atp(AtpHeader::decode(body)?),
             HeaderKind::SwitchMl => Header::SwitchMl(SwitchMlHeader::decode(body)?),
+            HeaderKind::Dsa => Header::Dsa(DsaHeader::decode(body)?),
         };
         let used = h.encoded_len();
         Ok((h, used))
@@ -100,7 +108,7 @@ impl Header {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::SegKind;
+    use crate::{DsaKind, SegKind};
     use proptest::prelude::*;
 
     /// `h` encodes to exactly `bytes`, which decode back to `h`, and cut by one byte are
@@ -147,6 +155,10 @@ pub(crate) mod tests {
                     exp
                 })
             ),
+            (any::<u16>(), any::<u32>(), any::<u32>(), 1u8..=32, 0usize..8, 0u8..16).prop_map(|(job, psn, priority, fan_in, kind, flags)| {
+                let bitmap = psn & DsaHeader::full_bitmap(fan_in);
+                Header::Dsa(DsaHeader { job, psn, bitmap, priority, fan_in, kind: DsaKind::ALL[kind], flags })
+            }),
         ]
     }
 

@@ -5,6 +5,7 @@
 //! that the caller counts and drops.
 
 mod atp;
+mod dsa;
 mod error;
 pub mod frame;
 mod header;
@@ -12,6 +13,7 @@ mod switchml;
 mod transport;
 
 pub use atp::AtpHeader;
+pub use dsa::{DsaHeader, DsaKind};
 pub use error::WireError;
 pub use header::{Header, HeaderKind};
 pub use switchml::SwitchMlHeader;
