@@ -18,6 +18,11 @@ ECN threshold 200 KB, seed 1):
     leaf and its uplinks with the background traffic) while the 512 odd-numbered hosts run
     random-uniform background traffic at load 0.5 with 1 MiB messages of 1500-byte packets.
     The run ends when the allreduce finishes (background alone never ends a run).
+(b') r1024: the 4 MiB ring of (b) over 1024 hosts of a 1024-port star, to compare the cost per
+    event with (b)'s 64 hosts.
+
+Each scenario runs in a child process; "CPU s" is that process's CPU time around the call and
+"state MB" how far its peak resident set grew during it (the simulator's own memory).
 
 "tx" is the sum of `tx_packets` over all link directions (one per packet per hop).
 Wall time is measured around `inalab._core.simulate` (spec parsing, setup, JSON out included).
@@ -32,6 +37,7 @@ import argparse
 import importlib.util
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -114,10 +120,18 @@ def scenario_c():
     return base(topo, jobs=[ring_job(ar)], bg=bg, routing={"kind": "adaptive", "threshold": 0.5}, stop_ps=200 * MS)
 
 
+def scenario_r1024():
+    """Scaling check: the same 4 MiB ring as (b), over 1024 hosts of a 1024-port star."""
+    topo = star(1024)
+    topo["shape"]["switch_ports"] = 1024
+    return base(topo, jobs=[ring_job([f"h{i}" for i in range(1024)])], stop_ps=1_000 * MS)
+
+
 SCENARIOS = {
     "a": ("(a) 64->1 star, 306 B at line rate, 1 ms", scenario_a),
     "b": ("(b) 4 MiB ring allreduce, 64-host star", scenario_b),
     "c": ("(c) 4 MiB ring on 512 + bg 512, 1024-host leaf-spine", scenario_c),
+    "r1024": ("(b') 4 MiB ring allreduce, 1024-host star", scenario_r1024),
 }
 
 
@@ -129,12 +143,26 @@ def stderr_progress(label):
 
 
 def run(key):
+    """Runs one scenario in a child process (so its memory peak is its own) and returns its row."""
+    p = subprocess.run([sys.executable, __file__, "--child", key], stdout=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        sys.exit(f"scenario {key} failed (exit {p.returncode})")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def child(key):
+    """In the child: simulate, and measure wall and CPU time around the call and the growth of
+    the peak resident set over what the process held before it (the simulator's state)."""
     label, make = SCENARIOS[key]
     spec = json.dumps(make())
     progress = stderr_progress(key) if key == "c" else None
-    t = time.perf_counter()
-    r = json.loads(core.simulate(spec, progress))
-    wall = time.perf_counter() - t
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t, c = time.perf_counter(), time.process_time()
+    out = core.simulate(spec, progress)
+    wall, cpu = time.perf_counter() - t, time.process_time() - c
+    # Before the result is parsed into Python objects, which are not the simulator's.
+    state_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024
+    r = json.loads(out)
     tx = sum(l["tx_packets"] for l in r["links"])
     row = {
         "scenario": label,
@@ -142,6 +170,8 @@ def run(key):
         "tx": tx,
         "sim_s": r["sim_time_s"],
         "wall_s": wall,
+        "cpu_s": cpu,
+        "state_mb": state_mb,
         "loop_wall_s": r["wall_s"],
         "stopped_by": r["stopped_by"],
     }
@@ -171,7 +201,8 @@ def fmt_row(r):
     tx_rate = r["tx"] / r["wall_s"] if r.get("tx") is not None else float("nan")
     ev = f"{r['events']:,}" if r.get("events") is not None else "n/a"
     tx = f"{r['tx']:,}" if r.get("tx") is not None else "n/a"
-    return f"| {r['scenario']} | {ev} | {tx} | {r['sim_s'] * 1e3:.3f} ms | {r['wall_s']:.2f} | {ev_rate / 1e6:.2f} M | {tx_rate / 1e6:.2f} M | {r.get('note', '')} |"
+    extra = f" {r['cpu_s']:.2f} | {r['state_mb']:.0f} |" if "cpu_s" in r else " | |"
+    return f"| {r['scenario']} | {ev} | {tx} | {r['sim_s'] * 1e3:.3f} ms | {r['wall_s']:.2f} |{extra} {ev_rate / 1e6:.2f} M | {tx_rate / 1e6:.2f} M | {r.get('note', '')} |"
 
 
 def main():
@@ -179,9 +210,13 @@ def main():
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--ns3", action="store_true", help="also run scenario (a) in ns-3 (fails if ns-3 is missing)")
     g.add_argument("--no-ns3", action="store_true", help="never run ns-3")
-    ap.add_argument("--only", default="a,b,c", help="comma-separated subset of a,b,c")
+    ap.add_argument("--only", default="a,b,c,r1024", help="comma-separated subset of " + ",".join(SCENARIOS))
     ap.add_argument("--sweep", action="store_true", help="also time a 20-point sweep of (b): 2 local workers vs serial")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child)))
+        return
     keys = [k.strip() for k in args.only.split(",") if k.strip()]
     if args.sweep:
         sweep_speedup()
@@ -193,10 +228,11 @@ def main():
 
     print(f"machine: nproc={os.cpu_count()}, {cpu_model()}")
     print()
-    print("| scenario | events | tx (pkt x hop) | sim time | wall s | events/s | tx/s | outcome |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| scenario | events | tx (pkt x hop) | sim time | wall s | CPU s | state MB | events/s | tx/s | outcome |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(fmt_row(r))
+    print_targets(dict(zip(keys, rows)))
 
     want_ns3 = args.ns3 or (not args.no_ns3 and ns3_available())
     if want_ns3 and "a" in keys:
@@ -212,8 +248,8 @@ def main():
         print()
         print("Scenario (a), same simulated work in both simulators:")
         print()
-        print("| simulator | events | tx (pkt x hop) | sim time | wall s | events/s | tx/s | outcome |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| simulator | events | tx (pkt x hop) | sim time | wall s | CPU s | state MB | events/s | tx/s | outcome |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         print(fmt_row({**ours, "scenario": "inalab"}))
         print(fmt_row({**n, "scenario": n.get("version", "ns-3")}))
         ours_rate = ours["events"] / ours["wall_s"]
@@ -223,6 +259,20 @@ def main():
               f"(events are not the same unit: ns-3 spends several events per packet per hop, inalab one)")
         print(f"tx rate ratio inalab/ns-3:    {(ours['tx'] / ours['wall_s']) / (n['tx'] / n['wall_s']):.1f}x")
         print(f"wall time ratio ns-3/inalab:  {n['wall_s'] / ours['wall_s']:.1f}x   (same simulated work; ns-3 wall = Simulator::Run only)")
+
+
+def print_targets(rows):
+    """Issue #14's targets, as ratios of runs made side by side in this one invocation."""
+    print()
+    if "c" in rows:
+        c = rows["c"]
+        print(f"(c): {c['cpu_s']:.1f} CPU s (target <= 20 s on a quiet core), {c['state_mb']:.0f} MB of state (target <= 250)")
+        if "a" in rows:
+            print(f"(c)/(a) CPU time: {c['cpu_s'] / rows['a']['cpu_s']:.0f}x (a load-independent record of (c)'s speed)")
+    if "b" in rows and "r1024" in rows:
+        small, big = (rows[k]["events"] / rows[k]["cpu_s"] for k in ("b", "r1024"))
+        print(f"events per CPU-second, 64 hosts / 1024 hosts: {small / 1e6:.2f} M / {big / 1e6:.2f} M = "
+              f"{small / big:.2f}x (target <= 1.3x: flat cost per event)")
 
 
 def sweep_speedup(points: int = 20, reps: int = 2) -> None:
