@@ -4,16 +4,19 @@
 //!
 //! Programs:
 //! - [`AtpSwitch`]: ATP's shared aggregator pool with two-level best-effort aggregation;
-//! - [`SwitchMlSwitch`]: SwitchML's static per-job slot pools with shadow copies.
+//! - [`SwitchMlSwitch`]: SwitchML's static per-job slot pools with shadow copies;
+//! - [`DsaSwitch`]: DSA's shared array with preemption by priority and downgrading.
 //!
 //! Shared parts: [`Pool`], a fixed array of aggregator slots (ATP's pool; DSA, Canary and GRID
 //! keep theirs in one too).
 
 mod atp;
+mod dsa;
 mod pool;
 mod switchml;
 
 pub use atp::{atp_admissions, AtpSwitch, AtpSwitchConfig, AtpSwitchJob, AGGREGATOR_BYTES, AGGREGATOR_VALUES};
+pub use dsa::{DsaPolicy, DsaSwitch, DsaSwitchConfig, DsaSwitchJob, DSA_AGGREGATOR_BYTES, DSA_AGGREGATOR_VALUES, DSA_EMPTY_PACKET_BYTES};
 pub use inalab_core::L3Forward;
 pub use pool::Pool;
 pub use switchml::{slot_units, SwitchMlAdmitError, SwitchMlCounters, SwitchMlJob, SwitchMlSwitch, SLOT_BYTES, VALUES_PER_SLOT};
