@@ -9,6 +9,7 @@
 //! docs/architecture.md, "Adding a scheme").
 
 mod atp;
+mod dsa;
 mod plan;
 mod ps;
 pub mod registry;

@@ -3,13 +3,14 @@
 use crate::plan::{JobSpec, PlanError, Scheme};
 use serde_json::Value;
 
-static SCHEMES: [&dyn Scheme; 6] = [
+static SCHEMES: [&dyn Scheme; 7] = [
     &crate::ring::Ring { hierarchical: false },
     &crate::ring::Ring { hierarchical: true },
     &crate::ps::Ps { sharded: false },
     &crate::ps::Ps { sharded: true },
     &crate::atp::Atp,
     &crate::switchml::SwitchMl,
+    &crate::dsa::Dsa,
 ];
 
 /// Every scheme, in the order users see them.

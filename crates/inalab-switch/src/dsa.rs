@@ -40,12 +40,8 @@ pub enum DsaPolicy {
 #[derive(Debug, Clone, PartialEq)]
 pub struct DsaSwitchConfig {
     pub aggregators: u32,
-    pub policy: DsaPolicy,
     /// Seed of `PreemptHalf`'s coin (the program's own deterministic generator).
     pub seed: u64,
-    /// An ACK from the PS frees an aggregator still holding its key (a leak guard that is not
-    /// in the paper, spec §4 item 14).
-    pub ps_ack_frees: bool,
 }
 
 impl DsaSwitchConfig {
@@ -64,6 +60,11 @@ pub struct DsaSwitchJob {
     /// Bytes on the wire of the job's value-carrying packets (a reminder's reply with a
     /// partial is one).
     pub packet_bytes: u32,
+    /// How the job's packets contend for a held aggregator.
+    pub policy: DsaPolicy,
+    /// An ACK from the job's PS frees an aggregator still holding its key (a leak guard that
+    /// is not in the paper, spec §4 item 14).
+    pub ps_ack_frees: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -75,6 +76,9 @@ struct Aggregator {
     fan_in: u8,
     values: Option<Vec<i32>>,
     ecn: bool,
+    /// Reserved by a retransmission: perhaps a fragment the switch already finished (spec
+    /// T4), so its eviction or reminder reply tells the PS to ask the workers at once.
+    retx: bool,
     since: Time,
 }
 
@@ -98,7 +102,6 @@ struct Counters {
 }
 
 pub struct DsaSwitch {
-    cfg: DsaSwitchConfig,
     aggs: Pool<Aggregator>,
     jobs: BTreeMap<u16, DsaSwitchJob>,
     rng: u64,
@@ -114,7 +117,7 @@ fn values(pkt: &Packet) -> Option<Vec<i32>> {
 
 impl DsaSwitch {
     pub fn new(cfg: DsaSwitchConfig) -> Self {
-        DsaSwitch { aggs: Pool::new(cfg.aggregators), jobs: BTreeMap::new(), rng: cfg.seed, cfg, c: Counters::default() }
+        DsaSwitch { aggs: Pool::new(cfg.aggregators), jobs: BTreeMap::new(), rng: cfg.seed, c: Counters::default() }
     }
 
     /// The aggregator of (job, psn): a hash the switch computes, not the worker (§III-B).
@@ -139,8 +142,8 @@ impl DsaSwitch {
     }
 
     /// Whether a packet of priority `q` takes aggregator `i`; a loser downgrades it.
-    fn packet_wins(&mut self, i: usize, q: u32) -> bool {
-        match self.cfg.policy {
+    fn packet_wins(&mut self, i: usize, q: u32, policy: DsaPolicy) -> bool {
+        match policy {
             DsaPolicy::AlwaysPreempt => true,
             DsaPolicy::PreemptHalf => self.coin(),
             DsaPolicy::Fcfs => false,
@@ -157,12 +160,12 @@ impl DsaSwitch {
     }
 
     fn aggregator_of(h: &DsaHeader, pkt: &Packet, now: Time) -> Aggregator {
-        Aggregator { job: h.job, psn: h.psn, bitmap: h.bitmap, priority: h.priority, fan_in: h.fan_in, values: values(pkt), ecn: pkt.ecn || h.has(DsaHeader::FLAG_ECN), since: now }
+        Aggregator { job: h.job, psn: h.psn, bitmap: h.bitmap, priority: h.priority, fan_in: h.fan_in, values: values(pkt), ecn: pkt.ecn || h.has(DsaHeader::FLAG_ECN), retx: h.has(DsaHeader::FLAG_RETX), since: now }
     }
 
     /// A packet carrying aggregator `a`'s contents as `kind` toward `dst`.
     fn packet_of(a: &Aggregator, kind: DsaKind, mut pkt: Packet, dst: Endpoint) -> Packet {
-        let flags = if a.ecn { DsaHeader::FLAG_ECN } else { 0 };
+        let flags = if a.ecn { DsaHeader::FLAG_ECN } else { 0 } | if a.retx && kind != DsaKind::Ack { DsaHeader::FLAG_RETX } else { 0 };
         pkt.header = Header::Dsa(DsaHeader { job: a.job, psn: a.psn, bitmap: a.bitmap, priority: a.priority, fan_in: a.fan_in, kind, flags });
         if let Some(v) = &a.values {
             pkt.payload = Some(Box::new(Payload::I32(v.clone())));
@@ -219,7 +222,8 @@ impl DsaSwitch {
             }
             Some(_) => {
                 self.c.collisions += 1;
-                if !self.packet_wins(i, h.priority) {
+                let policy = self.jobs[&h.job].policy;
+                if !self.packet_wins(i, h.priority, policy) {
                     // Lost: the gradient goes on to its PS as a fallback contribution.
                     self.c.lost_to_ps += 1;
                     return out.push(SwitchAction::Route { pkt });
@@ -262,7 +266,7 @@ impl DsaSwitch {
     }
 
     fn on_ps_ack(&mut self, now: Time, h: DsaHeader, pkt: Packet, out: &mut Vec<SwitchAction>) {
-        if self.cfg.ps_ack_frees {
+        if self.jobs[&h.job].ps_ack_frees {
             let i = self.index(h.job, h.psn);
             if self.holds(i, &h) {
                 self.take(now, i);
@@ -352,10 +356,10 @@ mod tests {
 
     /// Job 1: workers 0..4 (fan-in 4), PS 50. Job 2: workers 10, 11, PS 51.
     fn switch(aggs: u32, policy: DsaPolicy) -> DsaSwitch {
-        let mut s = DsaSwitch::new(DsaSwitchConfig { aggregators: aggs, policy, seed: 7, ps_ack_frees: true });
+        let mut s = DsaSwitch::new(DsaSwitchConfig { aggregators: aggs, seed: 7 });
         let w = |hosts: &[NodeId]| hosts.iter().map(|&host| Endpoint { host, port: 1 }).collect();
-        s.admit(1, Admission::new(DsaSwitchJob { ps: PS1, workers: w(&[0, 1, 2, 3]), packet_bytes: 306 })).unwrap();
-        s.admit(2, Admission::new(DsaSwitchJob { ps: PS2, workers: w(&[10, 11]), packet_bytes: 306 })).unwrap();
+        s.admit(1, Admission::new(DsaSwitchJob { ps: PS1, workers: w(&[0, 1, 2, 3]), packet_bytes: 306, policy, ps_ack_frees: true })).unwrap();
+        s.admit(2, Admission::new(DsaSwitchJob { ps: PS2, workers: w(&[10, 11]), packet_bytes: 306, policy, ps_ack_frees: true })).unwrap();
         s
     }
 
@@ -506,6 +510,6 @@ mod tests {
         run(&mut s, grad(2, 5, 0, 100, 1));
         assert_eq!(s.release(1), 2);
         assert_eq!(s.aggregators_in_use(), 1);
-        assert!(s.admit(70_000, Admission::new(DsaSwitchJob { ps: PS1, workers: vec![PS1], packet_bytes: 306 })).is_err());
+        assert!(s.admit(70_000, Admission::new(DsaSwitchJob { ps: PS1, workers: vec![PS1], packet_bytes: 306, policy: DsaPolicy::Dsa, ps_ack_frees: true })).is_err());
     }
 }

@@ -1,0 +1,550 @@
+//! DSA's worker and parameter server (Wang et al., ICNP; `../shared/specs/dsa.md` §1.7-1.9).
+//!
+//! Worker: tensors cut into 62-value fragments with one PSN stream per job (every worker
+//! numbers the same fragment alike), sent over an ECN-driven AIMD window that counts
+//! outstanding packets, each carrying the tensor's priority. An ACK (from the switch or the
+//! PS) delivers a fragment's sum; a duplicate or late ACK changes nothing: no window change,
+//! no fast retransmit (§III-D). A fragment unanswered for one RTO (RFC 6298 estimate, 1 ms
+//! floor, no back-off) is resent, three times, then the worker sends the PS a NOTIFY with its
+//! gradient every RTO until the ACK comes (§IV-B). Sent gradients are kept until acknowledged
+//! and results for the run, so a FETCH is always answered.
+//!
+//! PS: a dictionary of partial sums per PSN fed by lost-preemption gradients, evicted
+//! partials, reminder replies, NOTIFYs and fetch replies; a full bitmap sends one ACK that the
+//! switch multicasts. An entry older than the PS's RTO (the EWMA of entry lifetimes, 1 ms
+//! floor) triggers the reminder: REMIND_SW takes the switch's partial out and FETCH asks the
+//! workers still missing; repeated every RTO.
+
+use crate::{AimdConfig, AimdWindow, RttConfig, RttEstimator};
+use inalab_core::time::MS;
+use inalab_core::wire::{DsaHeader, DsaKind, Header};
+use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload, Time};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Values per DSA packet (248 B of int32 in a 306 B packet).
+pub const DSA_VALUES: usize = 62;
+/// Size of a packet carrying no values.
+const EMPTY_BYTES: u32 = 64;
+/// Completed PSNs a PS remembers (to drop stale evictions and answer late NOTIFYs).
+const COMPLETED_KEPT: usize = 1 << 16;
+
+/// Settings shared by a job's workers and PS.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DsaConfig {
+    pub job: u16,
+    pub workers: Vec<Endpoint>,
+    pub ps: Endpoint,
+    /// Header bytes of a value-carrying packet (Ethernet, IP, UDP, DSA). Default 58.
+    pub header_bytes: u32,
+    pub aimd: AimdConfig,
+    /// Floor (and initial value) of the worker's and the PS's RTO, ps. Default 1 ms (§VI).
+    pub min_rto_ps: Time,
+    /// Retransmissions before a worker notifies the PS. Default 3 (§IV-B).
+    pub retx_before_notify: u32,
+    /// The PS's ACKs are multicast by a DSA switch (false: the PS unicasts one per worker).
+    pub multicast: bool,
+}
+
+impl DsaConfig {
+    fn fan_in(&self) -> u8 {
+        self.workers.len() as u8
+    }
+    fn rtt(&self) -> RttEstimator {
+        RttEstimator::new(RttConfig { initial_rto_ps: self.min_rto_ps, min_rto_ps: self.min_rto_ps, ..RttConfig::default() })
+    }
+    fn header(&self, psn: u32, bitmap: u32, priority: u32, kind: DsaKind, flags: u8) -> Header {
+        Header::Dsa(DsaHeader { job: self.job, psn, bitmap, priority, fan_in: self.fan_in(), kind, flags })
+    }
+    fn packet(&self, from: Endpoint, to: Endpoint, header: Header, values: Option<&[i32]>, count: usize) -> Packet {
+        let size = if count == 0 { EMPTY_BYTES } else { self.header_bytes + 4 * count as u32 };
+        let mut p = Packet::new(from.host, from.port, to.host, to.port, size, header);
+        if let Some(v) = values {
+            p.payload = Some(Box::new(Payload::I32(v.to_vec())));
+        }
+        p
+    }
+}
+
+fn i32s(pkt: &Packet) -> Option<&[i32]> {
+    match pkt.payload.as_deref() {
+        Some(Payload::I32(v)) => Some(v),
+        _ => None,
+    }
+}
+
+struct Request {
+    id: u64,
+    first_psn: u32,
+    values: usize,
+    data: Option<Vec<i32>>,
+    result: Option<Vec<i32>>,
+    acked: Vec<bool>,
+    left: usize,
+    priority: u32,
+}
+
+struct Outstanding {
+    sent: Time,
+    retx: u32,
+    deadline: Time,
+}
+
+#[derive(Default)]
+struct WorkerCounters {
+    sent: u64,
+    retransmits: u64,
+    notifies: u64,
+    fetch_replies: u64,
+    stale_acks: u64,
+    timeouts: u64,
+}
+
+pub struct DsaWorker {
+    cfg: DsaConfig,
+    rank: u32,
+    me: Endpoint,
+    reqs: Vec<Request>,
+    /// PSN -> (request index); the job's next PSN.
+    psn_req: BTreeMap<u32, usize>,
+    next_psn: u32,
+    /// Fragments not yet sent, in order.
+    unsent: VecDeque<u32>,
+    outstanding: BTreeMap<u32, Outstanding>,
+    deadlines: BTreeSet<(Time, u32)>,
+    /// Retransmissions, notifications and fetch replies, sent before new fragments.
+    urgent: VecDeque<Packet>,
+    window: AimdWindow,
+    rtt: RttEstimator,
+    events: VecDeque<HostEvent>,
+    c: WorkerCounters,
+}
+
+impl DsaWorker {
+    pub fn new(cfg: DsaConfig, rank: u32) -> Self {
+        let me = cfg.workers[rank as usize];
+        DsaWorker {
+            window: AimdWindow::new(cfg.aimd.clone()),
+            rtt: cfg.rtt(),
+            cfg,
+            rank,
+            me,
+            reqs: vec![],
+            psn_req: BTreeMap::new(),
+            next_psn: 0,
+            unsent: VecDeque::new(),
+            outstanding: BTreeMap::new(),
+            deadlines: BTreeSet::new(),
+            urgent: VecDeque::new(),
+            events: VecDeque::new(),
+            c: WorkerCounters::default(),
+        }
+    }
+
+    fn fragment(&self, psn: u32) -> (usize, usize, usize) {
+        let r = self.psn_req[&psn];
+        let q = &self.reqs[r];
+        let k = (psn - q.first_psn) as usize;
+        let start = k * DSA_VALUES;
+        (r, start, (start + DSA_VALUES).min(q.values))
+    }
+
+    /// This worker's gradient of `psn` as `kind`.
+    fn gradient(&self, psn: u32, kind: DsaKind, flags: u8) -> Packet {
+        let (r, s, e) = self.fragment(psn);
+        let q = &self.reqs[r];
+        let h = self.cfg.header(psn, 1 << self.rank, q.priority, kind, flags);
+        self.cfg.packet(self.me, self.cfg.ps, h, q.data.as_ref().map(|d| &d[s..e]), e - s)
+    }
+
+    fn arm(&mut self, psn: u32, at: Time) {
+        let o = self.outstanding.get_mut(&psn).expect("outstanding");
+        self.deadlines.remove(&(o.deadline, psn));
+        o.deadline = at;
+        self.deadlines.insert((at, psn));
+    }
+
+    /// Bytes of a full fragment, the window's unit.
+    fn packet_bytes(&self) -> u64 {
+        self.cfg.header_bytes as u64 + 4 * DSA_VALUES as u64
+    }
+
+    fn on_ack(&mut self, now: Time, h: DsaHeader, pkt: &Packet) {
+        let Some(o) = self.outstanding.remove(&h.psn) else {
+            self.c.stale_acks += 1;
+            return;
+        };
+        self.deadlines.remove(&(o.deadline, h.psn));
+        if o.retx == 0 {
+            self.rtt.sample(now - o.sent);
+        }
+        let seq_base = self.outstanding.keys().next().copied().unwrap_or(self.next_psn);
+        self.window.on_ack(pkt.size as u64, h.has(DsaHeader::FLAG_ECN), seq_base as u64, self.next_psn as u64);
+        let (r, s, e) = self.fragment(h.psn);
+        let q = &mut self.reqs[r];
+        if let (Some(res), Some(v)) = (&mut q.result, i32s(pkt)) {
+            let n = (e - s).min(v.len());
+            res[s..s + n].copy_from_slice(&v[..n]);
+        }
+        let k = (h.psn - q.first_psn) as usize;
+        if !q.acked[k] {
+            q.acked[k] = true;
+            q.left -= 1;
+            if q.left == 0 {
+                // The result stays too: a FETCH for a fragment the PS has not seen complete
+                // is answered with it (spec §1.9 item 6).
+                self.events.push_back(HostEvent::Done { id: q.id, data: q.result.clone().map(Payload::I32) });
+                q.data = None;
+            }
+        }
+    }
+
+    fn on_fetch(&mut self, h: DsaHeader) {
+        if self.outstanding.contains_key(&h.psn) {
+            self.c.fetch_replies += 1;
+            let p = self.gradient(h.psn, DsaKind::FetchResp, 0);
+            return self.urgent.push_back(p);
+        }
+        // Already acknowledged: answer with the final sum, if this worker kept it.
+        let Some(&r) = self.psn_req.get(&h.psn) else { return };
+        let k = (h.psn - self.reqs[r].first_psn) as usize;
+        if !self.reqs[r].acked[k] {
+            return; // not sent yet: the PS asks again
+        }
+        self.c.fetch_replies += 1;
+        let (_, s, e) = self.fragment(h.psn);
+        let q = &self.reqs[r];
+        let full = DsaHeader::full_bitmap(self.cfg.fan_in());
+        let hdr = self.cfg.header(h.psn, full, q.priority, DsaKind::FetchResp, DsaHeader::FLAG_RESULT);
+        let p = self.cfg.packet(self.me, self.cfg.ps, hdr, q.result.as_ref().map(|d| &d[s..e]), e - s);
+        self.urgent.push_back(p);
+    }
+}
+
+impl HostProtocol for DsaWorker {
+    fn endpoint(&self) -> Endpoint {
+        self.me
+    }
+
+    fn submit(&mut self, _now: Time, req: AppRequest) {
+        let AppRequest::Allreduce { id, bytes, data, attrs } = req else {
+            return self.events.push_back(HostEvent::Rejected { id: 0, reason: "DSA workers only allreduce".into() });
+        };
+        let data = match data {
+            None => None,
+            Some(Payload::I32(v)) => Some(v),
+            Some(Payload::F32(_)) => return self.events.push_back(HostEvent::Rejected { id, reason: "DSA aggregates int32 (fixed point); quantize first".into() }),
+        };
+        let values = data.as_ref().map_or(bytes.div_ceil(4) as usize, Vec::len);
+        let n = values.div_ceil(DSA_VALUES).max(1);
+        let first_psn = self.next_psn;
+        self.next_psn = self.next_psn.wrapping_add(n as u32);
+        let r = self.reqs.len();
+        for k in 0..n as u32 {
+            self.psn_req.insert(first_psn.wrapping_add(k), r);
+            self.unsent.push_back(first_psn.wrapping_add(k));
+        }
+        let result = data.as_ref().map(|_| vec![0; values]);
+        // Priority 0 would never win; the spec clamps to at least 1.
+        self.reqs.push(Request { id, first_psn, values, data, result, acked: vec![false; n], left: n, priority: attrs.priority.max(1) });
+    }
+
+    fn handle_packet(&mut self, now: Time, pkt: Packet) {
+        let Header::Dsa(h) = pkt.header else { return };
+        if h.job != self.cfg.job {
+            return;
+        }
+        match h.kind {
+            DsaKind::Ack => self.on_ack(now, h, &pkt),
+            DsaKind::Fetch => self.on_fetch(h),
+            _ => {}
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Time) {
+        let mut fired = false;
+        while let Some(&(at, psn)) = self.deadlines.first() {
+            if at > now {
+                break;
+            }
+            fired = true;
+            self.c.timeouts += 1;
+            let o = self.outstanding.get_mut(&psn).expect("armed fragments are outstanding");
+            let p = if o.retx < self.cfg.retx_before_notify {
+                o.retx += 1;
+                self.c.retransmits += 1;
+                self.gradient(psn, DsaKind::Grad, DsaHeader::FLAG_RETX)
+            } else {
+                o.retx += 1;
+                self.c.notifies += 1;
+                self.gradient(psn, DsaKind::Notify, 0)
+            };
+            self.urgent.push_back(p);
+            let rto = self.rtt.rto();
+            self.arm(psn, now + rto);
+        }
+        if fired {
+            self.window.on_congestion(self.next_psn as u64);
+        }
+    }
+
+    fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
+        if let Some(p) = self.urgent.pop_front() {
+            return Some(p);
+        }
+        let psn = *self.unsent.front()?;
+        if !self.outstanding.is_empty() && (self.outstanding.len() as u64 + 1) * self.packet_bytes() > self.window.window() {
+            return None;
+        }
+        self.unsent.pop_front();
+        let deadline = now + self.rtt.rto();
+        self.outstanding.insert(psn, Outstanding { sent: now, retx: 0, deadline });
+        self.deadlines.insert((deadline, psn));
+        self.c.sent += 1;
+        Some(self.gradient(psn, DsaKind::Grad, 0))
+    }
+
+    fn poll_timeout(&self) -> Option<Time> {
+        self.deadlines.first().map(|&(t, _)| t)
+    }
+
+    fn poll_event(&mut self) -> Option<HostEvent> {
+        self.events.pop_front()
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let c = &self.c;
+        vec![
+            ("sent", c.sent),
+            ("retransmits", c.retransmits),
+            ("notifies", c.notifies),
+            ("fetch_replies", c.fetch_replies),
+            ("stale_acks", c.stale_acks),
+            ("timeouts", c.timeouts),
+            ("window_cuts", self.window.cuts()),
+        ]
+    }
+}
+
+struct Entry {
+    values: Option<Vec<i32>>,
+    count: usize,
+    bitmap: u32,
+    priority: u32,
+    created: Time,
+    deadline: Time,
+    reminders: u32,
+    ecn: bool,
+}
+
+#[derive(Default)]
+struct PsCounters {
+    contributions: u64,
+    duplicates: u64,
+    overlaps: u64,
+    completed: u64,
+    stale: u64,
+    reminders: u64,
+    fetches: u64,
+}
+
+pub struct DsaServer {
+    cfg: DsaConfig,
+    entries: BTreeMap<u32, Entry>,
+    deadlines: BTreeSet<(Time, u32)>,
+    /// Recently completed PSNs, oldest first, with the sum (payload mode).
+    completed: BTreeMap<u32, Option<Vec<i32>>>,
+    completed_order: VecDeque<u32>,
+    out: VecDeque<Packet>,
+    rtt: RttEstimator,
+    events: VecDeque<HostEvent>,
+    c: PsCounters,
+}
+
+impl DsaServer {
+    pub fn new(cfg: DsaConfig) -> Self {
+        DsaServer { rtt: cfg.rtt(), cfg, entries: BTreeMap::new(), deadlines: BTreeSet::new(), completed: BTreeMap::new(), completed_order: VecDeque::new(), out: VecDeque::new(), events: VecDeque::new(), c: PsCounters::default() }
+    }
+
+    fn full(&self) -> u32 {
+        DsaHeader::full_bitmap(self.cfg.fan_in())
+    }
+
+    /// The result of `psn` to every worker: one packet the switch multicasts, or one each.
+    fn send_ack(&mut self, psn: u32, priority: u32, ecn: bool, values: Option<&[i32]>, count: usize) {
+        let flags = if ecn { DsaHeader::FLAG_ECN } else { 0 };
+        let h = self.cfg.header(psn, self.full(), priority, DsaKind::Ack, flags);
+        let targets: Vec<Endpoint> = if self.cfg.multicast { vec![self.cfg.workers[0]] } else { self.cfg.workers.clone() };
+        for w in targets {
+            self.out.push_back(self.cfg.packet(self.cfg.ps, w, h.clone(), values, count));
+        }
+    }
+
+    fn finish(&mut self, now: Time, psn: u32) {
+        let e = self.entries.remove(&psn).expect("finishing an entry");
+        self.deadlines.remove(&(e.deadline, psn));
+        self.rtt.sample(now - e.created);
+        self.c.completed += 1;
+        self.send_ack(psn, e.priority, e.ecn, e.values.as_deref(), e.count);
+        self.completed.insert(psn, e.values);
+        self.completed_order.push_back(psn);
+        if self.completed_order.len() > COMPLETED_KEPT {
+            let old = self.completed_order.pop_front().expect("non-empty");
+            self.completed.remove(&old);
+        }
+    }
+
+    fn reminder(&mut self, now: Time, psn: u32) {
+        let (rto, full) = (self.rtt.rto(), self.full());
+        let Some(e) = self.entries.get_mut(&psn) else { return };
+        self.deadlines.remove(&(e.deadline, psn));
+        e.deadline = now + rto;
+        e.reminders += 1;
+        let (missing, priority) = (full & !e.bitmap, e.priority);
+        self.deadlines.insert((now + rto, psn));
+        self.c.reminders += 1;
+        // The switch on the way to any worker consumes REMIND_SW; worker 0 is the address.
+        let h = self.cfg.header(psn, 0, priority, DsaKind::RemindSw, 0);
+        self.out.push_back(self.cfg.packet(self.cfg.ps, self.cfg.workers[0], h, None, 0));
+        self.fetch(psn, missing, priority);
+    }
+
+    /// Asks the workers in `missing` for their own gradients of `psn`.
+    fn fetch(&mut self, psn: u32, missing: u32, priority: u32) {
+        for (rank, &w) in self.cfg.workers.iter().enumerate() {
+            if missing & (1 << rank) != 0 {
+                self.c.fetches += 1;
+                let h = self.cfg.header(psn, 1 << rank, priority, DsaKind::Fetch, 0);
+                self.out.push_back(self.cfg.packet(self.cfg.ps, w, h, None, 0));
+            }
+        }
+    }
+
+    fn contribute(&mut self, now: Time, h: DsaHeader, pkt: &Packet) {
+        self.c.contributions += 1;
+        let full = self.full();
+        if h.bitmap & !full != 0 || h.bitmap == 0 {
+            return;
+        }
+        if let Some(done) = self.completed.get(&h.psn) {
+            if h.kind == DsaKind::Notify {
+                let (v, n) = (done.clone(), pkt.size.saturating_sub(self.cfg.header_bytes) as usize / 4);
+                self.send_ack(h.psn, h.priority, false, v.as_deref(), n);
+            } else {
+                self.c.stale += 1;
+            }
+            return;
+        }
+        if h.kind == DsaKind::FetchResp && h.has(DsaHeader::FLAG_RESULT) {
+            let n = pkt.size.saturating_sub(self.cfg.header_bytes) as usize / 4;
+            let e = self.entry(now, h, n);
+            e.values = i32s(pkt).map(<[i32]>::to_vec);
+            e.bitmap = full;
+            return self.finish(now, h.psn);
+        }
+        let n = pkt.size.saturating_sub(self.cfg.header_bytes) as usize / 4;
+        let e = self.entry(now, h, n);
+        e.ecn |= h.has(DsaHeader::FLAG_ECN) || pkt.ecn;
+        if e.bitmap & h.bitmap == 0 {
+            if let (Some(acc), Some(v)) = (&mut e.values, i32s(pkt)) {
+                for (x, y) in acc.iter_mut().zip(v) {
+                    *x = x.wrapping_add(*y);
+                }
+            } else if e.values.is_none() {
+                e.values = i32s(pkt).map(<[i32]>::to_vec);
+            }
+            e.bitmap |= h.bitmap;
+        } else if h.bitmap & !e.bitmap == 0 {
+            self.c.duplicates += 1;
+        } else {
+            // A partial overlapping what is here cannot be merged: ask for the missing
+            // workers' own gradients instead (spec §1.7 item 2.3).
+            let (missing, priority) = (h.bitmap & !e.bitmap, e.priority);
+            self.c.overlaps += 1;
+            self.fetch(h.psn, missing, priority);
+        }
+        if self.entries[&h.psn].bitmap == full {
+            self.finish(now, h.psn);
+        } else if (h.kind == DsaKind::Notify || h.has(DsaHeader::FLAG_RETX)) && self.entries[&h.psn].reminders == 0 {
+            // A worker is stuck, or a retransmission got here: the switch lost its copy or
+            // already finished the fragment (then the workers answer with the result). Remind
+            // now rather than an RTO later, so no entry outlives its job.
+            self.reminder(now, h.psn);
+        }
+    }
+
+    fn entry(&mut self, now: Time, h: DsaHeader, count: usize) -> &mut Entry {
+        let rto = self.rtt.rto();
+        let deadlines = &mut self.deadlines;
+        self.entries.entry(h.psn).or_insert_with(|| {
+            deadlines.insert((now + rto, h.psn));
+            Entry { values: None, count, bitmap: 0, priority: h.priority, created: now, deadline: now + rto, reminders: 0, ecn: false }
+        })
+    }
+
+    /// PSNs with a partial sum waiting (empty once every fragment completed).
+    pub fn pending(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+impl HostProtocol for DsaServer {
+    fn endpoint(&self) -> Endpoint {
+        self.cfg.ps
+    }
+
+    /// The PS takes no application requests: it only reacts to packets.
+    fn submit(&mut self, _now: Time, req: AppRequest) {
+        let (AppRequest::Allreduce { id, .. } | AppRequest::Send { id, .. }) = req;
+        self.events.push_back(HostEvent::Failed { id, reason: "a DSA parameter server takes no requests".into() });
+    }
+
+    fn handle_packet(&mut self, now: Time, pkt: Packet) {
+        let Header::Dsa(h) = pkt.header else { return };
+        if h.job != self.cfg.job {
+            return;
+        }
+        match h.kind {
+            DsaKind::Grad | DsaKind::Evict | DsaKind::Notify | DsaKind::FetchResp => self.contribute(now, h, &pkt),
+            DsaKind::RemindSwResp if !h.has(DsaHeader::FLAG_EMPTY) => self.contribute(now, h, &pkt),
+            _ => {}
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Time) {
+        while let Some(&(at, psn)) = self.deadlines.first() {
+            if at > now {
+                break;
+            }
+            self.reminder(now, psn);
+        }
+    }
+
+    fn poll_transmit(&mut self, _now: Time) -> Option<Packet> {
+        self.out.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Time> {
+        self.deadlines.first().map(|&(t, _)| t)
+    }
+
+    fn poll_event(&mut self) -> Option<HostEvent> {
+        self.events.pop_front()
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let c = &self.c;
+        vec![
+            ("contributions", c.contributions),
+            ("duplicates", c.duplicates),
+            ("overlaps", c.overlaps),
+            ("completed", c.completed),
+            ("stale", c.stale),
+            ("reminders", c.reminders),
+            ("fetches", c.fetches),
+            ("pending", self.entries.len() as u64),
+        ]
+    }
+}
+
+/// Default RTO floor (§VI).
+pub const DSA_MIN_RTO_PS: Time = MS;

@@ -1,0 +1,170 @@
+//! DSA (Wang et al., ICNP): preemptive sharing of switch aggregators by priority, with a PS
+//! per job that completes what the switch could not and drives the reminder mechanism.
+//!
+//! Set-up policy, the same in both drivers:
+//! - the job aggregates at its PS's top-of-rack switch (every gradient passes it on its way
+//!   to the PS; the paper has one switch), which holds the job's PS and workers for
+//!   eviction and multicast; when that switch is not programmable, everything goes to the PS,
+//!   which unicasts results;
+//! - priorities come from the application (`TensorAttrs::priority`, 16.16 fixed point of
+//!   DSA's P in 1/ms; the simulator's workload computes them, `inalab.dsa.priority` too);
+//! - the window is AIMD from `transport.init_window_bytes` / `increment_bytes`, at least one
+//!   packet.
+
+use crate::plan::{check_servers, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
+use crate::ring::worker_endpoints;
+use crate::transport::{TransportParams, TRANSPORT_PARAMS};
+use inalab_core::time::MS;
+use inalab_core::wire::DsaHeader;
+use inalab_core::{Admission, Endpoint, NodeId, SwitchProgram};
+use inalab_host::{AimdConfig, DsaConfig, DsaServer, DsaWorker, Quantized};
+use inalab_switch::{DsaPolicy, DsaSwitch, DsaSwitchConfig, DsaSwitchJob};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+const PROGRAM: &str = "dsa";
+
+/// Who wins a collision on the switch (DSA §V, §VII-C).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DsaPolicyName {
+    Dsa,
+    AlwaysPreempt,
+    PreemptHalf,
+    Fcfs,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DsaIna {
+    pub packet_bytes: u32,
+    pub header_bytes: u32,
+    pub policy: DsaPolicyName,
+    pub min_rto_ps: u64,
+    pub retx_before_notify: u32,
+    pub ps_ack_frees: bool,
+    pub scale: f64,
+}
+
+impl Default for DsaIna {
+    fn default() -> Self {
+        DsaIna { packet_bytes: 306, header_bytes: 58, policy: DsaPolicyName::Dsa, min_rto_ps: MS, retx_before_notify: 3, ps_ack_frees: true, scale: inalab_host::quant::ATP_SCALE }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DsaParams {
+    pub transport: TransportParams,
+    pub ina: DsaIna,
+}
+
+const INA_PARAMS: [Param; 7] = [
+    Param { name: "ina.packet_bytes", default: "306", unit: "bytes", doc: "Bytes on the wire per gradient packet, headers included (DSA §VII-B: 306, as ATP)." },
+    Param { name: "ina.header_bytes", default: "58", unit: "bytes", doc: "Header bytes of a gradient packet (42 B Ethernet/IPv4/UDP + 16 B DSA); the rest carries 32-bit values." },
+    Param {
+        name: "ina.policy",
+        default: "\"dsa\"",
+        unit: "",
+        doc: "Who wins a collision on the switch: \"dsa\" = the packet if its priority is strictly higher, a loser halves the aggregator's priority; \"always-preempt\" and \"preempt-half\" = the paper's two strawmen (every collision, or one in two by a seeded coin, no downgrading); \"fcfs\" = never (an ablation that keeps completion on the switch).",
+    },
+    Param { name: "ina.min_rto_ps", default: "1000000000", unit: "ps", doc: "Floor and initial value of the workers' and the PS's timeouts (RFC 6298 estimates of RTT and of entry lifetimes, no back-off; DSA §VI: 1 ms)." },
+    Param { name: "ina.retx_before_notify", default: "3", unit: "", doc: "Retransmissions of a fragment before the worker sends the PS a NOTIFY with its gradient, repeated every timeout (DSA §IV-B: 3)." },
+    Param { name: "ina.ps_ack_frees", default: "true", unit: "", doc: "An ACK from the PS frees a switch aggregator still holding its fragment (a leak guard not in the paper)." },
+    Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the workers' float32 values (value x scale, rounded, as i32): error at most workers / (2 scale) per value." },
+];
+
+pub struct Dsa;
+
+fn parse(config: &Value) -> Result<DsaParams, PlanError> {
+    let c: DsaParams = parse_config(config)?;
+    let i = &c.ina;
+    if i.header_bytes < 17 || i.packet_bytes < i.header_bytes + 4 || (i.packet_bytes - i.header_bytes) / 4 != inalab_host::DSA_VALUES as u32 {
+        return Err(PlanError::new(
+            "ina.packet_bytes",
+            format!("{} bytes with a {}-byte header; DSA's aggregators hold {} values, so packet_bytes - header_bytes must be {} (or {} + 3)", i.packet_bytes, i.header_bytes, inalab_host::DSA_VALUES, 4 * inalab_host::DSA_VALUES, 4 * inalab_host::DSA_VALUES),
+        ));
+    }
+    if i.min_rto_ps == 0 {
+        return Err(PlanError::new("ina.min_rto_ps", "must be a positive duration"));
+    }
+    Ok(c)
+}
+
+impl Scheme for Dsa {
+    fn name(&self) -> &'static str {
+        PROGRAM
+    }
+    fn doc(&self) -> &'static str {
+        "DSA: a switch aggregator array shared by all jobs with preemption by priority; evicted and losing packets go to the job's PS, which reminds the switch and the workers"
+    }
+    fn params(&self) -> Vec<Param> {
+        TRANSPORT_PARAMS.iter().chain(&INA_PARAMS).copied().collect()
+    }
+    fn servers(&self) -> Servers {
+        Servers::ExactlyOne
+    }
+    fn normalize(&self, config: &Value) -> Result<Value, PlanError> {
+        let c = parse(config)?;
+        Ok(serde_json::json!({"scheme": PROGRAM, "transport": c.transport, "ina": c.ina}))
+    }
+    fn quantization(&self, config: &Value) -> Quantization {
+        let scale = parse_config::<DsaParams>(config).map_or(inalab_host::quant::ATP_SCALE, |c| c.ina.scale);
+        Quantization::FixedPoint { scale }
+    }
+    fn program(&self, switch: NodeId, net: &dyn NetView) -> Option<Box<dyn SwitchProgram>> {
+        let cfg = DsaSwitchConfig { aggregators: DsaSwitchConfig::aggregators_for(net.memory_bytes(switch)), seed: switch as u64 };
+        Some(Box::new(DsaSwitch::new(cfg)))
+    }
+    fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError> {
+        check_servers(self, job)?;
+        let c = parse(&job.config)?;
+        let ps_host = job.servers[0];
+        if job.workers.contains(&ps_host) {
+            return Err(PlanError::new("servers", "DSA's parameter server must be a host without a worker of the job"));
+        }
+        if job.workers.len() > DsaHeader::MAX_FAN_IN as usize {
+            return Err(PlanError::new("workers", format!("{} workers; DSA's contributor bitmap allows 1..=32", job.workers.len())));
+        }
+        let id = u16::try_from(job.id).map_err(|_| PlanError::new("id", format!("job id {}; DSA's job field allows 0..=65535", job.id)))?;
+        let ps_rack = net.tor(ps_host);
+        let multicast = net.programmable(ps_rack) && net.memory_bytes(ps_rack) >= inalab_switch::DSA_AGGREGATOR_BYTES;
+        let t = &c.transport;
+        let ps = Endpoint { host: ps_host, port: job.server_port };
+        let workers = worker_endpoints(job);
+        let cfg = DsaConfig {
+            job: id,
+            workers: workers.clone(),
+            ps,
+            header_bytes: c.ina.header_bytes,
+            aimd: AimdConfig {
+                initial_window_bytes: t.init_window_bytes,
+                increment_bytes: t.increment_bytes,
+                min_window_bytes: c.ina.packet_bytes as u64,
+                initial_ssthresh_bytes: u64::MAX,
+                max_window_bytes: u64::MAX,
+            },
+            min_rto_ps: c.ina.min_rto_ps,
+            retx_before_notify: c.ina.retx_before_notify,
+            multicast,
+        };
+        let mut plan = Plan::default();
+        for (r, &h) in job.workers.iter().enumerate() {
+            let worker = DsaWorker::new(cfg.clone(), r as u32);
+            let proto = Quantized::new(Box::new(worker), self.quantization(&job.config), r, job.workers.len());
+            plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config: format!("{cfg:?} rank {r}") });
+        }
+        plan.endpoints.push(PlannedEndpoint { host: ps_host, role: Role::Server { index: 0 }, proto: Box::new(DsaServer::new(cfg.clone())), config: format!("{cfg:?}") });
+        if multicast {
+            let policy = match c.ina.policy {
+                DsaPolicyName::Dsa => DsaPolicy::Dsa,
+                DsaPolicyName::AlwaysPreempt => DsaPolicy::AlwaysPreempt,
+                DsaPolicyName::PreemptHalf => DsaPolicy::PreemptHalf,
+                DsaPolicyName::Fcfs => DsaPolicy::Fcfs,
+            };
+            let adm = DsaSwitchJob { ps, workers, packet_bytes: c.ina.packet_bytes, policy, ps_ack_frees: c.ina.ps_ack_frees };
+            plan.admissions.push(SwitchAdmission { switch: ps_rack, program: PROGRAM, state: Admission::new(adm), field: "servers" });
+        }
+        Ok(plan)
+    }
+}
