@@ -93,6 +93,10 @@ pub struct Sim {
     /// Payload mode's values (`None`: metadata mode).
     pub(crate) payload: Option<crate::spec::PayloadValues>,
     pub(crate) stop: Time,
+    /// Time the run goes on after the last job and flow finished.
+    linger: Time,
+    /// Every job and flow finished (the run may linger).
+    completed: bool,
     pub(crate) bin: Time,
     pub(crate) now: Time,
     pub(crate) q: EventQueue,
@@ -251,6 +255,8 @@ impl Sim {
             seed: spec.seed,
             payload: spec.payload.then_some(spec.payload_values),
             stop: spec.stop_ps,
+            linger: spec.linger_ps,
+            completed: false,
             bin: spec.metrics.bin_ps,
             now: 0,
             q: EventQueue::default(),
@@ -289,12 +295,12 @@ impl Sim {
         self.call_workloads(Call::Start);
         while !self.done {
             let Some(t) = self.q.peek_time() else {
-                self.stopped_by = "idle";
+                self.stopped_by = if self.completed { "completed" } else { "idle" };
                 break;
             };
             if t > self.stop {
                 self.now = self.stop;
-                self.stopped_by = "stop_time";
+                self.stopped_by = if self.completed { "completed" } else { "stop_time" };
                 break;
             }
             let (t, ev) = self.q.pop().expect("peeked");
@@ -758,8 +764,13 @@ impl World for Sim {
         Sim::submit(self, host, ep, req)
     }
     fn complete(&mut self) {
-        self.done = true;
+        self.completed = true;
         self.stopped_by = "completed";
+        if self.linger == 0 {
+            self.done = true;
+        } else {
+            self.stop = self.stop.min(self.now.saturating_add(self.linger));
+        }
     }
     fn release_job(&mut self, job: u32) {
         for sw in &mut self.switches {

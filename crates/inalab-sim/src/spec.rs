@@ -18,6 +18,11 @@ pub struct SimSpec {
     pub payload_values: PayloadValues,
     /// Hard stop of simulated time.
     pub stop_ps: u64,
+    /// How long the run goes on after every job and flow finished, ps (bounded by `stop_ps`).
+    /// Default 0: it stops at once. Tests use it to let protocols retire state that outlives
+    /// a job (a PS's entry for a fragment the switch finished) and check nothing is left.
+    #[serde(default)]
+    pub linger_ps: u64,
     pub topology: TopologySpec,
     pub network: NetSpec,
     #[serde(default)]
