@@ -85,11 +85,19 @@ def test_atp_sums_equal_numpy(atp):
     assert st["aggregators_in_use"] == 0
 
 
-@pytest.mark.parametrize("scheme", ["switchml", "atp"])
+def test_dsa_sums_equal_numpy():
+    with inalab.Switch("dsa", udp=ANY, control=ANY) as sw, inalab.ParameterServer(switch=sw.control_addr, udp=ANY, control=ANY):
+        check_sums(run_workers(sw.control_addr, "dsa", 1, 4, SIZES), SIZES, "dsa")
+        st = sw.stats()
+        assert st["program"]["completed"] > 0, "the switch completed nothing: everything went to the PS"
+        assert st["aggregators_in_use"] == 0
+
+
+@pytest.mark.parametrize("scheme", ["switchml", "atp", "dsa"])
 def test_injected_loss_is_recovered(scheme):
     sizes = [100_000, 7]
     with inalab.Switch(scheme, udp=ANY, control=ANY, drop_probability=0.01, seed=3, timeout_us=2000) as sw:
-        ps = inalab.ParameterServer(switch=sw.control_addr, udp=ANY, control=ANY) if scheme == "atp" else None
+        ps = inalab.ParameterServer(switch=sw.control_addr, udp=ANY, control=ANY) if scheme != "switchml" else None
         try:
             check_sums(run_workers(sw.control_addr, scheme, 2, 3, sizes), sizes, scheme)
             assert sw.stats()["injected_drops"] > 0

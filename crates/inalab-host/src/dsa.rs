@@ -19,6 +19,7 @@ use crate::{AimdConfig, AimdWindow, RttConfig, RttEstimator};
 use inalab_core::time::MS;
 use inalab_core::wire::{DsaHeader, DsaKind, Header};
 use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload, Time};
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Values per DSA packet (248 B of int32 in a 306 B packet).
@@ -43,6 +44,9 @@ pub struct DsaConfig {
     pub retx_before_notify: u32,
     /// The PS's ACKs are multicast by a DSA switch (false: the PS unicasts one per worker).
     pub multicast: bool,
+    /// Fixed-point scale of float32 inputs (`round(v x scale)` as i32). DSA has no float
+    /// fallback: a value beyond ±(2^31 - 1)/scale saturates. Default 1e8 (ATP's).
+    pub scale: f64,
 }
 
 impl DsaConfig {
@@ -50,13 +54,36 @@ impl DsaConfig {
         self.workers.len() as u8
     }
     fn rtt(&self) -> RttEstimator {
-        RttEstimator::new(RttConfig { initial_rto_ps: self.min_rto_ps, min_rto_ps: self.min_rto_ps, ..RttConfig::default() })
+        RttEstimator::new(RttConfig {
+            initial_rto_ps: self.min_rto_ps,
+            min_rto_ps: self.min_rto_ps,
+            ..RttConfig::default()
+        })
     }
     fn header(&self, psn: u32, bitmap: u32, priority: u32, kind: DsaKind, flags: u8) -> Header {
-        Header::Dsa(DsaHeader { job: self.job, psn, bitmap, priority, fan_in: self.fan_in(), kind, flags })
+        Header::Dsa(DsaHeader {
+            job: self.job,
+            psn,
+            bitmap,
+            priority,
+            fan_in: self.fan_in(),
+            kind,
+            flags,
+        })
     }
-    fn packet(&self, from: Endpoint, to: Endpoint, header: Header, values: Option<&[i32]>, count: usize) -> Packet {
-        let size = if count == 0 { EMPTY_BYTES } else { self.header_bytes + 4 * count as u32 };
+    fn packet(
+        &self,
+        from: Endpoint,
+        to: Endpoint,
+        header: Header,
+        values: Option<&[i32]>,
+        count: usize,
+    ) -> Packet {
+        let size = if count == 0 {
+            EMPTY_BYTES
+        } else {
+            self.header_bytes + 4 * count as u32
+        };
         let mut p = Packet::new(from.host, from.port, to.host, to.port, size, header);
         if let Some(v) = values {
             p.payload = Some(Box::new(Payload::I32(v.to_vec())));
@@ -81,6 +108,8 @@ struct Request {
     acked: Vec<bool>,
     left: usize,
     priority: u32,
+    /// The application gave floats: results go back as floats.
+    float: bool,
 }
 
 struct Outstanding {
@@ -107,8 +136,10 @@ pub struct DsaWorker {
     /// PSN -> (request index); the job's next PSN.
     psn_req: BTreeMap<u32, usize>,
     next_psn: u32,
-    /// Fragments not yet sent, in order.
-    unsent: VecDeque<u32>,
+    /// Fragments not yet sent, highest priority first, then in submission order: a front
+    /// layer's tensor overtakes what is left of a back layer's (the paper's send order
+    /// L2p1 -> L1 -> L2p2 follows from the priorities, §VII-B).
+    unsent: BTreeMap<(Reverse<u32>, u32), ()>,
     outstanding: BTreeMap<u32, Outstanding>,
     deadlines: BTreeSet<(Time, u32)>,
     /// Retransmissions, notifications and fetch replies, sent before new fragments.
@@ -131,7 +162,7 @@ impl DsaWorker {
             reqs: vec![],
             psn_req: BTreeMap::new(),
             next_psn: 0,
-            unsent: VecDeque::new(),
+            unsent: BTreeMap::new(),
             outstanding: BTreeMap::new(),
             deadlines: BTreeSet::new(),
             urgent: VecDeque::new(),
@@ -152,8 +183,16 @@ impl DsaWorker {
     fn gradient(&self, psn: u32, kind: DsaKind, flags: u8) -> Packet {
         let (r, s, e) = self.fragment(psn);
         let q = &self.reqs[r];
-        let h = self.cfg.header(psn, 1 << self.rank, q.priority, kind, flags);
-        self.cfg.packet(self.me, self.cfg.ps, h, q.data.as_ref().map(|d| &d[s..e]), e - s)
+        let h = self
+            .cfg
+            .header(psn, 1 << self.rank, q.priority, kind, flags);
+        self.cfg.packet(
+            self.me,
+            self.cfg.ps,
+            h,
+            q.data.as_ref().map(|d| &d[s..e]),
+            e - s,
+        )
     }
 
     fn arm(&mut self, psn: u32, at: Time) {
@@ -177,8 +216,18 @@ impl DsaWorker {
         if o.retx == 0 {
             self.rtt.sample(now - o.sent);
         }
-        let seq_base = self.outstanding.keys().next().copied().unwrap_or(self.next_psn);
-        self.window.on_ack(pkt.size as u64, h.has(DsaHeader::FLAG_ECN), seq_base as u64, self.next_psn as u64);
+        let seq_base = self
+            .outstanding
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(self.next_psn);
+        self.window.on_ack(
+            pkt.size as u64,
+            h.has(DsaHeader::FLAG_ECN),
+            seq_base as u64,
+            self.next_psn as u64,
+        );
         let (r, s, e) = self.fragment(h.psn);
         let q = &mut self.reqs[r];
         if let (Some(res), Some(v)) = (&mut q.result, i32s(pkt)) {
@@ -192,7 +241,15 @@ impl DsaWorker {
             if q.left == 0 {
                 // The result stays too: a FETCH for a fragment the PS has not seen complete
                 // is answered with it (spec §1.9 item 6).
-                self.events.push_back(HostEvent::Done { id: q.id, data: q.result.clone().map(Payload::I32) });
+                let scale = self.cfg.scale;
+                let data = q.result.as_ref().map(|v| {
+                    if q.float {
+                        Payload::F32(crate::quant::from_fixed(v, scale))
+                    } else {
+                        Payload::I32(v.clone())
+                    }
+                });
+                self.events.push_back(HostEvent::Done { id: q.id, data });
                 q.data = None;
             }
         }
@@ -205,7 +262,9 @@ impl DsaWorker {
             return self.urgent.push_back(p);
         }
         // Already acknowledged: answer with the final sum, if this worker kept it.
-        let Some(&r) = self.psn_req.get(&h.psn) else { return };
+        let Some(&r) = self.psn_req.get(&h.psn) else {
+            return;
+        };
         let k = (h.psn - self.reqs[r].first_psn) as usize;
         if !self.reqs[r].acked[k] {
             return; // not sent yet: the PS asks again
@@ -214,8 +273,20 @@ impl DsaWorker {
         let (_, s, e) = self.fragment(h.psn);
         let q = &self.reqs[r];
         let full = DsaHeader::full_bitmap(self.cfg.fan_in());
-        let hdr = self.cfg.header(h.psn, full, q.priority, DsaKind::FetchResp, DsaHeader::FLAG_RESULT);
-        let p = self.cfg.packet(self.me, self.cfg.ps, hdr, q.result.as_ref().map(|d| &d[s..e]), e - s);
+        let hdr = self.cfg.header(
+            h.psn,
+            full,
+            q.priority,
+            DsaKind::FetchResp,
+            DsaHeader::FLAG_RESULT,
+        );
+        let p = self.cfg.packet(
+            self.me,
+            self.cfg.ps,
+            hdr,
+            q.result.as_ref().map(|d| &d[s..e]),
+            e - s,
+        );
         self.urgent.push_back(p);
     }
 }
@@ -226,13 +297,39 @@ impl HostProtocol for DsaWorker {
     }
 
     fn submit(&mut self, _now: Time, req: AppRequest) {
-        let AppRequest::Allreduce { id, bytes, data, attrs } = req else {
-            return self.events.push_back(HostEvent::Rejected { id: 0, reason: "DSA workers only allreduce".into() });
+        let AppRequest::Allreduce {
+            id,
+            bytes,
+            data,
+            attrs,
+        } = req
+        else {
+            return self.events.push_back(HostEvent::Rejected {
+                id: 0,
+                reason: "DSA workers only allreduce".into(),
+            });
         };
+        let float = matches!(data, Some(Payload::F32(_)));
         let data = match data {
             None => None,
             Some(Payload::I32(v)) => Some(v),
-            Some(Payload::F32(_)) => return self.events.push_back(HostEvent::Rejected { id, reason: "DSA aggregates int32 (fixed point); quantize first".into() }),
+            // A NaN or infinity goes out as 0 so every worker's call ends; the quantizing
+            // wrapper fails this worker's call on it.
+            Some(Payload::F32(f)) => {
+                let finite: Vec<f32> = f
+                    .iter()
+                    .map(|&x| if x.is_finite() { x } else { 0.0 })
+                    .collect();
+                match crate::quant::to_fixed(&finite, self.cfg.scale) {
+                    Ok(fixed) => Some(fixed.values),
+                    Err(e) => {
+                        return self.events.push_back(HostEvent::Rejected {
+                            id,
+                            reason: e.to_string(),
+                        })
+                    }
+                }
+            }
         };
         let values = data.as_ref().map_or(bytes.div_ceil(4) as usize, Vec::len);
         let n = values.div_ceil(DSA_VALUES).max(1);
@@ -241,11 +338,24 @@ impl HostProtocol for DsaWorker {
         let r = self.reqs.len();
         for k in 0..n as u32 {
             self.psn_req.insert(first_psn.wrapping_add(k), r);
-            self.unsent.push_back(first_psn.wrapping_add(k));
+            self.unsent.insert(
+                (Reverse(attrs.priority.max(1)), first_psn.wrapping_add(k)),
+                (),
+            );
         }
         let result = data.as_ref().map(|_| vec![0; values]);
         // Priority 0 would never win; the spec clamps to at least 1.
-        self.reqs.push(Request { id, first_psn, values, data, result, acked: vec![false; n], left: n, priority: attrs.priority.max(1) });
+        self.reqs.push(Request {
+            id,
+            first_psn,
+            values,
+            data,
+            result,
+            acked: vec![false; n],
+            left: n,
+            priority: attrs.priority.max(1),
+            float,
+        });
     }
 
     fn handle_packet(&mut self, now: Time, pkt: Packet) {
@@ -268,7 +378,10 @@ impl HostProtocol for DsaWorker {
             }
             fired = true;
             self.c.timeouts += 1;
-            let o = self.outstanding.get_mut(&psn).expect("armed fragments are outstanding");
+            let o = self
+                .outstanding
+                .get_mut(&psn)
+                .expect("armed fragments are outstanding");
             let p = if o.retx < self.cfg.retx_before_notify {
                 o.retx += 1;
                 self.c.retransmits += 1;
@@ -291,13 +404,22 @@ impl HostProtocol for DsaWorker {
         if let Some(p) = self.urgent.pop_front() {
             return Some(p);
         }
-        let psn = *self.unsent.front()?;
-        if !self.outstanding.is_empty() && (self.outstanding.len() as u64 + 1) * self.packet_bytes() > self.window.window() {
+        let (&(_, psn), _) = self.unsent.first_key_value()?;
+        if !self.outstanding.is_empty()
+            && (self.outstanding.len() as u64 + 1) * self.packet_bytes() > self.window.window()
+        {
             return None;
         }
-        self.unsent.pop_front();
+        self.unsent.pop_first();
         let deadline = now + self.rtt.rto();
-        self.outstanding.insert(psn, Outstanding { sent: now, retx: 0, deadline });
+        self.outstanding.insert(
+            psn,
+            Outstanding {
+                sent: now,
+                retx: 0,
+                deadline,
+            },
+        );
         self.deadlines.insert((deadline, psn));
         self.c.sent += 1;
         Some(self.gradient(psn, DsaKind::Grad, 0))
@@ -336,6 +458,23 @@ struct Entry {
     ecn: bool,
 }
 
+#[cfg(test)]
+mod priority_tests {
+    use super::*;
+
+    #[test]
+    fn the_specs_examples() {
+        // T = 1 ms, L = 2: A (Comm/Comp 2) layer 1 and 2, B (0.5) layer 1 and 2.
+        assert_eq!(dsa_priority(1, 2, 2.0, MS), 262_144);
+        assert_eq!(dsa_priority(2, 2, 2.0, MS), 131_072);
+        assert_eq!(dsa_priority(1, 2, 0.5, MS), 65_536);
+        assert_eq!(dsa_priority(2, 2, 0.5, MS), 32_768);
+        // Less time left ranks higher; never 0.
+        assert!(dsa_priority(1, 2, 2.0, MS / 2) > dsa_priority(1, 2, 2.0, MS));
+        assert_eq!(dsa_priority(2, 2, 0.0, MS), 1);
+    }
+}
+
 #[derive(Default)]
 struct PsCounters {
     contributions: u64,
@@ -362,7 +501,17 @@ pub struct DsaServer {
 
 impl DsaServer {
     pub fn new(cfg: DsaConfig) -> Self {
-        DsaServer { rtt: cfg.rtt(), cfg, entries: BTreeMap::new(), deadlines: BTreeSet::new(), completed: BTreeMap::new(), completed_order: VecDeque::new(), out: VecDeque::new(), events: VecDeque::new(), c: PsCounters::default() }
+        DsaServer {
+            rtt: cfg.rtt(),
+            cfg,
+            entries: BTreeMap::new(),
+            deadlines: BTreeSet::new(),
+            completed: BTreeMap::new(),
+            completed_order: VecDeque::new(),
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            c: PsCounters::default(),
+        }
     }
 
     fn full(&self) -> u32 {
@@ -370,12 +519,26 @@ impl DsaServer {
     }
 
     /// The result of `psn` to every worker: one packet the switch multicasts, or one each.
-    fn send_ack(&mut self, psn: u32, priority: u32, ecn: bool, values: Option<&[i32]>, count: usize) {
+    fn send_ack(
+        &mut self,
+        psn: u32,
+        priority: u32,
+        ecn: bool,
+        values: Option<&[i32]>,
+        count: usize,
+    ) {
         let flags = if ecn { DsaHeader::FLAG_ECN } else { 0 };
-        let h = self.cfg.header(psn, self.full(), priority, DsaKind::Ack, flags);
-        let targets: Vec<Endpoint> = if self.cfg.multicast { vec![self.cfg.workers[0]] } else { self.cfg.workers.clone() };
+        let h = self
+            .cfg
+            .header(psn, self.full(), priority, DsaKind::Ack, flags);
+        let targets: Vec<Endpoint> = if self.cfg.multicast {
+            vec![self.cfg.workers[0]]
+        } else {
+            self.cfg.workers.clone()
+        };
         for w in targets {
-            self.out.push_back(self.cfg.packet(self.cfg.ps, w, h.clone(), values, count));
+            self.out
+                .push_back(self.cfg.packet(self.cfg.ps, w, h.clone(), values, count));
         }
     }
 
@@ -395,7 +558,9 @@ impl DsaServer {
 
     fn reminder(&mut self, now: Time, psn: u32) {
         let (rto, full) = (self.rtt.rto(), self.full());
-        let Some(e) = self.entries.get_mut(&psn) else { return };
+        let Some(e) = self.entries.get_mut(&psn) else {
+            return;
+        };
         self.deadlines.remove(&(e.deadline, psn));
         e.deadline = now + rto;
         e.reminders += 1;
@@ -404,7 +569,10 @@ impl DsaServer {
         self.c.reminders += 1;
         // The switch on the way to any worker consumes REMIND_SW; worker 0 is the address.
         let h = self.cfg.header(psn, 0, priority, DsaKind::RemindSw, 0);
-        self.out.push_back(self.cfg.packet(self.cfg.ps, self.cfg.workers[0], h, None, 0));
+        self.out.push_back(
+            self.cfg
+                .packet(self.cfg.ps, self.cfg.workers[0], h, None, 0),
+        );
         self.fetch(psn, missing, priority);
     }
 
@@ -414,7 +582,8 @@ impl DsaServer {
             if missing & (1 << rank) != 0 {
                 self.c.fetches += 1;
                 let h = self.cfg.header(psn, 1 << rank, priority, DsaKind::Fetch, 0);
-                self.out.push_back(self.cfg.packet(self.cfg.ps, w, h, None, 0));
+                self.out
+                    .push_back(self.cfg.packet(self.cfg.ps, w, h, None, 0));
             }
         }
     }
@@ -427,7 +596,10 @@ impl DsaServer {
         }
         if let Some(done) = self.completed.get(&h.psn) {
             if h.kind == DsaKind::Notify {
-                let (v, n) = (done.clone(), pkt.size.saturating_sub(self.cfg.header_bytes) as usize / 4);
+                let (v, n) = (
+                    done.clone(),
+                    pkt.size.saturating_sub(self.cfg.header_bytes) as usize / 4,
+                );
                 self.send_ack(h.psn, h.priority, false, v.as_deref(), n);
             } else {
                 self.c.stale += 1;
@@ -464,7 +636,9 @@ impl DsaServer {
         }
         if self.entries[&h.psn].bitmap == full {
             self.finish(now, h.psn);
-        } else if (h.kind == DsaKind::Notify || h.has(DsaHeader::FLAG_RETX)) && self.entries[&h.psn].reminders == 0 {
+        } else if (h.kind == DsaKind::Notify || h.has(DsaHeader::FLAG_RETX))
+            && self.entries[&h.psn].reminders == 0
+        {
             // A worker is stuck, or a retransmission got here: the switch lost its copy or
             // already finished the fragment (then the workers answer with the result). Remind
             // now rather than an RTO later, so no entry outlives its job.
@@ -477,7 +651,16 @@ impl DsaServer {
         let deadlines = &mut self.deadlines;
         self.entries.entry(h.psn).or_insert_with(|| {
             deadlines.insert((now + rto, h.psn));
-            Entry { values: None, count, bitmap: 0, priority: h.priority, created: now, deadline: now + rto, reminders: 0, ecn: false }
+            Entry {
+                values: None,
+                count,
+                bitmap: 0,
+                priority: h.priority,
+                created: now,
+                deadline: now + rto,
+                reminders: 0,
+                ecn: false,
+            }
         })
     }
 
@@ -495,7 +678,10 @@ impl HostProtocol for DsaServer {
     /// The PS takes no application requests: it only reacts to packets.
     fn submit(&mut self, _now: Time, req: AppRequest) {
         let (AppRequest::Allreduce { id, .. } | AppRequest::Send { id, .. }) = req;
-        self.events.push_back(HostEvent::Failed { id, reason: "a DSA parameter server takes no requests".into() });
+        self.events.push_back(HostEvent::Failed {
+            id,
+            reason: "a DSA parameter server takes no requests".into(),
+        });
     }
 
     fn handle_packet(&mut self, now: Time, pkt: Packet) {
@@ -504,7 +690,9 @@ impl HostProtocol for DsaServer {
             return;
         }
         match h.kind {
-            DsaKind::Grad | DsaKind::Evict | DsaKind::Notify | DsaKind::FetchResp => self.contribute(now, h, &pkt),
+            DsaKind::Grad | DsaKind::Evict | DsaKind::Notify | DsaKind::FetchResp => {
+                self.contribute(now, h, &pkt)
+            }
             DsaKind::RemindSwResp if !h.has(DsaHeader::FLAG_EMPTY) => self.contribute(now, h, &pkt),
             _ => {}
         }
@@ -548,3 +736,13 @@ impl HostProtocol for DsaServer {
 
 /// Default RTO floor (§VI).
 pub const DSA_MIN_RTO_PS: Time = MS;
+
+/// DSA's priority of a tensor (§V, Table I): P = (1/T) (L/l) (Comm/Comp), T the time left in
+/// the job's iteration in ms, l the tensor's 1-based layer of L, Comm/Comp the job's
+/// communication over computation time. Encoded as 16.16 fixed point, at least 1 (a priority
+/// downgraded to 0 always yields) and T at least 1 us (spec §1.10, §4 item 4).
+pub fn dsa_priority(layer: u32, layers: u32, comm_over_comp: f64, remaining_ps: Time) -> u32 {
+    let t_ms = remaining_ps.max(inalab_core::time::US) as f64 / MS as f64;
+    let p = (1.0 / t_ms) * (layers.max(1) as f64 / layer.max(1) as f64) * comm_over_comp.max(0.0);
+    (p * 65536.0).round().clamp(1.0, u32::MAX as f64) as u32
+}

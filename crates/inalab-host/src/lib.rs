@@ -42,7 +42,7 @@ pub use aimd::{AimdConfig, AimdWindow};
 pub use cc::{CongestionControl, WindowRules};
 pub use rtt::{RttConfig, RttEstimator};
 pub use atp::{atp_layout, AtpConfig, AtpLayout, AtpPosition, AtpServer, AtpServerConfig, AtpWorker, Contributor, Hashing, Rehasher, ATP_MAX_WORKERS, DEFAULT_SLOTS as ATP_DEFAULT_SLOTS, MAX_SLOTS as ATP_MAX_SLOTS};
-pub use dsa::{DsaConfig, DsaServer, DsaWorker, DSA_MIN_RTO_PS, DSA_VALUES};
+pub use dsa::{dsa_priority, DsaConfig, DsaServer, DsaWorker, DSA_MIN_RTO_PS, DSA_VALUES};
 pub use datagram::{DatagramConfig, DatagramSender, DatagramSink};
 pub use error::ConfigError;
 pub use hierarchical::HierarchicalAllreduce;

@@ -94,6 +94,12 @@ fn atp_across_two_racks_plans_alike() {
 }
 
 #[test]
+fn dsa_with_its_ps_in_another_rack_plans_alike() {
+    // The job aggregates at the PS's switch (leaf1), which every gradient passes.
+    check(vec![job(json!({"scheme": "dsa", "ina": {"policy": "preempt-half"}}), &["h0", "h1", "h4"], &["h5"])]);
+}
+
+#[test]
 fn switchml_plans_alike() {
     check(vec![job(json!({"scheme": "switchml", "ina": {"pool_slots": 64}}), &["h0", "h1", "h2"], &[])]);
 }

@@ -11,7 +11,10 @@
 //! - the window is AIMD from `transport.init_window_bytes` / `increment_bytes`, at least one
 //!   packet.
 
-use crate::plan::{check_servers, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
+use crate::plan::{
+    check_servers, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint,
+    Quantization, Role, Scheme, Servers, SwitchAdmission, TensorContext,
+};
 use crate::ring::worker_endpoints;
 use crate::transport::{TransportParams, TRANSPORT_PARAMS};
 use inalab_core::time::MS;
@@ -48,7 +51,15 @@ pub struct DsaIna {
 
 impl Default for DsaIna {
     fn default() -> Self {
-        DsaIna { packet_bytes: 306, header_bytes: 58, policy: DsaPolicyName::Dsa, min_rto_ps: MS, retx_before_notify: 3, ps_ack_frees: true, scale: inalab_host::quant::ATP_SCALE }
+        DsaIna {
+            packet_bytes: 306,
+            header_bytes: 58,
+            policy: DsaPolicyName::Dsa,
+            min_rto_ps: MS,
+            retx_before_notify: 3,
+            ps_ack_frees: true,
+            scale: inalab_host::quant::ATP_SCALE,
+        }
     }
 }
 
@@ -79,14 +90,20 @@ pub struct Dsa;
 fn parse(config: &Value) -> Result<DsaParams, PlanError> {
     let c: DsaParams = parse_config(config)?;
     let i = &c.ina;
-    if i.header_bytes < 17 || i.packet_bytes < i.header_bytes + 4 || (i.packet_bytes - i.header_bytes) / 4 != inalab_host::DSA_VALUES as u32 {
+    if i.header_bytes < 17
+        || i.packet_bytes < i.header_bytes + 4
+        || (i.packet_bytes - i.header_bytes) / 4 != inalab_host::DSA_VALUES as u32
+    {
         return Err(PlanError::new(
             "ina.packet_bytes",
             format!("{} bytes with a {}-byte header; DSA's aggregators hold {} values, so packet_bytes - header_bytes must be {} (or {} + 3)", i.packet_bytes, i.header_bytes, inalab_host::DSA_VALUES, 4 * inalab_host::DSA_VALUES, 4 * inalab_host::DSA_VALUES),
         ));
     }
     if i.min_rto_ps == 0 {
-        return Err(PlanError::new("ina.min_rto_ps", "must be a positive duration"));
+        return Err(PlanError::new(
+            "ina.min_rto_ps",
+            "must be a positive duration",
+        ));
     }
     Ok(c)
 }
@@ -99,7 +116,11 @@ impl Scheme for Dsa {
         "DSA: a switch aggregator array shared by all jobs with preemption by priority; evicted and losing packets go to the job's PS, which reminds the switch and the workers"
     }
     fn params(&self) -> Vec<Param> {
-        TRANSPORT_PARAMS.iter().chain(&INA_PARAMS).copied().collect()
+        TRANSPORT_PARAMS
+            .iter()
+            .chain(&INA_PARAMS)
+            .copied()
+            .collect()
     }
     fn servers(&self) -> Servers {
         Servers::ExactlyOne
@@ -109,11 +130,15 @@ impl Scheme for Dsa {
         Ok(serde_json::json!({"scheme": PROGRAM, "transport": c.transport, "ina": c.ina}))
     }
     fn quantization(&self, config: &Value) -> Quantization {
-        let scale = parse_config::<DsaParams>(config).map_or(inalab_host::quant::ATP_SCALE, |c| c.ina.scale);
+        let scale = parse_config::<DsaParams>(config)
+            .map_or(inalab_host::quant::ATP_SCALE, |c| c.ina.scale);
         Quantization::FixedPoint { scale }
     }
     fn program(&self, switch: NodeId, net: &dyn NetView) -> Option<Box<dyn SwitchProgram>> {
-        let cfg = DsaSwitchConfig { aggregators: DsaSwitchConfig::aggregators_for(net.memory_bytes(switch)), seed: switch as u64 };
+        let cfg = DsaSwitchConfig {
+            aggregators: DsaSwitchConfig::aggregators_for(net.memory_bytes(switch)),
+            seed: switch as u64,
+        };
         Some(Box::new(DsaSwitch::new(cfg)))
     }
     fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError> {
@@ -121,16 +146,34 @@ impl Scheme for Dsa {
         let c = parse(&job.config)?;
         let ps_host = job.servers[0];
         if job.workers.contains(&ps_host) {
-            return Err(PlanError::new("servers", "DSA's parameter server must be a host without a worker of the job"));
+            return Err(PlanError::new(
+                "servers",
+                "DSA's parameter server must be a host without a worker of the job",
+            ));
         }
         if job.workers.len() > DsaHeader::MAX_FAN_IN as usize {
-            return Err(PlanError::new("workers", format!("{} workers; DSA's contributor bitmap allows 1..=32", job.workers.len())));
+            return Err(PlanError::new(
+                "workers",
+                format!(
+                    "{} workers; DSA's contributor bitmap allows 1..=32",
+                    job.workers.len()
+                ),
+            ));
         }
-        let id = u16::try_from(job.id).map_err(|_| PlanError::new("id", format!("job id {}; DSA's job field allows 0..=65535", job.id)))?;
+        let id = u16::try_from(job.id).map_err(|_| {
+            PlanError::new(
+                "id",
+                format!("job id {}; DSA's job field allows 0..=65535", job.id),
+            )
+        })?;
         let ps_rack = net.tor(ps_host);
-        let multicast = net.programmable(ps_rack) && net.memory_bytes(ps_rack) >= inalab_switch::DSA_AGGREGATOR_BYTES;
+        let multicast = net.programmable(ps_rack)
+            && net.memory_bytes(ps_rack) >= inalab_switch::DSA_AGGREGATOR_BYTES;
         let t = &c.transport;
-        let ps = Endpoint { host: ps_host, port: job.server_port };
+        let ps = Endpoint {
+            host: ps_host,
+            port: job.server_port,
+        };
         let workers = worker_endpoints(job);
         let cfg = DsaConfig {
             job: id,
@@ -147,14 +190,30 @@ impl Scheme for Dsa {
             min_rto_ps: c.ina.min_rto_ps,
             retx_before_notify: c.ina.retx_before_notify,
             multicast,
+            scale: c.ina.scale,
         };
         let mut plan = Plan::default();
         for (r, &h) in job.workers.iter().enumerate() {
             let worker = DsaWorker::new(cfg.clone(), r as u32);
-            let proto = Quantized::new(Box::new(worker), self.quantization(&job.config), r, job.workers.len());
-            plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config: format!("{cfg:?} rank {r}") });
+            let proto = Quantized::new(
+                Box::new(worker),
+                self.quantization(&job.config),
+                r,
+                job.workers.len(),
+            );
+            plan.endpoints.push(PlannedEndpoint {
+                host: h,
+                role: Role::Worker { rank: r as u32 },
+                proto: Box::new(proto),
+                config: format!("{cfg:?} rank {r}"),
+            });
         }
-        plan.endpoints.push(PlannedEndpoint { host: ps_host, role: Role::Server { index: 0 }, proto: Box::new(DsaServer::new(cfg.clone())), config: format!("{cfg:?}") });
+        plan.endpoints.push(PlannedEndpoint {
+            host: ps_host,
+            role: Role::Server { index: 0 },
+            proto: Box::new(DsaServer::new(cfg.clone())),
+            config: format!("{cfg:?}"),
+        });
         if multicast {
             let policy = match c.ina.policy {
                 DsaPolicyName::Dsa => DsaPolicy::Dsa,
@@ -162,9 +221,23 @@ impl Scheme for Dsa {
                 DsaPolicyName::PreemptHalf => DsaPolicy::PreemptHalf,
                 DsaPolicyName::Fcfs => DsaPolicy::Fcfs,
             };
-            let adm = DsaSwitchJob { ps, workers, packet_bytes: c.ina.packet_bytes, policy, ps_ack_frees: c.ina.ps_ack_frees };
-            plan.admissions.push(SwitchAdmission { switch: ps_rack, program: PROGRAM, state: Admission::new(adm), field: "servers" });
+            let adm = DsaSwitchJob {
+                ps,
+                workers,
+                packet_bytes: c.ina.packet_bytes,
+                policy,
+                ps_ack_frees: c.ina.ps_ack_frees,
+            };
+            plan.admissions.push(SwitchAdmission {
+                switch: ps_rack,
+                program: PROGRAM,
+                state: Admission::new(adm),
+                field: "servers",
+            });
         }
         Ok(plan)
+    }
+    fn priority(&self, _config: &Value, t: &TensorContext) -> u32 {
+        inalab_host::dsa_priority(t.layer, t.layers, t.comm_over_comp, t.remaining_ps)
     }
 }

@@ -18,7 +18,7 @@ mod switchml;
 mod transport;
 
 pub use plan::{
-    parse_config, JobSpec, NetView, Overrides, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission,
+    parse_config, JobSpec, NetView, Overrides, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission, TensorContext,
 };
 pub use registry::{by_name, scheme_of, schemes};
 pub use transport::TransportParams;

@@ -1,7 +1,7 @@
 //! What a scheme is given (a job and a read-only view of the network) and what it returns (a
 //! plan that speaks of nodes and roles only, never of a driver's types).
 
-use inalab_core::{Admission, HostProtocol, NodeId, PortId, SwitchProgram};
+use inalab_core::{Admission, HostProtocol, NodeId, PortId, SwitchProgram, Time};
 pub use inalab_host::Quantization;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -137,6 +137,21 @@ impl Overrides {
     }
 }
 
+/// What a driver knows of a tensor when it hands it to a scheme that ranks tensors (DSA's
+/// priority policy, DSA §V).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TensorContext {
+    /// The model layer the tensor belongs to, 1-based in forward order (a partition of a
+    /// layer has its layer's).
+    pub layer: u32,
+    /// Layers of the model.
+    pub layers: u32,
+    /// One iteration's communication time over its computation time.
+    pub comm_over_comp: f64,
+    /// Estimated time left in the current iteration, ps.
+    pub remaining_ps: Time,
+}
+
 /// One allreduce scheme. Each lives in its own module and is listed once in the registry.
 pub trait Scheme: Sync {
     /// The name jobs give in `scheme`.
@@ -181,6 +196,11 @@ pub trait Scheme: Sync {
         vec![]
     }
     fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError>;
+    /// The priority a tensor's allreduce request carries (`TensorAttrs::priority`, higher
+    /// first); 0 for schemes that do not rank tensors.
+    fn priority(&self, _config: &Value, _tensor: &TensorContext) -> u32 {
+        0
+    }
 }
 
 /// Parses a configuration into a scheme's struct; an error names the offending key by its

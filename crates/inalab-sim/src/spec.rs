@@ -150,6 +150,10 @@ pub struct Layer {
     pub bytes: u64,
     pub fwd_ps: u64,
     pub bwd_ps: u64,
+    /// The 1-based model layer this entry is part of (entries that partition one layer share
+    /// it). Default: the entry's own position.
+    #[serde(default)]
+    pub group: Option<u32>,
 }
 
 /// Random-uniform background traffic (Canary §5.2): every listed host sends messages of

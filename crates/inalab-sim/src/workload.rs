@@ -66,6 +66,15 @@ pub struct JobState {
     pub payload_errors: u64,
     /// How the job's workers quantize floats (payload mode's float check).
     quantization: Quantization,
+    /// Per layer entry, the 1-based model layer it is part of (partitions share one).
+    groups: Vec<u32>,
+    /// One iteration's communication time (all gradient bytes at the workers' link rate)
+    /// over its computation time; 1 without compute.
+    comm_over_comp: f64,
+    /// The workers' link rate, for the time-left estimate.
+    rate_bps: u64,
+    /// The job's scheme and configuration, asked for each tensor's priority.
+    scheme: Option<(&'static dyn inalab_scheme::Scheme, serde_json::Value)>,
     /// Payload mode: expected sums by tensor id, dropped once every worker checked them.
     expected: HashMap<u64, (Expected, u32)>,
 }
@@ -175,9 +184,12 @@ impl Workloads {
         let mut workloads = vec![];
         for (j, js) in spec.jobs.iter().enumerate() {
             let field = format!("jobs[{j}]");
-            let (layers, iterations) = match &js.workload {
-                Workload::Training { layers, iterations } => (layers.iter().map(|l| (l.bytes, l.fwd_ps, l.bwd_ps)).collect::<Vec<_>>(), *iterations),
-                Workload::Allreduce { bytes, iterations } => (vec![(*bytes, 0, 0)], *iterations),
+            let (layers, iterations, groups) = match &js.workload {
+                Workload::Training { layers, iterations } => {
+                    let groups = layers.iter().enumerate().map(|(i, l)| l.group.unwrap_or(i as u32 + 1)).collect();
+                    (layers.iter().map(|l| (l.bytes, l.fwd_ps, l.bwd_ps)).collect::<Vec<_>>(), *iterations, groups)
+                }
+                Workload::Allreduce { bytes, iterations } => (vec![(*bytes, 0, 0)], *iterations, vec![1]),
             };
             if layers.is_empty() {
                 return Err(SimError::new(format!("{field}.workload.layers"), "a model needs at least one layer"));
@@ -185,10 +197,10 @@ impl Workloads {
             if let Some(i) = layers.iter().position(|l| l.0 == 0 || l.0 % 4 != 0) {
                 return Err(SimError::new(format!("{field}.workload.layers[{i}].bytes"), "must be a positive multiple of 4 (float32 values)"));
             }
-            workloads.push((layers, iterations));
+            workloads.push((layers, iterations, groups));
         }
         let setup = set_up_jobs(spec, world.topology())?;
-        for (j, ((job, plan), (layers, iterations))) in setup.jobs.into_iter().zip(workloads).enumerate() {
+        for (j, ((job, plan), (layers, iterations, groups))) in setup.jobs.into_iter().zip(workloads).enumerate() {
             let js = &spec.jobs[j];
             let mut worker_eps = vec![0u16; job.workers.len()];
             for ep in plan.endpoints {
@@ -203,6 +215,11 @@ impl Workloads {
                 }
             }
             let nl = layers.len();
+            let topo = world.topology();
+            let rate_bps = topo.links[topo.nodes[job.workers[0] as usize].ports[0].link as usize].rate_bps.max(1);
+            let comm_ps = layers.iter().map(|l| l.0 as f64 * 8.0 * inalab_core::time::S as f64 / rate_bps as f64).sum::<f64>();
+            let comp_ps = layers.iter().map(|l| (l.1 + l.2) as f64).sum::<f64>();
+            let comm_over_comp = if comp_ps > 0.0 { comm_ps / comp_ps } else { 1.0 };
             let ws = job
                 .workers
                 .iter()
@@ -233,6 +250,10 @@ impl Workloads {
                 payload_errors: 0,
                 quantization: inalab_scheme::scheme_of(&serde_json::Value::Object(js.config.clone()))
                     .map_or(Quantization::None, |s| s.quantization(&serde_json::Value::Object(js.config.clone()))),
+                comm_over_comp,
+                rate_bps,
+                groups,
+                scheme: inalab_scheme::scheme_of(&serde_json::Value::Object(js.config.clone())).ok().map(|s| (s, serde_json::Value::Object(js.config.clone()))),
                 expected: HashMap::new(),
             });
             if iterations == 0 {
@@ -396,7 +417,16 @@ impl Workloads {
                 let tensor = w.iter as u64 * nl as u64 + l as u64;
                 let bytes = j.layers[l].0;
                 let data = payload.map(|values| input(job, rank, tensor, (bytes / 4) as usize, values));
-                submit = Some((w.host, w.ep, AppRequest::Allreduce { id: tensor, bytes, data, attrs: TensorAttrs { layer: l as u32, priority: 0 } }));
+                let priority = j.scheme.as_ref().map_or(0, |(s, config)| {
+                    // Time left in this iteration: gradients whose result is not in yet at the
+                    // link rate, plus the backward passes still to run (DSA spec §1.10).
+                    let left_bytes: u64 = (0..nl).filter(|&k| w.received[k] <= w.iter).map(|k| j.layers[k].0).sum();
+                    let left_compute: Time = j.layers[..l].iter().map(|x| x.2).sum();
+                    let remaining_ps = (left_bytes as u128 * 8 * inalab_core::time::S as u128 / j.rate_bps as u128) as Time + left_compute;
+                    let layers = j.groups.iter().copied().max().unwrap_or(1);
+                    s.priority(config, &inalab_scheme::TensorContext { layer: j.groups[l], layers, comm_over_comp: j.comm_over_comp, remaining_ps })
+                });
+                submit = Some((w.host, w.ep, AppRequest::Allreduce { id: tensor, bytes, data, attrs: TensorAttrs { layer: l as u32, priority } }));
                 if l > 0 {
                     w.step = Step::Bwd(l - 1);
                 } else {

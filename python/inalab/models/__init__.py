@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -75,19 +76,26 @@ class ModelProfile:
         return replace(self, layers=layers, iteration_compute_s=self.iteration_compute_s * s)
 
     def to_workload(self) -> list[dict]:
-        """Layers in forward order as ``{"name", "bytes", "fwd_ps", "bwd_ps"}`` (integer picoseconds).
+        """Layers in forward order as ``{"name", "bytes", "fwd_ps", "bwd_ps", "group"}`` (integer
+        picoseconds).
 
-        Each time is rounded to the nearest picosecond (at least 1 ps).
+        Each time is rounded to the nearest picosecond (at least 1 ps). ``group`` is the 1-based
+        model layer of the entry: entries named ``X.partN`` are partitions of layer ``X`` and
+        share its number (the catalog's convention, e.g. ``dnn_a``); any other entry is a layer.
         """
-        return [
-            {
+        groups: dict[str, int] = {}
+        out = []
+        for l in self.layers:
+            key = l.name.rsplit(".part", 1)[0] if re.search(r"\.part\d+$", l.name) else l.name
+            groups.setdefault(key, len(groups) + 1)
+            out.append({
                 "name": l.name,
                 "bytes": l.bytes,
                 "fwd_ps": max(1, round(l.fwd_s * _PS_PER_S)),
                 "bwd_ps": max(1, round(l.bwd_s * _PS_PER_S)),
-            }
-            for l in self.layers
-        ]
+                "group": groups[key],
+            })
+        return out
 
 
 @lru_cache(maxsize=1)
