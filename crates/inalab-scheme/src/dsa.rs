@@ -47,6 +47,7 @@ pub struct DsaIna {
     pub retx_before_notify: u32,
     pub ps_ack_frees: bool,
     pub scale: f64,
+    pub max_window_packets: u32,
 }
 
 impl Default for DsaIna {
@@ -59,6 +60,7 @@ impl Default for DsaIna {
             retx_before_notify: 3,
             ps_ack_frees: true,
             scale: inalab_host::quant::ATP_SCALE,
+            max_window_packets: inalab_host::ATP_DEFAULT_SLOTS,
         }
     }
 }
@@ -70,7 +72,7 @@ pub struct DsaParams {
     pub ina: DsaIna,
 }
 
-const INA_PARAMS: [Param; 7] = [
+const INA_PARAMS: [Param; 8] = [
     Param { name: "ina.packet_bytes", default: "306", unit: "bytes", doc: "Bytes on the wire per gradient packet, headers included (DSA §VII-B: 306, as ATP)." },
     Param { name: "ina.header_bytes", default: "58", unit: "bytes", doc: "Header bytes of a gradient packet (42 B Ethernet/IPv4/UDP + 16 B DSA); the rest carries 32-bit values." },
     Param {
@@ -83,6 +85,12 @@ const INA_PARAMS: [Param; 7] = [
     Param { name: "ina.retx_before_notify", default: "3", unit: "", doc: "Retransmissions of a fragment before the worker sends the PS a NOTIFY with its gradient, repeated every timeout (DSA §IV-B: 3)." },
     Param { name: "ina.ps_ack_frees", default: "true", unit: "", doc: "An ACK from the PS frees a switch aggregator still holding its fragment (a leak guard not in the paper)." },
     Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the workers' float32 values (value x scale, rounded, as i32): error at most workers / (2 scale) per value." },
+    Param {
+        name: "ina.max_window_packets",
+        default: "512",
+        unit: "packets",
+        doc: "Ceiling of a worker's AIMD window. Without one, a worker ahead of its job's slowest (the paper's send jitter) keeps thousands of fragments half-aggregated in the shared array; 512, ATP's slot-table cap, so the two compare alike (the paper gives no ceiling).",
+    },
 ];
 
 pub struct Dsa;
@@ -98,6 +106,9 @@ fn parse(config: &Value) -> Result<DsaParams, PlanError> {
             "ina.packet_bytes",
             format!("{} bytes with a {}-byte header; DSA's aggregators hold {} values, so packet_bytes - header_bytes must be {} (or {} + 3)", i.packet_bytes, i.header_bytes, inalab_host::DSA_VALUES, 4 * inalab_host::DSA_VALUES, 4 * inalab_host::DSA_VALUES),
         ));
+    }
+    if i.max_window_packets == 0 {
+        return Err(PlanError::new("ina.max_window_packets", "must be at least 1 packet"));
     }
     if i.min_rto_ps == 0 {
         return Err(PlanError::new(
@@ -185,7 +196,7 @@ impl Scheme for Dsa {
                 increment_bytes: t.increment_bytes,
                 min_window_bytes: c.ina.packet_bytes as u64,
                 initial_ssthresh_bytes: u64::MAX,
-                max_window_bytes: u64::MAX,
+                max_window_bytes: c.ina.max_window_packets as u64 * c.ina.packet_bytes as u64,
             },
             min_rto_ps: c.ina.min_rto_ps,
             retx_before_notify: c.ina.retx_before_notify,

@@ -426,7 +426,9 @@ impl Workloads {
                     let layers = j.groups.iter().copied().max().unwrap_or(1);
                     s.priority(config, &inalab_scheme::TensorContext { layer: j.groups[l], layers, comm_over_comp: j.comm_over_comp, remaining_ps })
                 });
-                submit = Some((w.host, w.ep, AppRequest::Allreduce { id: tensor, bytes, data, attrs: TensorAttrs { layer: l as u32, priority } }));
+                // The model layer, counted from the input (partitions share their layer's).
+                let layer = j.groups[l].saturating_sub(1);
+                submit = Some((w.host, w.ep, AppRequest::Allreduce { id: tensor, bytes, data, attrs: TensorAttrs { layer, priority } }));
                 if l > 0 {
                     w.step = Step::Bwd(l - 1);
                 } else {

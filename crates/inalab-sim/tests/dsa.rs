@@ -153,3 +153,19 @@ proptest! {
         assert_exact(&simulate(&s));
     }
 }
+
+#[test]
+fn the_papers_scale_with_loss_finishes_and_leaves_nothing() {
+    // DSA §VII-B's 8 jobs x 8 workers on one switch (metadata mode), 1 MiB each, loss at a
+    // worker of every other job and at two PSes.
+    let jobs = (0..8).map(|k| dsa_job(k, hosts(8 * k..8 * k + 8), &format!("h{}", 64 + k), 1 << 20, 2, "dsa")).collect();
+    let mut s = dsa_spec(json!({"shape": {"kind": "star", "hosts": 72, "switch_ports": 128, "link_rate_bps": G100, "link_delay_ps": US}}), jobs, 5_000_000 / AGG_BYTES);
+    s["payload"] = json!(false);
+    s["network"]["host_loss"] = json!([{"host": "h0", "prob": 0.001}, {"host": "h17", "prob": 0.001}, {"host": "h33", "prob": 0.001},
+                                       {"host": "h49", "prob": 0.001}, {"host": "h64", "prob": 0.001}, {"host": "h70", "prob": 0.001}]);
+    let r = simulate(&s);
+    assert!(r.jobs.iter().all(|j| j.finished), "{:?}", r.jobs.iter().map(|j| (j.id, j.finished)).collect::<Vec<_>>());
+    assert_eq!(host_counter(&r, "pending"), 0, "a PS still holds partial sums");
+    assert_eq!(r.switches[0].aggregators_end, 0);
+    assert!(counter(&r, "collisions") > 0 && counter(&r, "completed") > 0);
+}
