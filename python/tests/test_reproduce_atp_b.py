@@ -1,4 +1,4 @@
-"""ATP reproductions (Fig. 14 hashing, Fig. 10 loss, §5.2.2 multi-rack) on reduced variants."""
+"""ATP reproductions (Fig. 14 hashing, Fig. 10 loss, §5.2.2 multi-rack) and DSA's Fig. 11 on reduced variants."""
 from __future__ import annotations
 
 from inalab.reproduce import REPRODUCTIONS
@@ -51,3 +51,19 @@ def test_loss_reduced():
     assert rows.packets_lost[rows.loss_pct > 0].min() > 0
     assert n[("atp", 1.0)] > n[("switchml", 1.0)]
     assert rep.holds(rows)
+
+
+def test_dsa_policy_reduced():
+    # Reduced: 4 jobs x 4 workers of DNN A. Every variant finishes; DSA's jobs contend, preempt and
+    # complete most fragments on the switch, the rest at their PSes; ATP is the speedup's unit.
+    from inalab.reproduce.dsa_policy import DsaPolicy
+
+    rep = DsaPolicy(jobs=4, workers=4, mixes=("A",))
+    rows = rep.run(lambda m: None)
+    assert len(rows) == 7 and rows.finished.all()
+    r = rows.set_index("policy")
+    assert r.loc["-"].query("scheme == 'atp'").speedup_over_atp.iloc[0] == 1.0
+    assert r.loc["dsa", "collisions"] > 0 and r.loc["dsa", "preemptions"] > 0
+    assert r.loc["dsa", "switch_completed"] > 10 * r.loc["dsa", "ps_completed"] > 0
+    assert r.loc["fcfs", "preemptions"] == 0
+    assert isinstance(rep.holds(rows), bool) and "Where and why" in rep.explain(rows)

@@ -15,26 +15,26 @@ VARIANTS = (("atp", None), ("dsa", "dsa"), ("dsa", "always-preempt"), ("dsa", "p
 MIXES = {"A": "all DNN A", "AB": "4 DNN A + 4 DNN B"}
 
 
-def scenario(scheme: str, policy, mix: str, seed: int = 1, min_rto=None) -> dict:
+def scenario(scheme: str, policy, mix: str, seed: int = 1, min_rto=None, jobs: int = JOBS, workers: int = WORKERS) -> dict:
     """DSA §VII-B: a star of 64 workers and 8 PS hosts at 100 Gbps, 5 MB of aggregator memory,
     jobs starting U(0, 1 ms) apart, each worker's backward pass jittered by U(0, 300 us),
     one epoch (one iteration) of the synthetic DNN A or B."""
     rng = random.Random(seed)
-    jobs = []
-    for k in range(JOBS):
+    specs = []
+    for k in range(jobs):
         model = "dnn_a" if mix == "A" or k % 2 == 0 else "dnn_b"
         job = {"name": f"j{k}", "scheme": scheme, "model": model, "iterations": 1, "jitter": "300us",
-               "workers": f"h{k * WORKERS}..h{k * WORKERS + WORKERS - 1}", "start": f"{rng.uniform(0, 1000):.3f}us"}
+               "workers": f"h{k * workers}..h{k * workers + workers - 1}", "start": f"{rng.uniform(0, 1000):.3f}us"}
         if scheme != "switchml":
-            job["servers"] = [f"h{JOBS * WORKERS + k}"]
+            job["servers"] = [f"h{jobs * workers + k}"]
         if policy:
             job["ina"] = {"policy": policy}
         if min_rto:
             job["ina"]["min_rto"] = min_rto
-        jobs.append(job)
+        specs.append(job)
     return {"name": f"dsa-fig11-{scheme}-{policy}-{mix}", "seed": seed, "stop": "1s",
-            "topology": {"kind": "star", "hosts": JOBS * WORKERS + JOBS, "switch_ports": 128},
-            "network": {"aggregator_memory": "5MB"}, "jobs": jobs}
+            "topology": {"kind": "star", "hosts": jobs * workers + jobs, "switch_ports": 128},
+            "network": {"aggregator_memory": "5MB"}, "jobs": specs}
 
 
 def _sum(counters, name: str) -> int:
@@ -58,12 +58,16 @@ class DsaPolicy:
              "average JCT speedup over ATP is 1.35 (DSA), 1.19 (always preempt), 1.19 (preempt half) with "
              "all-A jobs and 1.22 / 1.05 / 1.05 with a 1:1 mix of A and B; DSA also beats SwitchML (up to 1.89x).")
 
+    def __init__(self, jobs: int = JOBS, workers: int = WORKERS, mixes=tuple(MIXES)):
+        self.jobs, self.workers, self.mixes = jobs, workers, list(mixes)
+
     def run(self, progress) -> pd.DataFrame:
-        runs = [({"mix": mix, "scheme": scheme, "policy": policy or "-"}, scenario(scheme, policy, mix))
-                for mix in MIXES for scheme, policy in VARIANTS]
+        size = {"jobs": self.jobs, "workers": self.workers}
+        runs = [({"mix": mix, "scheme": scheme, "policy": policy or "-"}, scenario(scheme, policy, mix, **size))
+                for mix in self.mixes for scheme, policy in VARIANTS]
         # Ablation: DSA's 1 ms minimum timeout (§VI) lowered to 300 us.
-        runs += [({"mix": mix, "scheme": "dsa", "policy": "dsa, min_rto 300us"}, scenario("dsa", "dsa", mix, min_rto="300us"))
-                 for mix in MIXES]
+        runs += [({"mix": mix, "scheme": "dsa", "policy": "dsa, min_rto 300us"}, scenario("dsa", "dsa", mix, min_rto="300us", **size))
+                 for mix in self.mixes]
         df = simulate_all("dsa-fig11", runs, progress, measure)
         atp = df[df.scheme == "atp"].set_index("mix")["mean_jct_ms"]
         df["speedup_over_atp"] = df["mix"].map(atp) / df["mean_jct_ms"]
@@ -91,6 +95,7 @@ class DsaPolicy:
         policies = ["dsa/dsa", "dsa/always-preempt", "dsa/preempt-half", "dsa/fcfs"]
         best = {mix: sp.loc[mix, policies].idxmax().split("/")[1] for mix in sp.index}
         ablation = {mix: sp.loc[mix, "dsa/dsa, min_rto 300us"] for mix in sp.index}
+        best_ab, ablation_ab = best.get("AB", "-"), ablation.get("AB", float("nan"))
         cols = ["mix", "scheme", "policy", "mean_jct_ms", "max_jct_ms", "speedup_over_atp", "collisions", "preemptions",
                 "switch_completed", "ps_completed", "ps_reminders", "worker_timeouts"]
         return f"""# dsa-policy (DSA Fig. 11, and Fig. 8 at 8 jobs; simulation)
@@ -98,7 +103,7 @@ class DsaPolicy:
 **Claim.** {self.claim}
 
 **Command.** `inalab reproduce dsa-policy`. Scenario (DSA §VII-B): one 100 Gbps star switch with 5 MB
-of aggregator memory, {JOBS} jobs x {WORKERS} workers (one per host) plus one PS host per job, jobs
+of aggregator memory, {self.jobs} jobs x {self.workers} workers (one per host) plus one PS host per job, jobs
 starting U(0, 1 ms) apart, each worker's backward pass of every partition jittered by U(0, 300 us),
 one epoch of DNN A (2 layers x 2 partitions of 4 MB, Comm:Comp 2:1) or B (2 MB partitions, 1:2);
 306 B packets for ATP and DSA, SwitchML's own (equal split of the pool). Priorities from DSA's
@@ -129,13 +134,13 @@ All runs:
   split fragments among half a million, but every job has some, and each costs its job about one
   millisecond on a JCT of two to three. ATP repairs the same situation within a round trip: its workers resend a fragment once three
   later results arrived, and the resend takes the switch's partial along to the PS.
-* Among DSA's policies the fastest is {best['A']} (all A) and {best['AB']} (mixed), not DSA's own:
+* Among DSA's policies the fastest is {best['A']} (all A) and {best_ab} (mixed), not DSA's own:
   the fewer fragments a policy splits, the fewer millisecond waits (FCFS never evicts, but every
   loser goes to the PS and the rest of its fragment re-reserves the freed aggregator, so it splits
   the most). The policy matters less here than the paper's 1.16x because every variant pays the
   same timeout floor.
 * A lower floor narrows the gap without closing it: with `ina.min_rto = "300us"` DSA's speedup
-  over ATP is {ablation['A']:.2f} (all A) and {ablation['AB']:.2f} (mixed), at the price of spurious
+  over ATP is {ablation['A']:.2f} (all A) and {ablation_ab:.2f} (mixed), at the price of spurious
   retransmissions (`worker_timeouts`).
 * What the paper's simulator did differently cannot be checked (no public code). Its ATP baseline
   may recover from collisions more slowly than ours (inalab's ATP reacts within a round trip,
