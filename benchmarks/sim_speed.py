@@ -20,6 +20,8 @@ ECN threshold 200 KB, seed 1):
     The run ends when the allreduce finishes (background alone never ends a run).
 (b') r1024: the 4 MiB ring of (b) over 1024 hosts of a 1024-port star, to compare the cost per
     event with (b)'s 64 hosts.
+(d) dsa: DSA's 8 jobs x 8 workers of DNN A on one star switch with 5 MB of aggregator memory
+    (`inalab reproduce dsa-policy-ablation`'s scenario).
 
 Each scenario runs in a child process; "CPU s" is that process's CPU time around the call and
 "state MB" how far its peak resident set grew during it (the simulator's own memory).
@@ -127,11 +129,21 @@ def scenario_r1024():
     return base(topo, jobs=[ring_job([f"h{i}" for i in range(1024)])], stop_ps=1_000 * MS)
 
 
+def scenario_dsa():
+    """DSA §VII-B's 8 jobs x 8 workers of DNN A on one star switch (the scenario of
+    `inalab reproduce dsa-policy-ablation`), built by the Python front."""
+    from inalab.config import load_scenario
+    from inalab.reproduce.dsa_policy_ablation import scenario
+
+    return load_scenario(scenario("dsa", "dsa", "A")).to_spec()
+
+
 SCENARIOS = {
     "a": ("(a) 64->1 star, 306 B at line rate, 1 ms", scenario_a),
     "b": ("(b) 4 MiB ring allreduce, 64-host star", scenario_b),
     "c": ("(c) 4 MiB ring on 512 + bg 512, 1024-host leaf-spine", scenario_c),
     "r1024": ("(b') 4 MiB ring allreduce, 1024-host star", scenario_r1024),
+    "dsa": ("(d) DSA 8 jobs x 8 workers, DNN A, 72-host star", scenario_dsa),
 }
 
 
@@ -210,7 +222,7 @@ def main():
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--ns3", action="store_true", help="also run scenario (a) in ns-3 (fails if ns-3 is missing)")
     g.add_argument("--no-ns3", action="store_true", help="never run ns-3")
-    ap.add_argument("--only", default="a,b,c,r1024", help="comma-separated subset of " + ",".join(SCENARIOS))
+    ap.add_argument("--only", default="a,b,c,r1024,dsa", help="comma-separated subset of " + ",".join(SCENARIOS))
     ap.add_argument("--sweep", action="store_true", help="also time a 20-point sweep of (b): 2 local workers vs serial")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -269,6 +281,8 @@ def print_targets(rows):
         print(f"(c): {c['cpu_s']:.1f} CPU s (target <= 20 s on a quiet core), {c['state_mb']:.0f} MB of state (target <= 250)")
         if "a" in rows:
             print(f"(c)/(a) CPU time: {c['cpu_s'] / rows['a']['cpu_s']:.0f}x (a load-independent record of (c)'s speed)")
+    if "dsa" in rows:
+        print(f"(d): {rows['dsa']['wall_s']:.1f} s wall (target < 60 s on one core, issue #15)")
     if "b" in rows and "r1024" in rows:
         small, big = (rows[k]["events"] / rows[k]["cpu_s"] for k in ("b", "r1024"))
         print(f"events per CPU-second, 64 hosts / 1024 hosts: {small / 1e6:.2f} M / {big / 1e6:.2f} M = "

@@ -56,7 +56,7 @@ def test_loss_reduced():
 def test_dsa_policy_reduced():
     # Reduced: 4 jobs x 4 workers of DNN A. Every variant finishes; DSA's jobs contend, preempt and
     # complete most fragments on the switch, the rest at their PSes; ATP is the speedup's unit.
-    from inalab.reproduce.dsa_policy import DsaPolicy
+    from inalab.reproduce.dsa_policy_ablation import DsaPolicy
 
     rep = DsaPolicy(jobs=4, workers=4, mixes=("A",))
     rows = rep.run(lambda m: None)
@@ -66,4 +66,18 @@ def test_dsa_policy_reduced():
     assert r.loc["dsa", "collisions"] > 0 and r.loc["dsa", "preemptions"] > 0
     assert r.loc["dsa", "switch_completed"] > 10 * r.loc["dsa", "ps_completed"] > 0
     assert r.loc["fcfs", "preemptions"] == 0
+    assert isinstance(rep.holds(rows), bool) and "Where and why" in rep.explain(rows)
+
+
+def test_dsa_jct_reduced():
+    # Reduced: 1 and 2 jobs of 8 workers of DNN A; every scheme finishes, the table compares
+    # each baseline with DSA at every point.
+    from inalab.reproduce.dsa_jct import DsaJct
+
+    rep = DsaJct("jobs", values=(1, 2), mixes=("A",))
+    rows = rep.run(lambda m: None)
+    assert len(rows) == 6 and rows.finished.all()
+    assert (rows[rows.scheme == "dsa"].vs_dsa == 1.0).all()
+    one = rows[(rows.jobs == 1) & (rows.scheme == "dsa")].iloc[0]
+    assert one.switch_completed > 100 * max(one.ps_completed, 1), "a lone job completes on the switch"
     assert isinstance(rep.holds(rows), bool) and "Where and why" in rep.explain(rows)

@@ -79,6 +79,8 @@ struct Aggregator {
     /// Reserved by a retransmission: perhaps a fragment the switch already finished (spec
     /// T4), so its eviction or reminder reply tells the PS to ask the workers at once.
     retx: bool,
+    /// Met a collision while held (as the incumbent or as the winner's new task).
+    collided: bool,
     since: Time,
 }
 
@@ -99,7 +101,17 @@ struct Counters {
     /// Sum over freed aggregators of the time they were held, ps (occupation, Fig. 1).
     held_ps: u64,
     freed: u64,
+    /// Aggregators freed after being held < 1 us, < 10 us, < 100 us, < 1 ms, >= 1 ms.
+    held_hist: [u64; 5],
+    /// Fragments completed on the switch that never met a collision (the paper's type I),
+    /// and those that did but lost nothing to the PS here (type II, as far as this
+    /// aggregator saw). Type III are the PSes' `completed`.
+    type1: u64,
+    type2: u64,
 }
+
+/// Upper bounds of `held_hist`'s buckets, ps.
+const HELD_BOUNDS: [Time; 4] = [1_000_000, 10_000_000, 100_000_000, 1_000_000_000];
 
 pub struct DsaSwitch {
     aggs: Pool<Aggregator>,
@@ -128,7 +140,9 @@ impl DsaSwitch {
     fn take(&mut self, now: Time, i: usize) -> Option<Aggregator> {
         let a = self.aggs.take(i)?;
         self.c.freed += 1;
-        self.c.held_ps += now.saturating_sub(a.since);
+        let held = now.saturating_sub(a.since);
+        self.c.held_ps += held;
+        self.c.held_hist[HELD_BOUNDS.iter().position(|&b| held < b).unwrap_or(HELD_BOUNDS.len())] += 1;
         Some(a)
     }
 
@@ -160,7 +174,7 @@ impl DsaSwitch {
     }
 
     fn aggregator_of(h: &DsaHeader, pkt: &Packet, now: Time) -> Aggregator {
-        Aggregator { job: h.job, psn: h.psn, bitmap: h.bitmap, priority: h.priority, fan_in: h.fan_in, values: values(pkt), ecn: pkt.ecn || h.has(DsaHeader::FLAG_ECN), retx: h.has(DsaHeader::FLAG_RETX), since: now }
+        Aggregator { job: h.job, psn: h.psn, bitmap: h.bitmap, priority: h.priority, fan_in: h.fan_in, values: values(pkt), ecn: pkt.ecn || h.has(DsaHeader::FLAG_ECN), retx: h.has(DsaHeader::FLAG_RETX), collided: false, since: now }
     }
 
     /// A packet carrying aggregator `a`'s contents as `kind` toward `dst`.
@@ -193,6 +207,11 @@ impl DsaSwitch {
     fn complete(&mut self, now: Time, i: usize, pkt: Packet, out: &mut Vec<SwitchAction>) {
         let a = self.take(now, i).expect("completing a held aggregator");
         self.c.completed += 1;
+        if a.collided {
+            self.c.type2 += 1;
+        } else {
+            self.c.type1 += 1;
+        }
         let first = self.jobs[&a.job].workers[0];
         let ack = Self::packet_of(&a, DsaKind::Ack, pkt, first);
         self.multicast(a.job, ack, out);
@@ -220,7 +239,8 @@ impl DsaSwitch {
                 a.bitmap |= h.bitmap;
                 self.c.aggregated += 1;
             }
-            Some(_) => {
+            Some(a) => {
+                a.collided = true;
                 self.c.collisions += 1;
                 let policy = self.jobs[&h.job].policy;
                 if !self.packet_wins(i, h.priority, policy) {
@@ -232,7 +252,7 @@ impl DsaSwitch {
                 self.c.preemptions += 1;
                 let evicted = self.take(now, i).expect("held");
                 self.c.reserved += 1;
-                self.aggs.insert(i, Self::aggregator_of(&h, &pkt, now));
+                self.aggs.insert(i, Self::aggregator_of(&h, &pkt, now)).collided = true;
                 // Only admitted jobs hold aggregators (a release frees them).
                 let ps = self.jobs[&evicted.job].ps;
                 out.push(SwitchAction::Route { pkt: Self::packet_of(&evicted, DsaKind::Evict, pkt.clone(), ps) });
@@ -340,6 +360,13 @@ impl SwitchProgram for DsaSwitch {
             ("multicast_copies", c.multicast_copies),
             ("occupation_ps_total", c.held_ps),
             ("aggregators_freed", c.freed),
+            ("held_under_1us", c.held_hist[0]),
+            ("held_under_10us", c.held_hist[1]),
+            ("held_under_100us", c.held_hist[2]),
+            ("held_under_1ms", c.held_hist[3]),
+            ("held_1ms_or_more", c.held_hist[4]),
+            ("tasks_type1", c.type1),
+            ("tasks_type2", c.type2),
         ]
     }
 }
@@ -412,6 +439,7 @@ mod tests {
         assert_eq!(out.iter().map(|o| o.0).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
         assert!(out.iter().all(|(_, h, v)| h.kind == DsaKind::Ack && h.bitmap == 0xf && *v == 10));
         assert_eq!(s.aggregators_in_use(), 0, "freed at once");
+        assert_eq!((counter(&s, "tasks_type1"), counter(&s, "tasks_type2"), counter(&s, "held_under_1us")), (1, 0, 1));
     }
 
     #[test]
@@ -457,6 +485,9 @@ mod tests {
         let out = routed(&run(&mut s, grad(2, p2, 0, 51, 9)));
         assert_eq!((out[0].0, out[0].1.kind, out[0].1.priority), (PS1.host, DsaKind::Evict, 50));
         assert_eq!(counter(&s, "preemptions"), 1);
+        // Job 2's task met a collision: when it completes it is a type II task.
+        run(&mut s, grad(2, p2, 1, 51, 9));
+        assert_eq!((counter(&s, "tasks_type1"), counter(&s, "tasks_type2")), (0, 1));
     }
 
     #[test]

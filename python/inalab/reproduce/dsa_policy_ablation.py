@@ -12,7 +12,7 @@ from . import markdown_table, register, simulate_all
 JOBS, WORKERS = 8, 8
 # (scheme, policy) pairs; policy None for the baselines.
 VARIANTS = (("atp", None), ("dsa", "dsa"), ("dsa", "always-preempt"), ("dsa", "preempt-half"), ("dsa", "fcfs"), ("switchml", None))
-MIXES = {"A": "all DNN A", "AB": "4 DNN A + 4 DNN B"}
+MIXES = {"A": "all DNN A", "AB": "DNN A and B alternating"}
 
 
 def scenario(scheme: str, policy, mix: str, seed: int = 1, min_rto=None, jobs: int = JOBS, workers: int = WORKERS) -> dict:
@@ -22,7 +22,7 @@ def scenario(scheme: str, policy, mix: str, seed: int = 1, min_rto=None, jobs: i
     rng = random.Random(seed)
     specs = []
     for k in range(jobs):
-        model = "dnn_a" if mix == "A" or k % 2 == 0 else "dnn_b"
+        model = "dnn_a" if mix == "A" or (mix == "AB" and k % 2 == 0) else "dnn_b"
         job = {"name": f"j{k}", "scheme": scheme, "model": model, "iterations": 1, "jitter": "300us",
                "workers": f"h{k * workers}..h{k * workers + workers - 1}", "start": f"{rng.uniform(0, 1000):.3f}us"}
         if scheme != "switchml":
@@ -53,7 +53,7 @@ def measure(r) -> list[dict]:
 
 
 class DsaPolicy:
-    name = "dsa-policy"
+    name = "dsa-policy-ablation"
     claim = ("DSA Fig. 11 (§VII-C) and Fig. 8 (§VII-B): with 8 jobs of 8 workers sharing one switch, the "
              "average JCT speedup over ATP is 1.35 (DSA), 1.19 (always preempt), 1.19 (preempt half) with "
              "all-A jobs and 1.22 / 1.05 / 1.05 with a 1:1 mix of A and B; DSA also beats SwitchML (up to 1.89x).")
@@ -102,7 +102,7 @@ class DsaPolicy:
 
 **Claim.** {self.claim}
 
-**Command.** `inalab reproduce dsa-policy`. Scenario (DSA §VII-B): one 100 Gbps star switch with 5 MB
+**Command.** `inalab reproduce dsa-policy-ablation`. Scenario (DSA §VII-B): one 100 Gbps star switch with 5 MB
 of aggregator memory, {self.jobs} jobs x {self.workers} workers (one per host) plus one PS host per job, jobs
 starting U(0, 1 ms) apart, each worker's backward pass of every partition jittered by U(0, 300 us),
 one epoch of DNN A (2 layers x 2 partitions of 4 MB, Comm:Comp 2:1) or B (2 MB partitions, 1:2);
