@@ -14,7 +14,7 @@ Backend (every SUM/AVG allreduce through INA, other collectives delegated to glo
     dist.init_process_group("inalab")
 
 Environment (all optional): ``INALAB_SWITCH`` the switch's control address (default
-127.0.0.1:9100), ``INALAB_SCHEME`` "switchml" or "atp" (default switchml), ``INALAB_JOB`` the
+127.0.0.1:9100), ``INALAB_SCHEME`` "switchml", "atp" or "dsa" (default switchml), ``INALAB_JOB`` the
 job id (default: a random id rank 0 draws and shares through the process group's store),
 ``INALAB_JOB_SECRET`` the job's rendezvous secret (default: one rank 0 draws and shares the same
 way, so only the job's own processes can take its ranks).
@@ -55,7 +55,9 @@ def _job_id(store: Optional[dist.Store], rank: int, key: str) -> int:
     if store is None:
         return 1
     if rank == 0:
-        store.set(key, str(random.SystemRandom().randrange(1, 2**31)))
+        # 16 bits: DSA's header carries the job in 16 (the other schemes take 32). Two jobs
+        # drawing the same id on one switch are refused there with a clear error.
+        store.set(key, str(random.SystemRandom().randrange(1, 2**16)))
     return int(store.get(key))
 
 

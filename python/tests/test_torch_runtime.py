@@ -109,6 +109,16 @@ def test_hook_through_atp_matches_gloo(gloo, tmp_path):
     assert stats["program"]["overflows"] == 0, stats
 
 
+def test_hook_through_dsa_matches_gloo(gloo, tmp_path):
+    with inalab.Switch("dsa", udp="127.0.0.1:0", control="127.0.0.1:0") as sw, \
+            inalab.ParameterServer(switch=sw.control_addr, udp="127.0.0.1:0", control="127.0.0.1:0"):
+        losses = train("inalab", SHORT, tmp_path, switch=sw.control_addr, scheme="dsa")
+        stats = sw.stats()
+    assert_decreases(losses)
+    assert_close(losses, gloo)
+    assert stats["program"]["completed"] > 0, stats
+
+
 def test_hook_through_atp_with_gradients_beyond_its_fixed_point_range(tmp_path):
     """Gradients x 1000 (the learning rate / 1000: the same training) sum far beyond ATP's
     +/-21.47 at scale 1e8; its float fallback carries them and the losses are gloo's (#11:
