@@ -744,3 +744,166 @@ pub fn dsa_priority(layer: u32, layers: u32, comm_over_comp: f64, remaining_ps: 
     let p = (1.0 / t_ms) * (layers.max(1) as f64 / layer.max(1) as f64) * comm_over_comp.max(0.0);
     (p * 65536.0).round().clamp(1.0, u32::MAX as f64) as u32
 }
+
+/// The spec's host-side cases (§2): T10, T16, T17, T19, and the PS's reminder (T7, T12, T18).
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use inalab_core::TensorAttrs;
+
+    const PS: Endpoint = Endpoint { host: 9, port: 2 };
+
+    fn cfg(n: u32) -> DsaConfig {
+        DsaConfig {
+            job: 3,
+            workers: (0..n).map(|h| Endpoint { host: h, port: 1 }).collect(),
+            ps: PS,
+            header_bytes: 58,
+            aimd: AimdConfig::default(),
+            min_rto_ps: MS,
+            retx_before_notify: 3,
+            multicast: true,
+            scale: 1e8,
+        }
+    }
+
+    fn submit(w: &mut DsaWorker, values: usize) {
+        let data = Some(Payload::I32((0..values as i32).collect()));
+        w.submit(0, AppRequest::Allreduce { id: 7, bytes: 4 * values as u64, data, attrs: TensorAttrs::default() });
+    }
+
+    fn drain(p: &mut dyn HostProtocol, now: Time) -> Vec<Packet> {
+        std::iter::from_fn(|| p.poll_transmit(now)).collect()
+    }
+
+    fn hdr(p: &Packet) -> DsaHeader {
+        match p.header {
+            Header::Dsa(h) => h,
+            _ => panic!("not DSA"),
+        }
+    }
+
+    fn packet(from: Endpoint, to: Endpoint, h: DsaHeader, values: Option<Vec<i32>>) -> Packet {
+        let mut p = Packet::new(from.host, from.port, to.host, to.port, 306, Header::Dsa(h));
+        p.payload = values.map(|v| Box::new(Payload::I32(v)));
+        p
+    }
+
+    fn ack(psn: u32, n: u8, v: i32) -> Packet {
+        let h = DsaHeader { job: 3, psn, bitmap: DsaHeader::full_bitmap(n), priority: 1, fan_in: n, kind: DsaKind::Ack, flags: 0 };
+        packet(PS, Endpoint { host: 0, port: 1 }, h, Some(vec![v; 62]))
+    }
+
+    fn counter(p: &dyn HostProtocol, name: &str) -> u64 {
+        p.counters().into_iter().find(|(n, _)| *n == name).unwrap().1
+    }
+
+    #[test]
+    fn t16_duplicate_and_late_acks_change_nothing() {
+        let mut w = DsaWorker::new(cfg(2), 0);
+        submit(&mut w, 62 * 4);
+        assert_eq!(drain(&mut w, 0).len(), 4);
+        w.handle_packet(10, ack(0, 2, 5));
+        let window = w.window.window();
+        w.handle_packet(11, ack(0, 2, 5));
+        w.handle_packet(12, ack(0, 2, 5));
+        assert_eq!(w.window.window(), window, "no window change on a duplicate ACK");
+        assert_eq!(counter(&w, "stale_acks"), 2);
+        assert!(drain(&mut w, 12).is_empty(), "no fast retransmit");
+    }
+
+    #[test]
+    fn t17_notify_only_after_the_third_retransmission_then_every_rto() {
+        let mut w = DsaWorker::new(cfg(2), 1);
+        submit(&mut w, 62);
+        assert_eq!(drain(&mut w, 0).len(), 1);
+        let mut kinds = vec![];
+        for k in 1..=6 {
+            let t = w.poll_timeout().expect("armed");
+            assert_eq!(t, k * MS, "one RTO (1 ms floor) after the last send, no back-off");
+            w.handle_timeout(t);
+            let out = drain(&mut w, t);
+            kinds.extend(out.iter().map(|p| (hdr(p).kind, hdr(p).has(DsaHeader::FLAG_RETX))));
+        }
+        use DsaKind::*;
+        assert_eq!(kinds, vec![(Grad, true), (Grad, true), (Grad, true), (Notify, false), (Notify, false), (Notify, false)]);
+    }
+
+    #[test]
+    fn t19_a_fetch_for_an_acknowledged_fragment_is_answered_with_the_result() {
+        let mut w = DsaWorker::new(cfg(2), 0);
+        submit(&mut w, 62);
+        drain(&mut w, 0);
+        let fetch = |psn| packet(PS, Endpoint { host: 0, port: 1 }, DsaHeader { job: 3, psn, bitmap: 1, priority: 1, fan_in: 2, kind: DsaKind::Fetch, flags: 0 }, None);
+        // Outstanding: its own gradient.
+        w.handle_packet(5, fetch(0));
+        let out = drain(&mut w, 5);
+        assert_eq!((hdr(&out[0]).kind, hdr(&out[0]).bitmap, hdr(&out[0]).flags), (DsaKind::FetchResp, 1, 0));
+        w.handle_packet(10, ack(0, 2, 42));
+        assert!(matches!(w.poll_event(), Some(HostEvent::Done { id: 7, .. })));
+        // Acknowledged: the final sum, full bitmap.
+        w.handle_packet(20, fetch(0));
+        let out = drain(&mut w, 20);
+        assert_eq!((hdr(&out[0]).bitmap, hdr(&out[0]).flags), (0b11, DsaHeader::FLAG_RESULT));
+        assert_eq!(out[0].payload.as_deref(), Some(&Payload::I32(vec![42; 62])));
+        // Never sent: ignored (the PS asks again).
+        w.handle_packet(30, fetch(99));
+        assert!(drain(&mut w, 30).is_empty());
+    }
+
+    fn contribution(kind: DsaKind, psn: u32, bitmap: u32, v: i32, flags: u8) -> Packet {
+        let h = DsaHeader { job: 3, psn, bitmap, priority: 1, fan_in: 4, kind, flags };
+        packet(Endpoint { host: 0, port: 1 }, PS, h, Some(vec![v; 62]))
+    }
+
+    #[test]
+    fn t7_t12_the_ps_reminds_after_its_timeout_and_merges_the_switchs_partial() {
+        let mut ps = DsaServer::new(cfg(4));
+        ps.handle_packet(0, contribution(DsaKind::Evict, 5, 0b0011, 3, 0));
+        assert!(drain(&mut ps, 0).is_empty(), "no reminder before the timeout");
+        assert_eq!(ps.poll_timeout(), Some(MS));
+        ps.handle_timeout(MS);
+        let out = drain(&mut ps, MS);
+        let kinds: Vec<(DsaKind, u32)> = out.iter().map(|p| (hdr(p).kind, p.dst)).collect();
+        assert_eq!(kinds, vec![(DsaKind::RemindSw, 0), (DsaKind::Fetch, 2), (DsaKind::Fetch, 3)], "the switch, then the missing workers");
+        ps.handle_packet(MS + 5, contribution(DsaKind::RemindSwResp, 5, 0b1100, 4, 0));
+        let out = drain(&mut ps, MS + 5);
+        assert_eq!((hdr(&out[0]).kind, hdr(&out[0]).bitmap), (DsaKind::Ack, 0b1111));
+        assert_eq!(out[0].payload.as_deref(), Some(&Payload::I32(vec![7; 62])));
+        assert_eq!(ps.pending(), 0);
+        // A late duplicate of the finished fragment creates nothing.
+        ps.handle_packet(MS + 9, contribution(DsaKind::FetchResp, 5, 0b0100, 2, 0));
+        assert_eq!((ps.pending(), counter(&ps, "stale")), (0, 1));
+    }
+
+    #[test]
+    fn t10_an_overlapping_partial_is_dropped_and_the_missing_workers_fetched() {
+        let mut ps = DsaServer::new(cfg(4));
+        ps.handle_packet(0, contribution(DsaKind::Grad, 8, 0b0001, 1, 0));
+        ps.handle_packet(1, contribution(DsaKind::Evict, 8, 0b0011, 3, 0));
+        let out = drain(&mut ps, 1);
+        assert_eq!(out.iter().map(|p| (hdr(p).kind, p.dst)).collect::<Vec<_>>(), vec![(DsaKind::Fetch, 1)]);
+        assert_eq!(counter(&ps, "overlaps"), 1);
+        for (rank, v) in [(1u32, 2), (2, 3), (3, 4)] {
+            ps.handle_packet(2, contribution(DsaKind::FetchResp, 8, 1 << rank, v, 0));
+        }
+        let out = drain(&mut ps, 2);
+        assert_eq!(out[0].payload.as_deref(), Some(&Payload::I32(vec![10; 62])), "each worker counted once");
+    }
+
+    #[test]
+    fn t18_an_empty_reminder_reply_and_a_result_from_a_worker_finish_the_entry() {
+        let mut ps = DsaServer::new(cfg(4));
+        ps.handle_packet(0, contribution(DsaKind::Grad, 2, 0b0001, 1, DsaHeader::FLAG_RETX));
+        // A retransmission reached the PS: it reminds at once.
+        assert_eq!(counter(&ps, "reminders"), 1);
+        drain(&mut ps, 0);
+        let mut empty = contribution(DsaKind::RemindSwResp, 2, 0, 0, DsaHeader::FLAG_EMPTY);
+        empty.payload = None;
+        ps.handle_packet(3, empty);
+        ps.handle_packet(4, contribution(DsaKind::FetchResp, 2, 0b1111, 9, DsaHeader::FLAG_RESULT));
+        let out = drain(&mut ps, 4);
+        assert_eq!((hdr(&out[0]).kind, out[0].payload.as_deref()), (DsaKind::Ack, Some(&Payload::I32(vec![9; 62]))));
+        assert_eq!(ps.pending(), 0);
+    }
+}
