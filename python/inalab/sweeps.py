@@ -39,9 +39,9 @@ from .config import ConfigError, read_source, shipped_scenarios
 COLUMNS = {"status": "string", "error": "string", "wall_s": "float64", "job_id": "int64", "job_name": "string",
            "scheme": "string", "job_workers": "int64", "finished": "bool", "jct_s": "float64", "iterations": "int64",
            "mean_iteration_s": "float64", "bytes_per_iteration": "int64", "goodput_gbps": "float64",
-           "payload_checked": "int64", "payload_errors": "int64"}
+           "comm_busy_s": "float64", "aggregation_gbps": "float64", "payload_checked": "int64", "payload_errors": "int64"}
 JOB_FIELDS = ("id", "name", "scheme", "workers", "finished", "jct_s", "iterations", "mean_iteration_s",
-              "bytes_per_iteration", "goodput_gbps", "payload_checked", "payload_errors")
+              "bytes_per_iteration", "goodput_gbps", "comm_busy_s", "aggregation_gbps", "payload_checked", "payload_errors")
 SWEEP_KEYS = ("base", "seeds", "vary")
 _STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
@@ -125,10 +125,11 @@ def run_point(point: dict, measure: Optional[Callable] = None) -> list[dict]:
     head = {"point": point["id"], **point["params"]}
     try:
         r = simulate(point["scenario"])
-    except Exception as e:  # a point's failure is data, not the sweep's end
+        measured = measure(r) if measure is not None else None
+    except Exception as e:  # a point's failure (its measure's too) is data, not the sweep's end
         return [{**head, "status": "error", "error": f"{type(e).__name__}: {e}", "wall_s": time.monotonic() - t0}]
-    if measure is not None:
-        return [{**head, "status": "ok", "error": None, "wall_s": r.raw["wall_s"], **m} for m in measure(r)]
+    if measured is not None:
+        return [{**head, "status": "ok", "error": None, "wall_s": r.raw["wall_s"], **m} for m in measured]
     rows = []
     for j in r.raw["jobs"]:
         rows.append({**head, "status": "ok", "error": None, "wall_s": r.raw["wall_s"],

@@ -81,3 +81,14 @@ def test_dsa_jct_reduced():
     one = rows[(rows.jobs == 1) & (rows.scheme == "dsa")].iloc[0]
     assert one.switch_completed > 100 * max(one.ps_completed, 1), "a lone job completes on the switch"
     assert isinstance(rep.holds(rows), bool) and "Where and why" in rep.explain(rows)
+
+
+def test_dsa_utilization_reduced():
+    # Reduced: 2 jobs x 4 workers of DNN A: a utilization per scheme, between 0 and 1.
+    from inalab.reproduce.dsa_jct import DsaUtilization
+
+    rep = DsaUtilization(jobs=2, workers=4, mixes=("A",))
+    rows = rep.run(lambda m: None)
+    assert len(rows) == 3 and rows.finished.all()
+    assert ((rows.utilization > 0.05) & (rows.utilization <= 1.0)).all(), rows[["scheme", "utilization"]]
+    assert isinstance(rep.holds(rows), bool) and "Where and why" in rep.explain(rows)

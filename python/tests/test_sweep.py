@@ -133,3 +133,20 @@ def test_a_measure_gives_its_own_rows_and_failed_points_stay_in_the_dataset(tmp_
     ok, bad = df[df.status == "ok"], df[df.status == "error"]
     assert len(ok) == 8 and ok.link.str.contains("->").all() and (ok.tx_bytes > 0).all()  # 4 hosts, both ways
     assert len(bad) == 1 and bad.tx_bytes.isna().all() and "99" in bad.error.iloc[0]
+
+
+def failing_measure(r) -> list[dict]:
+    """A measure that fails on small jobs (as one reading a field a run lacks would)."""
+    if r.jobs.workers.iloc[0] < 4:
+        raise KeyError("field_the_run_lacks")
+    return [{"jct": float(r.jobs.jct_s.iloc[0])}]
+
+
+def test_a_failing_measure_is_its_points_error_not_the_sweeps_end(tmp_path):
+    # A measure that raised used to end the whole sweep with the exception.
+    from inalab.sweeps import run_points
+
+    spec = {"base": "ring-star-allreduce", "vary": {"jobs[0].workers": [2, 4]}}
+    df = run_points(points(spec), tmp_path / "ds", workers=2, measure=failing_measure, progress=False)
+    assert sorted(df.status) == ["error", "ok"]
+    assert "field_the_run_lacks" in df[df.status == "error"].error.iloc[0]

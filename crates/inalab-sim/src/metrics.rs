@@ -26,6 +26,7 @@ impl Sim {
             let jct = to_secs(end.saturating_sub(start));
             let iters = j.iter_end.len() as u32;
             let bpi = j.bytes_per_iteration();
+            let busy = j.workers.first().map_or(0.0, |w| to_secs(w.busy_ps));
             r.jobs.push(JobResult {
                 id: j.spec.id,
                 name: j.spec.name.clone(),
@@ -38,6 +39,8 @@ impl Sim {
                 mean_iteration_s: j.iter_end.last().map_or(0.0, |&t| to_secs(t.saturating_sub(start)) / iters as f64),
                 bytes_per_iteration: bpi,
                 goodput_gbps: if jct > 0.0 { (bpi * iters as u64) as f64 * 8.0 / jct / 1e9 } else { 0.0 },
+                comm_busy_s: busy,
+                aggregation_gbps: if busy > 0.0 { (bpi * iters as u64) as f64 * 8.0 / busy / 1e9 } else { 0.0 },
                 payload_checked: j.payload_checked,
                 payload_errors: j.payload_errors,
                 failures: j.failures.clone(),

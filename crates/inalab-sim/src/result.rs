@@ -38,6 +38,11 @@ pub struct JobResult {
     pub bytes_per_iteration: u64,
     /// Allreduced tensor bytes per worker per second of JCT, in Gbps.
     pub goodput_gbps: f64,
+    /// Time worker 0 had at least one allreduce outstanding, s (its communication time).
+    pub comm_busy_s: f64,
+    /// Allreduced bytes per worker per second of `comm_busy_s`, in Gbps: the rate the
+    /// aggregation delivered while the job waited on it (DSA's Fig. 10 metric over the link rate).
+    pub aggregation_gbps: f64,
     /// Payload mode: tensors whose result was compared with the exact sum, and mismatches.
     pub payload_checked: u64,
     pub payload_errors: u64,

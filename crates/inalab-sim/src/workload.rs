@@ -47,6 +47,11 @@ pub struct WorkerState {
     received: Vec<u32>,
     /// Layers received per iteration.
     layers_in: Vec<u32>,
+    /// Allreduces submitted and not yet done, since when some are, and the time so far with
+    /// at least one outstanding (the job's communication time, DSA's Fig. 10).
+    outstanding: u32,
+    busy_since: Time,
+    pub busy_ps: Time,
     rng: Xoshiro256PlusPlus,
 }
 
@@ -233,6 +238,9 @@ impl Workloads {
                     computing: false,
                     received: vec![0; nl],
                     layers_in: vec![0; iterations as usize],
+                    outstanding: 0,
+                    busy_since: 0,
+                    busy_ps: 0,
                     rng: Xoshiro256PlusPlus::seed_from_u64(splitmix64(spec.seed ^ ((j as u64) << 32) ^ r as u64)),
                 })
                 .collect();
@@ -429,6 +437,10 @@ impl Workloads {
                 // The model layer, counted from the input (partitions share their layer's).
                 let layer = j.groups[l].saturating_sub(1);
                 submit = Some((w.host, w.ep, AppRequest::Allreduce { id: tensor, bytes, data, attrs: TensorAttrs { layer, priority } }));
+                if w.outstanding == 0 {
+                    w.busy_since = world.now();
+                }
+                w.outstanding += 1;
                 if l > 0 {
                     w.step = Step::Bwd(l - 1);
                 } else {
@@ -473,6 +485,10 @@ impl Workloads {
         }
         j.tensors_done += 1;
         let w = &mut j.workers[rank as usize];
+        w.outstanding = w.outstanding.saturating_sub(1);
+        if w.outstanding == 0 {
+            w.busy_ps += now - w.busy_since;
+        }
         w.received[layer] += 1;
         w.layers_in[iter as usize] += 1;
         if w.layers_in[iter as usize] == nl as u32 {

@@ -46,6 +46,9 @@ def measure(r) -> list[dict]:
     sw = list(r.switches["counters"])
     hosts = list(r.hosts["counters"])
     return [{"mean_jct_ms": float(r.jobs.jct_s.mean() * 1e3), "max_jct_ms": float(r.jobs.jct_s.max() * 1e3),
+             # DSA's "memory utilization" (Fig. 10, spec §4 item 21): each job's aggregation
+             # rate while it waits on an allreduce, over the 100 Gbps link, averaged over jobs.
+             "utilization": float(sum(j["aggregation_gbps"] for j in r.raw["jobs"]) / len(r.raw["jobs"]) / 100),
              "finished": bool(r.jobs.finished.all()),
              "collisions": _sum(sw, "collisions"), "preemptions": _sum(sw, "preemptions"),
              "switch_completed": _sum(sw, "completed"), "ps_completed": _sum(hosts, "completed"),
@@ -134,6 +137,10 @@ All runs:
   split fragments among half a million, but every job has some, and each costs its job about one
   millisecond on a JCT of two to three. ATP repairs the same situation within a round trip: its workers resend a fragment once three
   later results arrived, and the resend takes the switch's partial along to the PS.
+* Many collisions are a job's with itself: DSA hashes every (job, PSN) over the whole array
+  (§III-B), and under the 300 us send jitter a job's fastest worker runs a window ahead of its
+  slowest, so its own half-aggregated fragments meet (`dsa-jct-vs-jobs` shows DSA slower than
+  ATP even with one job). ATP gives each job a table of distinct slots.
 * Among DSA's policies the fastest is {best['A']} (all A) and {best_ab} (mixed), not DSA's own:
   the fewer fragments a policy splits, the fewer millisecond waits (FCFS never evicts, but every
   loser goes to the PS and the rest of its fragment re-reserves the freed aggregator, so it splits
