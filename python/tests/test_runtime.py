@@ -118,6 +118,24 @@ def test_two_jobs_share_the_switch(switchml):
     assert switchml.stats()["aggregators_in_use"] == 0
 
 
+def test_two_dsa_jobs_share_the_switch_under_loss():
+    # Two jobs contend for one small array (256 KiB = 993 aggregators) while the switch drops
+    # 1 % of packets: preemption, evictions to the PS and loss recovery, exact sums for both.
+    sizes = [60_000, 5, 30_000]
+    a, b = {}, {}
+    with inalab.Switch("dsa", udp=ANY, control=ANY, drop_probability=0.01, seed=5, memory_bytes=256 * 1024) as sw, \
+            inalab.ParameterServer(switch=sw.control_addr, udp=ANY, control=ANY):
+        ta = threading.Thread(target=run_workers, args=(sw.control_addr, "dsa", 20, 3, sizes, 1, a))
+        tb = threading.Thread(target=run_workers, args=(sw.control_addr, "dsa", 21, 2, sizes, 2, b))
+        ta.start(), tb.start()
+        ta.join(), tb.join()
+        st = sw.stats()
+    check_sums(a, sizes, "dsa", seed=1)
+    check_sums(b, sizes, "dsa", seed=2)
+    assert st["injected_drops"] > 0 and st["aggregators_in_use"] == 0, st
+    assert st["program"]["collisions"] > 0 and st["program"]["completed"] > 0, st["program"]
+
+
 WORKER = r"""
 import sys, json, time, numpy as np, inalab
 control, job, rank, world, loops = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
