@@ -130,11 +130,20 @@ def test_to_workload(name):
     wl = m.to_workload()
     assert [w["name"] for w in wl] == [l.name for l in m.layers]
     for w, l in zip(wl, m.layers):
-        assert set(w) == {"name", "bytes", "fwd_ps", "bwd_ps"}
-        assert all(isinstance(w[k], int) and w[k] > 0 for k in ("bytes", "fwd_ps", "bwd_ps"))
+        assert set(w) == {"name", "bytes", "fwd_ps", "bwd_ps", "group"}
+        assert all(isinstance(w[k], int) and w[k] > 0 for k in ("bytes", "fwd_ps", "bwd_ps", "group"))
         assert w["bytes"] == 4 * l.params
     total_ps = sum(w["fwd_ps"] + w["bwd_ps"] for w in wl)
     assert abs(total_ps - m.iteration_compute_s * 1e12) <= len(wl)  # <= 0.5 ps rounding per value
+    # Model layers in forward order, starting at 1, never skipping.
+    groups = [w["group"] for w in wl]
+    assert groups[0] == 1 and all(b - a in (0, 1) for a, b in zip(groups, groups[1:]))
+
+
+def test_partitions_share_their_layer():
+    # DSA's DNN A: two layers of two partitions each (its priority's l and L).
+    assert [w["group"] for w in get_model("dnn_a").to_workload()] == [1, 1, 2, 2]
+    assert [w["group"] for w in get_model("vgg16").to_workload()][:3] == [1, 2, 3]
 
 
 def test_catalog_json_is_up_to_date():
