@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import markdown_table, register, simulate_all
-from .dsa_policy_ablation import measure, scenario
+from .dsa_policy_ablation import bar_plot, measure, scenario
 
 SCHEMES = (("dsa", "dsa"), ("atp", None), ("switchml", None))
 MIXES = ("A", "B", "AB")
@@ -166,18 +166,8 @@ waits on its allreduces; the metric divides by that time. One seed.
 """
 
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        ax = rows.pivot(index="mix", columns="scheme", values="utilization").plot.bar(figsize=(5, 3))
-        ax.set_ylabel("utilization (of 100 Gbps)")
-        ax.set_title("DSA Fig. 10: 8 jobs x 8 workers")
-        plt.tight_layout()
-        plt.savefig(path, dpi=120)
-        plt.close()
-        return path
+        table = rows.pivot(index="mix", columns="scheme", values="utilization")
+        return bar_plot(table, path, "utilization (of 100 Gbps)", "DSA Fig. 10: 8 jobs x 8 workers", (5, 3))
 
 
 register(DsaUtilization())

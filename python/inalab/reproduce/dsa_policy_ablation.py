@@ -156,20 +156,25 @@ All runs:
 """
 
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:
-        import matplotlib
+        return bar_plot(self._speedups(rows).T, path, "average JCT speedup over ATP", "DSA Fig. 11: 8 jobs x 8 workers", (7, 3.5), ref=1.0)
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
 
-        s = self._speedups(rows)
-        ax = s.T.plot.bar(figsize=(7, 3.5))
-        ax.axhline(1.0, color="grey", lw=0.8)
-        ax.set_ylabel("average JCT speedup over ATP")
-        ax.set_title("DSA Fig. 11: 8 jobs x 8 workers")
-        plt.tight_layout()
-        plt.savefig(path, dpi=120)
-        plt.close()
-        return path
+def bar_plot(table: pd.DataFrame, path: Path, ylabel: str, title: str, size, ref=None) -> Path:
+    """A grouped bar chart of ``table`` (rows on the x axis) written to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ax = table.plot.bar(figsize=size)
+    if ref is not None:
+        ax.axhline(ref, color="grey", lw=0.8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    plt.tight_layout()
+    plt.savefig(path, dpi=120)
+    plt.close()
+    return path
 
 
 register(DsaPolicy())
