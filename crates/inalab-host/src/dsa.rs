@@ -25,6 +25,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 pub const DSA_VALUES: usize = 62;
 /// Size of a packet carrying no values.
 const EMPTY_BYTES: u32 = 64;
+/// Reminders of one fragment without completing it before the PS gives it up.
+const MAX_REMINDERS: u32 = 16;
 /// Completed PSNs a PS remembers (to drop stale evictions and answer late NOTIFYs).
 const COMPLETED_KEPT: usize = 1 << 16;
 
@@ -53,10 +55,12 @@ impl DsaConfig {
         self.workers.len() as u8
     }
     fn rtt(&self) -> RttEstimator {
+        let d = RttConfig::default();
         RttEstimator::new(RttConfig {
             initial_rto_ps: self.min_rto_ps,
             min_rto_ps: self.min_rto_ps,
-            ..RttConfig::default()
+            max_rto_ps: d.max_rto_ps.max(self.min_rto_ps),
+            ..d
         })
     }
     fn header(&self, psn: u32, bitmap: u32, priority: u32, kind: DsaKind, flags: u8) -> Header {
@@ -125,6 +129,8 @@ struct WorkerCounters {
     fetch_replies: u64,
     stale_acks: u64,
     timeouts: u64,
+    /// ACKs whose values or bitmap do not fit the fragment (counted and dropped).
+    malformed: u64,
 }
 
 pub struct DsaWorker {
@@ -175,7 +181,7 @@ impl DsaWorker {
     fn fragment(&self, psn: u32) -> (usize, usize, usize) {
         let r = self.psn_req[&psn];
         let q = &self.reqs[r];
-        let k = (psn - q.first_psn) as usize;
+        let k = psn.wrapping_sub(q.first_psn) as usize;
         let start = k * DSA_VALUES;
         (r, start, (start + DSA_VALUES).min(q.values))
     }
@@ -209,10 +215,17 @@ impl DsaWorker {
     }
 
     fn on_ack(&mut self, now: Time, h: DsaHeader, pkt: &Packet) {
-        let Some(o) = self.outstanding.remove(&h.psn) else {
+        if !self.outstanding.contains_key(&h.psn) {
             self.c.stale_acks += 1;
             return;
-        };
+        }
+        // In payload mode an ACK must carry exactly the fragment's values.
+        let (r, s, e) = self.fragment(h.psn);
+        if self.reqs[r].result.is_some() && i32s(pkt).map(<[i32]>::len) != Some(e - s) || h.bitmap != DsaHeader::full_bitmap(self.cfg.fan_in()) {
+            self.c.malformed += 1;
+            return;
+        }
+        let o = self.outstanding.remove(&h.psn).expect("checked above");
         self.deadlines.remove(&(o.deadline, h.psn));
         if o.retx == 0 {
             self.rtt.sample(now - o.sent);
@@ -229,13 +242,11 @@ impl DsaWorker {
             seq_base as u64,
             self.next_psn as u64,
         );
-        let (r, s, e) = self.fragment(h.psn);
         let q = &mut self.reqs[r];
         if let (Some(res), Some(v)) = (&mut q.result, i32s(pkt)) {
-            let n = (e - s).min(v.len());
-            res[s..s + n].copy_from_slice(&v[..n]);
+            res[s..e].copy_from_slice(v);
         }
-        let k = (h.psn - q.first_psn) as usize;
+        let k = h.psn.wrapping_sub(q.first_psn) as usize;
         if !q.acked[k] {
             q.acked[k] = true;
             q.left -= 1;
@@ -266,7 +277,7 @@ impl DsaWorker {
         let Some(&r) = self.psn_req.get(&h.psn) else {
             return;
         };
-        let k = (h.psn - self.reqs[r].first_psn) as usize;
+        let k = h.psn.wrapping_sub(self.reqs[r].first_psn) as usize;
         if !self.reqs[r].acked[k] {
             return; // not sent yet: the PS asks again
         }
@@ -441,6 +452,7 @@ impl HostProtocol for DsaWorker {
             ("stale_acks", c.stale_acks),
             ("timeouts", c.timeouts),
             ("window_cuts", self.window.cuts()),
+            ("malformed", c.malformed),
         ]
     }
 }
@@ -482,6 +494,10 @@ struct PsCounters {
     stale: u64,
     reminders: u64,
     fetches: u64,
+    /// Contributions with a bitmap or values that do not fit (counted and dropped).
+    malformed: u64,
+    /// Fragments given up after `MAX_REMINDERS` reminders.
+    abandoned: u64,
 }
 
 pub struct DsaServer {
@@ -560,6 +576,13 @@ impl DsaServer {
             return;
         };
         self.deadlines.remove(&(e.deadline, psn));
+        if e.reminders >= MAX_REMINDERS {
+            // No worker and no switch has this fragment (a PSN no worker sent, or a forged
+            // one): give it up rather than remind forever (spec §1.8 item 2.4's diagnostic).
+            self.entries.remove(&psn);
+            self.c.abandoned += 1;
+            return;
+        }
         e.deadline = now + rto;
         e.reminders += 1;
         let (missing, priority) = (full & !e.bitmap, e.priority);
@@ -589,7 +612,20 @@ impl DsaServer {
     fn contribute(&mut self, now: Time, h: DsaHeader, pkt: &Packet) {
         self.c.contributions += 1;
         let full = self.full();
-        if h.bitmap & !full != 0 || h.bitmap == 0 {
+        // A worker's own gradient names one worker; a result names all; an aggregate some.
+        let bits_ok = match h.kind {
+            DsaKind::FetchResp if h.has(DsaHeader::FLAG_RESULT) => h.bitmap == full,
+            DsaKind::Grad | DsaKind::Notify | DsaKind::FetchResp => h.bitmap.count_ones() == 1,
+            _ => h.bitmap != 0,
+        };
+        // Values must match the entry's (payload mode) or be absent as its are (metadata).
+        let fits = self.entries.get(&h.psn).map_or(true, |e| match (&e.values, i32s(pkt)) {
+            (None, None) => true,
+            (Some(a), Some(v)) => a.len() == v.len(),
+            _ => false,
+        });
+        if h.bitmap & !full != 0 || !bits_ok || !fits {
+            self.c.malformed += 1;
             return;
         }
         if let Some(done) = self.completed.get(&h.psn) {
@@ -701,6 +737,8 @@ impl HostProtocol for DsaServer {
             if at > now {
                 break;
             }
+            // Removed here too, so a deadline can never outlive its entry and spin this loop.
+            self.deadlines.remove(&(at, psn));
             self.reminder(now, psn);
         }
     }
@@ -728,6 +766,8 @@ impl HostProtocol for DsaServer {
             ("reminders", c.reminders),
             ("fetches", c.fetches),
             ("pending", self.entries.len() as u64),
+            ("malformed", c.malformed),
+            ("abandoned", c.abandoned),
         ]
     }
 }
@@ -889,6 +929,39 @@ mod tests {
         }
         let out = drain(&mut ps, 2);
         assert_eq!(out[0].payload.as_deref(), Some(&Payload::I32(vec![10; 62])), "each worker counted once");
+    }
+
+    #[test]
+    fn a_forged_fragment_is_given_up_and_forged_results_are_dropped() {
+        // Found in review: an entry for a PSN no worker sent was reminded forever, and a
+        // RESULT naming only some workers finished an entry with its values.
+        let mut ps = DsaServer::new(cfg(4));
+        ps.handle_packet(0, contribution(DsaKind::Grad, 0xFFFF_FFF0, 0b0001, 1, 0));
+        ps.handle_packet(1, contribution(DsaKind::FetchResp, 0xFFFF_FFF0, 0b0011, 9, DsaHeader::FLAG_RESULT));
+        ps.handle_packet(2, contribution(DsaKind::Grad, 0xFFFF_FFF0, 0b0110, 9, 0));
+        assert_eq!((counter(&ps, "malformed"), ps.pending()), (2, 1));
+        let mut t = 0;
+        while let Some(at) = ps.poll_timeout() {
+            assert!(at > t && at < 100 * MS, "reminders end");
+            t = at;
+            ps.handle_timeout(t);
+            drain(&mut ps, t);
+        }
+        assert_eq!((ps.pending(), counter(&ps, "abandoned"), counter(&ps, "reminders")), (0, 1, MAX_REMINDERS as u64));
+    }
+
+    #[test]
+    fn an_ack_with_the_wrong_number_of_values_is_dropped() {
+        let mut w = DsaWorker::new(cfg(2), 0);
+        submit(&mut w, 62);
+        drain(&mut w, 0);
+        let mut short = ack(0, 2, 5);
+        short.payload = Some(Box::new(Payload::I32(vec![5; 10])));
+        w.handle_packet(10, short);
+        assert!(w.poll_event().is_none());
+        assert_eq!(counter(&w, "malformed"), 1);
+        w.handle_packet(11, ack(0, 2, 5));
+        assert!(matches!(w.poll_event(), Some(HostEvent::Done { id: 7, .. })));
     }
 
     #[test]

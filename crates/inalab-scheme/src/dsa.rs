@@ -235,7 +235,6 @@ impl Scheme for Dsa {
             let adm = DsaSwitchJob {
                 ps,
                 workers,
-                packet_bytes: c.ina.packet_bytes,
                 policy,
                 ps_ack_frees: c.ina.ps_ack_frees,
             };

@@ -57,9 +57,6 @@ pub struct DsaSwitchJob {
     pub ps: Endpoint,
     /// The workers, by rank: the multicast group of results and the bits of the bitmap.
     pub workers: Vec<Endpoint>,
-    /// Bytes on the wire of the job's value-carrying packets (a reminder's reply with a
-    /// partial is one).
-    pub packet_bytes: u32,
     /// How the job's packets contend for a held aggregator.
     pub policy: DsaPolicy,
     /// An ACK from the job's PS frees an aggregator still holding its key (a leak guard that
@@ -81,6 +78,8 @@ struct Aggregator {
     retx: bool,
     /// Met a collision while held (as the incumbent or as the winner's new task).
     collided: bool,
+    /// Bytes of the packet that reserved it (what its eviction or reminder reply weighs).
+    size: u32,
     since: Time,
 }
 
@@ -101,6 +100,8 @@ struct Counters {
     /// Sum over freed aggregators of the time they were held, ps (occupation, Fig. 1).
     held_ps: u64,
     freed: u64,
+    /// Gradients naming other than one worker, or values that do not fit the aggregator.
+    malformed: u64,
     /// Aggregators freed after being held < 1 us, < 10 us, < 100 us, < 1 ms, >= 1 ms.
     held_hist: [u64; 5],
     /// Fragments completed on the switch that never met a collision (the paper's type I),
@@ -174,16 +175,15 @@ impl DsaSwitch {
     }
 
     fn aggregator_of(h: &DsaHeader, pkt: &Packet, now: Time) -> Aggregator {
-        Aggregator { job: h.job, psn: h.psn, bitmap: h.bitmap, priority: h.priority, fan_in: h.fan_in, values: values(pkt), ecn: pkt.ecn || h.has(DsaHeader::FLAG_ECN), retx: h.has(DsaHeader::FLAG_RETX), collided: false, since: now }
+        Aggregator { job: h.job, psn: h.psn, bitmap: h.bitmap, priority: h.priority, fan_in: h.fan_in, values: values(pkt), ecn: pkt.ecn || h.has(DsaHeader::FLAG_ECN), retx: h.has(DsaHeader::FLAG_RETX), collided: false, size: pkt.size, since: now }
     }
 
     /// A packet carrying aggregator `a`'s contents as `kind` toward `dst`.
     fn packet_of(a: &Aggregator, kind: DsaKind, mut pkt: Packet, dst: Endpoint) -> Packet {
         let flags = if a.ecn { DsaHeader::FLAG_ECN } else { 0 } | if a.retx && kind != DsaKind::Ack { DsaHeader::FLAG_RETX } else { 0 };
         pkt.header = Header::Dsa(DsaHeader { job: a.job, psn: a.psn, bitmap: a.bitmap, priority: a.priority, fan_in: a.fan_in, kind, flags });
-        if let Some(v) = &a.values {
-            pkt.payload = Some(Box::new(Payload::I32(v.clone())));
-        }
+        pkt.payload = a.values.as_ref().map(|v| Box::new(Payload::I32(v.clone())));
+        pkt.size = a.size;
         pkt.dst = dst.host;
         pkt.dst_port = dst.port;
         pkt.ecn = false;
@@ -226,6 +226,15 @@ impl DsaSwitch {
                 self.aggs.insert(i, Self::aggregator_of(&h, &pkt, now));
             }
             Some(a) if a.job == h.job && a.psn == h.psn => {
+                let fits = match (&a.values, pkt.payload.as_deref()) {
+                    (None, None) => true,
+                    (Some(acc), Some(Payload::I32(v))) => acc.len() == v.len(),
+                    _ => false,
+                };
+                if !fits {
+                    self.c.malformed += 1;
+                    return out.push(SwitchAction::Drop { pkt, reason: "dsa_malformed" });
+                }
                 a.ecn |= pkt.ecn || h.has(DsaHeader::FLAG_ECN);
                 if a.bitmap & h.bitmap != 0 {
                     self.c.duplicates += 1;
@@ -265,15 +274,14 @@ impl DsaSwitch {
     }
 
     fn on_remind(&mut self, now: Time, h: DsaHeader, mut pkt: Packet, out: &mut Vec<SwitchAction>) {
-        let Some((ps, size)) = self.jobs.get(&h.job).map(|j| (j.ps, j.packet_bytes)) else {
+        let Some(ps) = self.jobs.get(&h.job).map(|j| j.ps) else {
             return out.push(SwitchAction::Route { pkt });
         };
         self.c.reminders += 1;
         let i = self.index(h.job, h.psn);
         if self.holds(i, &h) {
             let a = self.take(now, i).expect("held");
-            let mut resp = Self::packet_of(&a, DsaKind::RemindSwResp, pkt, ps);
-            resp.size = size;
+            let resp = Self::packet_of(&a, DsaKind::RemindSwResp, pkt, ps);
             return out.push(SwitchAction::Route { pkt: resp });
         }
         self.c.reminders_empty += 1;
@@ -308,6 +316,11 @@ impl SwitchProgram for DsaSwitch {
         let from_ps = pkt.src == job.ps.host && pkt.src_port == job.ps.port;
         let fits = h.fan_in as usize == job.workers.len() && !self.aggs.is_empty();
         match h.kind {
+            // A gradient names exactly one worker; anything else is counted and dropped.
+            DsaKind::Grad if fits && !from_ps && h.bitmap.count_ones() != 1 => {
+                self.c.malformed += 1;
+                out.push(SwitchAction::Drop { pkt, reason: "dsa_malformed" })
+            }
             DsaKind::Grad if fits && !from_ps => self.on_grad(now, h, pkt, out),
             DsaKind::RemindSw if from_ps => self.on_remind(now, h, pkt, out),
             DsaKind::Ack if from_ps => self.on_ps_ack(now, h, pkt, out),
@@ -360,6 +373,7 @@ impl SwitchProgram for DsaSwitch {
             ("multicast_copies", c.multicast_copies),
             ("occupation_ps_total", c.held_ps),
             ("aggregators_freed", c.freed),
+            ("malformed", c.malformed),
             ("held_under_1us", c.held_hist[0]),
             ("held_under_10us", c.held_hist[1]),
             ("held_under_100us", c.held_hist[2]),
@@ -385,8 +399,8 @@ mod tests {
     fn switch(aggs: u32, policy: DsaPolicy) -> DsaSwitch {
         let mut s = DsaSwitch::new(DsaSwitchConfig { aggregators: aggs, seed: 7 });
         let w = |hosts: &[NodeId]| hosts.iter().map(|&host| Endpoint { host, port: 1 }).collect();
-        s.admit(1, Admission::new(DsaSwitchJob { ps: PS1, workers: w(&[0, 1, 2, 3]), packet_bytes: 306, policy, ps_ack_frees: true })).unwrap();
-        s.admit(2, Admission::new(DsaSwitchJob { ps: PS2, workers: w(&[10, 11]), packet_bytes: 306, policy, ps_ack_frees: true })).unwrap();
+        s.admit(1, Admission::new(DsaSwitchJob { ps: PS1, workers: w(&[0, 1, 2, 3]), policy, ps_ack_frees: true })).unwrap();
+        s.admit(2, Admission::new(DsaSwitchJob { ps: PS2, workers: w(&[10, 11]), policy, ps_ack_frees: true })).unwrap();
         s
     }
 
@@ -534,6 +548,32 @@ mod tests {
     }
 
     #[test]
+    fn forged_bitmaps_and_values_that_do_not_fit_are_counted_and_dropped() {
+        // Found in review: a zero bitmap passed the duplicate test and was added again and
+        // again; a short payload set its bit and left its values out of the sum.
+        let mut s = switch(64, DsaPolicy::Dsa);
+        run(&mut s, grad(1, 5, 0, 100, 1));
+        let mut zero = grad(1, 5, 0, 100, 1000);
+        if let Header::Dsa(h) = &mut zero.header {
+            h.bitmap = 0;
+        }
+        let mut many = grad(1, 5, 1, 100, 1000);
+        if let Header::Dsa(h) = &mut many.header {
+            h.bitmap = 0b1110;
+        }
+        let mut short = grad(1, 5, 1, 100, 1000);
+        short.payload = Some(Box::new(Payload::I32(vec![1000; 10])));
+        for p in [zero, many, short] {
+            assert!(matches!(run(&mut s, p).as_slice(), [SwitchAction::Drop { reason: "dsa_malformed", .. }]));
+        }
+        assert_eq!(counter(&s, "malformed"), 3);
+        run(&mut s, grad(1, 5, 1, 100, 1));
+        run(&mut s, grad(1, 5, 2, 100, 1));
+        let out = routed(&run(&mut s, grad(1, 5, 3, 100, 1)));
+        assert!(out.len() == 4 && out.iter().all(|o| o.2 == 4), "the sum of the four real gradients: {out:?}");
+    }
+
+    #[test]
     fn release_frees_the_jobs_aggregators_only() {
         let mut s = switch(64, DsaPolicy::Dsa);
         run(&mut s, grad(1, 5, 0, 100, 1));
@@ -541,6 +581,6 @@ mod tests {
         run(&mut s, grad(2, 5, 0, 100, 1));
         assert_eq!(s.release(1), 2);
         assert_eq!(s.aggregators_in_use(), 1);
-        assert!(s.admit(70_000, Admission::new(DsaSwitchJob { ps: PS1, workers: vec![PS1], packet_bytes: 306, policy: DsaPolicy::Dsa, ps_ack_frees: true })).is_err());
+        assert!(s.admit(70_000, Admission::new(DsaSwitchJob { ps: PS1, workers: vec![PS1], policy: DsaPolicy::Dsa, ps_ack_frees: true })).is_err());
     }
 }
