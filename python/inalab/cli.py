@@ -355,7 +355,7 @@ def _status_line(kind: str, st: dict) -> str:
 
 @app.command()
 def switch(
-    program: Annotated[str, typer.Option(help="Switch programs: a scheme with one (switchml, atp), or several joined by commas.")] = "switchml",
+    program: Annotated[str, typer.Option(help="Switch programs: a scheme with one (switchml, atp, dsa), or several joined by commas.")] = "switchml",
     udp: Annotated[str, typer.Option(help="Data-plane UDP address (ip:port).")] = "127.0.0.1:9000",
     control: Annotated[str, typer.Option(help="Control-plane TCP address (ip:port).")] = "127.0.0.1:9100",
     node: Annotated[int, typer.Option(help="Node id, 1-65535, unique among the switches and PS.")] = 1,
