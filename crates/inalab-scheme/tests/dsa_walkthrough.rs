@@ -52,16 +52,7 @@ fn value(p: &Packet) -> i32 {
 
 #[test]
 fn fig3_preemption_and_the_reminder() {
-    let (ps1, ps2) = (Endpoint { host: 50, port: 9 }, Endpoint { host: 51, port: 9 });
-    let job1: Vec<Endpoint> = (1..=4).map(ep).collect();
-    let job2: Vec<Endpoint> = (5..=6).map(ep).collect();
-    let mut sw = DsaSwitch::new(DsaSwitchConfig { aggregators: 1, seed: 1 });
-    for (id, ps, workers) in [(1u32, ps1, &job1), (2, ps2, &job2)] {
-        let adm = DsaSwitchJob { ps, workers: workers.clone(), policy: DsaPolicy::Dsa, ps_ack_frees: true };
-        sw.admit(id, Admission::new(adm)).unwrap();
-    }
-    let cfg = DsaConfig { job: 1, workers: job1.clone(), ps: ps1, header_bytes: 58, aimd: AimdConfig::default(), min_rto_ps: MS, retx_before_notify: 3, multicast: true, scale: 1e8 };
-    let mut ps = DsaServer::new(cfg);
+    let (mut sw, mut ps, ps1, ps2) = two_jobs();
     // One aggregator: every key shares it. (1) (2) g1, g2 reserve it for job 1.
     assert!(to_switch(&mut sw, 0, grad(1, 0, 0, 4, 100, 1, ps1, 1)).is_empty());
     assert!(to_switch(&mut sw, 1, grad(1, 0, 1, 4, 100, 2, ps1, 2)).is_empty());
@@ -97,4 +88,73 @@ fn fig3_preemption_and_the_reminder() {
     assert_eq!(copies.iter().map(|p| (p.dst, hdr(p).bitmap, value(p))).collect::<Vec<_>>(), (1..=4).map(|w| (w, 0b1111, 10)).collect::<Vec<_>>());
     assert_eq!(ps.pending(), 0);
     assert!(ps.poll_timeout().is_none(), "no timer left");
+}
+
+/// Job 1 (4 workers, PS1) and job 2 (2 workers, PS2) on a one-aggregator switch.
+fn two_jobs() -> (DsaSwitch, DsaServer, Endpoint, Endpoint) {
+    let (ps1, ps2) = (Endpoint { host: 50, port: 9 }, Endpoint { host: 51, port: 9 });
+    let job1: Vec<Endpoint> = (1..=4).map(ep).collect();
+    let mut sw = DsaSwitch::new(DsaSwitchConfig { aggregators: 1, seed: 1 });
+    for (id, ps, workers) in [(1u32, ps1, job1.clone()), (2, ps2, (5..=6).map(ep).collect())] {
+        sw.admit(id, Admission::new(DsaSwitchJob { ps, workers, policy: DsaPolicy::Dsa, ps_ack_frees: true })).unwrap();
+    }
+    let cfg = DsaConfig { job: 1, workers: job1, ps: ps1, header_bytes: 58, aimd: AimdConfig::default(), min_rto_ps: MS, retx_before_notify: 3, multicast: true, scale: 1e8 };
+    (sw, DsaServer::new(cfg), ps1, ps2)
+}
+
+#[test]
+fn t6_when_the_rest_also_loses_the_ps_completes_without_a_reminder() {
+    let (mut sw, mut ps, ps1, ps2) = two_jobs();
+    to_switch(&mut sw, 0, grad(1, 0, 0, 4, 100, 1, ps1, 1));
+    let evicted = to_switch(&mut sw, 1, grad(2, 0, 0, 2, 1000, 5, ps2, 50));
+    ps.handle_packet(2, evicted.into_iter().next().unwrap());
+    // W2..W4 meet job 2's higher-priority aggregator and lose: each goes on to PS1.
+    for (rank, v) in [(1, 2), (2, 3), (3, 4)] {
+        let out = to_switch(&mut sw, 3, grad(1, 0, rank, 4, 100, rank + 1, ps1, v));
+        assert_eq!((out[0].dst, hdr(&out[0]).kind), (ps1.host, DsaKind::Grad));
+        ps.handle_packet(4, out.into_iter().next().unwrap());
+    }
+    let ack: Vec<Packet> = std::iter::from_fn(|| ps.poll_transmit(4)).collect();
+    assert_eq!((ack.len(), hdr(&ack[0]).kind, value(&ack[0])), (1, DsaKind::Ack, 10));
+    let c: std::collections::HashMap<_, _> = ps.counters().into_iter().collect();
+    assert_eq!((c["reminders"], c["completed"], ps.pending()), (0, 1, 0));
+}
+
+#[test]
+fn t11_a_leaked_aggregator_yields_after_downgrades_and_its_eviction_is_dropped() {
+    // Job 1 finished PSN 0 on the switch; a late retransmission of W1 reserves the aggregator
+    // again, where it can never fill (a leak). Job 2's low-priority packets lose and halve it
+    // until one wins; the leak's eviction reaches PS1, which asks the workers (the RETX flag
+    // travels with it), and their RESULT replies retire the entry.
+    let (mut sw, mut ps, ps1, ps2) = two_jobs();
+    for rank in 0..4 {
+        to_switch(&mut sw, 0, grad(1, 0, rank, 4, 100, rank + 1, ps1, 1));
+    }
+    assert_eq!(sw.aggregators_in_use(), 0);
+    let mut late = grad(1, 0, 0, 4, 100, 1, ps1, 1);
+    if let Header::Dsa(h) = &mut late.header {
+        h.flags |= DsaHeader::FLAG_RETX;
+    }
+    assert!(to_switch(&mut sw, 10, late).is_empty());
+    assert_eq!(sw.aggregators_in_use(), 1, "the leak");
+    // 100 -> 50 -> 25 -> 12 -> 6 -> 3: five losses at priority 5, the sixth wins.
+    let mut losses = 0;
+    let evicted = loop {
+        let out = to_switch(&mut sw, 20, grad(2, 0, 0, 2, 5, 5, ps2, 7));
+        if hdr(&out[0]).kind == DsaKind::Evict {
+            break out.into_iter().next().unwrap();
+        }
+        losses += 1;
+        assert!(losses < 32, "a leak yields after at most 32 halvings");
+    };
+    assert_eq!(losses, 5);
+    assert!(hdr(&evicted).has(DsaHeader::FLAG_RETX));
+    ps.handle_packet(21, evicted);
+    let asked: Vec<Packet> = std::iter::from_fn(|| ps.poll_transmit(21)).collect();
+    assert_eq!(asked.iter().filter(|p| hdr(p).kind == DsaKind::Fetch).count(), 3, "at once, not an RTO later");
+    let full = DsaHeader { job: 1, psn: 0, bitmap: 0b1111, priority: 100, fan_in: 4, kind: DsaKind::FetchResp, flags: DsaHeader::FLAG_RESULT };
+    let mut result = Packet::new(2, 1, ps1.host, ps1.port, 306, Header::Dsa(full));
+    result.payload = Some(Box::new(Payload::I32(vec![4; 62])));
+    ps.handle_packet(22, result);
+    assert_eq!(ps.pending(), 0);
 }
