@@ -631,12 +631,11 @@ impl DsaServer {
             self.c.malformed += 1;
             return;
         }
+        // Values the packet's size accounts for (its count in metadata mode).
+        let n = pkt.size.saturating_sub(self.cfg.header_bytes) as usize / 4;
         if let Some(done) = self.completed.get(&h.psn) {
             if h.kind == DsaKind::Notify {
-                let (v, n) = (
-                    done.clone(),
-                    pkt.size.saturating_sub(self.cfg.header_bytes) as usize / 4,
-                );
+                let v = done.clone();
                 self.send_ack(h.psn, h.priority, false, v.as_deref(), n);
             } else {
                 self.c.stale += 1;
@@ -644,13 +643,11 @@ impl DsaServer {
             return;
         }
         if h.kind == DsaKind::FetchResp && h.has(DsaHeader::FLAG_RESULT) {
-            let n = pkt.size.saturating_sub(self.cfg.header_bytes) as usize / 4;
             let e = self.entry(now, h, n);
             e.values = i32s(pkt).map(<[i32]>::to_vec);
             e.bitmap = full;
             return self.finish(now, h.psn);
         }
-        let n = pkt.size.saturating_sub(self.cfg.header_bytes) as usize / 4;
         let e = self.entry(now, h, n);
         e.ecn |= h.has(DsaHeader::FLAG_ECN) || pkt.ecn;
         if e.bitmap & h.bitmap == 0 {

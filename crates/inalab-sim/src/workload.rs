@@ -220,6 +220,8 @@ impl Workloads {
                 }
             }
             let nl = layers.len();
+            let config = serde_json::Value::Object(js.config.clone());
+            let scheme = inalab_scheme::scheme_of(&config).ok();
             let topo = world.topology();
             let rate_bps = topo.links[topo.nodes[job.workers[0] as usize].ports[0].link as usize].rate_bps.max(1);
             let comm_ps = layers.iter().map(|l| l.0 as f64 * 8.0 * inalab_core::time::S as f64 / rate_bps as f64).sum::<f64>();
@@ -256,12 +258,11 @@ impl Workloads {
                 failures: vec![],
                 payload_checked: 0,
                 payload_errors: 0,
-                quantization: inalab_scheme::scheme_of(&serde_json::Value::Object(js.config.clone()))
-                    .map_or(Quantization::None, |s| s.quantization(&serde_json::Value::Object(js.config.clone()))),
+                quantization: scheme.map_or(Quantization::None, |s| s.quantization(&config)),
                 comm_over_comp,
                 rate_bps,
                 groups,
-                scheme: inalab_scheme::scheme_of(&serde_json::Value::Object(js.config.clone())).ok().map(|s| (s, serde_json::Value::Object(js.config.clone()))),
+                scheme: scheme.map(|s| (s, config)),
                 expected: HashMap::new(),
             });
             if iterations == 0 {

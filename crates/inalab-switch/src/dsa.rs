@@ -121,10 +121,15 @@ pub struct DsaSwitch {
     c: Counters,
 }
 
-fn values(pkt: &Packet) -> Option<Vec<i32>> {
-    match pkt.payload.as_deref() {
-        Some(Payload::I32(v)) => Some(v.clone()),
-        _ => None,
+/// Moves a packet's int32 values out (the aggregator keeps them; the packet is consumed or
+/// rebuilt from an aggregator, so no copy is needed).
+fn take_values(pkt: &mut Packet) -> Option<Vec<i32>> {
+    match pkt.payload.take().map(|b| *b) {
+        Some(Payload::I32(v)) => Some(v),
+        other => {
+            pkt.payload = other.map(Box::new);
+            None
+        }
     }
 }
 
@@ -174,15 +179,16 @@ impl DsaSwitch {
         }
     }
 
-    fn aggregator_of(h: &DsaHeader, pkt: &Packet, now: Time) -> Aggregator {
-        Aggregator { job: h.job, psn: h.psn, bitmap: h.bitmap, priority: h.priority, fan_in: h.fan_in, values: values(pkt), ecn: pkt.ecn || h.has(DsaHeader::FLAG_ECN), retx: h.has(DsaHeader::FLAG_RETX), collided: false, size: pkt.size, since: now }
+    fn aggregator_of(h: &DsaHeader, pkt: &mut Packet, now: Time) -> Aggregator {
+        let values = take_values(pkt);
+        Aggregator { job: h.job, psn: h.psn, bitmap: h.bitmap, priority: h.priority, fan_in: h.fan_in, values, ecn: pkt.ecn || h.has(DsaHeader::FLAG_ECN), retx: h.has(DsaHeader::FLAG_RETX), collided: false, size: pkt.size, since: now }
     }
 
     /// A packet carrying aggregator `a`'s contents as `kind` toward `dst`.
-    fn packet_of(a: &Aggregator, kind: DsaKind, mut pkt: Packet, dst: Endpoint) -> Packet {
+    fn packet_of(a: Aggregator, kind: DsaKind, mut pkt: Packet, dst: Endpoint) -> Packet {
         let flags = if a.ecn { DsaHeader::FLAG_ECN } else { 0 } | if a.retx && kind != DsaKind::Ack { DsaHeader::FLAG_RETX } else { 0 };
         pkt.header = Header::Dsa(DsaHeader { job: a.job, psn: a.psn, bitmap: a.bitmap, priority: a.priority, fan_in: a.fan_in, kind, flags });
-        pkt.payload = a.values.as_ref().map(|v| Box::new(Payload::I32(v.clone())));
+        pkt.payload = a.values.map(|v| Box::new(Payload::I32(v)));
         pkt.size = a.size;
         pkt.dst = dst.host;
         pkt.dst_port = dst.port;
@@ -213,17 +219,18 @@ impl DsaSwitch {
             self.c.type1 += 1;
         }
         let first = self.jobs[&a.job].workers[0];
-        let ack = Self::packet_of(&a, DsaKind::Ack, pkt, first);
-        self.multicast(a.job, ack, out);
+        let job = a.job;
+        let ack = Self::packet_of(a, DsaKind::Ack, pkt, first);
+        self.multicast(job, ack, out);
     }
 
-    fn on_grad(&mut self, now: Time, h: DsaHeader, pkt: Packet, out: &mut Vec<SwitchAction>) {
+    fn on_grad(&mut self, now: Time, h: DsaHeader, mut pkt: Packet, out: &mut Vec<SwitchAction>) {
         let i = self.index(h.job, h.psn);
         let full = DsaHeader::full_bitmap(h.fan_in);
         match self.aggs.get_mut(i) {
             None => {
                 self.c.reserved += 1;
-                self.aggs.insert(i, Self::aggregator_of(&h, &pkt, now));
+                self.aggs.insert(i, Self::aggregator_of(&h, &mut pkt, now));
             }
             Some(a) if a.job == h.job && a.psn == h.psn => {
                 let fits = match (&a.values, pkt.payload.as_deref()) {
@@ -261,10 +268,11 @@ impl DsaSwitch {
                 self.c.preemptions += 1;
                 let evicted = self.take(now, i).expect("held");
                 self.c.reserved += 1;
-                self.aggs.insert(i, Self::aggregator_of(&h, &pkt, now)).collided = true;
+                self.aggs.insert(i, Self::aggregator_of(&h, &mut pkt, now)).collided = true;
                 // Only admitted jobs hold aggregators (a release frees them).
                 let ps = self.jobs[&evicted.job].ps;
-                out.push(SwitchAction::Route { pkt: Self::packet_of(&evicted, DsaKind::Evict, pkt.clone(), ps) });
+                // The winner's values moved into the aggregator: this clone carries no payload.
+                out.push(SwitchAction::Route { pkt: Self::packet_of(evicted, DsaKind::Evict, pkt.clone(), ps) });
             }
         }
         if self.aggs.get(i).is_some_and(|a| a.bitmap == full) {
@@ -281,7 +289,7 @@ impl DsaSwitch {
         let i = self.index(h.job, h.psn);
         if self.holds(i, &h) {
             let a = self.take(now, i).expect("held");
-            let resp = Self::packet_of(&a, DsaKind::RemindSwResp, pkt, ps);
+            let resp = Self::packet_of(a, DsaKind::RemindSwResp, pkt, ps);
             return out.push(SwitchAction::Route { pkt: resp });
         }
         self.c.reminders_empty += 1;
