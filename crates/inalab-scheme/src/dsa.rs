@@ -21,7 +21,7 @@ use inalab_core::time::MS;
 use inalab_core::wire::DsaHeader;
 use inalab_core::{Admission, Endpoint, NodeId, SwitchProgram};
 use inalab_host::{AimdConfig, DsaConfig, DsaServer, DsaWorker, Quantized};
-use inalab_switch::{DsaPolicy, DsaSwitch, DsaSwitchConfig, DsaSwitchJob};
+use inalab_switch::{DsaIndex, DsaPolicy, DsaSwitch, DsaSwitchConfig, DsaSwitchJob};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -37,12 +37,21 @@ pub enum DsaPolicyName {
     Fcfs,
 }
 
+/// How the switch addresses a fragment to an aggregator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DsaIndexName {
+    Hash,
+    Consecutive,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DsaIna {
     pub packet_bytes: u32,
     pub header_bytes: u32,
     pub policy: DsaPolicyName,
+    pub index: DsaIndexName,
     pub min_rto_ps: u64,
     pub retx_before_notify: u32,
     pub ps_ack_frees: bool,
@@ -56,6 +65,7 @@ impl Default for DsaIna {
             packet_bytes: 306,
             header_bytes: 58,
             policy: DsaPolicyName::Dsa,
+            index: DsaIndexName::Consecutive,
             min_rto_ps: MS,
             retx_before_notify: 3,
             ps_ack_frees: true,
@@ -72,7 +82,7 @@ pub struct DsaParams {
     pub ina: DsaIna,
 }
 
-const INA_PARAMS: [Param; 8] = [
+const INA_PARAMS: [Param; 9] = [
     Param { name: "ina.packet_bytes", default: "306", unit: "bytes", doc: "Bytes on the wire per gradient packet, headers included (DSA §VII-B: 306, as ATP)." },
     Param { name: "ina.header_bytes", default: "58", unit: "bytes", doc: "Header bytes of a gradient packet (42 B Ethernet/IPv4/UDP + 16 B DSA); the rest carries 32-bit values." },
     Param {
@@ -80,6 +90,12 @@ const INA_PARAMS: [Param; 8] = [
         default: "\"dsa\"",
         unit: "",
         doc: "Who wins a collision on the switch: \"dsa\" = the packet if its priority is strictly higher, a loser halves the aggregator's priority; \"always-preempt\" and \"preempt-half\" = the paper's two strawmen (every collision, or one in two by a seeded coin, no downgrading); \"fcfs\" = never (an ablation that keeps completion on the switch).",
+    },
+    Param {
+        name: "ina.index",
+        default: "\"consecutive\"",
+        unit: "",
+        doc: "How the switch addresses a fragment to an aggregator: \"consecutive\" = a hashed offset per job and consecutive PSNs on consecutive aggregators, so a window smaller than the array never collides with itself (\"hashing as in statistical INA\", DSA §III-A: ATP's per-job slot table does likewise); \"hash\" = Hash(job, PSN) per fragment (spec §1.4), so a job's fragments in flight also collide with each other (a lone 8-worker job under the paper's send jitter: 1.45x slower, docs/dsa.md).",
     },
     Param { name: "ina.min_rto_ps", default: "1000000000", unit: "ps", doc: "Floor and initial value of the workers' and the PS's timeouts (RFC 6298 estimates of RTT and of entry lifetimes, no back-off; DSA §VI: 1 ms)." },
     Param { name: "ina.retx_before_notify", default: "3", unit: "", doc: "Retransmissions of a fragment before the worker sends the PS a NOTIFY with its gradient, repeated every timeout (DSA §IV-B: 3)." },
@@ -237,6 +253,10 @@ impl Scheme for Dsa {
                 workers,
                 policy,
                 ps_ack_frees: c.ina.ps_ack_frees,
+                index: match c.ina.index {
+                    DsaIndexName::Hash => DsaIndex::Hash,
+                    DsaIndexName::Consecutive => DsaIndex::Consecutive,
+                },
             };
             plan.admissions.push(SwitchAdmission {
                 switch: ps_rack,

@@ -8,7 +8,7 @@ use inalab_core::time::MS;
 use inalab_core::wire::{DsaHeader, DsaKind, Header};
 use inalab_core::{Admission, Endpoint, HostProtocol, Packet, Payload, SwitchAction, SwitchProgram};
 use inalab_host::{AimdConfig, DsaConfig, DsaServer};
-use inalab_switch::{DsaPolicy, DsaSwitch, DsaSwitchConfig, DsaSwitchJob};
+use inalab_switch::{DsaIndex, DsaPolicy, DsaSwitch, DsaSwitchConfig, DsaSwitchJob};
 use inalab_testkit::IdleCtx;
 
 const CTX: IdleCtx = IdleCtx { node: 100, ports: 16 };
@@ -96,7 +96,7 @@ fn two_jobs() -> (DsaSwitch, DsaServer, Endpoint, Endpoint) {
     let job1: Vec<Endpoint> = (1..=4).map(ep).collect();
     let mut sw = DsaSwitch::new(DsaSwitchConfig { aggregators: 1, seed: 1 });
     for (id, ps, workers) in [(1u32, ps1, job1.clone()), (2, ps2, (5..=6).map(ep).collect())] {
-        sw.admit(id, Admission::new(DsaSwitchJob { ps, workers, policy: DsaPolicy::Dsa, ps_ack_frees: true })).unwrap();
+        sw.admit(id, Admission::new(DsaSwitchJob { ps, workers, policy: DsaPolicy::Dsa, ps_ack_frees: true, index: DsaIndex::Hash })).unwrap();
     }
     let cfg = DsaConfig { job: 1, workers: job1, ps: ps1, header_bytes: 58, aimd: AimdConfig::default(), min_rto_ps: MS, retx_before_notify: 3, multicast: true, scale: 1e8 };
     (sw, DsaServer::new(cfg), ps1, ps2)

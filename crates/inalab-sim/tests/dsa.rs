@@ -66,6 +66,23 @@ fn t1_one_job_completes_on_the_switch_and_the_ps_sees_nothing() {
 }
 
 #[test]
+fn a_jittered_lone_job_collides_with_itself_only_under_the_per_psn_hash() {
+    // Workers up to 100 us apart keep hundreds of fragments half-aggregated. Consecutive
+    // PSNs on consecutive aggregators (the default) never meet their own job within an
+    // array larger than the window; hashing each PSN on its own does (docs/dsa.md).
+    let run = |index: &str| {
+        let mut j = dsa_job(0, hosts(0..8), "h8", 4 * 62 * 4_000, 1, "dsa");
+        j["ina"]["index"] = json!(index);
+        j["jitter_ps"] = json!(100 * US);
+        let r = simulate(&dsa_spec(star(9, US), vec![j], 4096));
+        assert_exact(&r);
+        counter(&r, "collisions")
+    };
+    assert_eq!(run("consecutive"), 0);
+    assert!(run("hash") > 0);
+}
+
+#[test]
 fn jobs_contending_for_a_small_array_preempt_and_still_sum_exactly() {
     // Four jobs of 4 workers, 16 aggregators: collisions on almost every packet.
     for policy in ["dsa", "always-preempt", "preempt-half", "fcfs"] {

@@ -51,6 +51,18 @@ impl DsaSwitchConfig {
     }
 }
 
+/// How a fragment is addressed to an aggregator: Hash(JobID, PSN) (DSA §III-B).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DsaIndex {
+    /// Each PSN hashed on its own (spec §1.4): a job's fragments in flight collide with
+    /// each other as often as with other jobs'.
+    Hash,
+    /// A hashed offset per job, then consecutive PSNs on consecutive aggregators, so a job's
+    /// window smaller than the array never collides with itself, "as in statistical INA"
+    /// (§III-A: ATP gives each job distinct aggregators for its slots).
+    Consecutive,
+}
+
 /// A job's control-plane entry at the switch that aggregates it (spec §1.4 item 3).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DsaSwitchJob {
@@ -62,6 +74,7 @@ pub struct DsaSwitchJob {
     /// An ACK from the job's PS frees an aggregator still holding its key (a leak guard that
     /// is not in the paper, spec §4 item 14).
     pub ps_ack_frees: bool,
+    pub index: DsaIndex,
 }
 
 #[derive(Debug, Clone)]
@@ -140,7 +153,12 @@ impl DsaSwitch {
 
     /// The aggregator of (job, psn): a hash the switch computes, not the worker (§III-B).
     pub fn index(&self, job: u16, psn: u32) -> usize {
-        (splitmix64((job as u64) << 32 | psn as u64) % self.aggs.len().max(1) as u64) as usize
+        let n = self.aggs.len().max(1) as u64;
+        let key = match self.jobs.get(&job).map_or(DsaIndex::Hash, |j| j.index) {
+            DsaIndex::Hash => splitmix64((job as u64) << 32 | psn as u64),
+            DsaIndex::Consecutive => splitmix64(job as u64) % n + psn as u64,
+        };
+        (key % n) as usize
     }
 
     fn take(&mut self, now: Time, i: usize) -> Option<Aggregator> {
@@ -407,9 +425,22 @@ mod tests {
     fn switch(aggs: u32, policy: DsaPolicy) -> DsaSwitch {
         let mut s = DsaSwitch::new(DsaSwitchConfig { aggregators: aggs, seed: 7 });
         let w = |hosts: &[NodeId]| hosts.iter().map(|&host| Endpoint { host, port: 1 }).collect();
-        s.admit(1, Admission::new(DsaSwitchJob { ps: PS1, workers: w(&[0, 1, 2, 3]), policy, ps_ack_frees: true })).unwrap();
-        s.admit(2, Admission::new(DsaSwitchJob { ps: PS2, workers: w(&[10, 11]), policy, ps_ack_frees: true })).unwrap();
+        s.admit(1, Admission::new(DsaSwitchJob { ps: PS1, workers: w(&[0, 1, 2, 3]), policy, ps_ack_frees: true, index: DsaIndex::Hash })).unwrap();
+        s.admit(2, Admission::new(DsaSwitchJob { ps: PS2, workers: w(&[10, 11]), policy, ps_ack_frees: true, index: DsaIndex::Hash })).unwrap();
         s
+    }
+
+    #[test]
+    fn the_consecutive_index_gives_a_job_one_aggregator_per_psn_in_a_window() {
+        let mut s = switch(1000, DsaPolicy::Dsa);
+        s.jobs.get_mut(&1).unwrap().index = DsaIndex::Consecutive;
+        let first = s.index(1, 0);
+        for psn in 0..2500u32 {
+            assert_eq!(s.index(1, psn), (first + psn as usize) % 1000, "psn {psn}");
+        }
+        // Job 2 keeps the per-PSN hash; an unknown job is hashed too (nothing to look up).
+        assert_eq!(s.index(2, 5), (splitmix64(2 << 32 | 5) % 1000) as usize);
+        assert_eq!(s.index(9, 5), (splitmix64(9 << 32 | 5) % 1000) as usize);
     }
 
     fn grad(job: u16, psn: u32, rank: u32, priority: u32, v: i32) -> Packet {
@@ -589,6 +620,6 @@ mod tests {
         run(&mut s, grad(2, 5, 0, 100, 1));
         assert_eq!(s.release(1), 2);
         assert_eq!(s.aggregators_in_use(), 1);
-        assert!(s.admit(70_000, Admission::new(DsaSwitchJob { ps: PS1, workers: vec![PS1], policy: DsaPolicy::Dsa, ps_ack_frees: true })).is_err());
+        assert!(s.admit(70_000, Admission::new(DsaSwitchJob { ps: PS1, workers: vec![PS1], policy: DsaPolicy::Dsa, ps_ack_frees: true, index: DsaIndex::Hash })).is_err());
     }
 }
