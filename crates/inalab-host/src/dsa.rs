@@ -118,6 +118,9 @@ struct Request {
     float: bool,
 }
 
+/// A fragment's timeout doubles on each expiry, up to 2^6 = 64 RTOs.
+pub const MAX_BACKOFF_DOUBLINGS: u32 = 6;
+
 struct Outstanding {
     sent: Time,
     retx: u32,
@@ -148,7 +151,7 @@ pub struct DsaWorker {
     /// point at which a worker would switch differs with its jitter, and a job whose workers
     /// send its fragments in different orders keeps many half-aggregated for longer than a
     /// timeout (measured: a lone job under 300 us jitter no longer finished). The paper's
-    /// L2p1 -> L1 -> L2p2 is a fixed order an application would impose (docs/dsa.md).
+    /// L2p1 -> L1 -> L2p2 is the order tensors are submitted in (the job's `send_order`).
     unsent: VecDeque<u32>,
     outstanding: BTreeMap<u32, Outstanding>,
     deadlines: BTreeSet<(Time, u32)>,
@@ -394,17 +397,20 @@ impl HostProtocol for DsaWorker {
                 .outstanding
                 .get_mut(&psn)
                 .expect("armed fragments are outstanding");
-            let p = if o.retx < self.cfg.retx_before_notify {
-                o.retx += 1;
+            o.retx += 1;
+            let retx = o.retx;
+            let p = if retx <= self.cfg.retx_before_notify {
                 self.c.retransmits += 1;
                 self.gradient(psn, DsaKind::Grad, DsaHeader::FLAG_RETX)
             } else {
-                o.retx += 1;
                 self.c.notifies += 1;
                 self.gradient(psn, DsaKind::Notify, 0)
             };
             self.urgent.push_back(p);
-            let rto = self.rtt.rto();
+            // Exponential back-off per fragment (RFC 6298 §5.5), which the spec leaves out:
+            // without it a worker whose peers start milliseconds later (a real job's threads)
+            // resends and re-notifies its whole window every millisecond.
+            let rto = self.rtt.rto() << retx.min(MAX_BACKOFF_DOUBLINGS);
             self.arm(psn, now + rto);
         }
         if fired {
@@ -853,20 +859,22 @@ mod tests {
     }
 
     #[test]
-    fn t17_notify_only_after_the_third_retransmission_then_every_rto() {
+    fn t17_notify_only_after_the_third_retransmission_backing_off() {
         let mut w = DsaWorker::new(cfg(2), 1);
         submit(&mut w, 62);
         assert_eq!(drain(&mut w, 0).len(), 1);
         let mut kinds = vec![];
-        for k in 1..=6 {
+        // One RTO (the 1 ms floor) after the send, then doubling: 1, 3, 7, 15, 31, 63, 127,
+        // and 64 RTOs apart from then on.
+        for (k, want) in [1, 3, 7, 15, 31, 63, 127, 191].into_iter().enumerate() {
             let t = w.poll_timeout().expect("armed");
-            assert_eq!(t, k * MS, "one RTO (1 ms floor) after the last send, no back-off");
+            assert_eq!(t, want * MS, "expiry {k}");
             w.handle_timeout(t);
             let out = drain(&mut w, t);
             kinds.extend(out.iter().map(|p| (hdr(p).kind, hdr(p).has(DsaHeader::FLAG_RETX))));
         }
         use DsaKind::*;
-        assert_eq!(kinds, vec![(Grad, true), (Grad, true), (Grad, true), (Notify, false), (Notify, false), (Notify, false)]);
+        assert_eq!(kinds, [[(Grad, true); 3].as_slice(), &[(Notify, false); 5]].concat());
     }
 
     #[test]
