@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "simulate", "analyze", "load_scenario", "Scenario", "Result", "ConfigError", "__version__",
-    "Switch", "ParameterServer", "Client", "quantization_bound", "emulate", "compare", "sweep",
+    "Switch", "ParameterServer", "Client", "TensorContext", "quantization_bound", "emulate", "compare", "sweep",
 ]
 
 try:
@@ -52,7 +52,7 @@ def __getattr__(name: str):
         from .comparison import compare
 
         return compare
-    if name in ("Switch", "ParameterServer", "Client", "quantization_bound"):
+    if name in ("Switch", "ParameterServer", "Client", "TensorContext", "quantization_bound"):
         from . import runtime
 
         return getattr(runtime, name)

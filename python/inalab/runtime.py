@@ -18,7 +18,9 @@ registry (:mod:`inalab.schemes`).
 from __future__ import annotations
 
 import json
+import math
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -148,9 +150,45 @@ class ParameterServer(_Service):
                                         None if fabric is None else json.dumps(fabric))
 
 
+def _context(context: Optional[TensorContext]) -> Optional[tuple]:
+    if context is None:
+        return None
+    if not isinstance(context, TensorContext):
+        raise TypeError(f"context: expected an inalab.TensorContext or None, got {type(context).__name__}")
+    return context._tuple()
+
+
 def _as_f32(array: Any) -> np.ndarray:
     a = np.ascontiguousarray(array, dtype=np.float32)
     return a.reshape(-1)
+
+
+@dataclass(frozen=True)
+class TensorContext:
+    """Where a tensor stands in its model's iteration, for schemes that schedule by it (DSA's
+    priority P = (1/T)(L/l)(Comm/Comp), §V); the others ignore it.
+
+    ``layer``: the tensor's layer, 1-based in forward order (front layers are needed first);
+    ``layers``: the model's layer count; ``comm_over_comp``: an iteration's communication time
+    over its computation time; ``remaining_s``: seconds left in the current iteration."""
+
+    layer: int
+    layers: int
+    comm_over_comp: float
+    remaining_s: float
+
+    def __post_init__(self):
+        if not (isinstance(self.layers, int) and 1 <= self.layers < 2**32):
+            raise ValueError(f"TensorContext.layers: {self.layers!r} is not an integer in 1..2^32-1")
+        if not (isinstance(self.layer, int) and 1 <= self.layer <= self.layers):
+            raise ValueError(f"TensorContext.layer: {self.layer!r} is not an integer in 1..layers ({self.layers})")
+        for name in ("comm_over_comp", "remaining_s"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"TensorContext.{name}: {v!r} is not a finite number >= 0")
+
+    def _tuple(self) -> tuple:
+        return (self.layer, self.layers, float(self.comm_over_comp), float(self.remaining_s))
 
 
 class Client:
@@ -202,18 +240,22 @@ class Client:
         self._c = _core.Client.from_spec(json.dumps(spec), rank, gateway, None if link_rate is None else int(link_rate))
         return self
 
-    def allreduce(self, array: Any, timeout_s: float = 30.0) -> np.ndarray:
+    def allreduce(self, array: Any, timeout_s: float = 30.0, context: Optional[TensorContext] = None) -> np.ndarray:
         """Element-wise sum of ``array`` over the job's workers, as a new float32 array of the
-        same shape. Waits at most ``timeout_s`` seconds (default 30) and raises ``RuntimeError``
+        same shape. ``context`` (a :class:`TensorContext`, default none) tells a scheme that
+        schedules tensors where this one stands (DSA turns it into the packets' priority;
+        without it every tensor has the lowest). Waits at most ``timeout_s`` seconds (default 30) and raises ``RuntimeError``
         naming the cause (switch gone, PS gone, peer rank gone, job released, timeout); Ctrl-C
         raises ``KeyboardInterrupt``. After a timeout or an interrupt this worker is out of step
         with the others, so the client fails every later call."""
         a = _as_f32(array)
-        out = np.frombuffer(self._c.allreduce(a, timeout_s), dtype=np.float32)
+        out = np.frombuffer(self._c.allreduce(a, timeout_s, _context(context)), dtype=np.float32)
         return out.reshape(np.shape(array))
 
-    def allreduce_async(self, array: Any, callback: Optional[Callable[[Optional[np.ndarray], Optional[str]], None]] = None) -> Future:
-        """Starts an allreduce and returns a ``concurrent.futures.Future`` of the sum. If given,
+    def allreduce_async(self, array: Any, callback: Optional[Callable[[Optional[np.ndarray], Optional[str]], None]] = None,
+                        context: Optional[TensorContext] = None) -> Future:
+        """Starts an allreduce (``context`` as for :meth:`allreduce`) and returns a
+        ``concurrent.futures.Future`` of the sum. If given,
         ``callback(result, error)`` runs on the client's completion thread instead (used by the
         PyTorch hook to resolve a ``torch.futures.Future`` without an extra thread hop)."""
         a = _as_f32(array)
@@ -229,7 +271,7 @@ class Client:
             else:
                 fut.set_exception(RuntimeError(err))
 
-        self._c.allreduce_async(a, done)
+        self._c.allreduce_async(a, done, _context(context))
         return fut
 
     @property

@@ -19,6 +19,10 @@ job id (default: a random id rank 0 draws and shares through the process group's
 ``INALAB_JOB_SECRET`` the job's rendezvous secret (default: one rank 0 draws and shares the same
 way, so only the job's own processes can take its ranks).
 
+The hook tells the scheme where each bucket stands in the iteration (:class:`inalab.TensorContext`:
+the bucket's layer, measured communication-to-computation ratio and time left), which DSA turns
+into its packets' priority; see :class:`IterationClock`. The backend sees no buckets and gives none.
+
 The futures the hook and the backend return are resolved on the client's completion thread,
 a Rust thread that takes the GIL only to copy the sum into the gradient bucket; waiting for
 packets never holds the GIL.
@@ -29,6 +33,7 @@ import atexit
 import os
 import random
 import secrets
+import time
 from datetime import timedelta
 from typing import Optional
 
@@ -37,9 +42,9 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _CBackend
 
-from .runtime import Client
+from .runtime import Client, TensorContext
 
-__all__ = ["connect", "allreduce_hook", "InalabBackend", "BACKEND_NAME"]
+__all__ = ["connect", "allreduce_hook", "InalabBackend", "BACKEND_NAME", "IterationClock"]
 
 BACKEND_NAME = "inalab"
 DEFAULT_SWITCH = "127.0.0.1:9100"
@@ -105,7 +110,57 @@ def connect(
     return client
 
 
-def _allreduce_into(client: Client, tensors: list, divide: int) -> torch.futures.Future:
+class IterationClock:
+    """Measures a DDP job's iterations from its gradient buckets, for DSA's priority
+    P = (1/T)(L/l)(Comm/Comp) (§V; spec §1.10's runtime choices):
+
+    - layer l: DDP fills buckets from the last layers backwards, so bucket i of L is layer L - i
+      (a bucket stands for the layers in it); L is learned when a bucket says it is the last;
+    - T: the previous iteration's duration (first bucket to first bucket) minus the time since
+      this iteration's first bucket, at least 1 us;
+    - Comm/Comp: an EWMA (weight ``alpha``, default 0.5) of communication time (first bucket to the
+      last result) over computation time (last result to the next first bucket, plus first to last
+      bucket of the backward pass);
+    - until one iteration has been measured, no context: every tensor has the lowest priority.
+    ``now`` is the clock (seconds), injectable for tests."""
+
+    def __init__(self, alpha: float = 0.5, now=time.monotonic):
+        self.alpha, self.now = alpha, now
+        self.layers: Optional[int] = None
+        self.ratio: Optional[float] = None
+        self.start: Optional[float] = None
+        self.duration: Optional[float] = None
+        self.last_hook = self.last_done = None
+
+    def bucket(self, index: int, is_last: bool) -> Optional[TensorContext]:
+        """Called when bucket ``index`` is handed over; the context to send it with."""
+        t = self.now()
+        if index == 0:
+            if self.start is not None:
+                self.duration = t - self.start
+                if self.last_done is not None and self.last_hook is not None:
+                    comm = self.last_done - self.start
+                    comp = (t - self.last_done) + (self.last_hook - self.start)
+                    if comm > 0 and comp > 0:
+                        r = comm / comp
+                        self.ratio = r if self.ratio is None else self.alpha * r + (1 - self.alpha) * self.ratio
+            self.start = t
+        if is_last:
+            self.layers = index + 1
+        self.last_hook = t
+        if self.layers is None or self.duration is None or self.ratio is None or self.start is None:
+            return None
+        layer = max(1, self.layers - index)
+        return TensorContext(layer=layer, layers=self.layers, comm_over_comp=self.ratio,
+                             remaining_s=max(1e-6, self.duration - (t - self.start)))
+
+    def done(self) -> None:
+        """Called when a bucket's sum is back."""
+        self.last_done = self.now()
+
+
+def _allreduce_into(client: Client, tensors: list, divide: int, context: Optional[TensorContext] = None,
+                    on_done=None) -> torch.futures.Future:
     """Sums ``tensors`` (flattened together) over the job, writes the sum (divided by
     ``divide``) back into them, and resolves the returned future with them."""
     fut: torch.futures.Future = torch.futures.Future()
@@ -114,6 +169,8 @@ def _allreduce_into(client: Client, tensors: list, divide: int) -> torch.futures
     )
 
     def done(result: Optional[np.ndarray], err: Optional[str]) -> None:
+        if on_done is not None:
+            on_done()
         if err is not None:
             fut.set_exception(RuntimeError(f"inalab allreduce failed: {err}"))
             return
@@ -127,7 +184,7 @@ def _allreduce_into(client: Client, tensors: list, divide: int) -> torch.futures
             offset += n
         fut.set_result(tensors)
 
-    client.allreduce_async(flat.numpy(), callback=done)
+    client.allreduce_async(flat.numpy(), callback=done, context=context)
     return fut
 
 
@@ -135,7 +192,9 @@ def allreduce_hook(state: Client, bucket: dist.GradBucket) -> torch.futures.Futu
     """DDP communication hook: averages the bucket over the job's workers through INA (like
     DDP's default allreduce hook, which sums and divides by the world size)."""
     buf = bucket.buffer()
-    return _allreduce_into(state, [buf], state.world).then(lambda f: f.value()[0])
+    clock = state.__dict__.setdefault("_iteration_clock", IterationClock())
+    context = clock.bucket(bucket.index(), bucket.is_last())
+    return _allreduce_into(state, [buf], state.world, context, clock.done).then(lambda f: f.value()[0])
 
 
 # DDP.register_comm_hook checks the hook's annotations with inspect.signature and rejects any

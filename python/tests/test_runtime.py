@@ -24,15 +24,16 @@ def inputs(rank: int, n: int, seed: int = 0) -> np.ndarray:
     return rng.standard_normal(n).astype(np.float32)
 
 
-def run_workers(control: str, scheme: str, job: int, world: int, sizes, seed: int = 0, results=None):
-    """Runs `world` clients in threads; returns {rank: [sum per size]}."""
+def run_workers(control: str, scheme: str, job: int, world: int, sizes, seed: int = 0, results=None, context=None):
+    """Runs `world` clients in threads; returns {rank: [sum per size]}. `context`: the
+    TensorContext every call gives (default none)."""
     results = {} if results is None else results
     errors = []
 
     def worker(rank):
         try:
             with inalab.Client(switch=control, job=job, rank=rank, world=world, scheme=scheme, join_timeout_s=30) as c:
-                results[rank] = [c.allreduce(inputs(rank, n, seed)) for n in sizes]
+                results[rank] = [c.allreduce(inputs(rank, n, seed), context=context) for n in sizes]
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append((rank, e))
 
@@ -86,11 +87,9 @@ def test_atp_sums_equal_numpy(atp):
 
 
 def test_dsa_sums_equal_numpy():
-    # Up to 65,536 values, not SIZES' 250,001: on two shared cores a lone DSA job's Python
-    # workers drift apart, its fragments collide with each other and split ones wait for the
-    # 1 ms timeout floor, so the largest tensor took 2-30 s and once passed the client's 30 s
-    # limit (issue #15's note; the simulator shows the same mechanism).
-    sizes = SIZES[:-1]
+    # All of SIZES: a lone job's fragments no longer collide with each other (the consecutive
+    # index); with a hash per PSN the 250,001-value tensor took 2-30 s on two shared cores.
+    sizes = SIZES
     with inalab.Switch("dsa", udp=ANY, control=ANY) as sw, inalab.ParameterServer(switch=sw.control_addr, udp=ANY, control=ANY):
         check_sums(run_workers(sw.control_addr, "dsa", 1, 4, sizes), sizes, "dsa")
         st = sw.stats()
@@ -139,6 +138,33 @@ def test_two_dsa_jobs_share_the_switch_under_loss():
     check_sums(b, sizes, "dsa", seed=2)
     assert st["injected_drops"] > 0 and st["aggregators_in_use"] == 0, st
     assert st["program"]["collisions"] > 0 and st["program"]["completed"] > 0, st["program"]
+
+
+def test_a_tensor_context_becomes_dsa_priority_on_the_switch():
+    # Job 30's calls carry a context (DSA priority 262,144: layer 1 of 2, Comm/Comp 2, 1 ms
+    # left); job 31's none (priority 1). On a 64 KiB array they collide, and only a packet of
+    # higher priority preempts (ties keep the incumbent): without the context reaching the
+    # packets every priority is 1 and nothing is ever preempted.
+    ctx = inalab.TensorContext(layer=1, layers=2, comm_over_comp=2.0, remaining_s=1e-3)
+    sizes = [60_000, 60_000]
+    a, b = {}, {}
+    with inalab.Switch("dsa", udp=ANY, control=ANY, memory_bytes=64 * 1024) as sw, \
+            inalab.ParameterServer(switch=sw.control_addr, udp=ANY, control=ANY):
+        ta = threading.Thread(target=run_workers, args=(sw.control_addr, "dsa", 30, 2, sizes, 1, a, ctx))
+        tb = threading.Thread(target=run_workers, args=(sw.control_addr, "dsa", 31, 2, sizes, 2, b))
+        ta.start(), tb.start()
+        ta.join(), tb.join()
+        st = sw.stats()["program"]
+    check_sums(a, sizes, "dsa", seed=1)
+    check_sums(b, sizes, "dsa", seed=2)
+    assert st["collisions"] > 0 and st["preemptions"] > 0, st
+
+
+def test_a_bad_tensor_context_names_its_field():
+    with pytest.raises(ValueError, match=r"TensorContext.layer: 3 is not an integer in 1..layers \(2\)"):
+        inalab.TensorContext(layer=3, layers=2, comm_over_comp=1.0, remaining_s=1.0)
+    with pytest.raises(ValueError, match="TensorContext.remaining_s"):
+        inalab.TensorContext(layer=1, layers=2, comm_over_comp=1.0, remaining_s=float("nan"))
 
 
 WORKER = r"""

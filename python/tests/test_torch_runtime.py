@@ -132,3 +132,25 @@ def test_hook_through_atp_with_gradients_beyond_its_fixed_point_range(tmp_path):
     assert_close(losses, reference)
     assert_went_through(stats, SHORT)
     assert stats["program"]["overflows"] > 0, stats
+
+
+def test_iteration_clock_turns_buckets_into_dsa_contexts():
+    # A fake clock: iterations of 10 ms, three buckets handed over 1 ms apart from t0, the
+    # last result 4 ms after t0. Comm = 4 ms, Comp = (10 - 4) + 2 = 8 ms, ratio 0.5.
+    from inalab.torch import IterationClock
+
+    t = [0.0]
+    clock = IterationClock(now=lambda: t[0])
+    got = []
+    for it in range(3):
+        t0 = it * 0.010
+        for i in range(3):
+            t[0] = t0 + i * 0.001
+            got.append(clock.bucket(i, i == 2))
+        t[0] = t0 + 0.004
+        clock.done()
+    assert got[:3] == [None] * 3, "no context before one iteration was measured"
+    c = got[4]  # iteration 1, bucket 1: the middle layer, 1 ms into a 10 ms iteration
+    assert (c.layer, c.layers) == (2, 3)
+    assert c.comm_over_comp == pytest.approx(0.5) and c.remaining_s == pytest.approx(0.009)
+    assert [g.layer for g in got[6:]] == [3, 2, 1], "bucket 0 holds the last layers"

@@ -23,8 +23,8 @@ use crate::control::{self, field, JobSpec};
 use crate::host::{counters_json, HostIo};
 use crate::udp::{wait, Udp, Waker};
 use crate::NetError;
-use inalab_core::{AppRequest, HostEvent, HostProtocol, Payload};
-use inalab_scheme::Role;
+use inalab_core::{AppRequest, HostEvent, HostProtocol, Payload, TensorAttrs};
+use inalab_scheme::{Role, TensorContext};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufReader, Read};
@@ -80,8 +80,8 @@ struct State {
     /// The join connection to the switch (`None`: started from a static fabric's spec).
     control: Option<TcpStream>,
     control_buf: Vec<u8>,
-    /// Requests not handed to the protocol yet.
-    queue: VecDeque<(Vec<f32>, Completion)>,
+    /// Requests not handed to the protocol yet, with what the application told of the tensor.
+    queue: VecDeque<(Vec<f32>, Option<TensorContext>, Completion)>,
     /// Requests in the protocol, by protocol request id.
     active: BTreeMap<u64, Completion>,
     next_id: u64,
@@ -213,29 +213,42 @@ impl Client {
     /// Starts an allreduce of `values`; `done` gets the element-wise sum over the job's
     /// workers (or why it failed) on the client's completion thread.
     pub fn allreduce_with(&self, values: Vec<f32>, done: Completion) {
+        self.allreduce_about(values, None, done)
+    }
+
+    /// As [`Client::allreduce_with`], telling the scheme where the tensor stands in the
+    /// model's iteration (`ctx`): a scheme that schedules by it (DSA's priority) computes its
+    /// priority from it, the others ignore it.
+    pub fn allreduce_about(&self, values: Vec<f32>, ctx: Option<TensorContext>, done: Completion) {
         let mut st = self.inner.st.lock().expect("client lock");
         if let Some(reason) = &st.failed {
             let reason = reason.clone();
             drop(st);
             return done(Err(NetError::JobFailed(reason)));
         }
-        st.queue.push_back((values, done));
+        st.queue.push_back((values, ctx, done));
         drop(st);
         self.inner.waker.wake();
     }
 
     /// Allreduce, blocking until the sum is back or [`CALL_TIMEOUT`] passed.
     pub fn allreduce(&self, values: Vec<f32>) -> Result<Vec<f32>, NetError> {
-        self.allreduce_within(values, CALL_TIMEOUT, || Ok(()))
+        self.allreduce_within(values, None, CALL_TIMEOUT, || Ok(()))
     }
 
     /// Allreduce, blocking until the sum is back, at most `timeout`; `interrupted` is asked
     /// every 100 ms whether to give up (Python checks for Ctrl-C there). A call that times out
     /// or is interrupted leaves its request in flight, so this worker is out of step with the
     /// others: the client is failed, and every later call says why.
-    pub fn allreduce_within(&self, values: Vec<f32>, timeout: Duration, mut interrupted: impl FnMut() -> Result<(), NetError>) -> Result<Vec<f32>, NetError> {
+    pub fn allreduce_within(
+        &self,
+        values: Vec<f32>,
+        ctx: Option<TensorContext>,
+        timeout: Duration,
+        mut interrupted: impl FnMut() -> Result<(), NetError>,
+    ) -> Result<Vec<f32>, NetError> {
         let (tx, rx) = mpsc::channel();
-        self.allreduce_with(values, Box::new(move |r| drop(tx.send(r))));
+        self.allreduce_about(values, ctx, Box::new(move |r| drop(tx.send(r))));
         let deadline = std::time::Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -401,7 +414,7 @@ impl State {
         if self.failed.is_some() {
             return;
         }
-        while let Some((values, done)) = self.queue.pop_front() {
+        while let Some((values, ctx, done)) = self.queue.pop_front() {
             if values.is_empty() {
                 self.finished.push((done, Ok(vec![])));
                 continue;
@@ -409,8 +422,12 @@ impl State {
             self.next_id += 1;
             let id = self.next_id;
             let bytes = values.len() as u64 * 4;
+            let attrs = match (ctx, self.spec.scheme()) {
+                (Some(c), Ok(scheme)) => TensorAttrs { layer: c.layer.saturating_sub(1), priority: scheme.priority(&self.spec.config, &c) },
+                _ => TensorAttrs::default(),
+            };
             self.active.insert(id, done);
-            self.proto.submit(now, AppRequest::allreduce(id, bytes, Some(Payload::F32(values))));
+            self.proto.submit(now, AppRequest::Allreduce { id, bytes, data: Some(Payload::F32(values)), attrs });
         }
     }
 
@@ -469,7 +486,7 @@ impl State {
         for (_, done) in std::mem::take(&mut self.active) {
             self.finished.push((done, Err(NetError::JobFailed(reason.clone()))));
         }
-        for (_, done) in std::mem::take(&mut self.queue) {
+        for (_, _, done) in std::mem::take(&mut self.queue) {
             self.finished.push((done, Err(NetError::JobFailed(reason.clone()))));
         }
     }

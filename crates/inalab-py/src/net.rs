@@ -12,6 +12,15 @@ use pyo3::types::PyByteArray;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+/// Where a tensor stands in its model's iteration, as Python gives it (checked there):
+/// (layer 1-based, layers, comm/comp, seconds left in the iteration).
+type Context = (u32, u32, f64, f64);
+
+fn tensor_context((layer, layers, comm_over_comp, remaining_s): Context) -> inalab_scheme::TensorContext {
+    let remaining_ps = (remaining_s.max(0.0) * inalab_core::time::S as f64).min(u64::MAX as f64) as u64;
+    inalab_scheme::TensorContext { layer, layers, comm_over_comp, remaining_ps }
+}
+
 fn addr(field: &str, s: &str) -> PyResult<SocketAddr> {
     s.parse().map_err(|_| PyValueError::new_err(format!("{field}: {s:?} is not an ip:port address")))
 }
@@ -194,8 +203,8 @@ impl PyClient {
     /// Sums a float32 buffer over the job's workers; returns the sum as a bytearray of
     /// float32. The GIL is released while waiting, at most `timeout_s` seconds; Ctrl-C (any
     /// signal handler's exception) ends the wait.
-    #[pyo3(signature = (data, timeout_s=30.0))]
-    fn allreduce(&self, py: Python<'_>, data: &Bound<'_, PyAny>, timeout_s: f64) -> PyResult<Py<PyByteArray>> {
+    #[pyo3(signature = (data, timeout_s=30.0, context=None))]
+    fn allreduce(&self, py: Python<'_>, data: &Bound<'_, PyAny>, timeout_s: f64, context: Option<Context>) -> PyResult<Py<PyByteArray>> {
         if !(timeout_s.is_finite() && timeout_s > 0.0) {
             return Err(PyValueError::new_err(format!("timeout_s must be a positive number of seconds, got {timeout_s}")));
         }
@@ -203,7 +212,7 @@ impl PyClient {
         let c = self.client()?;
         let mut signal: Option<PyErr> = None;
         let out = py.detach(|| {
-            c.allreduce_within(v, Duration::from_secs_f64(timeout_s), || match Python::attach(|py| py.check_signals()) {
+            c.allreduce_within(v, context.map(tensor_context), Duration::from_secs_f64(timeout_s), || match Python::attach(|py| py.check_signals()) {
                 Ok(()) => Ok(()),
                 Err(e) => {
                     signal = Some(e);
@@ -219,11 +228,13 @@ impl PyClient {
 
     /// Starts an allreduce; `callback(result: bytearray | None, error: str | None)` runs on
     /// the client's completion thread (it takes the GIL only to call back).
-    fn allreduce_async(&self, py: Python<'_>, data: &Bound<'_, PyAny>, callback: Py<PyAny>) -> PyResult<()> {
+    #[pyo3(signature = (data, callback, context=None))]
+    fn allreduce_async(&self, py: Python<'_>, data: &Bound<'_, PyAny>, callback: Py<PyAny>, context: Option<Context>) -> PyResult<()> {
         let v = values(py, data)?;
         let c = self.client()?;
-        c.allreduce_with(
+        c.allreduce_about(
             v,
+            context.map(tensor_context),
             Box::new(move |r| {
                 Python::attach(|py| {
                     let res = match r {
