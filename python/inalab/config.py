@@ -435,6 +435,12 @@ class Job(_Model):
     )
     start: Duration = opt("0s", "Simulated time at which the job starts.")
     jitter: Duration = opt("0s", "Each backward layer's compute is stretched by U(0, jitter).")
+    send_order: Optional[list[str]] = opt(
+        None, "The model's layer names in the order their gradients go to the allreduce; each waits until its "
+        'backward pass ran and every one before it went (DSA §VII-B sends ["layer2.part0", "layer1.part0", '
+        '"layer1.part1", "layer2.part1"]).',
+        default_doc="the backward pass's order, each gradient as soon as it is computed", type_doc="array of strings",
+    )
     partition: Size = opt("4MiB", "Tensor partition size for parameter servers.")
     transport: Transport = opt(Transport(), "Transport parameters, see [jobs.transport] (atp uses init_window and "
                                "increment for its window).", default_doc="see below")
@@ -461,6 +467,15 @@ class Job(_Model):
             raise ConfigError("compute_scale", "applies only to model workloads (allreduce has no compute)")
         if self.allreduce is not None and "jitter" in self.model_fields_set:
             raise ConfigError("jitter", "applies only to model workloads (allreduce has no compute)")
+        if self.send_order is not None:
+            if self.allreduce is not None:
+                raise ConfigError("send_order", "applies only to model workloads (allreduce has one tensor)")
+            from .models import get_model
+
+            names = [layer["name"] for layer in get_model(self.model).to_workload()]
+            if sorted(self.send_order) != sorted(names):
+                shown = ", ".join(names[:20]) + (f", ... ({len(names)} in all)" if len(names) > 20 else "")
+                raise ConfigError("send_order", f"must list each of the model's layers once; allowed values: {shown}")
         reg = schemes.registry()
         if self.servers is not None and reg[self.scheme]["servers"] == "none":
             takers = " and ".join(f'"{n}"' for n, s in reg.items() if s["servers"] != "none")
@@ -762,7 +777,11 @@ def _workload(i: int, job: Job) -> dict:
     from .models import get_model
 
     layers = get_model(job.model).scaled(job.compute_scale).to_workload()
-    return {"kind": "training", "layers": layers, "iterations": job.iterations}
+    out = {"kind": "training", "layers": layers, "iterations": job.iterations}
+    if job.send_order is not None:
+        index = {layer["name"]: k for k, layer in enumerate(layers)}
+        out["send_order"] = [index[name] for name in job.send_order]
+    return out
 
 
 def _background_hosts(b: Background, jobs: list[Job], job_specs: list[dict], net: _Graph) -> list[str]:

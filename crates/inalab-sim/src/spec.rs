@@ -138,7 +138,15 @@ impl JobSpec {
 pub enum Workload {
     /// A training job: layers in forward order; communication of a layer's gradient starts
     /// when its backward pass ends, and the next forward pass of a layer waits for its result.
-    Training { layers: Vec<Layer>, iterations: u32 },
+    Training {
+        layers: Vec<Layer>,
+        iterations: u32,
+        /// Layer indexes in the order their gradients go to the allreduce: each waits until
+        /// its backward pass ran and every one before it went (DSA §VII-B). Default: the
+        /// backward pass's order, each as soon as it is computed.
+        #[serde(default)]
+        send_order: Option<Vec<u32>>,
+    },
     /// Each worker repeatedly allreduces one tensor of `bytes`, with no compute.
     Allreduce { bytes: u64, iterations: u32 },
 }

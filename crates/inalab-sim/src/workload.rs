@@ -45,6 +45,10 @@ pub struct WorkerState {
     computing: bool,
     /// Results received so far for each layer (they arrive in iteration order).
     received: Vec<u32>,
+    /// With a send order: layers of this iteration computed and not yet submitted, and how
+    /// far along the order this iteration's submissions are.
+    computed: Vec<bool>,
+    sent_in_order: usize,
     /// Layers received per iteration.
     layers_in: Vec<u32>,
     /// Allreduces submitted and not yet done, since when some are, and the time so far with
@@ -73,6 +77,8 @@ pub struct JobState {
     quantization: Quantization,
     /// Per layer entry, the 1-based model layer it is part of (partitions share one).
     groups: Vec<u32>,
+    /// Layer indexes in the order their gradients are submitted (`None`: as computed).
+    send_order: Option<Vec<usize>>,
     /// One iteration's communication time (all gradient bytes at the workers' link rate)
     /// over its computation time; 1 without compute.
     comm_over_comp: f64,
@@ -189,23 +195,24 @@ impl Workloads {
         let mut workloads = vec![];
         for (j, js) in spec.jobs.iter().enumerate() {
             let field = format!("jobs[{j}]");
-            let (layers, iterations, groups) = match &js.workload {
-                Workload::Training { layers, iterations } => {
+            let (layers, iterations, groups, send_order) = match &js.workload {
+                Workload::Training { layers, iterations, send_order } => {
                     let groups = layers.iter().enumerate().map(|(i, l)| l.group.unwrap_or(i as u32 + 1)).collect();
-                    (layers.iter().map(|l| (l.bytes, l.fwd_ps, l.bwd_ps)).collect::<Vec<_>>(), *iterations, groups)
+                    (layers.iter().map(|l| (l.bytes, l.fwd_ps, l.bwd_ps)).collect::<Vec<_>>(), *iterations, groups, send_order.clone())
                 }
-                Workload::Allreduce { bytes, iterations } => (vec![(*bytes, 0, 0)], *iterations, vec![1]),
+                Workload::Allreduce { bytes, iterations } => (vec![(*bytes, 0, 0)], *iterations, vec![1], None),
             };
-            if layers.is_empty() {
-                return Err(SimError::new(format!("{field}.workload.layers"), "a model needs at least one layer"));
+            if let Some(order) = &send_order {
+                let mut sorted = order.clone();
+                sorted.sort_unstable();
+                if !sorted.iter().copied().eq(0..layers.len() as u32) {
+                    return Err(SimError::new(format!("{field}.workload.send_order"), format!("must list every layer index 0..{} once, got {order:?}", layers.len())));
+                }
             }
-            if let Some(i) = layers.iter().position(|l| l.0 == 0 || l.0 % 4 != 0) {
-                return Err(SimError::new(format!("{field}.workload.layers[{i}].bytes"), "must be a positive multiple of 4 (float32 values)"));
-            }
-            workloads.push((layers, iterations, groups));
+            workloads.push((layers, iterations, groups, send_order.map(|o| o.into_iter().map(|i| i as usize).collect::<Vec<_>>())));
         }
         let setup = set_up_jobs(spec, world.topology())?;
-        for (j, ((job, plan), (layers, iterations, groups))) in setup.jobs.into_iter().zip(workloads).enumerate() {
+        for (j, ((job, plan), (layers, iterations, groups, send_order))) in setup.jobs.into_iter().zip(workloads).enumerate() {
             let js = &spec.jobs[j];
             let mut worker_eps = vec![0u16; job.workers.len()];
             for ep in plan.endpoints {
@@ -239,6 +246,8 @@ impl Workloads {
                     step: Step::Fwd(0),
                     computing: false,
                     received: vec![0; nl],
+                    computed: vec![false; nl],
+                    sent_in_order: 0,
                     layers_in: vec![0; iterations as usize],
                     outstanding: 0,
                     busy_since: 0,
@@ -262,6 +271,7 @@ impl Workloads {
                 comm_over_comp,
                 rate_bps,
                 groups,
+                send_order,
                 scheme: scheme.map(|s| (s, config)),
                 expected: HashMap::new(),
             });
@@ -419,29 +429,49 @@ impl Workloads {
         let iters = j.iterations;
         let w = &mut j.workers[rank as usize];
         w.computing = false;
-        let mut submit = None;
+        let mut submits = vec![];
         match w.step {
             Step::Fwd(l) => w.step = if l + 1 < nl { Step::Fwd(l + 1) } else { Step::Bwd(nl - 1) },
             Step::Bwd(l) => {
-                let tensor = w.iter as u64 * nl as u64 + l as u64;
-                let bytes = j.layers[l].0;
-                let data = payload.map(|values| input(job, rank, tensor, (bytes / 4) as usize, values));
-                let priority = j.scheme.as_ref().map_or(0, |(s, config)| {
-                    // Time left in this iteration: gradients whose result is not in yet at the
-                    // link rate, plus the backward passes still to run (DSA spec §1.10).
-                    let left_bytes: u64 = (0..nl).filter(|&k| w.received[k] <= w.iter).map(|k| j.layers[k].0).sum();
-                    let left_compute: Time = j.layers[..l].iter().map(|x| x.2).sum();
-                    let remaining_ps = (left_bytes as u128 * 8 * inalab_core::time::S as u128 / j.rate_bps as u128) as Time + left_compute;
-                    let layers = j.groups.iter().copied().max().unwrap_or(1);
-                    s.priority(config, &inalab_scheme::TensorContext { layer: j.groups[l], layers, comm_over_comp: j.comm_over_comp, remaining_ps })
-                });
-                // The model layer, counted from the input (partitions share their layer's).
-                let layer = j.groups[l].saturating_sub(1);
-                submit = Some((w.host, w.ep, AppRequest::Allreduce { id: tensor, bytes, data, attrs: TensorAttrs { layer, priority } }));
-                if w.outstanding == 0 {
-                    w.busy_since = world.now();
+                // The gradients that go now: this one, or with a send order every computed
+                // one next in the order.
+                let ready = match &j.send_order {
+                    None => vec![l],
+                    Some(order) => {
+                        w.computed[l] = true;
+                        let mut ready = vec![];
+                        while let Some(&m) = order.get(w.sent_in_order).filter(|&&m| w.computed[m]) {
+                            w.computed[m] = false;
+                            w.sent_in_order += 1;
+                            ready.push(m);
+                        }
+                        if w.sent_in_order == nl {
+                            w.sent_in_order = 0;
+                        }
+                        ready
+                    }
+                };
+                for m in ready {
+                    let tensor = w.iter as u64 * nl as u64 + m as u64;
+                    let bytes = j.layers[m].0;
+                    let data = payload.map(|values| input(job, rank, tensor, (bytes / 4) as usize, values));
+                    let priority = j.scheme.as_ref().map_or(0, |(s, config)| {
+                        // Time left in this iteration: gradients whose result is not in yet at
+                        // the link rate, plus the backward passes still to run (DSA spec §1.10).
+                        let left_bytes: u64 = (0..nl).filter(|&k| w.received[k] <= w.iter).map(|k| j.layers[k].0).sum();
+                        let left_compute: Time = j.layers[..l].iter().map(|x| x.2).sum();
+                        let remaining_ps = (left_bytes as u128 * 8 * inalab_core::time::S as u128 / j.rate_bps as u128) as Time + left_compute;
+                        let layers = j.groups.iter().copied().max().unwrap_or(1);
+                        s.priority(config, &inalab_scheme::TensorContext { layer: j.groups[m], layers, comm_over_comp: j.comm_over_comp, remaining_ps })
+                    });
+                    // The model layer, counted from the input (partitions share their layer's).
+                    let layer = j.groups[m].saturating_sub(1);
+                    submits.push((w.host, w.ep, AppRequest::Allreduce { id: tensor, bytes, data, attrs: TensorAttrs { layer, priority } }));
+                    if w.outstanding == 0 {
+                        w.busy_since = world.now();
+                    }
+                    w.outstanding += 1;
                 }
-                w.outstanding += 1;
                 if l > 0 {
                     w.step = Step::Bwd(l - 1);
                 } else {
@@ -451,7 +481,7 @@ impl Workloads {
             }
             Step::Finished => {}
         }
-        if let Some((host, ep, req)) = submit {
+        for (host, ep, req) in submits {
             world.submit(host, ep, req);
         }
         self.advance(job, rank, world);

@@ -82,6 +82,39 @@ fn training_overlaps_backward_with_communication() {
 }
 
 #[test]
+fn a_send_order_holds_gradients_back_and_keeps_sums_exact() {
+    // Three layers; backward computes l2, l1, l0. Sending in forward order (l0 first) holds
+    // every gradient until the whole backward pass ran, so no communication hides behind it.
+    let layers = json!([{"name": "l0", "bytes": 1 << 20, "fwd_ps": 100 * US, "bwd_ps": 200 * US},
+                        {"name": "l1", "bytes": 1 << 20, "fwd_ps": 100 * US, "bwd_ps": 200 * US},
+                        {"name": "l2", "bytes": 1 << 20, "fwd_ps": 100 * US, "bwd_ps": 200 * US}]);
+    let run = |order: Option<Value>| {
+        let mut workload = json!({"kind": "training", "layers": layers, "iterations": 3});
+        if let Some(o) = order {
+            workload["send_order"] = o;
+        }
+        let mut s = spec(star(4, US), vec![job(0, "atp", hosts(0..3), vec!["h3".into()], workload)], vec![]);
+        s["payload"] = json!(true);
+        let r = simulate(&s);
+        let j = &r.jobs[0];
+        assert!(j.finished && j.payload_errors == 0 && j.payload_checked == 3 * 3 * 3, "{j:?}");
+        r.iterations[1..].iter().map(|it| it.duration_s).sum::<f64>()
+    };
+    let (natural, held) = (run(None), run(Some(json!([0, 1, 2]))));
+    assert_eq!(run(Some(json!([2, 1, 0]))), natural, "the backward order is the default");
+    let comm_one_layer = 2.0 * (1u64 << 20) as f64 * 8.0 / 1e11;
+    assert!(held > natural + comm_one_layer, "held {held} natural {natural}");
+    let bad = |o: Value| {
+        let mut s = spec(star(4, US), vec![job(0, "ring", hosts(0..3), vec![], json!({"kind": "training", "layers": layers, "iterations": 1, "send_order": o}))], vec![]);
+        s["seed"] = json!(1);
+        inalab_sim::run(&inalab_sim::parse_spec(&s.to_string()).unwrap(), None).unwrap_err()
+    };
+    for o in [json!([0, 1]), json!([0, 1, 1]), json!([0, 1, 3])] {
+        assert_eq!(bad(o).field, "jobs[0].workload.send_order");
+    }
+}
+
+#[test]
 fn bad_placements_name_the_field() {
     let workload = json!({"kind": "allreduce", "bytes": 4096, "iterations": 1});
     let bad = |s: Value| inalab_sim::run(&inalab_sim::parse_spec(&s.to_string()).unwrap(), None).unwrap_err();
