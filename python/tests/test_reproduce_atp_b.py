@@ -58,7 +58,7 @@ def test_dsa_policy_reduced():
     # complete most fragments on the switch, the rest at their PSes; ATP is the speedup's unit.
     from inalab.reproduce.dsa_policy_ablation import DsaPolicy
 
-    rep = DsaPolicy(jobs=4, workers=4, mixes=("A",))
+    rep = DsaPolicy(jobs=4, workers=4, mixes=("A",), memories=("5MB",))
     rows = rep.run(lambda m: None)
     assert len(rows) == 7 and rows.finished.all()
     r = rows.set_index("policy")
@@ -74,7 +74,7 @@ def test_dsa_jct_reduced():
     # each baseline with DSA at every point.
     from inalab.reproduce.dsa_jct import DsaJct
 
-    rep = DsaJct("jobs", values=(1, 2), mixes=("A",))
+    rep = DsaJct("jobs", values=(1, 2), mixes=("A",), memories=("5MB",))
     rows = rep.run(lambda m: None)
     assert len(rows) == 6 and rows.finished.all()
     assert (rows[rows.scheme == "dsa"].vs_dsa == 1.0).all()
@@ -84,11 +84,12 @@ def test_dsa_jct_reduced():
 
 
 def test_dsa_utilization_reduced():
-    # Reduced: 2 jobs x 4 workers of DNN A: a utilization per scheme, between 0 and 1.
+    # Reduced: 2 jobs x 4 workers of DNN A, at the paper's 5 MB and the scarce 1 MB: a
+    # utilization per scheme and memory, between 0 and 1.
     from inalab.reproduce.dsa_jct import DsaUtilization
 
     rep = DsaUtilization(jobs=2, workers=4, mixes=("A",))
     rows = rep.run(lambda m: None)
-    assert len(rows) == 3 and rows.finished.all()
+    assert len(rows) == 6 and rows.finished.all() and set(rows.memory) == {"5MB", "1MB"}
     assert ((rows.utilization > 0.05) & (rows.utilization <= 1.0)).all(), rows[["scheme", "utilization"]]
     assert isinstance(rep.holds(rows), bool) and "Where and why" in rep.explain(rows)

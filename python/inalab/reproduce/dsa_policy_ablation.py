@@ -13,17 +13,25 @@ JOBS, WORKERS = 8, 8
 # (scheme, policy) pairs; policy None for the baselines.
 VARIANTS = (("atp", None), ("dsa", "dsa"), ("dsa", "always-preempt"), ("dsa", "preempt-half"), ("dsa", "fcfs"), ("switchml", None))
 MIXES = {"A": "all DNN A", "AB": "DNN A and B alternating"}
+# Aggregator memory: the paper's 5 MB (§VII-B), and 1 MB, where 8 jobs' windows (up to 512
+# fragments per worker) need more aggregators than the switch has, the contention DSA is for.
+PAPER_MEMORY = "5MB"
+# §VII-B: "the first tensor partition of the second layer is transmitted first, followed by the
+# first layer, and finally, the second tensor partition of the second layer" (every scheme).
+SEND_ORDER = ["layer2.part0", "layer1.part0", "layer1.part1", "layer2.part1"]
+MEMORIES = (PAPER_MEMORY, "1MB")
 
 
-def scenario(scheme: str, policy, mix: str, seed: int = 1, min_rto=None, jobs: int = JOBS, workers: int = WORKERS) -> dict:
-    """DSA §VII-B: a star of 64 workers and 8 PS hosts at 100 Gbps, 5 MB of aggregator memory,
+def scenario(scheme: str, policy, mix: str, seed: int = 1, min_rto=None, jobs: int = JOBS, workers: int = WORKERS,
+             memory: str = PAPER_MEMORY) -> dict:
+    """DSA §VII-B: a star of 64 workers and 8 PS hosts at 100 Gbps, ``memory`` of aggregator memory,
     jobs starting U(0, 1 ms) apart, each worker's backward pass jittered by U(0, 300 us),
     one epoch (one iteration) of the synthetic DNN A or B."""
     rng = random.Random(seed)
     specs = []
     for k in range(jobs):
         model = "dnn_a" if mix == "A" or (mix == "AB" and k % 2 == 0) else "dnn_b"
-        job = {"name": f"j{k}", "scheme": scheme, "model": model, "iterations": 1, "jitter": "300us",
+        job = {"name": f"j{k}", "scheme": scheme, "model": model, "iterations": 1, "jitter": "300us", "send_order": SEND_ORDER,
                "workers": f"h{k * workers}..h{k * workers + workers - 1}", "start": f"{rng.uniform(0, 1000):.3f}us"}
         if scheme != "switchml":
             job["servers"] = [f"h{jobs * workers + k}"]
@@ -34,7 +42,7 @@ def scenario(scheme: str, policy, mix: str, seed: int = 1, min_rto=None, jobs: i
         specs.append(job)
     return {"name": f"dsa-fig11-{scheme}-{policy}-{mix}", "seed": seed, "stop": "1s",
             "topology": {"kind": "star", "hosts": jobs * workers + jobs, "switch_ports": 128},
-            "network": {"aggregator_memory": "5MB"}, "jobs": specs}
+            "network": {"aggregator_memory": memory}, "jobs": specs}
 
 
 def _sum(counters, name: str) -> int:
@@ -61,65 +69,100 @@ class DsaPolicy:
              "average JCT speedup over ATP is 1.35 (DSA), 1.19 (always preempt), 1.19 (preempt half) with "
              "all-A jobs and 1.22 / 1.05 / 1.05 with a 1:1 mix of A and B; DSA also beats SwitchML (up to 1.89x).")
 
-    def __init__(self, jobs: int = JOBS, workers: int = WORKERS, mixes=tuple(MIXES)):
-        self.jobs, self.workers, self.mixes = jobs, workers, list(mixes)
+    def __init__(self, jobs: int = JOBS, workers: int = WORKERS, mixes=tuple(MIXES), memories=MEMORIES):
+        self.jobs, self.workers, self.mixes, self.memories = jobs, workers, list(mixes), list(memories)
 
     def run(self, progress) -> pd.DataFrame:
         size = {"jobs": self.jobs, "workers": self.workers}
-        runs = [({"mix": mix, "scheme": scheme, "policy": policy or "-"}, scenario(scheme, policy, mix, **size))
-                for mix in self.mixes for scheme, policy in VARIANTS]
+        runs = [({"memory": mem, "mix": mix, "scheme": scheme, "policy": policy or "-"}, scenario(scheme, policy, mix, memory=mem, **size))
+                for mem in self.memories for mix in self.mixes for scheme, policy in VARIANTS]
         # Ablation: DSA's 1 ms minimum timeout (§VI) lowered to 300 us.
-        runs += [({"mix": mix, "scheme": "dsa", "policy": "dsa, min_rto 300us"}, scenario("dsa", "dsa", mix, min_rto="300us", **size))
-                 for mix in self.mixes]
+        runs += [({"memory": mem, "mix": mix, "scheme": "dsa", "policy": "dsa, min_rto 300us"},
+                  scenario("dsa", "dsa", mix, min_rto="300us", memory=mem, **size))
+                 for mem in self.memories for mix in self.mixes]
         df = simulate_all("dsa-fig11", runs, progress, measure)
-        atp = df[df.scheme == "atp"].set_index("mix")["mean_jct_ms"]
-        df["speedup_over_atp"] = df["mix"].map(atp) / df["mean_jct_ms"]
+        atp = df[df.scheme == "atp"].set_index(["memory", "mix"])["mean_jct_ms"]
+        df["speedup_over_atp"] = [atp[(m, x)] / j for m, x, j in zip(df["memory"], df["mix"], df["mean_jct_ms"])]
         return df
 
-    # Tolerance: the paper's order in both mixes, with 5 % slack: DSA at least as fast as ATP
-    # and as SwitchML, and at least as fast as either strawman.
+    # Tolerance: the paper's order at the paper's 5 MB in both mixes, with 5 % slack: DSA at
+    # least as fast as ATP and as SwitchML, and at least as fast as either strawman.
     SLACK = 0.05
 
     def _speedups(self, rows: pd.DataFrame) -> pd.DataFrame:
         r = rows.assign(variant=rows.scheme + "/" + rows.policy)
-        return r.pivot(index="mix", columns="variant", values="speedup_over_atp")
+        return r.pivot(index=["memory", "mix"], columns="variant", values="speedup_over_atp")
 
-    def holds(self, rows: pd.DataFrame) -> bool:
-        s = self._speedups(rows)
+    def _order_holds(self, s: pd.DataFrame) -> bool:
         dsa = s["dsa/dsa"]
         rivals = [s["atp/-"], s["switchml/-"], s["dsa/always-preempt"], s["dsa/preempt-half"]]
         return bool(all((dsa >= r * (1 - self.SLACK)).all() for r in rivals))
 
+    def holds(self, rows: pd.DataFrame) -> bool:
+        return self._order_holds(self._speedups(rows[rows.memory == PAPER_MEMORY]))
+
     def explain(self, rows: pd.DataFrame) -> str:
-        s = self._speedups(rows).reset_index()
-        d = rows.set_index(["mix", "scheme", "policy"])
-        a_dsa = d.loc[("A", "dsa", "dsa")]
         sp = self._speedups(rows)
+        mem = self.memories[-1]
+        scarce = rows.memory == mem
         policies = ["dsa/dsa", "dsa/always-preempt", "dsa/preempt-half", "dsa/fcfs"]
-        best = {mix: sp.loc[mix, policies].idxmax().split("/")[1] for mix in sp.index}
-        ablation = {mix: sp.loc[mix, "dsa/dsa, min_rto 300us"] for mix in sp.index}
-        best_ab, ablation_ab = best.get("AB", "-"), ablation.get("AB", float("nan"))
-        cols = ["mix", "scheme", "policy", "mean_jct_ms", "max_jct_ms", "speedup_over_atp", "collisions", "preemptions",
+        d = rows.set_index(["memory", "mix", "scheme", "policy"])
+        mix0 = self.mixes[0]
+
+        def at(m, variant):
+            return " / ".join(f"{sp.loc[(m, x), variant]:.2f}" for x in self.mixes)
+        paper = [m for m in self.memories if m == PAPER_MEMORY]
+        paper_text = ""
+        if paper:
+            p, pa = d.loc[(PAPER_MEMORY, mix0, "dsa", "dsa")], d.loc[(PAPER_MEMORY, mix0, "atp", "-")]
+            share = p.ps_completed / (p.ps_completed + p.switch_completed)
+            paper_text = f"""* At the paper's 5 MB DSA's speedup over ATP is {at(PAPER_MEMORY, "dsa/dsa")} ({" / ".join(self.mixes)}):
+  the order does not hold. Memory is not scarce (a worker has at most 512 fragments in flight,
+  `ina.max_window_packets` and ATP's `ina.slots`, so 8 jobs hold at most about 4,000 of the
+  18,939 aggregators), but jobs' address ranges overlap: DSA met {int(p.collisions)} collisions and
+  finished {share:.1%} of its fragments at the PSes (all-{mix0}), ATP {int(pa.collisions)}. ATP's PS moves
+  a colliding slot to another aggregator (dynamic hashing, ATP §3.6), so an overlap costs it a
+  few collisions; DSA's addresses are fixed (the paper has no rehashing), so two jobs whose
+  ranges overlap keep meeting while they slide through the array side by side, and every
+  meeting sends a partial sum or a gradient through the PS.
+"""
+        scarce_text = ""
+        if scarce.any() and mem != PAPER_MEMORY:
+            a, q = d.loc[(mem, mix0, "atp", "-")], d.loc[(mem, mix0, "dsa", "fcfs")]
+            scarce_text = f"""* With {mem} of aggregator memory the jobs' windows need more aggregators than the switch has,
+  and the jobs contend: DSA's speedup over ATP is {at(mem, "dsa/dsa")} ({" / ".join(self.mixes)}),
+  always-preempt {at(mem, "dsa/always-preempt")}, preempt-half {at(mem, "dsa/preempt-half")}, SwitchML
+  {at(mem, "switchml/-")}; the order within the tolerance holds at {mem}: {self._order_holds(sp.loc[[mem]])}.
+  ATP's fragments meet another job's aggregator ({int(a.collisions)} collisions, all-{mix0}) and
+  fall back to its PS, while DSA hands a contended aggregator over; FCFS, the same switch without
+  preemption, is the slowest ({q.mean_jct_ms:.2f} ms, {int(q.ps_reminders)} PS reminders): preemption is
+  what makes the shared array work when it is scarce. The strawmen are about as fast as DSA
+  (the paper's 1.16x between DSA and its strawmen does not appear), likely because all jobs have
+  the same two-layer profile and their priorities differ little.
+"""
+        best = {m: {x: sp.loc[(m, x), policies].idxmax().split("/")[1] for x in self.mixes} for m in self.memories}
+        cols = ["memory", "mix", "scheme", "policy", "mean_jct_ms", "max_jct_ms", "speedup_over_atp", "collisions", "preemptions",
                 "switch_completed", "ps_completed", "ps_reminders", "worker_timeouts"]
         return f"""# dsa-policy (DSA Fig. 11, and Fig. 8 at 8 jobs; simulation)
 
 **Claim.** {self.claim}
 
 **Command.** `inalab reproduce dsa-policy-ablation`. Scenario (DSA §VII-B): one 100 Gbps star switch with 5 MB
-of aggregator memory, {self.jobs} jobs x {self.workers} workers (one per host) plus one PS host per job, jobs
-starting U(0, 1 ms) apart, each worker's backward pass of every partition jittered by U(0, 300 us),
-one epoch of DNN A (2 layers x 2 partitions of 4 MB, Comm:Comp 2:1) or B (2 MB partitions, 1:2);
-306 B packets for ATP and DSA, SwitchML's own (equal split of the pool). Priorities from DSA's
-policy P = (1/T)(L/l)(Comm/Comp) per tensor (partitions share their layer's l; T from each
-worker's own progress); workers send in the backward pass's order (the paper's L2p1 -> L1 -> L2p2
-reordering is not built, docs/dsa.md).
+of aggregator memory (and, beside it, {mem}), {self.jobs} jobs x {self.workers} workers (one per host) plus one PS host
+per job, jobs starting U(0, 1 ms) apart, each worker's backward pass of every partition jittered by
+U(0, 300 us), one epoch of DNN A (2 layers x 2 partitions of 4 MB, Comm:Comp 2:1) or B (2 MB
+partitions, 1:2); 306 B packets for ATP and DSA, SwitchML's own (equal split of the pool).
+Priorities from DSA's policy P = (1/T)(L/l)(Comm/Comp) per tensor (partitions share their layer's
+l; T from each worker's own progress); every scheme's workers send the partitions in the paper's
+order L2p1 -> L1 -> L2p2 (`send_order`). DSA addresses a job's consecutive
+PSNs to consecutive aggregators from a hashed offset (`ina.index = "consecutive"`, docs/dsa.md).
 
-**Our result** (`holds` = {self.holds(rows)}; tolerance: DSA's speedup at least (1 - {self.SLACK}) x that of
-ATP, SwitchML and both strawmen, in both mixes):
+**Our result** (`holds` = {self.holds(rows)}; tolerance: at the paper's 5 MB, DSA's speedup at least
+(1 - {self.SLACK}) x that of ATP, SwitchML and both strawmen, in both mixes):
 
 Average-JCT speedup over ATP:
 
-{markdown_table(s)}
+{markdown_table(sp.reset_index())}
 
 All runs:
 
@@ -127,36 +170,22 @@ All runs:
 
 **Where and why they differ.**
 
-* The paper's order does not hold here: DSA is slower than ATP. The cause is visible in the
-  counters: a fragment whose contributions end up split between the PS and the switch (an
-  eviction or a lost preemption, then the rest re-reserving the freed aggregator: the paper's
-  type-III task, its Fig. 3 steps 7-10) is finished only by the PS's reminder or the workers'
-  retransmission, both at DSA's 1 ms minimum timeout (§VI). With all-A jobs DSA finished
-  {int(a_dsa.switch_completed)} fragments on the switch and {int(a_dsa.ps_completed)} at the PSes, with
-  {int(a_dsa.ps_reminders)} reminders and {int(a_dsa.worker_timeouts)} worker timeouts: a few hundred
-  split fragments among half a million, but every job has some, and each costs its job about one
-  millisecond on a JCT of two to three. ATP repairs the same situation within a round trip: its workers resend a fragment once three
-  later results arrived, and the resend takes the switch's partial along to the PS.
-* Many collisions are a job's with itself: DSA hashes every (job, PSN) over the whole array
-  (§III-B), and under the 300 us send jitter a job's fastest worker runs a window ahead of its
-  slowest, so its own half-aggregated fragments meet (`dsa-jct-vs-jobs` shows DSA slower than
-  ATP even with one job). ATP gives each job a table of distinct slots.
-* Among DSA's policies the fastest is {best['A']} (all A) and {best_ab} (mixed), not DSA's own:
-  the fewer fragments a policy splits, the fewer millisecond waits (FCFS never evicts, but every
-  loser goes to the PS and the rest of its fragment re-reserves the freed aggregator, so it splits
-  the most). The policy matters less here than the paper's 1.16x because every variant pays the
-  same timeout floor.
-* A lower floor narrows the gap without closing it: with `ina.min_rto = "300us"` DSA's speedup
-  over ATP is {ablation['A']:.2f} (all A) and {ablation_ab:.2f} (mixed), at the price of spurious
-  retransmissions (`worker_timeouts`).
-* What the paper's simulator did differently cannot be checked (no public code). Its ATP baseline
-  may recover from collisions more slowly than ours (inalab's ATP reacts within a round trip,
-  see `atp-loss`), which would narrow or reverse the gap; and its jobs may see fewer splits.
-* One seed; x-values of Fig. 8 are only in the paper's image, so only its 8-job point is here.
+{paper_text}{scarce_text}* The fastest DSA policy: {"; ".join(f"{m} {x}: {p}" for m in best for x, p in best[m].items())}.
+* The 1 ms minimum timeout (§VI) matters only where fragments split between the switch and the
+  PS: with `ina.min_rto = "300us"` DSA's speedup over ATP is
+  {"; ".join(f"{m}: {at(m, 'dsa/dsa, min_rto 300us')}" for m in self.memories)}.
+* With `ina.index = "hash"` (every PSN hashed on its own, spec §1.4) a job's own fragments in
+  flight collide with each other under the 300 us send jitter, and DSA is about 1.4x slower than
+  ATP even with one job (docs/dsa.md).
+* What the paper's simulator did differently cannot be checked (no public code): its workers'
+  windows, and so how many aggregators 8 jobs hold at 5 MB, are not given. One seed; the x-values
+  of Fig. 8 are only in the paper's image, so only its 8-job point is here.
 """
 
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:
-        return bar_plot(self._speedups(rows).T, path, "average JCT speedup over ATP", "DSA Fig. 11: 8 jobs x 8 workers", (7, 3.5), ref=1.0)
+        sp = self._speedups(rows)
+        sp.index = [f"{m} {x}" for m, x in sp.index]
+        return bar_plot(sp.T, path, "average JCT speedup over ATP", "DSA Fig. 11: 8 jobs x 8 workers", (8, 3.5), ref=1.0)
 
 
 def bar_plot(table: pd.DataFrame, path: Path, ylabel: str, title: str, size, ref=None) -> Path:
