@@ -1,5 +1,5 @@
 use crate::bytes::u8_at;
-use crate::{AtpHeader, DsaHeader, SwitchMlHeader, TransportHeader, WireError};
+use crate::{AtpHeader, CanaryHeader, DsaHeader, SwitchMlHeader, TransportHeader, WireError};
 
 /// Offsets in an encoded header: a kind tag, then that kind's fixed-length body.
 mod field {
@@ -22,6 +22,8 @@ pub enum Header {
     SwitchMl(SwitchMlHeader),
     /// DSA gradients, results, evictions and reminder traffic.
     Dsa(DsaHeader),
+    /// Canary blocks, results, restorations and the hosts' recovery messages.
+    Canary(CanaryHeader),
 }
 
 /// One byte that names the variant on the wire.
@@ -33,12 +35,13 @@ pub enum HeaderKind {
     Atp = 2,
     SwitchMl = 3,
     Dsa = 4,
+    Canary = 5,
 }
 
 impl TryFrom<u8> for HeaderKind {
     type Error = WireError;
     fn try_from(v: u8) -> Result<Self, WireError> {
-        [HeaderKind::Raw, HeaderKind::Transport, HeaderKind::Atp, HeaderKind::SwitchMl, HeaderKind::Dsa]
+        [HeaderKind::Raw, HeaderKind::Transport, HeaderKind::Atp, HeaderKind::SwitchMl, HeaderKind::Dsa, HeaderKind::Canary]
             .into_iter()
             .find(|k| *k as u8 == v)
             .ok_or(WireError::BadValue { what: "header kind", value: v as u64 })
@@ -53,6 +56,7 @@ impl Header {
             Header::Atp(_) => HeaderKind::Atp,
             Header::SwitchMl(_) => HeaderKind::SwitchMl,
             Header::Dsa(_) => HeaderKind::Dsa,
+            Header::Canary(_) => HeaderKind::Canary,
         }
     }
 
@@ -62,6 +66,8 @@ impl Header {
             Header::Atp(h) => Some(h.job),
             Header::SwitchMl(h) => Some(h.job),
             Header::Dsa(h) => Some(h.job as u32),
+            // The tenant prefix of the block id is the job (Canary §3.4).
+            Header::Canary(h) => Some(h.tenant() as u32),
             Header::Raw | Header::Transport(_) => None,
         }
     }
@@ -75,6 +81,7 @@ impl Header {
                 Header::Atp(_) => AtpHeader::LEN,
                 Header::SwitchMl(_) => SwitchMlHeader::LEN,
                 Header::Dsa(_) => DsaHeader::LEN,
+                Header::Canary(_) => CanaryHeader::LEN,
             }
     }
 
@@ -86,6 +93,7 @@ impl Header {
             Header::Atp(h) => h.encode(out),
             Header::SwitchMl(h) => h.encode(out),
             Header::Dsa(h) => h.encode(out),
+            Header::Canary(h) => h.encode(out),
         }
     }
 
@@ -99,6 +107,7 @@ impl Header {
             HeaderKind::Atp => Header::Atp(AtpHeader::decode(body)?),
             HeaderKind::SwitchMl => Header::SwitchMl(SwitchMlHeader::decode(body)?),
             HeaderKind::Dsa => Header::Dsa(DsaHeader::decode(body)?),
+            HeaderKind::Canary => Header::Canary(CanaryHeader::decode(body)?),
         };
         let used = h.encoded_len();
         Ok((h, used))
@@ -108,7 +117,7 @@ impl Header {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::{DsaKind, SegKind};
+    use crate::{CanaryType, DsaKind, SegKind};
     use proptest::prelude::*;
 
     /// `h` encodes to exactly `bytes`, which decode back to `h`, and cut by one byte are
@@ -159,6 +168,12 @@ pub(crate) mod tests {
                 let bitmap = psn & DsaHeader::full_bitmap(fan_in);
                 Header::Dsa(DsaHeader { job, psn, bitmap, priority, fan_in, kind: DsaKind::ALL[kind], flags })
             }),
+            ((any::<u32>(), any::<u32>(), any::<u16>(), any::<u16>()), (any::<u32>(), any::<u16>(), any::<bool>(), any::<bool>(), 0usize..6, 0u8..4)).prop_map(
+                |((dst, id, counter, hosts), (children, switch, bypass, multicast, kind, shard))| {
+                    let counter = counter.min(hosts);
+                    Header::Canary(CanaryHeader { dst, id, counter, hosts, children, switch, bypass, multicast, kind: CanaryType::ALL[kind], shard })
+                }
+            ),
         ]
     }
 

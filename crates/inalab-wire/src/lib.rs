@@ -5,6 +5,7 @@
 //! that the caller counts and drops.
 
 mod atp;
+mod canary;
 mod dsa;
 mod error;
 pub mod frame;
@@ -13,6 +14,7 @@ mod switchml;
 mod transport;
 
 pub use atp::AtpHeader;
+pub use canary::{CanaryHeader, CanaryType};
 pub use dsa::{DsaHeader, DsaKind};
 pub use error::WireError;
 pub use header::{Header, HeaderKind};
