@@ -11,11 +11,13 @@
 //! keep theirs in one too).
 
 mod atp;
+mod canary;
 mod dsa;
 mod pool;
 mod switchml;
 
 pub use atp::{atp_admissions, AtpSwitch, AtpSwitchConfig, AtpSwitchJob, AGGREGATOR_BYTES, AGGREGATOR_VALUES};
+pub use canary::{CanarySwitch, CanarySwitchConfig, CanarySwitchJob, CANARY_DESCRIPTOR_BYTES, CANARY_MAX_PORTS, CANARY_VALUES};
 pub use dsa::{DsaIndex, DsaPolicy, DsaSwitch, DsaSwitchConfig, DsaSwitchJob, DSA_AGGREGATOR_BYTES, DSA_AGGREGATOR_VALUES, DSA_EMPTY_PACKET_BYTES};
 pub use inalab_core::L3Forward;
 pub use pool::Pool;
