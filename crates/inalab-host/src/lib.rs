@@ -8,6 +8,8 @@
 //!   (BytePS-like, servers co-located with workers);
 //! - [`AtpWorker`] and [`AtpServer`]: ATP's in-network-aggregation hosts (with `inalab_switch::AtpSwitch`);
 //! - [`SwitchMlWorker`]: SwitchML's worker (with `inalab_switch::SwitchMlSwitch`);
+//! - [`DsaWorker`] and [`DsaServer`]: DSA's hosts (with `inalab_switch::DsaSwitch`);
+//! - [`CanaryHost`]: Canary's sender and per-block leader (with `inalab_switch::CanarySwitch`);
 //! - [`quant`]: fixed-point conversion (ATP's fixed scale, SwitchML's block exponents), and
 //!   [`Quantized`], the layer that applies it between an application and an INA protocol.
 //! - [`DatagramSender`] and [`DatagramSink`]: unreliable line-rate raw traffic.
@@ -24,6 +26,7 @@
 
 mod aimd;
 mod atp;
+mod canary;
 mod cc;
 mod collective;
 mod datagram;
@@ -42,6 +45,7 @@ pub use aimd::{AimdConfig, AimdWindow};
 pub use cc::{CongestionControl, WindowRules};
 pub use rtt::{RttConfig, RttEstimator};
 pub use atp::{atp_layout, AtpConfig, AtpLayout, AtpPosition, AtpServer, AtpServerConfig, AtpWorker, Contributor, Hashing, Rehasher, ATP_MAX_WORKERS, DEFAULT_SLOTS as ATP_DEFAULT_SLOTS, MAX_SLOTS as ATP_MAX_SLOTS};
+pub use canary::{CanaryConfig, CanaryHost, CANARY_BLOCK_VALUES};
 pub use dsa::{dsa_priority, DsaConfig, DsaServer, DsaWorker, DSA_MIN_RTO_PS, DSA_VALUES};
 pub use datagram::{DatagramConfig, DatagramSender, DatagramSink};
 pub use error::ConfigError;

@@ -1,0 +1,544 @@
+//! Canary's host (De Sensi et al. §3.1.4, §3.3; `../shared/specs/canary.md` §1.1, §1.7-1.10).
+//! Every host is a sender for most blocks and the leader of one block in N (block b is led
+//! by rank b mod N). A sender sends each block it does not lead to the block's leader, in
+//! one packet, and waits for the block's Result. The leader adds the sums the network hands
+//! it to its own data; once every other host is counted it sends one Result down the tree the
+//! switches recorded, and a Restore to each switch that reported a collision.
+//!
+//! Loss: a sender whose Result is late asks the leader (RtxReq). A leader that has the sum
+//! sends it again; one that has not re-issues the block under its next attempt (Fail to every
+//! host, which re-send it with the new id), and after `max_attempts` re-issues the hosts send
+//! the block to the leader unaggregated (Fallback), which sums it by source.
+
+use crate::ConfigError;
+use inalab_core::wire::{CanaryHeader, CanaryType, Header};
+use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, Time};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Values per packet (§5.1: 256 x 4 B in the simulations).
+pub const CANARY_BLOCK_VALUES: usize = 256;
+/// Size of a packet without values (requests, Fail): a minimum frame.
+const CONTROL_BYTES: u32 = 64;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CanaryConfig {
+    /// The tenant prefix of the job's block ids.
+    pub tenant: u8,
+    /// Every host of the job, by rank (all on the same protocol port).
+    pub workers: Vec<Endpoint>,
+    /// Each rank's top-of-rack switch: where a leader sends its Result.
+    pub tors: Vec<NodeId>,
+    /// Bytes on the wire besides the values (§5.1: 19 B header + 14 B Ethernet + 24 B framing).
+    pub header_bytes: u32,
+    /// A sender asks the leader when a block's Result is this late (§6: 2 RTT), ps.
+    pub rtx_timeout_ps: Time,
+    /// Re-issues of a block before the hosts fall back to reducing it through its leader.
+    pub max_attempts: u8,
+    /// Blocks a sender has in flight at most (spec A8).
+    pub window_blocks: u32,
+}
+
+impl CanaryConfig {
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if self.workers.len() < 2 || self.workers.len() > u16::MAX as usize {
+            return Err(ConfigError(format!("{} workers; Canary needs 2..=65535", self.workers.len())));
+        }
+        if self.tors.len() != self.workers.len() {
+            return Err(ConfigError("one top-of-rack switch per worker".into()));
+        }
+        if self.max_attempts > 3 {
+            return Err(ConfigError(format!("max_attempts {} does not fit the id's 2-bit attempt (0..=3)", self.max_attempts)));
+        }
+        if self.window_blocks == 0 || self.rtx_timeout_ps == 0 {
+            return Err(ConfigError("window_blocks and rtx_timeout_ps must be positive".into()));
+        }
+        Ok(())
+    }
+}
+
+struct Tensor {
+    id: u64,
+    values: usize,
+    first_block: u64,
+    left: u64,
+    data: Option<Vec<i32>>,
+    result: Option<Vec<i32>>,
+}
+
+/// A block this host sends (it does not lead it).
+struct Sending {
+    tensor: usize,
+    attempt: u8,
+    fallback: bool,
+    /// `None`: queued, not yet (re)sent.
+    deadline: Option<Time>,
+}
+
+/// A block this host leads.
+struct Leading {
+    tensor: usize,
+    attempt: u8,
+    acc: Option<Vec<i32>>,
+    count: u32,
+    /// Collisions reported on the way: (switch, ingress port) whose subtree needs a Restore.
+    restore: BTreeSet<(u16, u32)>,
+    /// Fallback: the ranks whose data is in.
+    fallback: Option<Vec<bool>>,
+    done: bool,
+}
+
+#[derive(Default)]
+struct Counters {
+    sent: u64,
+    results: u64,
+    duplicates: u64,
+    rtx_requests: u64,
+    resent_results: u64,
+    fails_sent: u64,
+    reissues: u64,
+    fallback_blocks: u64,
+    restorations: u64,
+    stale: u64,
+    malformed: u64,
+}
+
+pub struct CanaryHost {
+    cfg: CanaryConfig,
+    rank: usize,
+    me: Endpoint,
+    tensors: Vec<Tensor>,
+    next_block: u64,
+    /// By sequence number (block mod 2^22): blocks in flight are far fewer.
+    sending: BTreeMap<u32, (u64, Sending)>,
+    leading: BTreeMap<u32, (u64, Leading)>,
+    unsent: VecDeque<u32>,
+    in_flight: u32,
+    deadlines: BTreeSet<(Time, u32)>,
+    urgent: VecDeque<Packet>,
+    events: VecDeque<HostEvent>,
+    c: Counters,
+}
+
+fn seq_of(block: u64) -> u32 {
+    (block & ((1 << CanaryHeader::SEQ_BITS) - 1)) as u32
+}
+
+impl CanaryHost {
+    pub fn new(cfg: CanaryConfig, rank: usize) -> Result<Self, ConfigError> {
+        cfg.check()?;
+        let me = *cfg.workers.get(rank).ok_or_else(|| ConfigError(format!("rank {rank} is not in 0..{}", cfg.workers.len())))?;
+        Ok(CanaryHost {
+            cfg,
+            rank,
+            me,
+            tensors: vec![],
+            next_block: 0,
+            sending: BTreeMap::new(),
+            leading: BTreeMap::new(),
+            unsent: VecDeque::new(),
+            in_flight: 0,
+            deadlines: BTreeSet::new(),
+            urgent: VecDeque::new(),
+            events: VecDeque::new(),
+            c: Counters::default(),
+        })
+    }
+
+    fn n(&self) -> usize {
+        self.cfg.workers.len()
+    }
+
+    fn leader_of(&self, block: u64) -> usize {
+        (block % self.n() as u64) as usize
+    }
+
+    /// Values [start, end) of `block` in its tensor.
+    fn span(&self, tensor: usize, block: u64) -> (usize, usize) {
+        let t = &self.tensors[tensor];
+        let start = ((block - t.first_block) as usize) * CANARY_BLOCK_VALUES;
+        (start, (start + CANARY_BLOCK_VALUES).min(t.values))
+    }
+
+    fn data(&self, tensor: usize, block: u64) -> Option<Vec<i32>> {
+        let (s, e) = self.span(tensor, block);
+        self.tensors[tensor].data.as_ref().map(|d| d[s..e].to_vec())
+    }
+
+    fn header(&self, block: u64, attempt: u8, kind: CanaryType, dst: NodeId) -> CanaryHeader {
+        let hosts = (self.n() - 1) as u16;
+        CanaryHeader { dst, id: CanaryHeader::make_id(self.cfg.tenant, attempt, seq_of(block)), counter: 0, hosts, kind, ..Default::default() }
+    }
+
+    fn packet(&self, to: Endpoint, h: CanaryHeader, values: Option<Vec<i32>>, count: usize) -> Packet {
+        let size = if values.is_some() || matches!(h.kind, CanaryType::Reduce | CanaryType::Result | CanaryType::Restore) || (h.kind == CanaryType::Fallback && h.counter == 1) {
+            self.cfg.header_bytes + 4 * count as u32
+        } else {
+            CONTROL_BYTES
+        };
+        let mut p = Packet::new(self.me.host, self.me.port, to.host, to.port, size, Header::Canary(h));
+        p.payload = values.map(|v| Box::new(Payload::I32(v)));
+        p
+    }
+
+    /// The block's values as this host sends them (`Reduce` or `Fallback`).
+    fn contribution(&self, block: u64, s: &Sending) -> Packet {
+        let leader = self.cfg.workers[self.leader_of(block)];
+        let kind = if s.fallback { CanaryType::Fallback } else { CanaryType::Reduce };
+        let mut h = self.header(block, s.attempt, kind, leader.host);
+        h.counter = 1;
+        h.bypass = s.fallback;
+        let (st, e) = self.span(s.tensor, block);
+        self.packet(leader, h, self.data(s.tensor, block), e - st)
+    }
+
+    fn arm(&mut self, seq: u32, at: Time) {
+        if let Some((_, s)) = self.sending.get_mut(&seq) {
+            if let Some(old) = s.deadline.replace(at) {
+                self.deadlines.remove(&(old, seq));
+            }
+            self.deadlines.insert((at, seq));
+        }
+    }
+
+    /// A block this host sends is complete with `values`.
+    fn sent_block_done(&mut self, seq: u32, values: Option<&[i32]>) {
+        let Some((block, s)) = self.sending.remove(&seq) else {
+            self.c.duplicates += 1;
+            return;
+        };
+        if let Some(d) = s.deadline {
+            self.deadlines.remove(&(d, seq));
+            self.in_flight -= 1;
+        } else {
+            self.unsent.retain(|&q| q != seq);
+        }
+        self.block_done(s.tensor, block, values);
+    }
+
+    fn block_done(&mut self, tensor: usize, block: u64, values: Option<&[i32]>) {
+        let (s, e) = self.span(tensor, block);
+        let t = &mut self.tensors[tensor];
+        if let (Some(r), Some(v)) = (&mut t.result, values) {
+            if v.len() == e - s {
+                r[s..e].copy_from_slice(v);
+            }
+        }
+        t.left -= 1;
+        if t.left == 0 {
+            let data = t.result.take().map(Payload::I32);
+            self.events.push_back(HostEvent::Done { id: t.id, data });
+        }
+    }
+
+    /// The leader has every contribution of `seq`: Result down the tree, Restores to the
+    /// collided subtrees (or, after a fallback, the sum to every host directly).
+    fn lead_done(&mut self, seq: u32) {
+        let (block, l) = self.leading.get_mut(&seq).expect("leading");
+        l.done = true;
+        let (block, tensor, attempt, fallback) = (*block, l.tensor, l.attempt, l.fallback.is_some());
+        let acc = l.acc.clone();
+        let restore: Vec<(u16, u32)> = l.restore.iter().copied().collect();
+        let (s, e) = self.span(tensor, block);
+        let mut h = self.header(block, attempt, CanaryType::Result, self.cfg.tors[self.rank]);
+        h.counter = h.hosts;
+        if fallback {
+            h.bypass = true;
+            for r in (0..self.n()).filter(|&r| r != self.rank) {
+                let to = self.cfg.workers[r];
+                self.urgent.push_back(self.packet(to, CanaryHeader { dst: to.host, ..h }, acc.clone(), e - s));
+            }
+        } else {
+            h.multicast = true;
+            let tor = Endpoint { host: self.cfg.tors[self.rank], port: self.me.port };
+            self.urgent.push_back(self.packet(tor, h, acc.clone(), e - s));
+            // One Restore per switch and 32-port shard (spec A9).
+            let mut shards: BTreeMap<(u16, u8), u32> = BTreeMap::new();
+            for (sw, port) in restore {
+                *shards.entry((sw, (port / 32) as u8)).or_default() |= 1 << (port % 32);
+            }
+            for ((sw, shard), children) in shards {
+                self.c.restorations += 1;
+                let to = Endpoint { host: sw as NodeId, port: self.me.port };
+                let r = CanaryHeader { dst: sw as u32, kind: CanaryType::Restore, bypass: true, multicast: true, children, shard, ..h };
+                self.urgent.push_back(self.packet(to, r, acc.clone(), e - s));
+            }
+        }
+        self.block_done(tensor, block, acc.as_deref());
+    }
+
+    fn on_contribution(&mut self, h: CanaryHeader, pkt: &Packet) {
+        let seq = h.seq();
+        let from = self.cfg.workers.iter().position(|w| w.host == pkt.src && w.port == pkt.src_port);
+        let n = self.n();
+        let Some((_, l)) = self.leading.get_mut(&seq) else {
+            self.c.stale += 1;
+            return;
+        };
+        if l.done && h.kind == CanaryType::Fallback {
+            // A fallback sender whose result was lost resends its data: answer with the sum.
+            if let Some(r) = from {
+                self.resend_result(seq, r);
+            }
+            return;
+        }
+        if l.done || h.attempt() != l.attempt || h.kind == CanaryType::Fallback && l.fallback.is_none() {
+            self.c.stale += 1;
+            return;
+        }
+        let values = match pkt.payload.as_deref() {
+            Some(Payload::I32(v)) => Some(v.as_slice()),
+            _ => None,
+        };
+        let fits = match (&l.acc, values) {
+            (Some(acc), Some(v)) => acc.len() == v.len(),
+            (None, None) => true,
+            _ => false,
+        };
+        if !fits || h.counter == 0 || l.count + h.counter as u32 > (n - 1) as u32 {
+            self.c.malformed += 1;
+            return;
+        }
+        if let Some(seen) = &mut l.fallback {
+            // Unaggregated: one per host, by source.
+            match from {
+                Some(r) if !seen[r] && h.counter == 1 => seen[r] = true,
+                _ => {
+                    self.c.stale += 1;
+                    return;
+                }
+            }
+        } else if h.bypass {
+            l.restore.insert((h.switch, h.children));
+        }
+        if let (Some(acc), Some(v)) = (&mut l.acc, values) {
+            for (x, y) in acc.iter_mut().zip(v) {
+                *x = x.wrapping_add(*y);
+            }
+        }
+        l.count += h.counter as u32;
+        if l.count == (n - 1) as u32 {
+            self.lead_done(seq);
+        }
+    }
+
+    fn on_rtx_request(&mut self, h: CanaryHeader, pkt: &Packet) {
+        let seq = h.seq();
+        let Some(r) = self.cfg.workers.iter().position(|w| w.host == pkt.src && w.port == pkt.src_port) else {
+            self.c.malformed += 1;
+            return;
+        };
+        let Some((block, l)) = self.leading.get_mut(&seq) else {
+            self.c.stale += 1;
+            return;
+        };
+        let block = *block;
+        if l.done {
+            // The loss was in the broadcast: the sum again, to that host.
+            return self.resend_result(seq, r);
+        }
+        if h.attempt() == l.attempt && l.fallback.is_none() {
+            // The loss was in the reduction: re-issue the block (or fall back) for everyone.
+            let tensor = l.tensor;
+            let own = self.data(tensor, block);
+            let l = &mut self.leading.get_mut(&seq).expect("leading").1;
+            l.acc = own;
+            l.count = 0;
+            l.restore.clear();
+            if l.attempt < self.cfg.max_attempts {
+                l.attempt += 1;
+                self.c.reissues += 1;
+            } else {
+                l.fallback = Some(vec![false; self.cfg.workers.len()]);
+                self.c.fallback_blocks += 1;
+            }
+            for r in 0..self.n() {
+                if r != self.rank {
+                    self.send_fail(seq, r);
+                }
+            }
+        } else {
+            self.send_fail(seq, r);
+        }
+    }
+
+    /// The sum of a finished block, unicast to rank `r` (its copy was lost).
+    fn resend_result(&mut self, seq: u32, r: usize) {
+        let (block, l) = &self.leading[&seq];
+        let (block, tensor, attempt, acc) = (*block, l.tensor, l.attempt, l.acc.clone());
+        self.c.resent_results += 1;
+        let to = self.cfg.workers[r];
+        let (s, e) = self.span(tensor, block);
+        let mut h = self.header(block, attempt, CanaryType::Result, to.host);
+        h.counter = h.hosts;
+        h.bypass = true;
+        self.urgent.push_back(self.packet(to, h, acc, e - s));
+    }
+
+    /// Tells rank `r` the block's current attempt (or that it falls back).
+    fn send_fail(&mut self, seq: u32, r: usize) {
+        let (block, l) = &self.leading[&seq];
+        let kind = if l.fallback.is_some() { CanaryType::Fallback } else { CanaryType::Fail };
+        let to = self.cfg.workers[r];
+        let mut h = self.header(*block, l.attempt, kind, to.host);
+        h.bypass = true;
+        self.c.fails_sent += 1;
+        self.urgent.push_back(self.packet(to, h, None, 0));
+    }
+
+    /// A leader's Fail (re-issue under the next attempt) or Fallback request.
+    fn on_fail(&mut self, h: CanaryHeader) {
+        let seq = h.seq();
+        let Some((_, s)) = self.sending.get_mut(&seq) else {
+            self.c.stale += 1;
+            return;
+        };
+        let fallback = h.kind == CanaryType::Fallback;
+        if h.attempt() < s.attempt || h.attempt() == s.attempt && (fallback <= s.fallback) {
+            self.c.stale += 1;
+            return;
+        }
+        s.attempt = h.attempt();
+        s.fallback = fallback;
+        // Re-send at the head of the queue (spec §1.10 item 3).
+        if let Some(d) = s.deadline.take() {
+            self.deadlines.remove(&(d, seq));
+            self.in_flight -= 1;
+        } else {
+            self.unsent.retain(|&q| q != seq);
+        }
+        self.unsent.push_front(seq);
+    }
+}
+
+impl HostProtocol for CanaryHost {
+    fn endpoint(&self) -> Endpoint {
+        self.me
+    }
+
+    fn submit(&mut self, _now: Time, req: AppRequest) {
+        let AppRequest::Allreduce { id, bytes, data, .. } = req else {
+            return self.events.push_back(HostEvent::Rejected { id: 0, reason: "Canary hosts only allreduce".into() });
+        };
+        let data = match data {
+            None => None,
+            Some(Payload::I32(v)) => Some(v),
+            Some(_) => return self.events.push_back(HostEvent::Rejected { id, reason: "Canary switches sum int32 values".into() }),
+        };
+        let values = data.as_ref().map_or((bytes / 4) as usize, Vec::len);
+        if values == 0 {
+            return self.events.push_back(HostEvent::Done { id, data: data.map(Payload::I32) });
+        }
+        let blocks = values.div_ceil(CANARY_BLOCK_VALUES) as u64;
+        let tensor = self.tensors.len();
+        let first_block = self.next_block;
+        self.next_block += blocks;
+        self.tensors.push(Tensor { id, values, first_block, left: blocks, result: data.clone(), data });
+        for block in first_block..first_block + blocks {
+            let seq = seq_of(block);
+            if self.leader_of(block) == self.rank {
+                let acc = self.data(tensor, block);
+                self.leading.insert(seq, (block, Leading { tensor, attempt: 0, acc, count: 0, restore: BTreeSet::new(), fallback: None, done: false }));
+            } else {
+                self.sending.insert(seq, (block, Sending { tensor, attempt: 0, fallback: false, deadline: None }));
+                self.unsent.push_back(seq);
+            }
+        }
+    }
+
+    fn handle_packet(&mut self, _now: Time, pkt: Packet) {
+        let Header::Canary(h) = pkt.header else { return };
+        if h.tenant() != self.cfg.tenant {
+            return;
+        }
+        match h.kind {
+            CanaryType::Result => {
+                let Some((_, s)) = self.sending.get(&h.seq()) else {
+                    self.c.duplicates += 1;
+                    return;
+                };
+                if h.attempt() != s.attempt {
+                    self.c.stale += 1;
+                    return;
+                }
+                let values = match pkt.payload.as_deref() {
+                    Some(Payload::I32(v)) => Some(v.as_slice()),
+                    _ => None,
+                };
+                self.c.results += 1;
+                self.sent_block_done(h.seq(), values);
+            }
+            CanaryType::Reduce if self.leading.contains_key(&h.seq()) => self.on_contribution(h, &pkt),
+            CanaryType::Fallback if h.counter == 1 => self.on_contribution(h, &pkt),
+            CanaryType::Fallback | CanaryType::Fail => self.on_fail(h),
+            CanaryType::RtxReq => self.on_rtx_request(h, &pkt),
+            _ => self.c.malformed += 1,
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Time) {
+        while let Some(&(at, seq)) = self.deadlines.first() {
+            if at > now {
+                break;
+            }
+            self.deadlines.remove(&(at, seq));
+            let Some((block, s)) = self.sending.get(&seq) else { continue };
+            let (block, attempt) = (*block, s.attempt);
+            let p = if s.fallback {
+                // Fallback data goes straight to the leader: resend it.
+                self.contribution(block, s)
+            } else {
+                self.c.rtx_requests += 1;
+                let leader = self.cfg.workers[self.leader_of(block)];
+                let mut h = self.header(block, attempt, CanaryType::RtxReq, leader.host);
+                h.bypass = true;
+                self.packet(leader, h, None, 0)
+            };
+            self.urgent.push_back(p);
+            let (_, s) = self.sending.get_mut(&seq).expect("present");
+            s.deadline = Some(now + self.cfg.rtx_timeout_ps);
+            self.deadlines.insert((now + self.cfg.rtx_timeout_ps, seq));
+        }
+    }
+
+    fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
+        if let Some(p) = self.urgent.pop_front() {
+            return Some(p);
+        }
+        if self.in_flight >= self.cfg.window_blocks {
+            return None;
+        }
+        let seq = self.unsent.pop_front()?;
+        let (block, s) = &self.sending[&seq];
+        let p = self.contribution(*block, s);
+        self.in_flight += 1;
+        self.c.sent += 1;
+        self.arm(seq, now + self.cfg.rtx_timeout_ps);
+        Some(p)
+    }
+
+    fn poll_timeout(&self) -> Option<Time> {
+        self.deadlines.first().map(|d| d.0)
+    }
+
+    fn poll_event(&mut self) -> Option<HostEvent> {
+        self.events.pop_front()
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let c = &self.c;
+        vec![
+            ("sent", c.sent),
+            ("results", c.results),
+            ("duplicate_results", c.duplicates),
+            ("rtx_requests", c.rtx_requests),
+            ("resent_results", c.resent_results),
+            ("fails_sent", c.fails_sent),
+            ("reissues", c.reissues),
+            ("fallback_blocks", c.fallback_blocks),
+            ("restorations", c.restorations),
+            ("stale", c.stale),
+            ("malformed", c.malformed),
+            ("blocks_pending", (self.sending.len() + self.leading.values().filter(|l| !l.1.done).count()) as u64),
+        ]
+    }
+}
