@@ -172,6 +172,9 @@ impl NetView for RuntimeView<'_> {
     fn share(&self, _job: u32, _key: &str) -> (u32, u32) {
         (0, 1)
     }
+    fn switches(&self) -> Vec<NodeId> {
+        self.spec.switches.iter().map(|s| s.node).collect()
+    }
 }
 
 /// The address to announce for a socket bound to `bound` to a peer at `peer`: a wildcard

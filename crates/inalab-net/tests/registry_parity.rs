@@ -10,11 +10,11 @@ use serde_json::{json, Value};
 
 const MEMORY: u64 = 272 * 1000;
 
-/// Two racks of four hosts under one spine; the leaves are programmable.
-fn sim_spec(jobs: Vec<Value>) -> inalab_sim::SimSpec {
+/// Two racks of four hosts under one spine; `programmable` switches ("tor": the leaves).
+fn sim_spec(jobs: Vec<Value>, programmable: &str) -> inalab_sim::SimSpec {
     let topology = json!({"shape": {"kind": "leaf_spine", "leaves": 2, "spines": 1, "hosts_per_leaf": 4, "switch_ports": 64,
                                     "host_rate_bps": 100_000_000_000u64, "fabric_rate_bps": 100_000_000_000u64, "link_delay_ps": 1_000_000},
-                          "programmable": "tor"});
+                          "programmable": programmable});
     let spec = json!({
         "name": "parity", "seed": 1, "payload": false, "stop_ps": 1_000_000_000u64, "topology": topology,
         "network": {"buffer_bytes": 1 << 20, "ecn_threshold_bytes": 1 << 18, "routing": {"kind": "ecmp"}, "aggregator_memory_bytes": MEMORY},
@@ -42,7 +42,11 @@ fn describe(plan: &Plan) -> (Vec<String>, Vec<String>) {
 /// Plans job 0 of `jobs` with the simulator's view, and with the runtime's view from every
 /// switch the plan admits at, and checks that they agree.
 fn check(jobs: Vec<Value>) {
-    let spec = sim_spec(jobs);
+    check_on(jobs, "tor")
+}
+
+fn check_on(jobs: Vec<Value>, programmable: &str) {
+    let spec = sim_spec(jobs, programmable);
     let topo = inalab_topo::build(&spec.topology).expect("valid topology");
     let mut job: SchemeJob = scheme_jobs(&spec, &topo).expect("valid jobs").remove(0);
     // Ports are each driver's choice (the simulator's differ per job, the runtime's are one
@@ -97,6 +101,11 @@ fn atp_across_two_racks_plans_alike() {
 fn dsa_with_its_ps_in_another_rack_plans_alike() {
     // The job aggregates at the PS's switch (leaf1), which every gradient passes.
     check(vec![job(json!({"scheme": "dsa", "ina": {"policy": "preempt-half"}}), &["h0", "h1", "h4"], &["h5"])]);
+}
+
+#[test]
+fn canary_on_every_switch_plans_alike() {
+    check_on(vec![job(json!({"scheme": "canary", "ina": {"table": "static"}}), &["h0", "h1", "h4", "h6"], &[])], "all");
 }
 
 #[test]

@@ -9,6 +9,7 @@
 //! docs/architecture.md, "Adding a scheme").
 
 mod atp;
+mod canary;
 mod dsa;
 mod plan;
 mod ps;

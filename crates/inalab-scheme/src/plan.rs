@@ -24,6 +24,11 @@ pub trait NetView {
     /// index and their count: how an equal split of a resource is computed. Drivers that set
     /// jobs up one at a time answer (0, 1).
     fn share(&self, job: u32, key: &str) -> (u32, u32);
+    /// Every switch of the network (what a scheme with a program on every switch admits its
+    /// jobs on); empty when the driver cannot list them.
+    fn switches(&self) -> Vec<NodeId> {
+        vec![]
+    }
 }
 
 /// A job as every driver describes it: who takes part and the scheme's own configuration,

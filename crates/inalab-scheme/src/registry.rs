@@ -3,7 +3,7 @@
 use crate::plan::{JobSpec, PlanError, Scheme};
 use serde_json::Value;
 
-static SCHEMES: [&dyn Scheme; 7] = [
+static SCHEMES: [&dyn Scheme; 8] = [
     &crate::ring::Ring { hierarchical: false },
     &crate::ring::Ring { hierarchical: true },
     &crate::ps::Ps { sharded: false },
@@ -11,6 +11,7 @@ static SCHEMES: [&dyn Scheme; 7] = [
     &crate::atp::Atp,
     &crate::switchml::SwitchMl,
     &crate::dsa::Dsa,
+    &crate::canary::Canary,
 ];
 
 /// Every scheme, in the order users see them.

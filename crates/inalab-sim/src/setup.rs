@@ -77,6 +77,9 @@ impl NetView for SimView<'_> {
         let jobs = self.shares.get(key).map_or(&[][..], |v| v.as_slice());
         (jobs.iter().position(|&j| j == job).unwrap_or(0) as u32, jobs.len() as u32)
     }
+    fn switches(&self) -> Vec<NodeId> {
+        (0..self.topo.nodes.len() as NodeId).filter(|&n| self.topo.nodes[n as usize].kind == inalab_topo::NodeKind::Switch).collect()
+    }
 }
 
 /// The host called `name`, or an error at `field` that says why not.

@@ -1,0 +1,162 @@
+//! Canary (De Sensi et al., FGCS): allreduce on dynamic trees that the switches build packet
+//! by packet toward a per-block leader host (`../shared/specs/canary.md`, docs/canary.md).
+//!
+//! Set-up policy, the same in both drivers:
+//! - the program runs on every switch, and every switch must be programmable: a Result
+//!   comes back down only through switches that kept a descriptor (spec A32);
+//! - the job is admitted at every switch with its window and, for `ina.table = "static"`, its
+//!   slice of the descriptor table (an equal split among the static jobs of the network);
+//! - block b is led by rank b mod N; the job id is the block ids' 8-bit tenant prefix.
+
+use crate::plan::{check_servers, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
+use crate::ring::worker_endpoints;
+use inalab_core::time::{MS, US};
+use inalab_core::{Admission, NodeId, SwitchProgram};
+use inalab_host::{CanaryConfig, CanaryHost, Quantized};
+use inalab_switch::{CanarySwitch, CanarySwitchConfig, CanarySwitchJob};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+const PROGRAM: &str = "canary";
+/// The share key of jobs that split the descriptor table statically.
+const STATIC_SHARE: &str = "canary-table";
+
+/// How a job's blocks find their descriptor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TableMode {
+    Hash,
+    Static,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CanaryIna {
+    pub header_bytes: u32,
+    pub aggregation_timeout_ps: u64,
+    pub rtx_timeout_ps: u64,
+    pub max_attempts: u8,
+    pub window_blocks: u32,
+    pub table: TableMode,
+    pub scale: f64,
+}
+
+impl Default for CanaryIna {
+    fn default() -> Self {
+        CanaryIna { header_bytes: 57, aggregation_timeout_ps: US, rtx_timeout_ps: MS, max_attempts: 3, window_blocks: 4096, table: TableMode::Hash, scale: inalab_host::quant::ATP_SCALE }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CanaryParams {
+    pub ina: CanaryIna,
+}
+
+const PARAMS: [Param; 7] = [
+    Param { name: "ina.header_bytes", default: "57", unit: "bytes", doc: "Bytes on the wire per packet besides its values (Canary §5.1: 19 B header + 14 B Ethernet + 24 B preamble, gap and FCS); a block is 256 values (1024 B), so a full packet is 1081 B." },
+    Param { name: "ina.aggregation_timeout_ps", default: "1000000", unit: "ps", doc: "Aggregation window of a switch from a block's first packet; at its end the partial sum goes on toward the leader (Canary §3.1.1; 1 us, the memory model's value, spec A1)." },
+    Param { name: "ina.rtx_timeout_ps", default: "1000000000", unit: "ps", doc: "A host asks a block's leader when the block's result is this late (Canary §6 suggests 2 RTTs; 1 ms where no loss is expected, spec A13). A switch frees a flushed descriptor whose result has not passed for twice this long (its result was lost or its block re-issued)." },
+    Param { name: "ina.max_attempts", default: "3", unit: "", doc: "Re-issues of a block under a new id before the hosts fall back to reducing it through its leader (Canary §3.3; at most 3, the id's 2-bit attempt field)." },
+    Param { name: "ina.window_blocks", default: "4096", unit: "blocks", doc: "Blocks a host has in flight at most (spec A8: 4 MiB of blocks; the paper sends at line rate)." },
+    Param { name: "ina.table", default: "\"hash\"", unit: "", doc: "How a block finds its descriptor: \"hash\" = a hash of its id over the whole table (collisions are bypassed to the leader, which restores the subtree); \"static\" = an equal slice of the table per static job, no collisions (Canary §3.2.1, Fig. 10)." },
+    Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the hosts' float32 values (switches sum int32, Canary §6): error at most workers / (2 scale) per value." },
+];
+
+pub struct Canary;
+
+fn parse(config: &Value) -> Result<CanaryParams, PlanError> {
+    let c: CanaryParams = parse_config(config)?;
+    let i = &c.ina;
+    if i.header_bytes < 20 {
+        return Err(PlanError::new("ina.header_bytes", format!("{} bytes; Canary's header alone is 19 (plus 1 for the kind)", i.header_bytes)));
+    }
+    if i.aggregation_timeout_ps == 0 || i.rtx_timeout_ps == 0 {
+        return Err(PlanError::new(if i.aggregation_timeout_ps == 0 { "ina.aggregation_timeout_ps" } else { "ina.rtx_timeout_ps" }, "must be a positive duration"));
+    }
+    if i.max_attempts > 3 {
+        return Err(PlanError::new("ina.max_attempts", format!("{}; the id's attempt field allows 0..=3", i.max_attempts)));
+    }
+    if i.window_blocks == 0 {
+        return Err(PlanError::new("ina.window_blocks", "must be at least 1 block"));
+    }
+    Ok(c)
+}
+
+impl Scheme for Canary {
+    fn name(&self) -> &'static str {
+        PROGRAM
+    }
+    fn doc(&self) -> &'static str {
+        "Canary: allreduce on dynamic trees the switches build per block toward a per-block leader host, with timeouts, stragglers and collision restoration"
+    }
+    fn params(&self) -> Vec<Param> {
+        PARAMS.to_vec()
+    }
+    fn servers(&self) -> Servers {
+        Servers::None
+    }
+    fn normalize(&self, config: &Value) -> Result<Value, PlanError> {
+        let c = parse(config)?;
+        Ok(serde_json::json!({"scheme": PROGRAM, "ina": c.ina}))
+    }
+    fn quantization(&self, config: &Value) -> Quantization {
+        let scale = parse_config::<CanaryParams>(config).map_or(inalab_host::quant::ATP_SCALE, |c| c.ina.scale);
+        Quantization::FixedPoint { scale }
+    }
+    fn program(&self, switch: NodeId, net: &dyn NetView) -> Option<Box<dyn SwitchProgram>> {
+        let cfg = CanarySwitchConfig { descriptors: CanarySwitchConfig::descriptors_for(net.memory_bytes(switch)), seed: inalab_core::splitmix64(switch as u64) };
+        Some(Box::new(CanarySwitch::new(cfg)))
+    }
+    fn shares(&self, job: &JobSpec, _net: &dyn NetView) -> Vec<String> {
+        match parse(&job.config) {
+            Ok(c) if c.ina.table == TableMode::Static => vec![STATIC_SHARE.into()],
+            _ => vec![],
+        }
+    }
+    fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError> {
+        check_servers(self, job)?;
+        let c = parse(&job.config)?;
+        let tenant = u8::try_from(job.id).map_err(|_| PlanError::new("id", format!("job id {}; Canary's tenant prefix allows 0..=255", job.id)))?;
+        let switches = net.switches();
+        if switches.is_empty() {
+            return Err(PlanError::new("scheme", "Canary runs on every switch, and this driver lists none"));
+        }
+        if let Some(&s) = switches.iter().find(|&&s| !net.programmable(s) || net.memory_bytes(s) < inalab_switch::CANARY_DESCRIPTOR_BYTES) {
+            return Err(PlanError::new("scheme", format!("Canary needs every switch programmable with memory for descriptors; {} is not (set network.programmable = \"all\" and aggregator memory)", net.name(s))));
+        }
+        let cfg = CanaryConfig {
+            tenant,
+            workers: worker_endpoints(job),
+            tors: job.workers.iter().map(|&h| net.tor(h)).collect(),
+            header_bytes: c.ina.header_bytes,
+            rtx_timeout_ps: c.ina.rtx_timeout_ps,
+            max_attempts: c.ina.max_attempts,
+            window_blocks: c.ina.window_blocks,
+        };
+        let err = |e: inalab_host::ConfigError| PlanError::new("workers", e.0);
+        let mut plan = Plan::default();
+        for (r, &h) in job.workers.iter().enumerate() {
+            let host = CanaryHost::new(cfg.clone(), r).map_err(err)?;
+            let proto = Quantized::new(Box::new(host), self.quantization(&job.config), r, job.workers.len());
+            plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config: format!("{cfg:?} rank {r}") });
+        }
+        let (index, of) = net.share(job.id, STATIC_SHARE);
+        for s in switches {
+            let slice = match c.ina.table {
+                TableMode::Hash => None,
+                TableMode::Static => {
+                    let n = inalab_switch::CanarySwitchConfig::descriptors_for(net.memory_bytes(s));
+                    let len = n / of.max(1);
+                    if len == 0 {
+                        return Err(PlanError::new("ina.table", format!("{} descriptors at {} cannot be split among {of} static jobs", n, net.name(s))));
+                    }
+                    Some((index * len, len))
+                }
+            };
+            let adm = CanarySwitchJob { timeout_ps: c.ina.aggregation_timeout_ps, stale_ps: 2 * c.ina.rtx_timeout_ps, slice };
+            plan.admissions.push(SwitchAdmission { switch: s, program: PROGRAM, state: Admission::new(adm), field: "ina" });
+        }
+        Ok(plan)
+    }
+}
