@@ -172,6 +172,30 @@ proptest! {
 }
 
 #[test]
+fn eight_jobs_on_a_scarce_array_sum_exactly_under_loss_on_every_link() {
+    // The case: 8 concurrent jobs, 64 aggregators, loss of 0.001 % and 1 % on every
+    // link (every host of the star loses what it sends and receives), payload mode.
+    for prob in [0.00001, 0.01] {
+        // Workers up to 20 us apart, so fragments wait in the array and jobs meet there.
+        let jobs = (0..8)
+            .map(|k| {
+                let mut j = dsa_job(k, hosts(4 * k..4 * k + 4), &format!("h{}", 32 + k), 4 * 3_000, 2, "dsa");
+                j["jitter_ps"] = json!(20 * US);
+                j
+            })
+            .collect();
+        let mut s = dsa_spec(star(40, US), jobs, 64);
+        s["network"]["host_loss"] = json!((0..40).map(|h| json!({"host": format!("h{h}"), "prob": prob})).collect::<Vec<_>>());
+        let r = simulate(&s);
+        assert_exact(&r);
+        assert!(counter(&r, "collisions") > 0, "{prob} {:?}", r.switches[0].counters);
+        if prob >= 0.01 {
+            assert!(r.links.iter().map(|l| l.drops_loss).sum::<u64>() > 0 && host_counter(&r, "timeouts") > 0, "{prob}: losses were repaired");
+        }
+    }
+}
+
+#[test]
 fn the_papers_scale_with_loss_finishes_and_leaves_nothing() {
     // DSA §VII-B's 8 jobs x 8 workers on one switch (metadata mode), 1 MiB each, loss at a
     // worker of every other job and at two PSes.

@@ -153,7 +153,9 @@ class DsaUtilization:
         return bool((r[r.scheme != "dsa"].dsa_over >= 1 - self.SLACK).all())
 
     def explain(self, rows: pd.DataFrame) -> str:
-        t = rows.pivot(index=["memory", "mix"], columns="scheme", values="utilization").reset_index()
+        u = rows.pivot(index=["memory", "mix"], columns="scheme", values="utilization")
+        per_mix = "; ".join(f"{m} {x}: DSA {r.dsa:.2f}, ATP {r.atp:.2f}, SwitchML {r.switchml:.2f}" for (m, x), r in u.iterrows())
+        t = u.reset_index()
         cols = ["memory", "mix", "scheme", "utilization", "dsa_over", "mean_jct_ms", "collisions", "preemptions",
                 "switch_completed", "ps_completed", "ps_reminders", "worker_timeouts"]
         return f"""# dsa-memory-utilization (DSA Fig. 10; simulation)
@@ -175,13 +177,12 @@ All runs (`dsa_over` = DSA's utilization over this scheme's):
 
 {markdown_table(rows[cols])}
 
-**Where and why they differ.** The same causes as in `dsa-policy-ablation`: at 5 MB memory is not
-scarce, but the jobs' address ranges overlap and DSA, which never moves an address, finishes a
-share of its fragments through the PSes, which stretches the time a job waits on its
-allreduces (the metric divides by that time); with 1 MB the jobs contend and DSA's preemption
-keeps its jobs' aggregation rate up where ATP's falls. The paper's utilization numbers (well
-below 1 for ATP and SwitchML) suggest its jobs were memory-bound at 5 MB; its windows are not
-given. One seed.
+**Where and why they differ.** {per_mix}. The same causes as in `dsa-policy-ablation`: at 5 MB
+memory is not scarce, but the jobs' address ranges overlap and DSA, which never moves an
+address, finishes a share of its fragments through the PSes, which stretches the time a job
+waits on its allreduces (the metric divides by that time); with 1 MB the jobs contend for
+memory. The paper's utilization numbers (well below 1 for ATP and SwitchML) suggest its jobs
+were memory-bound at 5 MB; its windows are not given. One seed.
 """
 
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:
