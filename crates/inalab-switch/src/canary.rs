@@ -45,6 +45,9 @@ pub struct CanarySwitchJob {
     pub stale_ps: Time,
     /// Static slice of the table `(first, len)` (§3.2.1, Fig. 10), or `None` to hash over it.
     pub slice: Option<(u32, u32)>,
+    /// The up port toward a leader is chosen by its address, the same at every switch, unless
+    /// that port has more than this queued; then the least queued (§5.2), bytes.
+    pub reroute_bytes: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -138,7 +141,25 @@ impl CanarySwitch {
         // The partial sum stays until the Result passes (stragglers and the broadcast need
         // the descriptor), so the packet carries a copy.
         pkt.payload = d.acc.clone().map(|v| Box::new(Payload::I32(v)));
-        out.push(SwitchAction::Route { pkt });
+        out.push(self.toward_leader(ctx, pkt));
+    }
+
+    /// Canary's load balancer (§5.2, spec A23): among the shortest-path ports toward the
+    /// leader, the one its address picks, so a block's partial sums from different switches
+    /// meet at one switch above them, unless that port's queue is above the job's threshold,
+    /// then the least queued port. One port (or none known): the driver's routing.
+    fn toward_leader(&self, ctx: &dyn SwitchCtx, pkt: Packet) -> SwitchAction {
+        let hops = ctx.next_hops(pkt.dst);
+        let reroute = match &pkt.header {
+            Header::Canary(h) => self.jobs.get(&h.tenant()).map_or(u64::MAX, |j| j.reroute_bytes),
+            _ => u64::MAX,
+        };
+        if hops.len() < 2 {
+            return SwitchAction::Route { pkt };
+        }
+        let default = hops[(splitmix64(pkt.dst as u64) % hops.len() as u64) as usize];
+        let port = if ctx.queue_bytes(default) <= reroute { default } else { hops.iter().copied().min_by_key(|&p| ctx.queue_bytes(p)).unwrap_or(default) };
+        SwitchAction::Forward { port, pkt }
     }
 
     fn on_reduce(&mut self, now: Time, ctx: &dyn SwitchCtx, in_port: PortId, h: CanaryHeader, mut pkt: Packet, out: &mut Vec<SwitchAction>) {
@@ -196,7 +217,7 @@ impl CanarySwitch {
                 // is a child, so the Result reaches it.
                 d.children |= 1 << in_port;
                 self.c.stragglers += 1;
-                return out.push(SwitchAction::Route { pkt });
+                return out.push(self.toward_leader(ctx, pkt));
             }
             Some(_) => return self.collide(ctx, in_port, h, pkt, out),
         }
@@ -211,7 +232,7 @@ impl CanarySwitch {
     fn collide(&mut self, ctx: &dyn SwitchCtx, in_port: PortId, h: CanaryHeader, mut pkt: Packet, out: &mut Vec<SwitchAction>) {
         self.c.collisions += 1;
         pkt.header = Header::Canary(CanaryHeader { bypass: true, switch: ctx.node() as u16, children: in_port as u32, ..h });
-        out.push(SwitchAction::Route { pkt });
+        out.push(self.toward_leader(ctx, pkt));
     }
 
     fn on_result(&mut self, now: Time, h: CanaryHeader, pkt: Packet, out: &mut Vec<SwitchAction>) {
@@ -349,7 +370,7 @@ mod tests {
     fn switch(descriptors: u32, slice: Option<(u32, u32)>) -> CanarySwitch {
         let mut s = CanarySwitch::new(CanarySwitchConfig { descriptors, seed: 3 });
         for tenant in [1, 2] {
-            s.admit(tenant, Admission::new(CanarySwitchJob { timeout_ps: T, stale_ps: 100 * T, slice })).unwrap();
+            s.admit(tenant, Admission::new(CanarySwitchJob { timeout_ps: T, stale_ps: 100 * T, slice, reroute_bytes: 1 << 19 })).unwrap();
         }
         s
     }
@@ -464,8 +485,8 @@ mod tests {
         assert_eq!(routed(&run(&mut s, 1, 2, reduce(1, 5, 1, 2, 1))), vec![(2, 11, false)]);
         assert_eq!(routed(&run(&mut s, 1, 3, reduce(2, 5, 1, 2, 2))), vec![(2, 22, false)]);
         assert_eq!(counter(&s, "collisions"), 0);
-        assert!(s.admit(3, Admission::new(CanarySwitchJob { timeout_ps: T, stale_ps: T, slice: Some((3, 2)) })).is_err(), "beyond the table");
-        assert!(s.admit(300, Admission::new(CanarySwitchJob { timeout_ps: T, stale_ps: T, slice: None })).is_err(), "beyond 8 bits");
+        assert!(s.admit(3, Admission::new(CanarySwitchJob { timeout_ps: T, stale_ps: T, slice: Some((3, 2)), reroute_bytes: 0 })).is_err(), "beyond the table");
+        assert!(s.admit(300, Admission::new(CanarySwitchJob { timeout_ps: T, stale_ps: T, slice: None, reroute_bytes: 0 })).is_err(), "beyond 8 bits");
     }
 
     #[test]
