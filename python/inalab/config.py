@@ -57,6 +57,7 @@ def _quantity(unit: Unit, optional: bool = False):
 
 
 Duration = _quantity(DURATION)
+OptDuration = _quantity(DURATION, optional=True)
 Rate = _quantity(RATE)
 Size = _quantity(SIZE)
 OptSize = _quantity(SIZE, optional=True)
@@ -516,6 +517,34 @@ class Flow(_Model):
     )
 
 
+class Failure(_Model):
+    node: Optional[str] = opt(
+        None,
+        "A switch that fails: it loses every packet queued in it or reaching it, its timers stop, and it comes "
+        "back (at `until`) with a fresh switch program whose soft state is empty. Give `node` or `link`, not both.",
+        default_doc="none",
+    )
+    link: Optional[list[str]] = opt(
+        None,
+        'A link that fails, by the names of its two ends, e.g. `["s0", "s2"]`: packets on it either way, and '
+        "packets sent into it while it is down, are lost. Give `node` or `link`, not both.",
+        default_doc="none", type_doc="array of 2 strings",
+    )
+    at: Duration = opt(_REQUIRED, "When the switch or link fails.")
+    until: OptDuration = opt(None, "When it comes back; without it, it stays down to the end of the run.", default_doc="none (never)")
+
+    @model_validator(mode="after")
+    def _one_target(self) -> "Failure":
+        if (self.node is None) == (self.link is None):
+            both = ", not both" if self.node is not None else ""
+            raise ConfigError("", f"give exactly one of node (a switch name) or link (two node names){both}")
+        if self.link is not None and len(self.link) != 2:
+            raise ConfigError("link", f'a link is given by its two end nodes, e.g. ["s0", "s2"]; got {len(self.link)} names')
+        if self.until is not None and self.until <= self.at:
+            raise ConfigError("until", "must be after `at`; leave it out for a failure that lasts to the end")
+        return self
+
+
 class Metrics(_Model):
     bin: Duration = opt("100us", "Width of a time-series bin.")
 
@@ -537,6 +566,7 @@ class Scenario(_Model):
     jobs: list[Job] = opt([], "Training or allreduce jobs, see [[jobs]].")
     background: Optional[Background] = opt(None, "Random background traffic, see [background].")
     flows: list[Flow] = opt([], "Raw line-rate flows, see [[flows]].")
+    failures: list[Failure] = opt([], "Timed switch and link failures, see [[failures]]; routing avoids what is down.")
     metrics: Metrics = opt(Metrics(), "Measurement settings, see [metrics].", default_doc="see below")
 
     @model_validator(mode="after")
@@ -585,6 +615,9 @@ class Scenario(_Model):
             "flows": [_flow_spec(i, f, net) for i, f in enumerate(self.flows)],
             "metrics": {"bin_ps": self.metrics.bin},
         }
+        if self.failures:
+            # Only when present, so specs without failures stay readable by older simulators.
+            spec["failures"] = [_failure_spec(f) for f in self.failures]
         if self.background is not None:
             b = self.background
             spec["background"] = {
@@ -806,6 +839,15 @@ def _flow_spec(i: int, f: Flow, net: _Graph) -> dict:
     spec = {"src": src, "dst": dst, "bytes": f.size, "packet_bytes": f.packet, "start_ps": f.start}
     if f.path is not None:
         spec["path"] = f.path
+    return spec
+
+
+def _failure_spec(f: Failure) -> dict:
+    # Names are checked by the simulator, which knows which nodes are switches and adjacent.
+    spec: dict = {"node": f.node} if f.node is not None else {"link": list(f.link)}
+    spec["at_ps"] = f.at
+    if f.until is not None:
+        spec["until_ps"] = f.until
     return spec
 
 

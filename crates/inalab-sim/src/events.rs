@@ -15,7 +15,11 @@ pub enum Ev {
     Local { host: u32 },
     /// A host endpoint's protocol timer (stale ones are skipped by the handler).
     HostTimer { host: u32, ep: u16 },
-    SwitchTimer { switch: u32, token: TimerToken },
+    /// `epoch` is the switch's when the timer was set: a failure makes older timers stale.
+    SwitchTimer { switch: u32, token: TimerToken, epoch: u16 },
+    /// Failure `idx` of the spec starts / ends.
+    Fail { idx: u32 },
+    Recover { idx: u32 },
     /// A worker's current compute step (forward or backward of one layer) finished.
     ComputeDone { job: u32, rank: u32 },
     JobStart { job: u32 },
@@ -114,6 +118,12 @@ impl EventQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn events_stay_small() {
+        // Queue entries are copied on every pop; the failure epoch must not grow them.
+        assert!(std::mem::size_of::<Ev>() <= 16);
+    }
 
     #[test]
     fn pops_in_time_then_insertion_order() {

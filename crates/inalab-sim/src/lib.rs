@@ -9,6 +9,7 @@
 
 mod error;
 mod events;
+mod failures;
 mod metrics;
 mod network;
 mod result;

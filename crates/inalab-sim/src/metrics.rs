@@ -95,6 +95,16 @@ impl Sim {
                 // Only when it happened, so runs without hostile traffic keep their output.
                 counters.insert("drops_unadmitted".into(), sw.drops_unadmitted);
             }
+            // Failures (only when some happened): program counters of replaced instances add
+            // up with the live one's, and the packets lost to the failure are counted.
+            for (&k, &v) in &sw.carried {
+                *counters.entry(k.to_string()).or_insert(0) += v;
+            }
+            for (k, v) in [("drops_node_failed", sw.drops_node_failed), ("drops_link_failed", sw.drops_link_failed), ("restarts", sw.restarts)] {
+                if v > 0 {
+                    counters.insert(k.into(), v);
+                }
+            }
             for &(b, v) in &sw.agg_series {
                 r.timeseries.push(SeriesRow { t_s: to_secs(b as u64 * bin), metric: "aggregators_in_use", entity: name(node), value: v as f64 });
             }
@@ -119,6 +129,9 @@ impl Sim {
                 for (k, v) in e.proto.counters() {
                     *counters.entry(k.to_string()).or_insert(0) += v;
                 }
+            }
+            if hs.drops_link_failed > 0 {
+                counters.insert("drops_link_failed".to_string(), hs.drops_link_failed);
             }
             r.hosts.push(HostResult {
                 name: name(h as u32),

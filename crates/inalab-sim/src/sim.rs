@@ -2,6 +2,7 @@
 //! sans-IO protocols their inputs and carries out their outputs.
 
 use crate::events::{Ev, EventQueue};
+use crate::failures::{Failure, Liveness, Target, Why};
 use crate::network::{Enqueued, PortState};
 use crate::result::Conservation;
 use crate::setup::host_named;
@@ -36,6 +37,8 @@ pub(crate) struct HostState {
     pub rx_packets: u64,
     pub drops_loss: u64,
     pub drops_no_endpoint: u64,
+    /// Packets its NIC sent into a failed link.
+    pub drops_link_failed: u64,
     pub loss: f64,
     /// Packets between endpoints of this host, delivered by an `Ev::Local` at the same time
     /// (not by a nested call, which would recurse once per packet).
@@ -63,6 +66,16 @@ pub(crate) struct SwitchState {
     pub admitted: std::collections::HashMap<PortId, Vec<u32>>,
     pub agg_peak: u32,
     pub agg_series: Vec<(u32, u32)>,
+    /// Packets that arrived while it was failed or were queued in it when it failed.
+    pub drops_node_failed: u64,
+    /// Packets it sent into a failed link, or that were on its outgoing links when they failed.
+    pub drops_link_failed: u64,
+    /// Times it came back from a failure with a fresh program.
+    pub restarts: u64,
+    /// Counters of the program instances that failures replaced, so totals survive restarts.
+    pub carried: std::collections::BTreeMap<&'static str, u64>,
+    /// Bumped at each failure: timers set before are stale.
+    epoch: u16,
 }
 
 impl SwitchState {
@@ -123,6 +136,12 @@ pub struct Sim {
     pub(crate) done: bool,
     pub(crate) wall_s: f64,
     pub(crate) stopped_by: &'static str,
+    failures: Vec<Failure>,
+    live: Liveness,
+    /// The spec, kept to plan a recovering switch's programs again (only with failures).
+    restart_spec: Option<Box<SimSpec>>,
+    /// Jobs released so far, released again at a restarted switch's fresh programs.
+    released: Vec<u32>,
 }
 
 struct Ctx<'a> {
@@ -131,6 +150,7 @@ struct Ctx<'a> {
     ports: &'a [PortState],
     topo: &'a Topology,
     routes: &'a Routes,
+    live: &'a Liveness,
 }
 
 impl SwitchCtx for Ctx<'_> {
@@ -150,7 +170,7 @@ impl SwitchCtx for Ctx<'_> {
         if dst as usize >= self.topo.nodes.len() {
             return &[];
         }
-        self.routes.next_hops(self.node, dst)
+        self.live.next_hops(self.routes, self.node, dst)
     }
     fn faces_up(&self, port: PortId) -> bool {
         let peer = self.ports[port as usize].peer;
@@ -237,6 +257,11 @@ impl Sim {
                 admitted: std::collections::HashMap::new(),
                 agg_peak: 0,
                 agg_series: vec![],
+                drops_node_failed: 0,
+                drops_link_failed: 0,
+                restarts: 0,
+                carried: Default::default(),
+                epoch: 0,
             })
             .collect();
         for (i, sc) in net.switch_capacity.iter().enumerate() {
@@ -250,6 +275,8 @@ impl Sim {
             // Memory budgets are read when INA programs are installed (workload setup).
             switch_id(format!("network.switch_memory[{i}].switch"), &sm.switch)?;
         }
+        let failures = crate::failures::resolve(&spec.failures, &topo)?;
+        let live = Liveness::new(&topo, ports.len(), !failures.is_empty());
         let mut sim = Sim {
             name: spec.name.clone(),
             seed: spec.seed,
@@ -281,7 +308,18 @@ impl Sim {
             done: false,
             wall_s: 0.0,
             stopped_by: "stop_time",
+            restart_spec: failures.iter().any(|f| matches!(f.target, Target::Node(_)) && f.until.is_some()).then(|| Box::new(spec.clone())),
+            failures,
+            live,
+            released: vec![],
         };
+        // Queued before the workloads' events, so a failure at t wins over work starting at t.
+        for (i, f) in sim.failures.iter().enumerate() {
+            sim.q.push(f.at, Ev::Fail { idx: i as u32 });
+            if let Some(until) = f.until {
+                sim.q.push(until, Ev::Recover { idx: i as u32 });
+            }
+        }
         let mut wl = Workloads::default();
         wl.set_up(spec, &mut sim)?;
         sim.wl = wl;
@@ -329,6 +367,11 @@ impl Sim {
                 if let Some(next) = next {
                     self.q.push(next, Ev::Arrive { port });
                 }
+                if self.live.any {
+                    if let Some((at, why)) = self.live.doomed(port as usize, self.now) {
+                        return self.failure_drop(at, why, &pkt);
+                    }
+                }
                 let p = &self.ports[port as usize];
                 let (node, in_port) = (p.peer, p.peer_port);
                 if self.topo.is_host(node) {
@@ -359,18 +402,102 @@ impl Sim {
                 }
                 self.service(host, ep);
             }
-            Ev::SwitchTimer { switch, token } => {
+            Ev::SwitchTimer { switch, token, epoch } => {
                 let si = (switch - self.topo.hosts) as usize;
+                if epoch != self.switches[si].epoch || self.live.node_is_down(switch) {
+                    return; // set before a failure: that program state is gone
+                }
                 let mut out = std::mem::take(&mut self.actions);
                 let base = self.port_base[switch as usize] as usize;
                 let n = self.topo.nodes[switch as usize].ports.len();
-                let ctx = Ctx { node: switch, now: self.now, ports: &self.ports[base..base + n], topo: &self.topo, routes: &self.routes };
+                let ctx = Ctx { node: switch, now: self.now, ports: &self.ports[base..base + n], topo: &self.topo, routes: &self.routes, live: &self.live };
                 self.switches[si].active().on_timer(self.now, &ctx, token, &mut out);
                 self.apply_actions(switch, self.now, 0, &mut out);
                 self.actions = out;
             }
+            Ev::Fail { idx } => self.set_failed(idx as usize, true),
+            Ev::Recover { idx } => self.set_failed(idx as usize, false),
             Ev::ComputeDone { .. } | Ev::JobStart { .. } | Ev::FlowStart { .. } | Ev::Background { .. } => self.call_workloads(Call::Event(ev)),
         }
+    }
+
+    // ---- failures ----------------------------------------------------------------------
+
+    /// Failure `idx` starts (`down`) or ends. Overlapping windows of one target count: it is
+    /// down while any is in force.
+    fn set_failed(&mut self, idx: usize, down: bool) {
+        let target = self.failures[idx].target;
+        if !self.live.set(target, down) {
+            return;
+        }
+        let now = self.now;
+        match target {
+            Target::Node(n) => {
+                let si = (n - self.topo.hosts) as usize;
+                if down {
+                    // Its timers die with it; what it queued is lost, what already left is not.
+                    let sw = &mut self.switches[si];
+                    sw.epoch = sw.epoch.wrapping_add(1);
+                    let base = self.port_base[n as usize] as usize;
+                    for pi in base..base + self.topo.nodes[n as usize].ports.len() {
+                        let p = &self.ports[pi];
+                        self.live.doom(pi, now + p.delay_ps, p.busy_until + p.delay_ps, n, Why::NodeFailed);
+                    }
+                } else {
+                    self.restart_program(n);
+                }
+            }
+            Target::Link(l) => {
+                if down {
+                    // Everything on the link either way is lost, serializing or propagating.
+                    let link = &self.topo.links[l as usize];
+                    for (a, b) in [(link.a, link.b), (link.b, link.a)] {
+                        let pi = (self.port_base[a as usize] + self.topo.port_to(a, b).expect("a link's ends are adjacent") as u32) as usize;
+                        let p = &self.ports[pi];
+                        self.live.doom(pi, now, p.busy_until + p.delay_ps, a, Why::LinkFailed);
+                    }
+                }
+            }
+        }
+        self.live.recompute(&self.topo, &self.routes, &self.port_base);
+    }
+
+    /// A switch back from a failure gets fresh INA programs (empty soft state) with the jobs'
+    /// admissions, planned again exactly as at set-up; jobs that ended meanwhile are released.
+    /// A switch without INA programs keeps its own: plain forwarding has no state, and a
+    /// program a test installed with `set_program` cannot be re-created here.
+    fn restart_program(&mut self, switch: NodeId) {
+        let si = (switch - self.topo.hosts) as usize;
+        self.switches[si].restarts += 1;
+        if self.switches[si].ina.is_none() {
+            return;
+        }
+        let spec = self.restart_spec.as_ref().expect("kept for switch failures with recovery");
+        let mut setup = crate::setup::set_up_jobs(spec, &self.topo).expect("the spec was planned once at set-up");
+        let mut fresh = setup.programs.remove(&switch).unwrap_or_default();
+        for &job in &self.released {
+            fresh.release(job);
+        }
+        let sw = &mut self.switches[si];
+        for (k, v) in sw.active_ref().counters() {
+            *sw.carried.entry(k).or_insert(0) += v;
+        }
+        sw.ina = Some(fresh);
+    }
+
+    /// Counts a packet lost to a failure at `node`, the switch that failed or the sender on
+    /// a failed link.
+    fn failure_drop(&mut self, node: NodeId, why: Why, pkt: &Packet) {
+        if self.topo.is_host(node) {
+            self.hosts[node as usize].drops_link_failed += 1;
+        } else {
+            let sw = &mut self.switches[(node - self.topo.hosts) as usize];
+            match why {
+                Why::NodeFailed => sw.drops_node_failed += 1,
+                Why::LinkFailed => sw.drops_link_failed += 1,
+            }
+        }
+        self.dropped(pkt);
     }
 
     /// Replaces a switch's program (the INA designs install theirs through this).
@@ -528,10 +655,14 @@ impl Sim {
                 continue;
             }
             pkt.hop = 0;
-            let lost = self.draw(self.hosts[host as usize].loss) || self.draw(self.ports[self.port_base[host as usize] as usize].loss);
             let pi = self.port_base[host as usize] as usize;
+            // A failed link loses the packet anyway: no loss is drawn for it.
+            let down = self.live.link_is_down(self.ports[pi].link);
+            let lost = !down && (self.draw(self.hosts[host as usize].loss) || self.draw(self.ports[pi].loss));
             let size = pkt.size;
             match self.ports[pi].enqueue(now, now, size, None, 0, lost, self.bin) {
+                // The NIC still serializes into a failed link, so a sender is not sped up.
+                Enqueued::Sent { .. } if down => self.failure_drop(host, Why::LinkFailed, &pkt),
                 Enqueued::Sent { arrival, .. } => self.put_on_wire(pi, arrival, pkt),
                 _ => self.dropped(&pkt),
             }
@@ -573,6 +704,9 @@ impl Sim {
 
     fn switch_rx(&mut self, node: NodeId, in_port: PortId, mut pkt: Packet) {
         let si = (node - self.topo.hosts) as usize;
+        if self.live.node_is_down(node) {
+            return self.failure_drop(node, Why::NodeFailed, &pkt);
+        }
         let sw = &mut self.switches[si];
         sw.rx_packets += 1;
         let ready = match sw.capacity_bps {
@@ -599,7 +733,7 @@ impl Sim {
         let in_size = pkt.size as i64;
         let mut out = std::mem::take(&mut self.actions);
         let n = self.topo.nodes[node as usize].ports.len();
-        let ctx = Ctx { node, now: self.now, ports: &self.ports[base..base + n], topo: &self.topo, routes: &self.routes };
+        let ctx = Ctx { node, now: self.now, ports: &self.ports[base..base + n], topo: &self.topo, routes: &self.routes, live: &self.live };
         let sw = &mut self.switches[si];
         sw.active().on_packet(self.now, &ctx, in_port, pkt, &mut out);
         if self.topo.nodes[node as usize].programmable {
@@ -656,7 +790,9 @@ impl Sim {
                     self.switches[si].drops_program += 1;
                     self.dropped(&pkt);
                 }
-                SwitchAction::SetTimer { at, token } => self.q.push(at.max(self.now), Ev::SwitchTimer { switch: node, token }),
+                SwitchAction::SetTimer { at, token } => {
+                    self.q.push(at.max(self.now), Ev::SwitchTimer { switch: node, token, epoch: self.switches[si].epoch })
+                }
             }
         }
         let ins = if in_size > 0 { 1 } else { 0 };
@@ -665,7 +801,8 @@ impl Sim {
     }
 
     /// The egress port toward `pkt.dst`: the packet's fixed path if it has one, else ECMP or
-    /// adaptive choice among the shortest-path ports.
+    /// adaptive choice among the shortest-path ports whose link and peer are up. A flow keeps
+    /// its ECMP port while that is up, so a failure moves only the flows it cuts.
     #[inline]
     fn route(&self, node: NodeId, pkt: &Packet) -> Option<PortId> {
         if pkt.path != NO_PATH {
@@ -679,15 +816,24 @@ impl Sim {
         if !self.topo.is_host(pkt.dst) {
             return None; // only hosts are destinations; a packet for a switch nobody consumed
         }
-        let hops = self.routes.next_hops(node, pkt.dst);
+        let mut hops = self.routes.next_hops(node, pkt.dst);
         if hops.is_empty() {
             return None;
         }
-        let default = ecmp_pick(hops, pkt.flow, node);
+        let mut default = ecmp_pick(hops, pkt.flow, node);
+        let base = self.port_base[node as usize] as usize;
+        if self.live.has_dead(node) {
+            hops = self.live.next_hops(&self.routes, node, pkt.dst);
+            if hops.is_empty() {
+                return None;
+            }
+            if self.live.port_dead(base + default as usize) {
+                default = ecmp_pick(hops, pkt.flow, node);
+            }
+        }
         match self.routing {
             Routing::Ecmp => Some(default),
             Routing::Adaptive { threshold } => {
-                let base = self.port_base[node as usize] as usize;
                 let q = |p: PortId| self.ports[base + p as usize].backlog(self.now);
                 if (q(default) as f64) <= threshold * self.buffer as f64 {
                     Some(default)
@@ -700,8 +846,11 @@ impl Sim {
 
     fn egress(&mut self, node: NodeId, port: PortId, mut pkt: Packet, ready: Time) {
         let pi = (self.port_base[node as usize] + port as u32) as usize;
-        let lost = self.draw(self.ports[pi].loss);
+        let down = self.live.link_is_down(self.ports[pi].link);
+        let lost = !down && self.draw(self.ports[pi].loss);
         match self.ports[pi].enqueue(self.now, ready, pkt.size, Some(self.buffer), self.ecn_threshold, lost, self.bin) {
+            // Queued and serialized as usual (drop-tail still applies), then lost on the link.
+            Enqueued::Sent { .. } if down => self.failure_drop(node, Why::LinkFailed, &pkt),
             Enqueued::Sent { arrival, ecn } => {
                 pkt.ecn |= ecn;
                 self.put_on_wire(pi, arrival, pkt);
@@ -773,6 +922,7 @@ impl World for Sim {
         }
     }
     fn release_job(&mut self, job: u32) {
+        self.released.push(job);
         for sw in &mut self.switches {
             if let Some(programs) = &mut sw.ina {
                 sw.aggregators_released += programs.release(job);

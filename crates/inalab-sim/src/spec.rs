@@ -31,6 +31,9 @@ pub struct SimSpec {
     pub background: Option<BackgroundSpec>,
     #[serde(default)]
     pub flows: Vec<FlowSpec>,
+    /// Timed switch and link failures (Canary §1.11).
+    #[serde(default)]
+    pub failures: Vec<FailureSpec>,
     pub metrics: MetricsSpec,
 }
 
@@ -189,6 +192,23 @@ pub struct FlowSpec {
     /// A fixed path (node names from `src` to `dst`) installed for this flow instead of ECMP.
     #[serde(default)]
     pub path: Option<Vec<String>>,
+}
+
+/// A switch or a link that fails at `at_ps` and comes back at `until_ps` (never if `None`).
+/// Exactly one of `node` and `link` is given.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailureSpec {
+    /// A switch name: it drops every packet it holds or receives, its timers stop, and it comes
+    /// back with a fresh switch program (soft state lost).
+    #[serde(default)]
+    pub node: Option<String>,
+    /// The two end nodes of a link: packets on it either way, and sent while it is down, are lost.
+    #[serde(default)]
+    pub link: Option<[String; 2]>,
+    pub at_ps: u64,
+    #[serde(default)]
+    pub until_ps: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
