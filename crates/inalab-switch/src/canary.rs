@@ -240,7 +240,7 @@ impl CanarySwitch {
             return out.push(SwitchAction::Route { pkt });
         };
         let i = self.slot(job, &h);
-        if !self.table.get(i).is_some_and(|d| d.id == h.id) {
+        if self.table.get(i).is_none_or(|d| d.id != h.id) {
             // Cut off by a collision (the leader restores that subtree) or a second copy that
             // came through another parent (spec A31).
             self.c.result_no_descriptor += 1;
