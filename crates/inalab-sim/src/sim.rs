@@ -308,7 +308,7 @@ impl Sim {
             done: false,
             wall_s: 0.0,
             stopped_by: "stop_time",
-            restart_spec: failures.iter().any(|f| matches!(f.target, Target::Node(_)) && f.until.is_some()).then(|| Box::new(spec.clone())),
+            restart_spec: failures.iter().any(|f| matches!(f.target, Target::Node(_))).then(|| Box::new(spec.clone())),
             failures,
             live,
             released: vec![],
@@ -443,8 +443,10 @@ impl Sim {
                         let p = &self.ports[pi];
                         self.live.doom(pi, now + p.delay_ps, p.busy_until + p.delay_ps, n, Why::NodeFailed);
                     }
+                    // Its soft state is gone at once (a dead switch holds no aggregator).
+                    self.reset_programs(n);
                 } else {
-                    self.restart_program(n);
+                    self.switches[si].restarts += 1;
                 }
             }
             Target::Link(l) => {
@@ -462,17 +464,17 @@ impl Sim {
         self.live.recompute(&self.topo, &self.routes, &self.port_base);
     }
 
-    /// A switch back from a failure gets fresh INA programs (empty soft state) with the jobs'
-    /// admissions, planned again exactly as at set-up; jobs that ended meanwhile are released.
-    /// A switch without INA programs keeps its own: plain forwarding has no state, and a
-    /// program a test installed with `set_program` cannot be re-created here.
-    fn restart_program(&mut self, switch: NodeId) {
+    /// A failing switch loses its INA programs' state: it gets fresh programs (empty soft
+    /// state) with the jobs' admissions, planned again exactly as at set-up, which it runs when
+    /// it comes back; jobs that ended are released. A switch without INA programs keeps its
+    /// own: plain forwarding has no state, and a program a test installed with `set_program`
+    /// cannot be re-created here.
+    fn reset_programs(&mut self, switch: NodeId) {
         let si = (switch - self.topo.hosts) as usize;
-        self.switches[si].restarts += 1;
         if self.switches[si].ina.is_none() {
             return;
         }
-        let spec = self.restart_spec.as_ref().expect("kept for switch failures with recovery");
+        let spec = self.restart_spec.as_ref().expect("kept for switch failures");
         let mut setup = crate::setup::set_up_jobs(spec, &self.topo).expect("the spec was planned once at set-up");
         let mut fresh = setup.programs.remove(&switch).unwrap_or_default();
         for &job in &self.released {
