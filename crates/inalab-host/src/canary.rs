@@ -36,6 +36,12 @@ pub struct CanaryConfig {
     pub max_attempts: u8,
     /// Blocks a sender has in flight at most (spec A8).
     pub window_blocks: u32,
+    /// Noise (Fig. 11, spec A28): before each packet, with this probability, the host's NIC
+    /// stalls `noise_ps` (later packets shift too).
+    pub noise_prob: f64,
+    pub noise_ps: Time,
+    /// Seed of the noise draws (the protocol has no RNG of its own beyond this state).
+    pub seed: u64,
 }
 
 impl CanaryConfig {
@@ -48,6 +54,9 @@ impl CanaryConfig {
         }
         if self.max_attempts > 3 {
             return Err(ConfigError(format!("max_attempts {} does not fit the id's 2-bit attempt (0..=3)", self.max_attempts)));
+        }
+        if !(0.0..=1.0).contains(&self.noise_prob) {
+            return Err(ConfigError(format!("noise_prob {} is not a probability in [0, 1]", self.noise_prob)));
         }
         if self.window_blocks == 0 || self.rtx_timeout_ps == 0 {
             return Err(ConfigError("window_blocks and rtx_timeout_ps must be positive".into()));
@@ -100,6 +109,7 @@ struct Counters {
     restorations: u64,
     stale: u64,
     malformed: u64,
+    noise_stalls: u64,
 }
 
 pub struct CanaryHost {
@@ -116,6 +126,10 @@ pub struct CanaryHost {
     deadlines: BTreeSet<(Time, u32)>,
     urgent: VecDeque<Packet>,
     events: VecDeque<HostEvent>,
+    /// Noise: the draw state, and until when the NIC stalls before its next packet (`None`:
+    /// not stalled; a packet that waited out a stall is sent without another draw).
+    rng: u64,
+    stall: Option<Time>,
     c: Counters,
 }
 
@@ -126,6 +140,8 @@ fn seq_of(block: u64) -> u32 {
 impl CanaryHost {
     pub fn new(cfg: CanaryConfig, rank: usize) -> Result<Self, ConfigError> {
         cfg.check()?;
+        // Each host's own noise stream.
+        let rng = inalab_core::splitmix64(cfg.seed ^ (rank as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let me = *cfg.workers.get(rank).ok_or_else(|| ConfigError(format!("rank {rank} is not in 0..{}", cfg.workers.len())))?;
         Ok(CanaryHost {
             cfg,
@@ -140,6 +156,8 @@ impl CanaryHost {
             deadlines: BTreeSet::new(),
             urgent: VecDeque::new(),
             events: VecDeque::new(),
+            rng,
+            stall: None,
             c: Counters::default(),
         })
     }
@@ -361,6 +379,31 @@ impl CanaryHost {
         }
     }
 
+    /// Whether the NIC stalls before the packet it is about to send (noise, spec A28): a draw
+    /// per packet; a stall holds every packet until it ends, and the packet that waited goes
+    /// without another draw.
+    fn stalled(&mut self, now: Time) -> bool {
+        match self.stall {
+            Some(until) if now < until => return true,
+            Some(_) => {
+                self.stall = None;
+                return false;
+            }
+            None => {}
+        }
+        if self.cfg.noise_prob <= 0.0 {
+            return false;
+        }
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let u = (inalab_core::splitmix64(self.rng) >> 11) as f64 / (1u64 << 53) as f64;
+        if u < self.cfg.noise_prob {
+            self.stall = Some(now + self.cfg.noise_ps);
+            self.c.noise_stalls += 1;
+            return true;
+        }
+        false
+    }
+
     /// The sum of a finished block, unicast to rank `r` (its copy was lost).
     fn resend_result(&mut self, seq: u32, r: usize) {
         let (block, l) = &self.leading[&seq];
@@ -501,11 +544,12 @@ impl HostProtocol for CanaryHost {
     }
 
     fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
+        let ready = !self.urgent.is_empty() || (self.in_flight < self.cfg.window_blocks && !self.unsent.is_empty());
+        if !ready || self.stalled(now) {
+            return None;
+        }
         if let Some(p) = self.urgent.pop_front() {
             return Some(p);
-        }
-        if self.in_flight >= self.cfg.window_blocks {
-            return None;
         }
         let seq = self.unsent.pop_front()?;
         let (block, s) = &self.sending[&seq];
@@ -517,7 +561,11 @@ impl HostProtocol for CanaryHost {
     }
 
     fn poll_timeout(&self) -> Option<Time> {
-        self.deadlines.first().map(|d| d.0)
+        let deadline = self.deadlines.first().map(|d| d.0);
+        match (deadline, self.stall) {
+            (Some(d), Some(s)) => Some(d.min(s)),
+            (d, s) => d.or(s),
+        }
     }
 
     fn poll_event(&mut self) -> Option<HostEvent> {
@@ -528,6 +576,7 @@ impl HostProtocol for CanaryHost {
         let c = &self.c;
         vec![
             ("sent", c.sent),
+            ("noise_stalls", c.noise_stalls),
             ("results", c.results),
             ("duplicate_results", c.duplicates),
             ("rtx_requests", c.rtx_requests),

@@ -39,12 +39,14 @@ pub struct CanaryIna {
     pub window_blocks: u32,
     pub table: TableMode,
     pub reroute_queue_bytes: u64,
+    pub noise_prob: f64,
+    pub noise_ps: u64,
     pub scale: f64,
 }
 
 impl Default for CanaryIna {
     fn default() -> Self {
-        CanaryIna { header_bytes: 57, aggregation_timeout_ps: US, rtx_timeout_ps: MS, max_attempts: 3, window_blocks: 4096, table: TableMode::Hash, reroute_queue_bytes: 512 * 1024, scale: inalab_host::quant::ATP_SCALE }
+        CanaryIna { header_bytes: 57, aggregation_timeout_ps: US, rtx_timeout_ps: MS, max_attempts: 3, window_blocks: 4096, table: TableMode::Hash, reroute_queue_bytes: 512 * 1024, noise_prob: 0.0, noise_ps: US, scale: inalab_host::quant::ATP_SCALE }
     }
 }
 
@@ -54,7 +56,7 @@ pub struct CanaryParams {
     pub ina: CanaryIna,
 }
 
-const PARAMS: [Param; 8] = [
+const PARAMS: [Param; 10] = [
     Param { name: "ina.header_bytes", default: "57", unit: "bytes", doc: "Bytes on the wire per packet besides its values (Canary §5.1: 19 B header + 14 B Ethernet + 24 B preamble, gap and FCS); a block is 256 values (1024 B), so a full packet is 1081 B." },
     Param { name: "ina.aggregation_timeout_ps", default: "1000000", unit: "ps", doc: "Aggregation window of a switch from a block's first packet; at its end the partial sum goes on toward the leader (Canary §3.1.1; 1 us, the memory model's value, spec A1)." },
     Param { name: "ina.rtx_timeout_ps", default: "1000000000", unit: "ps", doc: "A host asks a block's leader when the block's result is this late (Canary §6 suggests 2 RTTs; 1 ms where no loss is expected, spec A13). A switch frees a flushed descriptor whose result has not passed for twice this long (its result was lost or its block re-issued)." },
@@ -62,6 +64,8 @@ const PARAMS: [Param; 8] = [
     Param { name: "ina.window_blocks", default: "4096", unit: "blocks", doc: "Blocks a host has in flight at most (spec A8: 4 MiB of blocks; the paper sends at line rate)." },
     Param { name: "ina.table", default: "\"hash\"", unit: "", doc: "How a block finds its descriptor: \"hash\" = a hash of its id over the whole table (collisions are bypassed to the leader, which restores the subtree); \"static\" = an equal slice of the table per static job, no collisions (Canary §3.2.1, Fig. 10)." },
     Param { name: "ina.reroute_queue_bytes", default: "524288", unit: "bytes", doc: "Canary's load balancer: a switch sends a block toward its leader on the up port the leader's address picks (the same at every switch, so partial sums meet), unless that port has more than this queued, then on the least queued (Canary §5.2: half the buffer; half of 1 MiB here, spec A17)." },
+    Param { name: "ina.noise_prob", default: "0.0", unit: "", doc: "Host noise (Canary Fig. 11): before each packet, with this probability, a host's NIC stalls ina.noise (later packets shift too); drawn from a stream seeded by the job and rank." },
+    Param { name: "ina.noise_ps", default: "1000000", unit: "ps", doc: "How long a noise stall lasts (Canary §5.2.5: 1 us)." },
     Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the hosts' float32 values (switches sum int32, Canary §6): error at most workers / (2 scale) per value." },
 ];
 
@@ -75,6 +79,9 @@ fn parse(config: &Value) -> Result<CanaryParams, PlanError> {
     }
     if i.aggregation_timeout_ps == 0 || i.rtx_timeout_ps == 0 {
         return Err(PlanError::new(if i.aggregation_timeout_ps == 0 { "ina.aggregation_timeout_ps" } else { "ina.rtx_timeout_ps" }, "must be a positive duration"));
+    }
+    if !(0.0..=1.0).contains(&i.noise_prob) {
+        return Err(PlanError::new("ina.noise_prob", format!("{} is not a probability in [0, 1]", i.noise_prob)));
     }
     if i.max_attempts > 3 {
         return Err(PlanError::new("ina.max_attempts", format!("{}; the id's attempt field allows 0..=3", i.max_attempts)));
@@ -135,6 +142,9 @@ impl Scheme for Canary {
             rtx_timeout_ps: c.ina.rtx_timeout_ps,
             max_attempts: c.ina.max_attempts,
             window_blocks: c.ina.window_blocks,
+            noise_prob: c.ina.noise_prob,
+            noise_ps: c.ina.noise_ps,
+            seed: inalab_core::splitmix64(job.id as u64 ^ 0xC0FF_EE00),
         };
         let err = |e: inalab_host::ConfigError| PlanError::new("workers", e.0);
         let mut plan = Plan::default();

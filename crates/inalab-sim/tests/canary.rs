@@ -128,10 +128,14 @@ fn deterministic() {
 }
 
 #[test]
-fn canary_jobs_need_programmable_switches() {
+fn bad_canary_jobs_name_the_field() {
     let bad = |s: Value| inalab_sim::run(&inalab_sim::parse_spec(&s.to_string()).unwrap(), None).unwrap_err();
     let e = bad(canary_spec(star(4, US), vec![canary_job(0, hosts(0..4), 1000, 1, json!({}))], 0));
     assert!(e.message.contains("programmable"), "{e}");
+    for (ina, field) in [(json!({"noise_prob": 2.0}), "ina.noise_prob"), (json!({"max_attempts": 4}), "ina.max_attempts"), (json!({"window_blocks": 0}), "ina.window_blocks")] {
+        let e = bad(canary_spec(star(4, US), vec![canary_job(0, hosts(0..4), 1000, 1, ina)], 64));
+        assert!(e.field.ends_with(field), "{e}");
+    }
 }
 
 #[test]
@@ -158,4 +162,19 @@ fn a_spine_failing_mid_allreduce_costs_only_the_blocks_it_held() {
     let clean = run(json!([]));
     assert_exact(&clean);
     assert_eq!(host_counter(&clean, "reissues") + host_counter(&clean, "resent_results"), 0);
+}
+
+#[test]
+fn host_noise_makes_stragglers_and_sums_stay_exact() {
+    // Fig. 11's noise: before each packet a host's NIC stalls 1 us with probability 10 %.
+    let run = |noise: f64| {
+        let ina = json!({"noise_prob": noise, "rtx_timeout_ps": 100 * US});
+        let r = simulate(&canary_spec(leaf_spine(4, 2, 4), vec![canary_job(0, hosts(0..16), 50_000, 2, ina)], 4096));
+        assert_exact(&r);
+        (counter(&r, "stragglers"), host_counter(&r, "noise_stalls"))
+    };
+    let (quiet, none) = run(0.0);
+    let (noisy, stalls) = run(0.1);
+    assert_eq!(none, 0);
+    assert!(stalls > 0 && noisy > quiet, "stragglers {quiet} -> {noisy}, {stalls} stalls");
 }
