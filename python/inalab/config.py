@@ -445,7 +445,7 @@ class Job(_Model):
     partition: Size = opt("4MiB", "Tensor partition size for parameter servers.")
     transport: Transport = opt(Transport(), "Transport parameters, see [jobs.transport] (atp uses init_window and "
                                "increment for its window).", default_doc="see below")
-    ina: Ina = opt(Ina(), "In-network aggregation parameters (schemes atp and switchml), see [jobs.ina].",
+    ina: Ina = opt(Ina(), "In-network aggregation parameters of the INA schemes (atp, switchml, dsa, canary), see [jobs.ina].",
                    default_doc="see below")
 
     @field_validator("model")
