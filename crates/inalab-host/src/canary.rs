@@ -19,6 +19,11 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 pub const CANARY_BLOCK_VALUES: usize = 256;
 /// Size of a packet without values (requests, Fail): a minimum frame.
 const CONTROL_BYTES: u32 = 64;
+/// A leader keeps the blocks it led (to answer late requests) for this many blocks of the
+/// job: half the 22-bit sequence space, so a request never meets an older block's entry.
+const KEEP_LED_BLOCKS: u64 = 1 << 21;
+/// Contributions for blocks this host will lead but has not reached yet, kept at most.
+const EARLY_MAX: usize = 1 << 16;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct CanaryConfig {
@@ -110,6 +115,8 @@ struct Counters {
     stale: u64,
     malformed: u64,
     noise_stalls: u64,
+    early: u64,
+    early_dropped: u64,
 }
 
 pub struct CanaryHost {
@@ -121,13 +128,18 @@ pub struct CanaryHost {
     /// By sequence number (block mod 2^22): blocks in flight are far fewer.
     sending: BTreeMap<u32, (u64, Sending)>,
     leading: BTreeMap<u32, (u64, Leading)>,
+    /// The led blocks in the order they were submitted, to forget the oldest.
+    led_order: VecDeque<(u64, u32)>,
+    /// Contributions that arrived before this host submitted the tensor of a block it leads
+    /// (its peers run ahead of it): replayed at the submission.
+    early: Vec<Packet>,
     unsent: VecDeque<u32>,
     in_flight: u32,
     deadlines: BTreeSet<(Time, u32)>,
     urgent: VecDeque<Packet>,
     events: VecDeque<HostEvent>,
     /// Noise: the draw state, and until when the NIC stalls before its next packet (`None`:
-    /// not stalled; a packet that waited out a stall is sent without another draw).
+    /// not stalled), drawn as each packet leaves.
     rng: u64,
     stall: Option<Time>,
     c: Counters,
@@ -151,6 +163,8 @@ impl CanaryHost {
             next_block: 0,
             sending: BTreeMap::new(),
             leading: BTreeMap::new(),
+            led_order: VecDeque::new(),
+            early: vec![],
             unsent: VecDeque::new(),
             in_flight: 0,
             deadlines: BTreeSet::new(),
@@ -271,7 +285,9 @@ impl CanaryHost {
             self.urgent.push_back(self.packet(tor, h, acc.clone(), e - s));
             // One Restore per switch and 32-port shard (spec A9).
             let mut shards: BTreeMap<(u16, u8), u32> = BTreeMap::new();
-            for (sw, port) in restore {
+            // A port beyond the header's 4 shards of 32 cannot be named: its hosts recover by
+            // asking (RtxReq), as after a loss.
+            for (sw, port) in restore.into_iter().filter(|&(_, p)| p < 32 * CanaryHeader::SHARDS as u32) {
                 *shards.entry((sw, (port / 32) as u8)).or_default() |= 1 << (port % 32);
             }
             for ((sw, shard), children) in shards {
@@ -379,29 +395,30 @@ impl CanaryHost {
         }
     }
 
-    /// Whether the NIC stalls before the packet it is about to send (noise, spec A28): a draw
-    /// per packet; a stall holds every packet until it ends, and the packet that waited goes
-    /// without another draw.
-    fn stalled(&mut self, now: Time) -> bool {
-        match self.stall {
-            Some(until) if now < until => return true,
-            Some(_) => {
-                self.stall = None;
-                return false;
-            }
-            None => {}
-        }
+    /// Noise (spec A28): as a packet leaves, whether the NIC stalls before the next one. It
+    /// is drawn here, not when the next packet is asked for, because a driver reads
+    /// `poll_timeout` after a packet is handed out (and not after `None`): the stall's end is
+    /// then a deadline it knows. The stall counts from this packet's start, so it is one
+    /// packet time shorter than `noise_ps` when the NIC was busy anyway.
+    fn draw_stall(&mut self, now: Time) {
         if self.cfg.noise_prob <= 0.0 {
-            return false;
+            return;
         }
         self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let u = (inalab_core::splitmix64(self.rng) >> 11) as f64 / (1u64 << 53) as f64;
         if u < self.cfg.noise_prob {
             self.stall = Some(now + self.cfg.noise_ps);
             self.c.noise_stalls += 1;
-            return true;
         }
-        false
+    }
+
+    /// Whether `seq` is a block this host will lead once it submits its tensor.
+    fn leads_later(&self, seq: u32) -> bool {
+        if self.leading.contains_key(&seq) {
+            return false;
+        }
+        let ahead = seq.wrapping_sub(seq_of(self.next_block)) & ((1 << CanaryHeader::SEQ_BITS) - 1);
+        self.leader_of(self.next_block + ahead as u64) == self.rank
     }
 
     /// The sum of a finished block, unicast to rank `r` (its copy was lost).
@@ -458,7 +475,7 @@ impl HostProtocol for CanaryHost {
         self.me
     }
 
-    fn submit(&mut self, _now: Time, req: AppRequest) {
+    fn submit(&mut self, now: Time, req: AppRequest) {
         let AppRequest::Allreduce { id, bytes, data, .. } = req else {
             return self.events.push_back(HostEvent::Rejected { id: 0, reason: "Canary hosts only allreduce".into() });
         };
@@ -476,21 +493,42 @@ impl HostProtocol for CanaryHost {
         let first_block = self.next_block;
         self.next_block += blocks;
         self.tensors.push(Tensor { id, values, first_block, left: blocks, result: data.clone(), data });
+        while self.led_order.front().is_some_and(|&(b, _)| b + KEEP_LED_BLOCKS < self.next_block) {
+            let (b, seq) = self.led_order.pop_front().expect("checked");
+            if self.leading.get(&seq).is_some_and(|l| l.0 == b) {
+                self.leading.remove(&seq);
+            }
+        }
         for block in first_block..first_block + blocks {
             let seq = seq_of(block);
             if self.leader_of(block) == self.rank {
                 let acc = self.data(tensor, block);
                 self.leading.insert(seq, (block, Leading { tensor, attempt: 0, acc, count: 0, restore: BTreeSet::new(), fallback: None, done: false }));
+                self.led_order.push_back((block, seq));
             } else {
                 self.sending.insert(seq, (block, Sending { tensor, attempt: 0, fallback: false, deadline: None }));
                 self.unsent.push_back(seq);
             }
         }
+        for pkt in std::mem::take(&mut self.early) {
+            self.handle_packet(now, pkt);
+        }
     }
+
 
     fn handle_packet(&mut self, _now: Time, pkt: Packet) {
         let Header::Canary(h) = pkt.header else { return };
         if h.tenant() != self.cfg.tenant {
+            return;
+        }
+        if h.kind == CanaryType::Reduce && self.leads_later(h.seq()) {
+            // A peer is ahead of this leader: keep its contribution for the submission.
+            if self.early.len() < EARLY_MAX {
+                self.c.early += 1;
+                self.early.push(pkt);
+            } else {
+                self.c.early_dropped += 1;
+            }
             return;
         }
         match h.kind {
@@ -519,6 +557,9 @@ impl HostProtocol for CanaryHost {
     }
 
     fn handle_timeout(&mut self, now: Time) {
+        if self.stall.is_some_and(|s| s <= now) {
+            self.stall = None;
+        }
         while let Some(&(at, seq)) = self.deadlines.first() {
             if at > now {
                 break;
@@ -544,12 +585,17 @@ impl HostProtocol for CanaryHost {
     }
 
     fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
-        let ready = !self.urgent.is_empty() || (self.in_flight < self.cfg.window_blocks && !self.unsent.is_empty());
-        if !ready || self.stalled(now) {
-            return None;
+        match self.stall {
+            Some(until) if now < until => return None,
+            Some(_) => self.stall = None,
+            None => {}
         }
         if let Some(p) = self.urgent.pop_front() {
+            self.draw_stall(now);
             return Some(p);
+        }
+        if self.in_flight >= self.cfg.window_blocks {
+            return None;
         }
         let seq = self.unsent.pop_front()?;
         let (block, s) = &self.sending[&seq];
@@ -557,6 +603,7 @@ impl HostProtocol for CanaryHost {
         self.in_flight += 1;
         self.c.sent += 1;
         self.arm(seq, now + self.cfg.rtx_timeout_ps);
+        self.draw_stall(now);
         Some(p)
     }
 
@@ -577,6 +624,8 @@ impl HostProtocol for CanaryHost {
         vec![
             ("sent", c.sent),
             ("noise_stalls", c.noise_stalls),
+            ("early_contributions", c.early),
+            ("early_dropped", c.early_dropped),
             ("results", c.results),
             ("duplicate_results", c.duplicates),
             ("rtx_requests", c.rtx_requests),

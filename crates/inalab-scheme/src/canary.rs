@@ -61,7 +61,7 @@ const PARAMS: [Param; 10] = [
     Param { name: "ina.aggregation_timeout_ps", default: "1000000", unit: "ps", doc: "Aggregation window of a switch from a block's first packet; at its end the partial sum goes on toward the leader (Canary §3.1.1; 1 us, the memory model's value, spec A1)." },
     Param { name: "ina.rtx_timeout_ps", default: "1000000000", unit: "ps", doc: "A host asks a block's leader when the block's result is this late (Canary §6 suggests 2 RTTs; 1 ms where no loss is expected, spec A13). A switch frees a flushed descriptor whose result has not passed for twice this long (its result was lost or its block re-issued)." },
     Param { name: "ina.max_attempts", default: "3", unit: "", doc: "Re-issues of a block under a new id before the hosts fall back to reducing it through its leader (Canary §3.3; at most 3, the id's 2-bit attempt field)." },
-    Param { name: "ina.window_blocks", default: "4096", unit: "blocks", doc: "Blocks a host has in flight at most (spec A8: 4 MiB of blocks; the paper sends at line rate)." },
+    Param { name: "ina.window_blocks", default: "4096", unit: "blocks", doc: "Blocks a host has in flight at most (spec A8: 4 MiB of blocks; the paper sends at line rate); with table = \"static\" at most the job's slice of the smallest table." },
     Param { name: "ina.table", default: "\"hash\"", unit: "", doc: "How a block finds its descriptor: \"hash\" = a hash of its id over the whole table (collisions are bypassed to the leader, which restores the subtree); \"static\" = an equal slice of the table per static job, no collisions (Canary §3.2.1, Fig. 10)." },
     Param { name: "ina.reroute_queue_bytes", default: "524288", unit: "bytes", doc: "Canary's load balancer: a switch sends a block toward its leader on the up port the leader's address picks (the same at every switch, so partial sums meet), unless that port has more than this queued, then on the least queued (Canary §5.2: half the buffer; half of 1 MiB here, spec A17)." },
     Param { name: "ina.noise_prob", default: "0.0", unit: "", doc: "Host noise (Canary Fig. 11): before each packet, with this probability, a host's NIC stalls ina.noise (later packets shift too); drawn from a stream seeded by the job and rank." },
@@ -131,8 +131,22 @@ impl Scheme for Canary {
         if switches.is_empty() {
             return Err(PlanError::new("scheme", "Canary runs on every switch, and this driver lists none"));
         }
+        if let Some(&s) = switches.iter().find(|&&s| s > u16::MAX as NodeId) {
+            return Err(PlanError::new("scheme", format!("{} has node id {s}; Canary's header names a switch in 16 bits", net.name(s))));
+        }
         if let Some(&s) = switches.iter().find(|&&s| !net.programmable(s) || net.memory_bytes(s) < inalab_switch::CANARY_DESCRIPTOR_BYTES) {
             return Err(PlanError::new("scheme", format!("Canary needs every switch programmable with memory for descriptors; {} is not (set network.programmable = \"all\" and aggregator memory)", net.name(s))));
+        }
+        let (index, of) = net.share(job.id, STATIC_SHARE);
+        // A static slice holds one block per slot: a host's window is at most the smallest
+        // slice, or blocks in flight would meet their own slots (spec A8).
+        let slice_len = |s: NodeId| CanarySwitchConfig::descriptors_for(net.memory_bytes(s)) / of.max(1);
+        let window_blocks = match c.ina.table {
+            TableMode::Hash => c.ina.window_blocks,
+            TableMode::Static => switches.iter().map(|&s| slice_len(s)).min().unwrap_or(0).min(c.ina.window_blocks),
+        };
+        if window_blocks == 0 {
+            return Err(PlanError::new("ina.table", format!("the descriptor tables cannot be split among {of} static jobs")));
         }
         let cfg = CanaryConfig {
             tenant,
@@ -141,7 +155,7 @@ impl Scheme for Canary {
             header_bytes: c.ina.header_bytes,
             rtx_timeout_ps: c.ina.rtx_timeout_ps,
             max_attempts: c.ina.max_attempts,
-            window_blocks: c.ina.window_blocks,
+            window_blocks,
             noise_prob: c.ina.noise_prob,
             noise_ps: c.ina.noise_ps,
             seed: inalab_core::splitmix64(job.id as u64 ^ 0xC0FF_EE00),
@@ -153,18 +167,10 @@ impl Scheme for Canary {
             let proto = Quantized::new(Box::new(host), self.quantization(&job.config), r, job.workers.len());
             plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config: format!("{cfg:?} rank {r}") });
         }
-        let (index, of) = net.share(job.id, STATIC_SHARE);
         for s in switches {
             let slice = match c.ina.table {
                 TableMode::Hash => None,
-                TableMode::Static => {
-                    let n = inalab_switch::CanarySwitchConfig::descriptors_for(net.memory_bytes(s));
-                    let len = n / of.max(1);
-                    if len == 0 {
-                        return Err(PlanError::new("ina.table", format!("{} descriptors at {} cannot be split among {of} static jobs", n, net.name(s))));
-                    }
-                    Some((index * len, len))
-                }
+                TableMode::Static => Some((index * slice_len(s), slice_len(s))),
             };
             let adm = CanarySwitchJob { timeout_ps: c.ina.aggregation_timeout_ps, stale_ps: 2 * c.ina.rtx_timeout_ps, slice, reroute_bytes: c.ina.reroute_queue_bytes };
             plan.admissions.push(SwitchAdmission { switch: s, program: PROGRAM, state: Admission::new(adm), field: "ina" });

@@ -265,11 +265,18 @@ impl SwitchProgram for CanarySwitch {
         };
         match h.kind {
             // A restoration for this switch: multicast on the ports it names (§3.2.1).
-            CanaryType::Restore if h.bypass && h.dst == ctx.node() => {
+            CanaryType::Restore if h.bypass && h.dst == ctx.node() && h.shard < CanaryHeader::SHARDS => {
                 self.c.restores += 1;
-                let children = (h.children as u128) << (32 * h.shard as u32);
+                // Only ports this switch has (a forged bitmap names others).
+                let ports = ctx.num_ports().min(CANARY_MAX_PORTS);
+                let mask = if ports == CANARY_MAX_PORTS { u128::MAX } else { (1u128 << ports) - 1 };
+                let children = ((h.children as u128) << (32 * h.shard as u32)) & mask;
                 pkt.header = Header::Canary(CanaryHeader { bypass: false, kind: CanaryType::Result, ..h });
                 self.multicast(children, pkt, out)
+            }
+            CanaryType::Restore if h.bypass && h.dst == ctx.node() => {
+                self.c.malformed += 1;
+                out.push(SwitchAction::Drop { pkt, reason: "canary_malformed" })
             }
             // A restoration for another switch: hosts route by host addresses only, so the
             // program steers it toward the switch, on the least loaded shortest-path port.
@@ -525,5 +532,15 @@ mod tests {
             assert!(matches!(out.as_slice(), [SwitchAction::Drop { reason: "canary_malformed", .. }]), "{out:?}");
         }
         assert_eq!(counter(&s, "malformed"), 3);
+        // A Restore naming ports this 8-port switch lacks multicasts on none of them; one
+        // naming a shard beyond the header's four is dropped (found in review: a shift past
+        // 128 bits).
+        let restore = |children: u32, shard: u8| {
+            let h = CanaryHeader { dst: 100, id: CanaryHeader::make_id(1, 0, 9), kind: CanaryType::Restore, bypass: true, multicast: true, children, shard, ..Default::default() };
+            Packet::new(LEADER, 7, 100, 7, 1081, Header::Canary(h))
+        };
+        assert_eq!(multicast_ports(&run(&mut s, 2, 7, restore(1 << 3 | 1 << 20, 0))), vec![3]);
+        assert!(multicast_ports(&run(&mut s, 2, 7, restore(1, 1))).is_empty());
+        assert!(matches!(run(&mut s, 2, 7, restore(1, 5)).as_slice(), [SwitchAction::Drop { reason: "canary_malformed", .. }]));
     }
 }
