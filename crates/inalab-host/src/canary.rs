@@ -5,12 +5,16 @@
 //! it to its own data; once every other host is counted it sends one Result down the tree the
 //! switches recorded, and a Restore to each switch that reported a collision.
 //!
-//! Loss: a sender whose Result is late asks the leader (RtxReq). A leader that has the sum
+//! Loss: a sender whose Result is late asks the leader (RtxReq). Late means the retransmission
+//! timeout: RFC 6298's smoothed RTT plus four deviations, measured on blocks answered at their
+//! first send, never below `rtx_timeout_ps`, doubled per expiry of the same block (at most
+//! [`MAX_BACKOFF`] times). A fixed timeout re-issued every block of a 4 MiB window on a
+//! 100 Mbps path, where the window alone queues for hundreds of ms, and never finished. A leader that has the sum
 //! sends it again; one that has not re-issues the block under its next attempt (Fail to every
 //! host, which re-send it with the new id), and after `max_attempts` re-issues the hosts send
 //! the block to the leader unaggregated (Fallback), which sums it by source.
 
-use crate::ConfigError;
+use crate::{ConfigError, RttConfig, RttEstimator};
 use inalab_core::wire::{CanaryHeader, CanaryType, Header};
 use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, Time};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -24,6 +28,10 @@ const CONTROL_BYTES: u32 = 64;
 const KEEP_LED_BLOCKS: u64 = 1 << 21;
 /// Contributions for blocks this host will lead but has not reached yet, kept at most.
 const EARLY_MAX: usize = 1 << 16;
+/// A block's timeout doubles per expiry at most this many times (64 RTOs), as DSA's workers.
+pub const MAX_BACKOFF: u32 = 6;
+/// The RTO never exceeds this many `rtx_timeout_ps` (1 s at the default 1 ms).
+const MAX_RTO_FACTOR: u64 = 1000;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct CanaryConfig {
@@ -35,7 +43,8 @@ pub struct CanaryConfig {
     pub tors: Vec<NodeId>,
     /// Bytes on the wire besides the values (§5.1: 19 B header + 14 B Ethernet + 24 B framing).
     pub header_bytes: u32,
-    /// A sender asks the leader when a block's Result is this late (§6: 2 RTT), ps.
+    /// The least and the first retransmission timeout, ps: a sender asks the leader when a
+    /// block's Result is later than the measured RTO, which never drops below this (§6: 2 RTT).
     pub rtx_timeout_ps: Time,
     /// Re-issues of a block before the hosts fall back to reducing it through its leader.
     pub max_attempts: u8,
@@ -86,6 +95,10 @@ struct Sending {
     fallback: bool,
     /// `None`: queued, not yet (re)sent.
     deadline: Option<Time>,
+    /// When the block (this attempt) was sent; its Result is an RTT sample only if it was
+    /// sent once and never asked for (Karn's rule).
+    sent_at: Time,
+    expiries: u32,
 }
 
 /// A block this host leads.
@@ -142,6 +155,10 @@ pub struct CanaryHost {
     /// not stalled), drawn as each packet leaves.
     rng: u64,
     stall: Option<Time>,
+    rtt: RttEstimator,
+    /// When the RTO last backed off: an expiry of a block sent before then was timed by a
+    /// shorter RTO and does not back it off again (one doubling per window, as in TCP).
+    backed_off_at: Option<Time>,
     c: Counters,
 }
 
@@ -154,6 +171,7 @@ impl CanaryHost {
         cfg.check()?;
         // Each host's own noise stream.
         let rng = inalab_core::splitmix64(cfg.seed ^ (rank as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let cfg_rto = cfg.rtx_timeout_ps;
         let me = *cfg.workers.get(rank).ok_or_else(|| ConfigError(format!("rank {rank} is not in 0..{}", cfg.workers.len())))?;
         Ok(CanaryHost {
             cfg,
@@ -172,6 +190,13 @@ impl CanaryHost {
             events: VecDeque::new(),
             rng,
             stall: None,
+            rtt: RttEstimator::new(RttConfig {
+                initial_rto_ps: cfg_rto,
+                min_rto_ps: cfg_rto,
+                max_rto_ps: cfg_rto.saturating_mul(MAX_RTO_FACTOR),
+                granularity_ps: inalab_core::time::US.min(cfg_rto),
+            }),
+            backed_off_at: None,
             c: Counters::default(),
         })
     }
@@ -233,11 +258,14 @@ impl CanaryHost {
     }
 
     /// A block this host sends is complete with `values`.
-    fn sent_block_done(&mut self, seq: u32, values: Option<&[i32]>) {
+    fn sent_block_done(&mut self, now: Time, seq: u32, values: Option<&[i32]>) {
         let Some((block, s)) = self.sending.remove(&seq) else {
             self.c.duplicates += 1;
             return;
         };
+        if s.attempt == 0 && s.expiries == 0 && !s.fallback && s.deadline.is_some() {
+            self.rtt.sample(now.saturating_sub(s.sent_at));
+        }
         if let Some(d) = s.deadline {
             self.deadlines.remove(&(d, seq));
             self.in_flight -= 1;
@@ -506,7 +534,7 @@ impl HostProtocol for CanaryHost {
                 self.leading.insert(seq, (block, Leading { tensor, attempt: 0, acc, count: 0, restore: BTreeSet::new(), fallback: None, done: false }));
                 self.led_order.push_back((block, seq));
             } else {
-                self.sending.insert(seq, (block, Sending { tensor, attempt: 0, fallback: false, deadline: None }));
+                self.sending.insert(seq, (block, Sending { tensor, attempt: 0, fallback: false, deadline: None, sent_at: 0, expiries: 0 }));
                 self.unsent.push_back(seq);
             }
         }
@@ -516,7 +544,7 @@ impl HostProtocol for CanaryHost {
     }
 
 
-    fn handle_packet(&mut self, _now: Time, pkt: Packet) {
+    fn handle_packet(&mut self, now: Time, pkt: Packet) {
         let Header::Canary(h) = pkt.header else { return };
         if h.tenant() != self.cfg.tenant {
             return;
@@ -546,7 +574,7 @@ impl HostProtocol for CanaryHost {
                     _ => None,
                 };
                 self.c.results += 1;
-                self.sent_block_done(h.seq(), values);
+                self.sent_block_done(now, h.seq(), values);
             }
             CanaryType::Reduce if self.leading.contains_key(&h.seq()) => self.on_contribution(h, &pkt),
             CanaryType::Fallback if h.counter == 1 => self.on_contribution(h, &pkt),
@@ -578,9 +606,19 @@ impl HostProtocol for CanaryHost {
                 self.packet(leader, h, None, 0)
             };
             self.urgent.push_back(p);
+            // Karn: no sample comes from a block that expired, so an RTO below the path's RTT
+            // would never learn it; it backs off instead (RFC 6298 5.5), until a sample.
+            let sent_at = self.sending[&seq].1.sent_at;
+            if self.backed_off_at.is_none_or(|b| sent_at >= b) {
+                self.rtt.on_timeout();
+                self.backed_off_at = Some(now);
+            }
+            let rto = self.rtt.rto();
             let (_, s) = self.sending.get_mut(&seq).expect("present");
-            s.deadline = Some(now + self.cfg.rtx_timeout_ps);
-            self.deadlines.insert((now + self.cfg.rtx_timeout_ps, seq));
+            s.expiries += 1;
+            let at = now + (rto << s.expiries.min(MAX_BACKOFF));
+            s.deadline = Some(at);
+            self.deadlines.insert((at, seq));
         }
     }
 
@@ -600,9 +638,13 @@ impl HostProtocol for CanaryHost {
         let seq = self.unsent.pop_front()?;
         let (block, s) = &self.sending[&seq];
         let p = self.contribution(*block, s);
+        let at = now + (self.rtt.rto() << s.expiries.min(MAX_BACKOFF));
         self.in_flight += 1;
         self.c.sent += 1;
-        self.arm(seq, now + self.cfg.rtx_timeout_ps);
+        if let Some((_, s)) = self.sending.get_mut(&seq) {
+            s.sent_at = now;
+        }
+        self.arm(seq, at);
         self.draw_stall(now);
         Some(p)
     }

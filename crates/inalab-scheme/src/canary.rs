@@ -35,6 +35,8 @@ pub struct CanaryIna {
     pub header_bytes: u32,
     pub aggregation_timeout_ps: u64,
     pub rtx_timeout_ps: u64,
+    /// 0: [`LIFETIME_PER_RTX`] x `rtx_timeout_ps`.
+    pub descriptor_lifetime_ps: u64,
     pub max_attempts: u8,
     pub window_blocks: u32,
     pub table: TableMode,
@@ -46,7 +48,7 @@ pub struct CanaryIna {
 
 impl Default for CanaryIna {
     fn default() -> Self {
-        CanaryIna { header_bytes: 57, aggregation_timeout_ps: US, rtx_timeout_ps: MS, max_attempts: 3, window_blocks: 4096, table: TableMode::Hash, reroute_queue_bytes: 512 * 1024, noise_prob: 0.0, noise_ps: US, scale: inalab_host::quant::ATP_SCALE }
+        CanaryIna { header_bytes: 57, aggregation_timeout_ps: US, rtx_timeout_ps: MS, descriptor_lifetime_ps: 0, max_attempts: 3, window_blocks: 4096, table: TableMode::Hash, reroute_queue_bytes: 512 * 1024, noise_prob: 0.0, noise_ps: US, scale: inalab_host::quant::ATP_SCALE }
     }
 }
 
@@ -56,10 +58,17 @@ pub struct CanaryParams {
     pub ina: CanaryIna,
 }
 
-const PARAMS: [Param; 10] = [
+/// A flushed descriptor lives this many host retransmission timeouts by default: the host's
+/// timeout follows the measured RTT above its floor `rtx_timeout_ps`, and a Result that comes
+/// after the descriptors of its tree expired cannot go down it (each host then asks the leader
+/// for it: one unicast per host instead of a multicast).
+pub const LIFETIME_PER_RTX: u64 = 20;
+
+const PARAMS: [Param; 11] = [
     Param { name: "ina.header_bytes", default: "57", unit: "bytes", doc: "Bytes on the wire per packet besides its values (Canary §5.1: 19 B header + 14 B Ethernet + 24 B preamble, gap and FCS); a block is 256 values (1024 B), so a full packet is 1081 B." },
     Param { name: "ina.aggregation_timeout_ps", default: "1000000", unit: "ps", doc: "Aggregation window of a switch from a block's first packet; at its end the partial sum goes on toward the leader (Canary §3.1.1; 1 us, the memory model's value, spec A1)." },
-    Param { name: "ina.rtx_timeout_ps", default: "1000000000", unit: "ps", doc: "A host asks a block's leader when the block's result is this late (Canary §6 suggests 2 RTTs; 1 ms where no loss is expected, spec A13). A switch frees a flushed descriptor whose result has not passed for twice this long (its result was lost or its block re-issued)." },
+    Param { name: "ina.rtx_timeout_ps", default: "1000000000", unit: "ps", doc: "A host asks a block's leader when the block's result is this late (Canary §6 suggests 2 RTTs; 1 ms where no loss is expected, spec A13): the least and the first timeout; it then follows the measured RTT (RFC 6298, up to 1000 x this) and doubles per expiry of a block (up to 64 x)." },
+    Param { name: "ina.descriptor_lifetime_ps", default: "0", unit: "ps", doc: "A switch frees a flushed descriptor whose result has not passed for this long (its result was lost or its block re-issued), and another block may take its slot (spec A12). 0 = 20 x ina.rtx_timeout (20 ms at the defaults): the host's timeout grows with the measured RTT, and a result later than the lifetime finds no tree to go down." },
     Param { name: "ina.max_attempts", default: "3", unit: "", doc: "Re-issues of a block under a new id before the hosts fall back to reducing it through its leader (Canary §3.3; at most 3, the id's 2-bit attempt field)." },
     Param { name: "ina.window_blocks", default: "4096", unit: "blocks", doc: "Blocks a host has in flight at most (spec A8: 4 MiB of blocks; the paper sends at line rate); with table = \"static\" at most the job's slice of the smallest table." },
     Param { name: "ina.table", default: "\"hash\"", unit: "", doc: "How a block finds its descriptor: \"hash\" = a hash of its id over the whole table (collisions are bypassed to the leader, which restores the subtree); \"static\" = an equal slice of the table per static job, no collisions (Canary §3.2.1, Fig. 10)." },
@@ -167,12 +176,16 @@ impl Scheme for Canary {
             let proto = Quantized::new(Box::new(host), self.quantization(&job.config), r, job.workers.len());
             plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config: format!("{cfg:?} rank {r}") });
         }
+        let lifetime = match c.ina.descriptor_lifetime_ps {
+            0 => LIFETIME_PER_RTX.saturating_mul(c.ina.rtx_timeout_ps),
+            l => l,
+        };
         for s in switches {
             let slice = match c.ina.table {
                 TableMode::Hash => None,
                 TableMode::Static => Some((index * slice_len(s), slice_len(s))),
             };
-            let adm = CanarySwitchJob { timeout_ps: c.ina.aggregation_timeout_ps, stale_ps: 2 * c.ina.rtx_timeout_ps, slice, reroute_bytes: c.ina.reroute_queue_bytes };
+            let adm = CanarySwitchJob { timeout_ps: c.ina.aggregation_timeout_ps, stale_ps: lifetime, slice, reroute_bytes: c.ina.reroute_queue_bytes };
             plan.admissions.push(SwitchAdmission { switch: s, program: PROGRAM, state: Admission::new(adm), field: "ina" });
         }
         Ok(plan)
