@@ -30,6 +30,10 @@ const KEEP_LED_BLOCKS: u64 = 1 << 21;
 const EARLY_MAX: usize = 1 << 16;
 /// A block's timeout doubles per expiry at most this many times (64 RTOs), as DSA's workers.
 pub const MAX_BACKOFF: u32 = 6;
+/// A block whose leader has left this many requests in a row unanswered (about 190 RTOs with
+/// the back-off) declares the leader failed: Canary does not recover a failed leader (§3.3,
+/// spec case 15), so every pending allreduce of this host fails with the reason.
+pub const MAX_UNANSWERED: u32 = 8;
 /// The RTO never exceeds this many `rtx_timeout_ps` (1 s at the default 1 ms).
 const MAX_RTO_FACTOR: u64 = 1000;
 
@@ -130,6 +134,7 @@ struct Counters {
     noise_stalls: u64,
     early: u64,
     early_dropped: u64,
+    leader_failures: u64,
 }
 
 pub struct CanaryHost {
@@ -462,6 +467,27 @@ impl CanaryHost {
         self.urgent.push_back(self.packet(to, h, acc, e - s));
     }
 
+    /// The leader of `block` does not answer: fail every pending allreduce and stop.
+    fn leader_failed(&mut self, block: u64) {
+        let r = self.leader_of(block);
+        let reason = format!(
+            "Canary: rank {r} (node {}), the leader of block {block}, left {MAX_UNANSWERED} requests unanswered: it failed, or this host is cut off; a failed leader is not recovered (Canary §3.3)",
+            self.cfg.workers[r].host
+        );
+        self.c.leader_failures += 1;
+        for t in self.tensors.iter_mut().filter(|t| t.left > 0) {
+            t.left = 0;
+            self.events.push_back(HostEvent::Failed { id: t.id, reason: reason.clone() });
+        }
+        self.sending.clear();
+        self.leading.clear();
+        self.led_order.clear();
+        self.unsent.clear();
+        self.deadlines.clear();
+        self.urgent.clear();
+        self.in_flight = 0;
+    }
+
     /// Tells rank `r` the block's current attempt (or that it falls back).
     fn send_fail(&mut self, seq: u32, r: usize) {
         let (block, l) = &self.leading[&seq];
@@ -487,6 +513,8 @@ impl CanaryHost {
         }
         s.attempt = h.attempt();
         s.fallback = fallback;
+        // The leader answered: its silence so far was loss, not failure.
+        s.expiries = 0;
         // Re-send at the head of the queue (spec §1.10 item 3).
         if let Some(d) = s.deadline.take() {
             self.deadlines.remove(&(d, seq));
@@ -595,6 +623,9 @@ impl HostProtocol for CanaryHost {
             self.deadlines.remove(&(at, seq));
             let Some((block, s)) = self.sending.get(&seq) else { continue };
             let (block, attempt) = (*block, s.attempt);
+            if s.expiries >= MAX_UNANSWERED {
+                return self.leader_failed(block);
+            }
             let p = if s.fallback {
                 // Fallback data goes straight to the leader: resend it.
                 self.contribution(block, s)
@@ -675,6 +706,7 @@ impl HostProtocol for CanaryHost {
             ("fails_sent", c.fails_sent),
             ("reissues", c.reissues),
             ("fallback_blocks", c.fallback_blocks),
+            ("leader_failures", c.leader_failures),
             ("restorations", c.restorations),
             ("stale", c.stale),
             ("malformed", c.malformed),

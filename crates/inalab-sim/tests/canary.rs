@@ -215,3 +215,21 @@ fn a_window_slower_than_the_timeout_does_not_reissue_itself_forever() {
     // 2 x 256 blocks: at most a few re-issued (the RTT's first samples come from an empty fabric).
     assert!(host_counter(&r, "reissues") < 64, "{} re-issues", host_counter(&r, "reissues"));
 }
+
+#[test]
+fn a_failed_leader_fails_the_job_with_its_reason() {
+    // Spec case 15: h5's only link dies mid-allreduce and never comes back (a host failure as
+    // the network sees it). Canary does not recover a failed leader (§3.3): the first host to
+    // find a leader silent (h5 itself, cut off from all of them, or a host asking h5) reports
+    // the job failed with the reason, the job is released, and nothing retries for ever.
+    let mut s = canary_spec(leaf_spine(4, 2, 4), vec![canary_job(0, hosts(0..16), 100_000, 1, json!({"rtx_timeout_ps": 30 * US}))], 4096);
+    s["failures"] = json!([{"link": ["h5", "leaf1"], "at_ps": 8 * US}]);
+    s["stop_ps"] = json!(1_000_000 * US);
+    let r = simulate(&s);
+    let j = &r.jobs[0];
+    assert!(!j.finished);
+    assert!(!j.failures.is_empty() && j.failures.iter().all(|f| (f.starts_with("worker 5,") || f.contains("rank 5 ")) && f.contains("leader")), "{:?}", j.failures);
+    assert!(host_counter(&r, "leader_failures") >= 1);
+    assert_ne!(r.stopped_by, "stop_time", "nothing retries for ever");
+    assert!(r.switches.iter().all(|s| s.aggregators_end == 0), "the failed job's descriptors are released");
+}
