@@ -233,3 +233,30 @@ fn a_failed_leader_fails_the_job_with_its_reason() {
     assert_ne!(r.stopped_by, "stop_time", "nothing retries for ever");
     assert!(r.switches.iter().all(|s| s.aggregators_end == 0), "the failed job's descriptors are released");
 }
+
+#[test]
+fn a_congested_uplink_sends_partial_sums_over_another_spine() {
+    // Spec case 2: h3's flow to h7, pinned over spine0, fills leaf0's uplink to spine0 next to
+    // the job's partial sums; with more than 16 KiB queued there leaf0 sends them over
+    // spine1. Trees then form over both spines, the broadcast follows both, and sums are exact.
+    let flow = json!({"src": "h3", "dst": "h7", "bytes": 4_000_000, "packet_bytes": 1500, "start_ps": 0,
+                      "path": ["h3", "leaf0", "spine0", "leaf1", "h7"]});
+    let workers: Vec<String> = vec!["h0", "h1", "h2", "h4", "h5", "h6"].into_iter().map(String::from).collect();
+    let run = |flows: Value| {
+        let mut s = canary_spec(leaf_spine(2, 2, 4), vec![canary_job(0, workers.clone(), 200_000, 1, json!({"reroute_queue_bytes": 16384}))], 4096);
+        s["flows"] = flows;
+        simulate(&s)
+    };
+    let sw_of = |r: &SimResult, name: &str, c: &str| r.switches.iter().find(|s| s.name == name).unwrap().counters.get(c).copied().unwrap_or(0);
+    let quiet = run(json!([]));
+    assert_exact(&quiet);
+    assert_eq!(sw_of(&quiet, "leaf0", "rerouted"), 0, "without the flow every partial sum takes its default spine");
+    let r = run(json!([flow]));
+    assert_exact(&r);
+    let sw = |name: &str, c: &str| sw_of(&r, name, c);
+    assert!(sw("leaf0", "rerouted") > 0, "leaf0 never left its default spine");
+    for spine in ["spine0", "spine1"] {
+        assert!(sw(spine, "results") > 0, "{spine} carried no broadcast");
+    }
+    assert!(sw("leaf0", "aggregated") > 0 && sw("leaf1", "aggregated") > 0);
+}

@@ -85,6 +85,7 @@ struct Counters {
     result_no_descriptor: u64,
     restores: u64,
     multicast_copies: u64,
+    rerouted: u64,
     malformed: u64,
     freed: u64,
     held_ps: u64,
@@ -148,7 +149,7 @@ impl CanarySwitch {
     /// leader, the one its address picks, so a block's partial sums from different switches
     /// meet at one switch above them, unless that port's queue is above the job's threshold,
     /// then the least queued port. One port (or none known): the driver's routing.
-    fn toward_leader(&self, ctx: &dyn SwitchCtx, pkt: Packet) -> SwitchAction {
+    fn toward_leader(&mut self, ctx: &dyn SwitchCtx, pkt: Packet) -> SwitchAction {
         let hops = ctx.next_hops(pkt.dst);
         let reroute = match &pkt.header {
             Header::Canary(h) => self.jobs.get(&h.tenant()).map_or(u64::MAX, |j| j.reroute_bytes),
@@ -159,6 +160,9 @@ impl CanarySwitch {
         }
         let default = hops[(splitmix64(pkt.dst as u64) % hops.len() as u64) as usize];
         let port = if ctx.queue_bytes(default) <= reroute { default } else { hops.iter().copied().min_by_key(|&p| ctx.queue_bytes(p)).unwrap_or(default) };
+        if port != default {
+            self.c.rerouted += 1;
+        }
         SwitchAction::Forward { port, pkt }
     }
 
@@ -356,6 +360,7 @@ impl SwitchProgram for CanarySwitch {
             ("result_no_descriptor", c.result_no_descriptor),
             ("restores", c.restores),
             ("multicast_copies", c.multicast_copies),
+            ("rerouted", c.rerouted),
             ("malformed", c.malformed),
             ("descriptors_freed", c.freed),
             ("occupation_ps_total", c.held_ps),
