@@ -58,6 +58,9 @@ pub struct CanaryConfig {
     /// stalls `noise_ps` (later packets shift too).
     pub noise_prob: f64,
     pub noise_ps: Time,
+    /// Rank 0 leads every block (an ablation the paper lacks, spec §3.3) instead of rank
+    /// b mod N leading block b.
+    pub single_leader: bool,
     /// Seed of the noise draws (the protocol has no RNG of its own beyond this state).
     pub seed: u64,
 }
@@ -211,6 +214,9 @@ impl CanaryHost {
     }
 
     fn leader_of(&self, block: u64) -> usize {
+        if self.cfg.single_leader {
+            return 0;
+        }
         (block % self.n() as u64) as usize
     }
 

@@ -29,6 +29,16 @@ pub enum TableMode {
     Static,
 }
 
+/// Who leads a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Leaders {
+    /// Rank b mod N leads block b (Canary §3.1.4).
+    RoundRobin,
+    /// Rank 0 leads every block: the ablation of spec §3.3.
+    Single,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CanaryIna {
@@ -40,6 +50,7 @@ pub struct CanaryIna {
     pub max_attempts: u8,
     pub window_blocks: u32,
     pub table: TableMode,
+    pub leaders: Leaders,
     pub reroute_queue_bytes: u64,
     pub noise_prob: f64,
     pub noise_ps: u64,
@@ -48,7 +59,7 @@ pub struct CanaryIna {
 
 impl Default for CanaryIna {
     fn default() -> Self {
-        CanaryIna { header_bytes: 57, aggregation_timeout_ps: US, rtx_timeout_ps: MS, descriptor_lifetime_ps: 0, max_attempts: 3, window_blocks: 4096, table: TableMode::Hash, reroute_queue_bytes: 512 * 1024, noise_prob: 0.0, noise_ps: US, scale: inalab_host::quant::ATP_SCALE }
+        CanaryIna { header_bytes: 57, aggregation_timeout_ps: US, rtx_timeout_ps: MS, descriptor_lifetime_ps: 0, max_attempts: 3, window_blocks: 4096, table: TableMode::Hash, leaders: Leaders::RoundRobin, reroute_queue_bytes: 512 * 1024, noise_prob: 0.0, noise_ps: US, scale: inalab_host::quant::ATP_SCALE }
     }
 }
 
@@ -64,7 +75,7 @@ pub struct CanaryParams {
 /// for it: one unicast per host instead of a multicast).
 pub const LIFETIME_PER_RTX: u64 = 20;
 
-const PARAMS: [Param; 11] = [
+const PARAMS: [Param; 12] = [
     Param { name: "ina.header_bytes", default: "57", unit: "bytes", doc: "Bytes on the wire per packet besides its values (Canary §5.1: 19 B header + 14 B Ethernet + 24 B preamble, gap and FCS); a block is 256 values (1024 B), so a full packet is 1081 B." },
     Param { name: "ina.aggregation_timeout_ps", default: "1000000", unit: "ps", doc: "Aggregation window of a switch from a block's first packet; at its end the partial sum goes on toward the leader (Canary §3.1.1; 1 us, the memory model's value, spec A1)." },
     Param { name: "ina.rtx_timeout_ps", default: "1000000000", unit: "ps", doc: "A host asks a block's leader when the block's result is this late (Canary §6 suggests 2 RTTs; 1 ms where no loss is expected, spec A13): the least and the first timeout; it then follows the measured RTT (RFC 6298, up to 1000 x this) and doubles per expiry of a block (up to 64 x)." },
@@ -72,6 +83,7 @@ const PARAMS: [Param; 11] = [
     Param { name: "ina.max_attempts", default: "3", unit: "", doc: "Re-issues of a block under a new id before the hosts fall back to reducing it through its leader (Canary §3.3; at most 3, the id's 2-bit attempt field)." },
     Param { name: "ina.window_blocks", default: "4096", unit: "blocks", doc: "Blocks a host has in flight at most (spec A8: 4 MiB of blocks; the paper sends at line rate); with table = \"static\" at most the job's slice of the smallest table." },
     Param { name: "ina.table", default: "\"hash\"", unit: "", doc: "How a block finds its descriptor: \"hash\" = a hash of its id over the whole table (collisions are bypassed to the leader, which restores the subtree); \"static\" = an equal slice of the table per static job, no collisions (Canary §3.2.1, Fig. 10)." },
+    Param { name: "ina.leaders", default: "\"round_robin\"", unit: "", doc: "Who leads a block: \"round_robin\" = rank b mod N leads block b (Canary §3.1.4), spreading the leaders' links and the trees' roots; \"single\" = rank 0 leads every block (an ablation the paper lacks: its downlink then carries every block's partial sums)." },
     Param { name: "ina.reroute_queue_bytes", default: "524288", unit: "bytes", doc: "Canary's load balancer: a switch sends a block toward its leader on the up port the leader's address picks (the same at every switch, so partial sums meet), unless that port has more than this queued, then on the least queued (Canary §5.2: half the buffer; half of 1 MiB here, spec A17)." },
     Param { name: "ina.noise_prob", default: "0.0", unit: "", doc: "Host noise (Canary Fig. 11): before each packet, with this probability, a host's NIC stalls ina.noise (later packets shift too); drawn from a stream seeded by the job and rank." },
     Param { name: "ina.noise_ps", default: "1000000", unit: "ps", doc: "How long a noise stall lasts (Canary §5.2.5: 1 us)." },
@@ -167,6 +179,7 @@ impl Scheme for Canary {
             window_blocks,
             noise_prob: c.ina.noise_prob,
             noise_ps: c.ina.noise_ps,
+            single_leader: c.ina.leaders == Leaders::Single,
             seed: inalab_core::splitmix64(job.id as u64 ^ 0xC0FF_EE00),
         };
         let err = |e: inalab_host::ConfigError| PlanError::new("workers", e.0);

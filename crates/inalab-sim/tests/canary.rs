@@ -260,3 +260,14 @@ fn a_congested_uplink_sends_partial_sums_over_another_spine() {
     }
     assert!(sw("leaf0", "aggregated") > 0 && sw("leaf1", "aggregated") > 0);
 }
+
+#[test]
+fn a_single_leader_sums_exactly_and_takes_every_block_on_its_link() {
+    // The ablation of spec §3.3: rank 0 (h0) leads every block, so every partial sum ends on
+    // leaf0's link to h0, which receives about as much as all other hosts' links together.
+    let r = simulate(&canary_spec(leaf_spine(4, 2, 4), vec![canary_job(0, hosts(0..16), 50_000, 1, json!({"leaders": "single"}))], 4096));
+    assert_exact(&r);
+    let into = |h: &str| r.links.iter().find(|l| l.dst == h).unwrap().tx_bytes;
+    let others: u64 = (1..16).map(|i| into(&format!("h{i}"))).sum();
+    assert!(into("h0") * 15 > others * 2, "h0 gets {} bytes, the others {} in total", into("h0"), others);
+}
