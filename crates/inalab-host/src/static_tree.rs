@@ -388,8 +388,8 @@ mod tests {
         let mut sums: BTreeMap<u32, (u8, u16, Vec<i32>)> = BTreeMap::new();
         let mut finished = vec![None; n];
         for now in 0..100 {
-            for r in 0..n {
-                for p in drain(&mut hosts[r], now) {
+            for h in &mut hosts {
+                for p in drain(h, now) {
                     let hd = header(&p);
                     let Some(Payload::I32(v)) = p.payload.as_deref() else { panic!() };
                     let e = sums.entry(hd.seq).or_insert((hd.tree, 0, vec![0; v.len()]));
@@ -407,9 +407,9 @@ mod tests {
                     h.handle_packet(now, result(n, tree, seq, Some(v.clone())));
                 }
             }
-            for r in 0..n {
-                if let Some(d) = done(&mut hosts[r]) {
-                    finished[r] = d;
+            for (h, f) in hosts.iter_mut().zip(&mut finished) {
+                if let Some(d) = done(h) {
+                    *f = d;
                 }
             }
         }
