@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use std::time::Instant;
 
 /// `STATIC_TREE_SLOT_BYTES`: memory per slot.
-const SLOT_BYTES: u64 = 1048;
+const SLOT_BYTES: u64 = 1064;
 
 fn leaf_spine(leaves: u32, spines: u32, hosts_per_leaf: u32) -> Value {
     json!({"shape": {"kind": "leaf_spine", "leaves": leaves, "spines": spines, "hosts_per_leaf": hosts_per_leaf, "switch_ports": 64,

@@ -17,8 +17,9 @@
 //!
 //! Loss: a child's re-sent contribution that is already counted (a per-slot bitmap of the
 //! children summed) is never summed twice: while the slot collects it is dropped; once the
-//! partial sum went up, the switch sends it up again (the loss may have been above); once
-//! the result came down, the switch sends the result to that child again.
+//! partial sum went up, the switch sends it up again (the loss may have been above), once
+//! per round of asking children rather than once per child; once the result came down, the
+//! switch sends the result to that child again.
 
 use crate::Pool;
 use inalab_core::wire::{Header, StaticTreeHeader, StaticTreeKind};
@@ -28,9 +29,9 @@ use std::collections::BTreeMap;
 /// Values per packet (the same 256 x 4 B blocks as Canary, §5.1).
 pub const STATIC_TREE_VALUES: usize = 256;
 /// Switch memory per slot, Canary's memory model (spec §1.13): 1024 B of values + block
-/// sequence (4), tree (1), counter (2), a bitmap of up to 128 children counted (16) and the
-/// slot's state (1).
-pub const STATIC_TREE_SLOT_BYTES: u64 = 1024 + 4 + 1 + 2 + 16 + 1;
+/// sequence (4), tree (1), counter (2), bitmaps of up to 128 children counted and asking
+/// again (16 + 16) and the slot's state (1).
+pub const STATIC_TREE_SLOT_BYTES: u64 = 1024 + 4 + 1 + 2 + 16 + 16 + 1;
 /// Children a switch can have in one tree (the width of a slot's bitmap).
 pub const STATIC_TREE_MAX_CHILDREN: usize = 128;
 
@@ -104,6 +105,9 @@ struct Slot {
     state: State,
     /// Children (bits by index in the role) whose contribution is summed.
     counted: u128,
+    /// Children that asked again since the partial sum was last re-sent up: one re-send
+    /// answers them all, and a child asking twice means it was lost too.
+    asked: u128,
     counter: u16,
     /// The partial sum while collecting and sent, then the result (payload mode).
     acc: Option<Vec<i32>>,
@@ -197,7 +201,7 @@ impl StaticTreeSwitch {
                     Some(Payload::I32(v)) => Some(v),
                     _ => None,
                 };
-                let slot = Slot { job: h.job, seq: h.seq, tree: h.tree, state: State::Collecting, counted: 1 << child, counter: h.counter, acc, size: pkt.size, dst: pkt.dst, src_port: pkt.src_port, dst_port: pkt.dst_port };
+                let slot = Slot { job: h.job, seq: h.seq, tree: h.tree, state: State::Collecting, counted: 1 << child, asked: 0, counter: h.counter, acc, size: pkt.size, dst: pkt.dst, src_port: pkt.src_port, dst_port: pkt.dst_port };
                 let s = table.insert(i, slot);
                 if s.counted == role.all {
                     complete(ctx, s, role, partial, c, out);
@@ -215,10 +219,17 @@ impl StaticTreeSwitch {
             match (s.state, role.parent) {
                 // (A root goes from collecting to done, never sent.)
                 (State::Collecting, _) | (State::Sent, None) => c.duplicates += 1,
-                (State::Sent, Some(parent)) => {
-                    // The partial sum or its Result was lost above: to the parent again.
+                (State::Sent, Some(parent)) if s.asked == 0 || s.asked >> child & 1 == 1 => {
+                    // The partial sum or its Result was lost above: to the parent again. A new
+                    // round of asking starts with this child.
+                    s.asked = 1 << child;
                     c.resent_partials += 1;
                     out.push(SwitchAction::Forward { port: parent, pkt: packet(ctx, s, StaticTreeKind::Reduce, true) });
+                }
+                (State::Sent, Some(_)) => {
+                    // The re-send of this round is on its way: its answer reaches this child.
+                    s.asked |= 1 << child;
+                    c.duplicates += 1;
                 }
                 (State::Done, _) => {
                     // The Result to this child was lost: it again, to that child only.
@@ -517,14 +528,18 @@ mod tests {
         assert_eq!(drops(&run(&mut s, 0, reduce(1, 0, 5, 10))), vec!["static_tree_duplicate"]);
         run(&mut s, 1, reduce(1, 0, 5, 20));
         assert_eq!(sent(&run(&mut s, 2, reduce(1, 0, 5, 30))), vec![(vec![UP], StaticTreeKind::Reduce, 3, 60, false)]);
-        // Sent: the partial sum (or its result) was lost above; the same sum goes up again.
+        // Sent: the partial sum (or its result) was lost above; the same sum goes up again,
+        // once for the children asking in the same round (0 after 1), again when one of them
+        // asks a second time (that re-send was lost too).
         assert_eq!(sent(&run(&mut s, 1, reduce(1, 0, 5, 20))), vec![(vec![UP], StaticTreeKind::Reduce, 3, 60, true)]);
+        assert!(sent(&run(&mut s, 0, reduce(1, 0, 5, 10))).is_empty());
+        assert_eq!(sent(&run(&mut s, 0, reduce(1, 0, 5, 10))), vec![(vec![UP], StaticTreeKind::Reduce, 3, 60, true)]);
         run(&mut s, UP, pkt(1, 0, StaticTreeKind::Result, 5, 9, 99));
         // Done: the result again, to the child that asked only.
         assert_eq!(sent(&run(&mut s, 2, reduce(1, 0, 5, 30))), vec![(vec![2], StaticTreeKind::Result, 9, 99, true)]);
         // The parent's second answer to the re-sent partial is dropped.
         assert_eq!(drops(&run(&mut s, UP, pkt(1, 0, StaticTreeKind::Result, 5, 9, 99))), vec!["static_tree_duplicate_result"]);
-        assert_eq!((counter(&s, "duplicates"), counter(&s, "resent_partials"), counter(&s, "resent_results"), counter(&s, "duplicate_results")), (1, 1, 1, 1));
+        assert_eq!((counter(&s, "duplicates"), counter(&s, "resent_partials"), counter(&s, "resent_results"), counter(&s, "duplicate_results")), (2, 2, 1, 1));
         assert_eq!(s.aggregators_in_use(), 0);
     }
 
