@@ -377,8 +377,9 @@ def _ina_model() -> type:
                 continue
             key = p["name"][len("ina."):]
             user = re.sub(r"_(bytes|ps)$", "", key)
-            f = fields.setdefault(user, {"key": key, "unit": p["unit"], "doc": p["doc"], "defaults": {}})
+            f = fields.setdefault(user, {"key": key, "unit": p["unit"], "docs": {}, "defaults": {}})
             f["defaults"][scheme] = p["default"]
+            f["docs"].setdefault(p["doc"], []).append(scheme)
     model_fields = {}
     for user, f in fields.items():
         kind = {"bytes": _quantity(SIZE, optional=True), "ps": _quantity(DURATION, optional=True)}.get(f["unit"])
@@ -387,7 +388,12 @@ def _ina_model() -> type:
             kind = Optional[type(sample)]
         shown = "; ".join(f"{n}: {_show_base(v, f['unit'])}" for n, v in f["defaults"].items())
         takers = ", ".join(f["defaults"])
-        model_fields[user] = (kind, opt(None, f"{f['doc']} Schemes: {takers}.", default_doc=f"the scheme's ({shown})"))
+        # Schemes that share a parameter may mean it differently (a static tree's re-send is
+        # not Canary's request to a leader): each meaning with the schemes that have it.
+        docs = f["docs"]
+        doc = (f"{next(iter(docs))} Schemes: {takers}." if len(docs) == 1
+               else " ".join(f"{', '.join(names)}: {d}" for d, names in docs.items()))
+        model_fields[user] = (kind, opt(None, doc, default_doc=f"the scheme's ({shown})"))
     INA_FIELDS.update({user: f["key"] for user, f in fields.items()})
     return create_model("Ina", __base__=_Model, **model_fields)
 
@@ -445,8 +451,8 @@ class Job(_Model):
     partition: Size = opt("4MiB", "Tensor partition size for parameter servers.")
     transport: Transport = opt(Transport(), "Transport parameters, see [jobs.transport] (atp uses init_window and "
                                "increment for its window).", default_doc="see below")
-    ina: Ina = opt(Ina(), "In-network aggregation parameters of the INA schemes (atp, switchml, dsa, canary), see [jobs.ina].",
-                   default_doc="see below")
+    ina: Ina = opt(Ina(), "In-network aggregation parameters of the INA schemes (atp, switchml, dsa, canary, "
+                   "static_tree), see [jobs.ina].", default_doc="see below")
 
     @field_validator("model")
     @classmethod

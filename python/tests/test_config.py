@@ -285,6 +285,26 @@ def test_ina_fields_come_from_the_registry_and_the_registry_checks_them(star):
     assert (ina["timeout_ps"], ina["scale"], ina["packet_bytes"]) == (2_000_000_000, 1e6, 306)
 
 
+def test_static_tree_takes_trees_and_the_registry_checks_them(star):
+    """The static-tree baselines' parameters come from the registry like every scheme's; a
+    parameter two schemes share but mean differently shows each meaning."""
+    from inalab.config import Ina
+
+    star["topology"] = {"kind": "leaf_spine", "leaves": 2, "spines": 4, "hosts_per_leaf": 2}
+    star["jobs"] = [{"scheme": "static_tree", "allreduce": "4KiB", "workers": "h0..h3",
+                     "ina": {"trees": 4, "rtx_timeout": "20us"}}]
+    ina = load_scenario(star).to_spec()["jobs"][0]["ina"]
+    assert (ina["trees"], ina["rtx_timeout_ps"], ina["window_blocks"]) == (4, 20_000_000, 4096)
+    star["jobs"][0]["ina"] = {"trees": 0}
+    e = error(star)
+    assert e.field == "jobs[0].ina.trees", (e.field, e.message)
+    star["jobs"][0]["ina"] = {"table": "static"}
+    e = error(star)
+    assert e.field == "jobs[0].ina.table" and "applies only to" in e.message, (e.field, e.message)
+    doc = Ina.model_fields["rtx_timeout"].description
+    assert "canary: " in doc and "static_tree: " in doc, doc
+
+
 @pytest.mark.parametrize("where, value, field, words", [
     ("iterations", 1_000_000_000_000, "jobs[0].iterations", "4294967295"),
     ("allreduce", "100003B", "jobs[0].allreduce", "multiple of 4"),

@@ -10,6 +10,8 @@
 //! - [`SwitchMlWorker`]: SwitchML's worker (with `inalab_switch::SwitchMlSwitch`);
 //! - [`DsaWorker`] and [`DsaServer`]: DSA's hosts (with `inalab_switch::DsaSwitch`);
 //! - [`CanaryHost`]: Canary's sender and per-block leader (with `inalab_switch::CanarySwitch`);
+//! - [`StaticTreeHost`]: the static-tree baselines' sender of blocks up fixed trees, round
+//!   robin over N trees (with `inalab_switch::StaticTreeSwitch`);
 //! - [`quant`]: fixed-point conversion (ATP's fixed scale, SwitchML's block exponents), and
 //!   [`Quantized`], the layer that applies it between an application and an INA protocol.
 //! - [`DatagramSender`] and [`DatagramSink`]: unreliable line-rate raw traffic.
@@ -38,6 +40,7 @@ mod ring;
 mod rtt;
 pub mod quant;
 mod quantize;
+mod static_tree;
 mod switchml;
 mod transport;
 
@@ -52,6 +55,7 @@ pub use error::ConfigError;
 pub use hierarchical::HierarchicalAllreduce;
 pub use ps::{PsConfig, PsServer, PsWorker};
 pub use quantize::{Quantization, Quantized};
+pub use static_tree::{StaticTreeConfig, StaticTreeHost, STATIC_TREE_BLOCK_VALUES};
 pub use ring::RingAllreduce;
 pub use switchml::{SwitchMlConfig, SwitchMlWorker};
 pub use transport::{Delivered, Transport, TransportConfig, TransportStats};

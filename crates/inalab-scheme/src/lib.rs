@@ -15,6 +15,7 @@ mod plan;
 mod ps;
 pub mod registry;
 mod ring;
+mod static_tree;
 mod switchml;
 mod transport;
 

@@ -29,6 +29,21 @@ pub trait NetView {
     fn switches(&self) -> Vec<NodeId> {
         vec![]
     }
+    /// A switch's ports with the node each leads to (hosts and switches): what a scheme that
+    /// lays out fixed trees walks; empty when the driver does not know the links.
+    fn links(&self, _switch: NodeId) -> Vec<(PortId, NodeId)> {
+        vec![]
+    }
+    /// A switch's tier: 1 for the switches hosts attach to, upward from there (2 for the
+    /// spines of a leaf-spine); 1 when the driver does not know.
+    fn tier(&self, _switch: NodeId) -> u8 {
+        1
+    }
+    /// The run's seed, for the random choices a set-up makes (a static tree's root); 0 when
+    /// the driver has none.
+    fn seed(&self) -> u64 {
+        0
+    }
 }
 
 /// A job as every driver describes it: who takes part and the scheme's own configuration,

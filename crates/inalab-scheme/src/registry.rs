@@ -3,7 +3,7 @@
 use crate::plan::{JobSpec, PlanError, Scheme};
 use serde_json::Value;
 
-static SCHEMES: [&dyn Scheme; 8] = [
+static SCHEMES: [&dyn Scheme; 9] = [
     &crate::ring::Ring { hierarchical: false },
     &crate::ring::Ring { hierarchical: true },
     &crate::ps::Ps { sharded: false },
@@ -12,6 +12,7 @@ static SCHEMES: [&dyn Scheme; 8] = [
     &crate::switchml::SwitchMl,
     &crate::dsa::Dsa,
     &crate::canary::Canary,
+    &crate::static_tree::StaticTree,
 ];
 
 /// Every scheme, in the order users see them.

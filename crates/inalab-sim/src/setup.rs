@@ -30,6 +30,8 @@ pub struct SimView<'a> {
     /// Switches that run several INA programs -> how many: each gets an equal part of the
     /// switch's aggregator memory.
     programs: BTreeMap<NodeId, u64>,
+    /// The scenario's seed, for a scheme's random set-up choices.
+    seed: u64,
 }
 
 impl<'a> SimView<'a> {
@@ -44,7 +46,12 @@ impl<'a> SimView<'a> {
                 *m = sm.value;
             }
         }
-        SimView { topo, memory, shares: BTreeMap::new(), programs: BTreeMap::new() }
+        SimView { topo, memory, shares: BTreeMap::new(), programs: BTreeMap::new(), seed: 0 }
+    }
+
+    /// The same view with the scenario's seed (0 otherwise).
+    pub fn with_seed(self, seed: u64) -> Self {
+        SimView { seed, ..self }
     }
 
     /// Records that `job` takes part in the shares its scheme names.
@@ -79,6 +86,15 @@ impl NetView for SimView<'_> {
     }
     fn switches(&self) -> Vec<NodeId> {
         (0..self.topo.nodes.len() as NodeId).filter(|&n| self.topo.nodes[n as usize].kind == inalab_topo::NodeKind::Switch).collect()
+    }
+    fn links(&self, switch: NodeId) -> Vec<(PortId, NodeId)> {
+        self.topo.nodes.get(switch as usize).map_or(vec![], |n| n.ports.iter().enumerate().map(|(p, port)| (p as PortId, port.peer)).collect())
+    }
+    fn tier(&self, switch: NodeId) -> u8 {
+        self.topo.nodes.get(switch as usize).map_or(1, |n| n.tier)
+    }
+    fn seed(&self) -> u64 {
+        self.seed
     }
 }
 
@@ -135,7 +151,7 @@ pub fn scheme_jobs(spec: &SimSpec, topo: &Topology) -> Result<Vec<SchemeJob>, Si
 /// Plans every job of `spec` on `topo` and installs the programs their plans admit at.
 pub fn set_up_jobs(spec: &SimSpec, topo: &Topology) -> Result<Setup, SimError> {
     let jobs = scheme_jobs(spec, topo)?;
-    let mut view = SimView::new(topo, &spec.network);
+    let mut view = SimView::new(topo, &spec.network).with_seed(spec.seed);
     // Shares (equal splits of a switch among jobs) are known before any job is planned.
     for (j, job) in jobs.iter().enumerate() {
         view.join_shares(job).map_err(|e| plan_error(j, e))?;

@@ -5,7 +5,10 @@
 //! Programs:
 //! - [`AtpSwitch`]: ATP's shared aggregator pool with two-level best-effort aggregation;
 //! - [`SwitchMlSwitch`]: SwitchML's static per-job slot pools with shadow copies;
-//! - [`DsaSwitch`]: DSA's shared array with preemption by priority and downgrading.
+//! - [`DsaSwitch`]: DSA's shared array with preemption by priority and downgrading;
+//! - [`CanarySwitch`]: Canary's descriptors of dynamic trees;
+//! - [`StaticTreeSwitch`]: the static-tree allreduce baselines of Canary's evaluation (fixed
+//!   parents and children per tree, a static slot per block).
 //!
 //! Shared parts: [`Pool`], a fixed array of aggregator slots (ATP's pool; DSA, Canary and GRID
 //! keep theirs in one too).
@@ -14,6 +17,7 @@ mod atp;
 mod canary;
 mod dsa;
 mod pool;
+mod static_tree;
 mod switchml;
 
 pub use atp::{atp_admissions, AtpSwitch, AtpSwitchConfig, AtpSwitchJob, AGGREGATOR_BYTES, AGGREGATOR_VALUES};
@@ -21,4 +25,5 @@ pub use canary::{CanarySwitch, CanarySwitchConfig, CanarySwitchJob, CANARY_DESCR
 pub use dsa::{DsaIndex, DsaPolicy, DsaSwitch, DsaSwitchConfig, DsaSwitchJob, DSA_AGGREGATOR_BYTES, DSA_AGGREGATOR_VALUES, DSA_EMPTY_PACKET_BYTES};
 pub use inalab_core::L3Forward;
 pub use pool::Pool;
+pub use static_tree::{static_tree_slots_for, StaticTreeRole, StaticTreeSwitch, StaticTreeSwitchJob, STATIC_TREE_MAX_CHILDREN, STATIC_TREE_SLOT_BYTES, STATIC_TREE_VALUES};
 pub use switchml::{slot_units, SwitchMlAdmitError, SwitchMlCounters, SwitchMlJob, SwitchMlSwitch, SLOT_BYTES, VALUES_PER_SLOT};

@@ -1,5 +1,5 @@
 use crate::bytes::u8_at;
-use crate::{AtpHeader, CanaryHeader, DsaHeader, SwitchMlHeader, TransportHeader, WireError};
+use crate::{AtpHeader, CanaryHeader, DsaHeader, StaticTreeHeader, SwitchMlHeader, TransportHeader, WireError};
 
 /// Offsets in an encoded header: a kind tag, then that kind's fixed-length body.
 mod field {
@@ -24,6 +24,9 @@ pub enum Header {
     Dsa(DsaHeader),
     /// Canary blocks, results, restorations and the hosts' recovery messages.
     Canary(CanaryHeader),
+    /// Static-tree allreduce blocks and results (Canary's baselines, its own kind so that
+    /// Canary's program never claims them).
+    StaticTree(StaticTreeHeader),
 }
 
 /// One byte that names the variant on the wire.
@@ -36,12 +39,13 @@ pub enum HeaderKind {
     SwitchMl = 3,
     Dsa = 4,
     Canary = 5,
+    StaticTree = 6,
 }
 
 impl TryFrom<u8> for HeaderKind {
     type Error = WireError;
     fn try_from(v: u8) -> Result<Self, WireError> {
-        [HeaderKind::Raw, HeaderKind::Transport, HeaderKind::Atp, HeaderKind::SwitchMl, HeaderKind::Dsa, HeaderKind::Canary]
+        [HeaderKind::Raw, HeaderKind::Transport, HeaderKind::Atp, HeaderKind::SwitchMl, HeaderKind::Dsa, HeaderKind::Canary, HeaderKind::StaticTree]
             .into_iter()
             .find(|k| *k as u8 == v)
             .ok_or(WireError::BadValue { what: "header kind", value: v as u64 })
@@ -57,6 +61,7 @@ impl Header {
             Header::SwitchMl(_) => HeaderKind::SwitchMl,
             Header::Dsa(_) => HeaderKind::Dsa,
             Header::Canary(_) => HeaderKind::Canary,
+            Header::StaticTree(_) => HeaderKind::StaticTree,
         }
     }
 
@@ -68,6 +73,7 @@ impl Header {
             Header::Dsa(h) => Some(h.job as u32),
             // The tenant prefix of the block id is the job (Canary §3.4).
             Header::Canary(h) => Some(h.tenant() as u32),
+            Header::StaticTree(h) => Some(h.job as u32),
             Header::Raw | Header::Transport(_) => None,
         }
     }
@@ -82,6 +88,7 @@ impl Header {
                 Header::SwitchMl(_) => SwitchMlHeader::LEN,
                 Header::Dsa(_) => DsaHeader::LEN,
                 Header::Canary(_) => CanaryHeader::LEN,
+                Header::StaticTree(_) => StaticTreeHeader::LEN,
             }
     }
 
@@ -94,6 +101,7 @@ impl Header {
             Header::SwitchMl(h) => h.encode(out),
             Header::Dsa(h) => h.encode(out),
             Header::Canary(h) => h.encode(out),
+            Header::StaticTree(h) => h.encode(out),
         }
     }
 
@@ -108,6 +116,7 @@ impl Header {
             HeaderKind::SwitchMl => Header::SwitchMl(SwitchMlHeader::decode(body)?),
             HeaderKind::Dsa => Header::Dsa(DsaHeader::decode(body)?),
             HeaderKind::Canary => Header::Canary(CanaryHeader::decode(body)?),
+            HeaderKind::StaticTree => Header::StaticTree(StaticTreeHeader::decode(body)?),
         };
         let used = h.encoded_len();
         Ok((h, used))
@@ -117,7 +126,7 @@ impl Header {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::{CanaryType, DsaKind, SegKind};
+    use crate::{CanaryType, DsaKind, SegKind, StaticTreeKind};
     use proptest::prelude::*;
 
     /// `h` encodes to exactly `bytes`, which decode back to `h`, and cut by one byte are
@@ -174,6 +183,9 @@ pub(crate) mod tests {
                     Header::Canary(CanaryHeader { dst, id, counter, hosts, children, switch, bypass, multicast, kind: CanaryType::ALL[kind], shard })
                 }
             ),
+            (any::<u16>(), any::<u8>(), 0usize..2, any::<bool>(), any::<u32>(), 1u16..).prop_map(|(job, tree, kind, rtx, seq, counter)| {
+                Header::StaticTree(StaticTreeHeader { job, tree, kind: StaticTreeKind::ALL[kind], rtx, seq, counter })
+            }),
         ]
     }
 

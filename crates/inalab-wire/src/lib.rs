@@ -10,6 +10,7 @@ mod dsa;
 mod error;
 pub mod frame;
 mod header;
+mod static_tree;
 mod switchml;
 mod transport;
 
@@ -18,6 +19,7 @@ pub use canary::{CanaryHeader, CanaryType};
 pub use dsa::{DsaHeader, DsaKind};
 pub use error::WireError;
 pub use header::{Header, HeaderKind};
+pub use static_tree::{StaticTreeHeader, StaticTreeKind};
 pub use switchml::SwitchMlHeader;
 pub use transport::{SegKind, TransportHeader};
 
