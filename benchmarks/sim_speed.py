@@ -20,6 +20,9 @@ ECN threshold 200 KB, seed 1):
     The run ends when the allreduce finishes (background alone never ends a run).
 (b') r1024: the 4 MiB ring of (b) over 1024 hosts of a 1024-port star, to compare the cost per
     event with (b)'s 64 hosts.
+(canary) the `canary-congestion` point of `inalab reproduce canary-congestion`: Canary's 4 MiB
+    allreduce on 512 random hosts of the 1024-host fat tree (300 ns links, 64 MiB buffers,
+    adaptive routing), the other 512 sending 1 MiB messages at line rate (issue #16: < 60 s).
 (d) dsa: DSA's 8 jobs x 8 workers of DNN A on one star switch with 5 MB of aggregator memory
     (`inalab reproduce dsa-policy-ablation`'s scenario).
 
@@ -138,12 +141,22 @@ def scenario_dsa():
     return load_scenario(scenario("dsa", "dsa", "A")).to_spec()
 
 
+def scenario_canary():
+    """Fig. 7a's congested Canary point (`inalab reproduce canary-congestion`), built by the
+    Python front."""
+    from inalab.config import load_scenario
+    from inalab.reproduce.canary import scenario
+
+    return load_scenario(scenario("canary", congested=True)).to_spec()
+
+
 SCENARIOS = {
     "a": ("(a) 64->1 star, 306 B at line rate, 1 ms", scenario_a),
     "b": ("(b) 4 MiB ring allreduce, 64-host star", scenario_b),
     "c": ("(c) 4 MiB ring on 512 + bg 512, 1024-host leaf-spine", scenario_c),
     "r1024": ("(b') 4 MiB ring allreduce, 1024-host star", scenario_r1024),
     "dsa": ("(d) DSA 8 jobs x 8 workers, DNN A, 72-host star", scenario_dsa),
+    "canary": ("Canary 512 + bg 512, 1024-host fat tree (Fig. 7a point)", scenario_canary),
 }
 
 
@@ -222,7 +235,7 @@ def main():
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--ns3", action="store_true", help="also run scenario (a) in ns-3 (fails if ns-3 is missing)")
     g.add_argument("--no-ns3", action="store_true", help="never run ns-3")
-    ap.add_argument("--only", default="a,b,c,r1024,dsa", help="comma-separated subset of " + ",".join(SCENARIOS))
+    ap.add_argument("--only", default="a,b,c,r1024,dsa,canary", help="comma-separated subset of " + ",".join(SCENARIOS))
     ap.add_argument("--sweep", action="store_true", help="also time a 20-point sweep of (b): 2 local workers vs serial")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -283,6 +296,8 @@ def print_targets(rows):
             print(f"(c)/(a) CPU time: {c['cpu_s'] / rows['a']['cpu_s']:.0f}x (a load-independent record of (c)'s speed)")
     if "dsa" in rows:
         print(f"(d): {rows['dsa']['wall_s']:.1f} s wall (target < 60 s on one core, issue #15)")
+    if "canary" in rows:
+        print(f"canary: {rows['canary']['wall_s']:.1f} s wall (target < 60 s on one core, issue #16)")
     if "b" in rows and "r1024" in rows:
         small, big = (rows[k]["events"] / rows[k]["cpu_s"] for k in ("b", "r1024"))
         print(f"events per CPU-second, 64 hosts / 1024 hosts: {small / 1e6:.2f} M / {big / 1e6:.2f} M = "

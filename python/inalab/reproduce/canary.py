@@ -12,7 +12,6 @@ import pandas as pd
 from . import markdown_table, register, simulate_all
 from .dsa_policy_ablation import bar_plot
 
-HOSTS = 1024
 # Spec A5: 32K descriptors per switch, sized for the simulations' 1024-B blocks (1060 B each
 # with the descriptor's fields), not the 5 MB default of the other schemes.
 MEMORY = f"{32768 * 1060}B"
@@ -39,14 +38,21 @@ def scheme_job(scheme: str) -> dict:
     raise ValueError(f"unknown scheme label {scheme!r}")
 
 
+# Spec A19: 300 ns per link in the paper's model (inalab's default is 1 us).
+TOPOLOGY = {"kind": "canary_fat_tree", "link_delay": "300ns"}
+
+
 def scenario(scheme: str, *, fraction: float = 0.5, congested: bool = True, size: str = "4MiB", tenants: int = 1,
-             seed: int = 1, ina: dict | None = None, routing: str = "adaptive") -> dict:
-    """Canary §5.2: ``tenants`` allreduces of ``size`` on ``fraction`` of the 1024 hosts, chosen
-    at random (seeded), split equally among the tenants; with ``congested`` the other hosts
-    send 1 MiB messages at line rate to random peers among themselves (spec A18)."""
-    order = list(range(HOSTS))
+             seed: int = 1, ina: dict | None = None, routing: str = "adaptive", topology: dict | None = None) -> dict:
+    """Canary §5.2: ``tenants`` allreduces of ``size`` on ``fraction`` of the hosts, chosen at
+    random (seeded), split equally among the tenants; with ``congested`` the other hosts send
+    1 MiB messages at line rate to random peers among themselves (spec A18). ``topology``: a
+    leaf-spine table (default the paper's 1024-host fat tree; smaller ones for tests)."""
+    topology = topology or TOPOLOGY
+    hosts = topology.get("leaves", 32) * topology.get("hosts_per_leaf", 32)
+    order = list(range(hosts))
     random.Random(seed).shuffle(order)
-    n = max(2 * tenants, round(fraction * HOSTS))
+    n = max(2 * tenants, round(fraction * hosts))
     per = n // tenants
     jobs = []
     for k in range(tenants):
@@ -55,8 +61,7 @@ def scenario(scheme: str, *, fraction: float = 0.5, congested: bool = True, size
         job["ina"] = {**job.get("ina", {}), **(ina or {})} if "ina" in job else job.get("ina")
         jobs.append({k: v for k, v in job.items() if v is not None})
     s = {"name": f"canary-{scheme}-{fraction}-{congested}-{size}-{tenants}", "seed": seed, "stop": "1s",
-         # Spec A19: 300 ns per link in the paper's model (inalab's default is 1 us).
-         "topology": {"kind": "canary_fat_tree", "link_delay": "300ns"},
+         "topology": topology,
          "network": {"routing": routing, "aggregator_memory": MEMORY, "buffer": BUFFER,
                      **({"adaptive_threshold": ADAPTIVE_THRESHOLD} if routing == "adaptive" else {})},
          "jobs": jobs}

@@ -1,0 +1,54 @@
+"""Canary's reproductions: the scenario builder and a scaled-down Fig. 7 run end to end (the
+1024-host runs themselves are `inalab reproduce canary-*`, too long for CI)."""
+from __future__ import annotations
+
+import inalab
+from inalab.config import load_scenario
+from inalab.reproduce import REPRODUCTIONS
+from inalab.reproduce.canary import CanaryCongestion, measure, scenario
+
+SMALL = {"kind": "leaf_spine", "leaves": 4, "spines": 4, "hosts_per_leaf": 4, "link_delay": "300ns", "programmable": "all"}
+
+
+def test_every_canary_figure_is_registered():
+    assert {"canary-congestion", "canary-fraction", "canary-size", "canary-tenants", "canary-timeout", "canary-ablations"} <= set(REPRODUCTIONS)
+
+
+def test_scenarios_split_the_hosts_at_random_and_validate():
+    for label in ("canary", "ring", "1 ST", "4 ST"):
+        load_scenario(scenario(label))  # the 1024-host scenario is valid for every scheme
+    s = scenario("canary", fraction=0.5, tenants=4, seed=3)
+    groups = [set(j["workers"]) for j in s["jobs"]]
+    assert len(groups) == 4 and all(len(g) == 128 for g in groups)
+    assert len(set().union(*groups)) == 512, "tenants never share a host"
+    assert not set(s["background"]["hosts"]) & set().union(*groups) and len(s["background"]["hosts"]) == 512
+    # Hosts are drawn at random (the paper's 5 runs), so racks mix workers and congestion.
+    assert groups[0] != set(scenario("canary", fraction=0.5, tenants=4, seed=4)["jobs"][0]["workers"])
+    assert "background" not in scenario("canary", congested=False)
+    assert scenario("ring")["jobs"][0]["transport"]["mss"] == "1024B", "spec A20: the INA packets' size"
+    assert scenario("4 ST")["jobs"][0]["ina"]["trees"] == 4
+    assert scenario("canary", ina={"table": "static"})["jobs"][0]["ina"] == {"table": "static"}
+
+
+def test_a_small_fig7_runs_and_is_explained(tmp_path):
+    rep = CanaryCongestion(trees=(1, 4))
+    rows = []
+    for label in rep.schemes:
+        for congested in (False, True):
+            if label == "ring" and congested:
+                continue
+            r = inalab.simulate(scenario(label, congested=congested, size="256KiB", topology=SMALL))
+            row = measure(r)[0]
+            assert row["finished"] and row["goodput_gbps"] > 0, (label, congested, row)
+            assert r.switches.aggregators_end.sum() == 0
+            rows.append({"scheme": label, "congested": congested, "seed": 1, **row})
+    import pandas as pd
+
+    from inalab.reproduce.canary import relative
+
+    df = pd.DataFrame(rows)
+    df["vs_canary"] = relative(df, ["congested"])
+    assert set(rep.checks(df)) == {"no_degradation", "vs_one_tree", "vs_multi_trees", "utilization_order"}
+    text = rep.explain(df)
+    assert "Where and why" in text and "holds" in text
+    assert rep.plot(df, tmp_path / "fig7.png").exists()
