@@ -52,3 +52,19 @@ def test_a_small_fig7_runs_and_is_explained(tmp_path):
     text = rep.explain(df)
     assert "Where and why" in text and "holds" in text
     assert rep.plot(df, tmp_path / "fig7.png").exists()
+
+
+def test_canary_sums_exactly_on_1024_hosts_under_loss():
+    # Issue #16: payload mode on the paper's 1024-host fat tree with loss: exact sums on every
+    # host, every descriptor free at the end. 1 MiB (1,024 blocks, each led by its own host)
+    # and 0.01 % loss at every host, so reductions and broadcasts both lose packets.
+    s = scenario("canary", fraction=1.0, congested=False, size="1MiB")
+    s["payload"] = True
+    s["jobs"][0]["ina"] = {"rtx_timeout": "50us"}
+    s["network"]["host_loss"] = [{"host": f"h{i}", "prob": 1e-4} for i in range(1024)]
+    r = inalab.simulate(s)
+    j = r.jobs.iloc[0]
+    assert j.finished and j.payload_checked == 1024 and j.payload_errors == 0
+    assert r.switches.aggregators_end.sum() == 0
+    hosts = {k: sum(c.get(k, 0) for c in r.hosts.counters) for k in ("rtx_requests", "reissues", "resent_results")}
+    assert hosts["rtx_requests"] > 0, f"the loss was repaired: {hosts}"
