@@ -244,10 +244,10 @@ def _plot_lines(rows: pd.DataFrame, path: Path, x: str, y: str, title: str, pane
 
 def _ring_note(ring_congested: bool) -> str:
     return ("" if ring_congested else
-            "Ring allreduce runs only without congestion here: on inalab's drop-tail fabric the line-rate "
-            "background (spec A18) drops tens of millions of packets, the ring's 1,022 steps each wait out "
-            "1 ms retransmission timeouts, and one 512-host point takes about 10 minutes of simulation for "
-            "under 1 Gbps (the paper's SST network is probably lossless, spec A17). `ring_congested=True` runs it.")
+            "Ring allreduce runs only without congestion by default: with the spec's 1 MiB drop-tail buffers one "
+            "congested 512-host ring point lost tens of millions of packets, its 1,022 steps each waited out 1 ms "
+            "retransmission timeouts, and it took about 10 minutes of simulation for under 1 Gbps; with these "
+            "deep buffers it is not measured yet. `ring_congested=True` runs it.")
 
 
 class CanaryFraction(_CanaryFigure):
