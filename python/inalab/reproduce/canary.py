@@ -526,7 +526,7 @@ class CanaryAblations(_CanaryFigure):
              "over spines by leader from adaptivity; Canary with a single leader shows what round-robin leaders buy.")
 
     VARIANTS = {"canary": ({}, "adaptive"),
-                "canary, ECMP": ({"reroute_queue_bytes": 2**62}, "ecmp"),
+                "canary, ECMP": ({"reroute_queue": "1TiB"}, "ecmp"),
                 "canary, one leader": ({"leaders": "single"}, "adaptive")}
 
     def __init__(self, seeds=(1,)):
@@ -557,7 +557,7 @@ class CanaryAblations(_CanaryFigure):
 **Claim.** {self.claim}
 
 **Command.** `inalab reproduce {self.name}`. Setup as `canary-congestion`. "ECMP": network routing
-`ecmp` and `ina.reroute_queue` = 2^62 B (the program never leaves the leader's default port);
+`ecmp` and `ina.reroute_queue` = 1 TiB (the program never leaves the leader's default port);
 "one leader": `ina.leaders = "single"`.
 
 **Our result** (`holds` = {self.holds(rows)}; checks: {self.checks(rows)}):
