@@ -535,7 +535,10 @@ class CanaryAblations(_CanaryFigure):
     def run(self, progress) -> pd.DataFrame:
         pts = [({"scheme": "canary", "variant": v, "congested": c, "seed": seed},
                 scenario("canary", congested=c, seed=seed, ina=ina, routing=routing))
-               for seed in self.seeds for c in (False, True) for v, (ina, routing) in self.VARIANTS.items()]
+               for seed in self.seeds for c in (False, True) for v, (ina, routing) in self.VARIANTS.items()
+               # One leader under congestion: every block's partial sums queue behind the
+               # background on one downlink; the run did not end in 25 minutes of simulation.
+               if not (c and v == "canary, one leader")]
         pts += [({"scheme": "4 ST", "variant": "4 ST", "congested": c, "seed": seed}, scenario("4 ST", congested=c, seed=seed))
                 for seed in self.seeds for c in (False, True)]
         return run_grid(self.name, pts, progress)
