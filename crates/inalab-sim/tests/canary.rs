@@ -29,14 +29,6 @@ fn canary_spec(topo: Value, jobs: Vec<Value>, descriptors: u64) -> Value {
     s
 }
 
-fn counter(r: &SimResult, name: &str) -> u64 {
-    r.switches.iter().map(|s| s.counters.get(name).copied().unwrap_or(0)).sum()
-}
-
-fn host_counter(r: &SimResult, name: &str) -> u64 {
-    r.hosts.iter().map(|h| h.counters.get(name).copied().unwrap_or(0)).sum()
-}
-
 fn assert_exact(r: &SimResult) {
     for j in &r.jobs {
         assert!(j.finished, "job {} did not finish: {:?} ({})", j.id, j.failures, r.stopped_by);

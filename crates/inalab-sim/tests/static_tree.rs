@@ -30,14 +30,6 @@ fn tree_spec(topo: Value, jobs: Vec<Value>, slots: u64) -> Value {
     s
 }
 
-fn counter(r: &SimResult, name: &str) -> u64 {
-    r.switches.iter().map(|s| s.counters.get(name).copied().unwrap_or(0)).sum()
-}
-
-fn host_counter(r: &SimResult, name: &str) -> u64 {
-    r.hosts.iter().map(|h| h.counters.get(name).copied().unwrap_or(0)).sum()
-}
-
 /// Every job finished with exact sums, no slot holds a partial sum, and no block ever lost
 /// its slot to another before it finished.
 fn assert_exact(r: &SimResult) {

@@ -67,3 +67,13 @@ pub fn check_invariants(r: &SimResult) {
         assert!(l.peak_bin_utilization <= 1.0 + 1e-12, "link {}->{} bin above 100%: {}", l.src, l.dst, l.peak_bin_utilization);
     }
 }
+
+/// A switch counter summed over every switch.
+pub fn counter(r: &SimResult, name: &str) -> u64 {
+    r.switches.iter().map(|s| s.counters.get(name).copied().unwrap_or(0)).sum()
+}
+
+/// A host-protocol counter summed over every host.
+pub fn host_counter(r: &SimResult, name: &str) -> u64 {
+    r.hosts.iter().map(|h| h.counters.get(name).copied().unwrap_or(0)).sum()
+}
