@@ -310,12 +310,24 @@ def reproduce(
 StatsEvery = Annotated[float, typer.Option("--stats-every", help="Seconds between status lines (0: none).")]
 
 
-def _serve(kind: str, start, as_json: bool, every: float, commands: bool = False) -> None:
+def _serve(kind: str, start, as_json: bool, every: float, commands: bool = False, standby: bool = False) -> None:
     """Runs a switch or PS until Ctrl-C / SIGTERM, printing a status line every `every` s.
-    ``commands``: also read JSON lines from stdin (see `_stdin_commands`)."""
+    ``commands``: also read JSON lines from stdin (see `_stdin_commands`). ``standby``: start
+    only when stdin says ``{"op": "start"}`` (a switch restarted at a given time: everything
+    is imported and ready to go before)."""
     import signal
     import time
 
+    if standby:
+        import sys
+
+        if as_json:
+            print(json.dumps({"event": "standby", "kind": kind}), flush=True)
+        for line in iter(sys.stdin.readline, ""):
+            if line.strip() and json.loads(line).get("op") == "start":
+                break
+        else:
+            return
     try:
         node = start()
     except (ValueError, RuntimeError, OSError) as e:
@@ -399,6 +411,7 @@ def switch(
     buffer_bytes: Annotated[int, typer.Option(help="With --link-rate: each port's queue, bytes (tail drop beyond).")] = 1 << 20,
     fabric: Annotated[Optional[Path], typer.Option(help="A static deployment's JSON (neighbours, routes, jobs), as inalab emulate writes it.")] = None,
     commands: Annotated[bool, typer.Option("--stdin-commands", help='Read commands from stdin, one JSON line each: {"op": "link", "peer": NODE, "up": false} reports the link to neighbour NODE down (true: up).')] = False,
+    standby: Annotated[bool, typer.Option("--standby", help='Start only when stdin says {"op": "start"} (a switch restarted at a set time).')] = False,
     every: StatsEvery = 5.0,
     as_json: JsonOpt = False,
 ) -> None:
@@ -407,7 +420,7 @@ def switch(
 
     f = _read_json(fabric, "--fabric")
     _serve("switch", lambda: Switch(program, udp, control, node, memory_bytes, pool_slots, drop_probability, seed,
-                                    upstream, timeout_us, link_rate, link_delay_us, buffer_bytes, f), as_json, every, commands)
+                                    upstream, timeout_us, link_rate, link_delay_us, buffer_bytes, f), as_json, every, commands, standby)
 
 
 def _read_json(path: Optional[Path], option: str) -> Optional[dict]:
