@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -47,12 +48,14 @@ def main() -> int:
             sim = simulated.jobs.iloc[0]
             for rep in range(a.reps):
                 t = time.monotonic()
+                # Other work on the machine slows the processes, not the simulator: recorded.
+                load = os.getloadavg()[0]
                 emu = inalab.emulate(scenario, progress=False)
                 j = emu.jobs.iloc[0]
                 row = {"scenario": name, "link_rate": rate, "rep": rep, "sim_jct_s": float(sim.jct_s),
                        "emu_jct_s": float(j.jct_s), "ratio": float(j.jct_s / sim.jct_s), "finished": bool(j.finished),
                        "payload_errors": int(j.payload_errors), "max_error": float(j.max_error), "error_bound": float(j.error_bound),
-                       "wall_s": round(time.monotonic() - t, 1)}
+                       "wall_s": round(time.monotonic() - t, 1), "load_1min_before": round(load, 2)}
                 if j.scheme == "canary":
                     row |= canary_counters(simulated, "sim_") | canary_counters(emu, "emu_")
                 row["holds"] = row["finished"] and row["payload_errors"] == 0 and abs(row["ratio"] - 1) <= TOLERANCE
