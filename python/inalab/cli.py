@@ -310,11 +310,24 @@ def reproduce(
 StatsEvery = Annotated[float, typer.Option("--stats-every", help="Seconds between status lines (0: none).")]
 
 
-def _serve(kind: str, start, as_json: bool, every: float) -> None:
-    """Runs a switch or PS until Ctrl-C / SIGTERM, printing a status line every `every` s."""
+def _serve(kind: str, start, as_json: bool, every: float, commands: bool = False, standby: bool = False) -> None:
+    """Runs a switch or PS until Ctrl-C / SIGTERM, printing a status line every `every` s.
+    ``commands``: also read JSON lines from stdin (see `_stdin_commands`). ``standby``: start
+    only when stdin says ``{"op": "start"}`` (a switch restarted at a given time: everything
+    is imported and ready to go before)."""
     import signal
     import time
 
+    if standby:
+        import sys
+
+        if as_json:
+            print(json.dumps({"event": "standby", "kind": kind}), flush=True)
+        for line in iter(sys.stdin.readline, ""):
+            if line.strip() and json.loads(line).get("op") == "start":
+                break
+        else:
+            return
     try:
         node = start()
     except (ValueError, RuntimeError, OSError) as e:
@@ -328,6 +341,10 @@ def _serve(kind: str, start, as_json: bool, every: float) -> None:
     if as_json:
         print(json.dumps(ready), flush=True)
     err_console.print(f"{kind} ready: data plane udp {node.udp_addr}, control tcp {node.control_addr}", highlight=False)
+    if commands:
+        import threading
+
+        threading.Thread(target=_stdin_commands, args=(node, as_json), name="inalab-stdin", daemon=True).start()
     try:
         while True:
             time.sleep(every if every > 0 else 3600)
@@ -342,6 +359,30 @@ def _serve(kind: str, start, as_json: bool, every: float) -> None:
     final = node.stats()
     node.stop()
     print(json.dumps({"event": "stopped", **final}) if as_json else json.dumps(final, indent=1), flush=True)
+
+
+def _stdin_commands(node, as_json: bool) -> None:
+    """Commands for a running switch, one JSON line each on stdin, from the process that
+    started it (``inalab emulate`` models a link's carrier this way): ``{"op": "link", "peer":
+    NODE, "up": false}`` reports the link to neighbour NODE down (true: up again). Each is
+    answered on stdout by ``{"event": "command", "ok": ..., ...}``."""
+    import sys
+
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            cmd = json.loads(line)
+            if cmd.get("op") != "link":
+                raise ValueError(f"op: {cmd.get('op')!r} is not \"link\"")
+            node.set_link(int(cmd["peer"]), bool(cmd["up"]))
+            reply = {"event": "command", "ok": True, **cmd}
+        except (ValueError, KeyError, TypeError) as e:
+            reply = {"event": "command", "ok": False, "error": str(e), "line": line.strip()[:64]}
+        if as_json:
+            print(json.dumps(reply), flush=True)
+        else:
+            err_console.print(json.dumps(reply), highlight=False, markup=False)
 
 
 def _status_line(kind: str, st: dict) -> str:
@@ -369,6 +410,8 @@ def switch(
     link_delay_us: Annotated[float, typer.Option(help="With --link-rate: each port's link delay, microseconds.")] = 0.0,
     buffer_bytes: Annotated[int, typer.Option(help="With --link-rate: each port's queue, bytes (tail drop beyond).")] = 1 << 20,
     fabric: Annotated[Optional[Path], typer.Option(help="A static deployment's JSON (neighbours, routes, jobs), as inalab emulate writes it.")] = None,
+    commands: Annotated[bool, typer.Option("--stdin-commands", help='Read commands from stdin, one JSON line each: {"op": "link", "peer": NODE, "up": false} reports the link to neighbour NODE down (true: up).')] = False,
+    standby: Annotated[bool, typer.Option("--standby", help='Start only when stdin says {"op": "start"} (a switch restarted at a set time).')] = False,
     every: StatsEvery = 5.0,
     as_json: JsonOpt = False,
 ) -> None:
@@ -377,7 +420,7 @@ def switch(
 
     f = _read_json(fabric, "--fabric")
     _serve("switch", lambda: Switch(program, udp, control, node, memory_bytes, pool_slots, drop_probability, seed,
-                                    upstream, timeout_us, link_rate, link_delay_us, buffer_bytes, f), as_json, every)
+                                    upstream, timeout_us, link_rate, link_delay_us, buffer_bytes, f), as_json, every, commands, standby)
 
 
 def _read_json(path: Optional[Path], option: str) -> Optional[dict]:

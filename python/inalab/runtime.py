@@ -90,6 +90,7 @@ class Switch(_Service):
     ``stats()`` gives packets received/forwarded, drops by cause (``malformed``,
     ``unknown_source``, ``spoofed``, ``unadmitted``, ``injected_drops``, ...), the program's own
     counters, ``aggregators_in_use``, admitted ``jobs`` and syscall batching (``io``).
+    ``set_link(peer, up)`` reports a port's link down or up.
     """
 
     def __init__(
@@ -130,6 +131,13 @@ class Switch(_Service):
             None if link_rate is None else int(link_rate), float(link_delay_us), int(buffer_bytes),
             None if fabric is None else json.dumps(fabric),
         )
+
+    def set_link(self, peer: int, up: bool) -> None:
+        """Reports the link to neighbour node ``peer`` down (``up=False``: what a switch's
+        hardware learns from a lost carrier) or up again. While it is down, routing and the
+        programs' next hops skip the port and what is still sent on it is lost (``link_down``).
+        ValueError if ``peer`` is no neighbour."""
+        self._h.set_link(int(peer), bool(up))
 
 
 class ParameterServer(_Service):

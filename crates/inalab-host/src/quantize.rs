@@ -7,7 +7,9 @@
 //! - [`Quantization::FixedPoint`] (ATP): one scale for every value. The protocol converts
 //!   (ATP's worker, `AtpConfig::scale`), because its overflow fallback (§3.8) needs the
 //!   original floats: this layer hands them over unchanged and rejects only NaN and
-//!   infinities, which have no fixed-point form and no float sum.
+//!   infinities, which have no fixed-point form and no float sum. A protocol that sums i32
+//!   and has no fallback (Canary) is wrapped by [`Quantized::converting`] instead: this layer
+//!   converts (`round(v x scale)`) and converts the sum back.
 //! - [`Quantization::AgreedExponent`] (SwitchML, with the tensor as the block): per tensor the
 //!   workers first agree on the largest binary exponent of its values, with one extra
 //!   allreduce of a `world`-long i32 vector in which each worker writes `e + 129` in its own
@@ -94,12 +96,25 @@ pub struct Quantized {
     stages: BTreeMap<u64, Stage>,
     next_inner: u64,
     events: VecDeque<HostEvent>,
+    /// FixedPoint: this layer converts floats (the protocol sums i32 only).
+    converts: bool,
 }
 
 impl Quantized {
     /// Wraps worker `rank` of `world` (the exponent vector has a slot per worker).
     pub fn new(inner: Box<dyn HostProtocol>, q: Quantization, rank: usize, world: usize) -> Self {
-        Quantized { inner, q, rank, world, waiting: VecDeque::new(), exponent_busy: false, stages: BTreeMap::new(), next_inner: 0, events: VecDeque::new() }
+        Quantized { inner, q, rank, world, waiting: VecDeque::new(), exponent_busy: false, stages: BTreeMap::new(), next_inner: 0, events: VecDeque::new(), converts: false }
+    }
+
+    /// Fixed point at `scale` for a protocol that carries only i32 and has no overflow
+    /// fallback (Canary): float32 tensors are converted here (`round(v x scale)`) and the i32
+    /// sums back (`x / scale`); i32 tensors (the simulator's payload mode) pass through. A
+    /// value that has no fixed-point form (NaN, infinity) or does not fit i32 at `scale`
+    /// fails the call on its own worker, naming it; its tensor is still sent (with 0 there) so
+    /// the other workers are not left waiting. A sum beyond +/-(2^31 - 1) / scale wraps at the
+    /// switches, undetected: keep the job's sums within that range.
+    pub fn converting(inner: Box<dyn HostProtocol>, scale: f64, rank: usize, world: usize) -> Self {
+        Quantized { converts: true, ..Quantized::new(inner, Quantization::FixedPoint { scale }, rank, world) }
     }
 
     fn submit_inner(&mut self, now: Time, bytes: u64, data: Option<Payload>, attrs: TensorAttrs, stage: Stage) {
@@ -119,11 +134,31 @@ impl Quantized {
     /// A value with no fixed-point form (NaN, infinity) still goes out, through the fallback,
     /// so every worker's call ends: the non-finite sum fails the tensor on all of them.
     fn send_fixed(&mut self, now: Time, id: u64, bytes: u64, data: Option<Payload>, attrs: TensorAttrs) {
+        if let (true, Quantization::FixedPoint { scale }, Some(Payload::F32(v))) = (self.converts, self.q, &data) {
+            return self.convert_fixed(now, id, bytes, v, scale, attrs);
+        }
         let bad = match &data {
             Some(Payload::F32(v)) => v.iter().position(|x| !x.is_finite()).map(|i| non_finite(i, v[i])),
             _ => None,
         };
         self.submit_inner(now, bytes, data, attrs, Stage::Data { outer: id, scale: None, bad });
+    }
+
+    /// [`Quantized::converting`]: the floats as i32 at `scale`, the sum back as floats.
+    fn convert_fixed(&mut self, now: Time, id: u64, bytes: u64, v: &[f32], scale: f64, attrs: TensorAttrs) {
+        if !(scale.is_finite() && scale > 0.0) {
+            return self.reject(id, format!("the fixed-point scale must be a positive number, got {scale}"));
+        }
+        let limit = i32::MAX as f64 + 0.5;
+        let bad = v.iter().position(|x| !x.is_finite() || (*x as f64 * scale).abs() >= limit).map(|i| {
+            if v[i].is_finite() {
+                format!("value {i} is {}, which does not fit int32 at the fixed-point scale {scale} (|value| < {:.4}; no overflow fallback)", v[i], i32::MAX as f64 / scale)
+            } else {
+                non_finite(i, v[i])
+            }
+        });
+        let fixed: Vec<i32> = v.iter().map(|&x| if x.is_finite() { (x as f64 * scale).round().clamp(-(i32::MAX as f64), i32::MAX as f64) as i32 } else { 0 }).collect();
+        self.submit_inner(now, bytes, Some(Payload::I32(fixed)), attrs, Stage::Data { outer: id, scale: Some(scale), bad });
     }
 
     /// Agreed exponent: starts the next waiting request's exponent round, if none runs.
@@ -205,6 +240,11 @@ impl Quantized {
                     self.start_exponent_round(now);
                 }
                 Some(Stage::Data { outer, scale, bad }) => {
+                    if let (true, Some(reason)) = (self.converts, &bad) {
+                        // Sent with 0 in its place: the sum is finite but lacks the value.
+                        self.reject(outer, reason.clone());
+                        continue;
+                    }
                     let data = match (scale, data) {
                         (Some(s), Some(Payload::I32(sum))) => Some(Payload::F32(from_fixed(&sum, s))),
                         (_, d) => d,
@@ -282,7 +322,77 @@ impl HostProtocol for Quantized {
 
 #[cfg(test)]
 mod tests {
-    use super::Quantization;
+    use super::{Quantization, Quantized};
+    use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload, TensorAttrs, Time};
+    use std::collections::VecDeque;
+
+    /// An i32-only protocol whose "network" doubles each value (two workers with equal data).
+    #[derive(Default)]
+    struct Doubler {
+        seen: Vec<Option<Payload>>,
+        events: VecDeque<HostEvent>,
+    }
+
+    impl HostProtocol for Doubler {
+        fn endpoint(&self) -> Endpoint {
+            Endpoint { host: 1, port: 1 }
+        }
+        fn submit(&mut self, _now: Time, req: AppRequest) {
+            let AppRequest::Allreduce { id, data, .. } = req else { return };
+            let sum = match &data {
+                Some(Payload::I32(v)) => Some(Payload::I32(v.iter().map(|x| x.wrapping_mul(2)).collect())),
+                Some(_) => return self.events.push_back(HostEvent::Rejected { id, reason: "i32 only".into() }),
+                None => None,
+            };
+            self.seen.push(data);
+            self.events.push_back(HostEvent::Done { id, data: sum });
+        }
+        fn handle_packet(&mut self, _now: Time, _pkt: Packet) {}
+        fn handle_timeout(&mut self, _now: Time) {}
+        fn poll_transmit(&mut self, _now: Time) -> Option<Packet> {
+            None
+        }
+        fn poll_timeout(&self) -> Option<Time> {
+            None
+        }
+        fn poll_event(&mut self) -> Option<HostEvent> {
+            self.events.pop_front()
+        }
+        fn counters(&self) -> Vec<(&'static str, u64)> {
+            vec![]
+        }
+    }
+
+    fn allreduce(q: &mut Quantized, id: u64, data: Payload) -> HostEvent {
+        q.submit(0, AppRequest::Allreduce { id, bytes: 0, data: Some(data), attrs: TensorAttrs::default() });
+        q.poll_event().expect("an event")
+    }
+
+    #[test]
+    fn a_converting_layer_sends_fixed_point_and_returns_floats() {
+        let mut q = Quantized::converting(Box::new(Doubler::default()), 1e8, 0, 2);
+        match allreduce(&mut q, 7, Payload::F32(vec![0.25, -1.5, 3e-8])) {
+            HostEvent::Done { id: 7, data: Some(Payload::F32(v)) } => assert_eq!(v, vec![0.5, -3.0, 6e-8]),
+            e => panic!("{e:?}"),
+        }
+        // i32 (the simulator's payload mode) passes through both ways.
+        match allreduce(&mut q, 8, Payload::I32(vec![5, -6])) {
+            HostEvent::Done { id: 8, data: Some(Payload::I32(v)) } => assert_eq!(v, vec![10, -12]),
+            e => panic!("{e:?}"),
+        }
+    }
+
+    #[test]
+    fn a_value_without_a_fixed_point_form_fails_its_own_call_but_is_sent() {
+        let inner = Box::new(Doubler::default());
+        let mut q = Quantized::converting(inner, 1e8, 0, 2);
+        for (id, bad, says) in [(1, f32::NAN, "NaN"), (2, 30.0, "does not fit int32")] {
+            match allreduce(&mut q, id, Payload::F32(vec![1.0, bad])) {
+                HostEvent::Rejected { id: got, reason } => assert!(got == id && reason.contains("value 1") && reason.contains(says), "{reason}"),
+                e => panic!("{e:?}"),
+            }
+        }
+    }
 
     #[test]
     fn error_bounds_match_the_documented_formulas() {

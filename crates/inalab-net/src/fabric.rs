@@ -17,6 +17,12 @@ pub struct FabricPort {
     pub kind: String,
     /// The neighbour's data-plane address.
     pub udp: SocketAddr,
+    /// The link's rate, bits per second, where the link is shaped outside the switch (`tc`):
+    /// the switch then estimates the port's egress queue from what it sent (a queue draining
+    /// at this rate), which is what `SwitchCtx::queue_bytes` reports to programs (Canary's
+    /// load balancer). Default none: 0 queued, unless the switch shapes the port itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_bps: Option<u64>,
 }
 
 /// The next hops toward `dst` (a node not adjacent to the switch): neighbours' node ids, one

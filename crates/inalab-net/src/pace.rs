@@ -33,6 +33,10 @@ impl Pacer {
         (bytes as u128 * 8 * 1_000_000_000_000 / rate_bps as u128) as Time
     }
 
+    pub fn rate_bps(&self) -> u64 {
+        self.rate_bps
+    }
+
     /// Whether a frame may leave at `now`.
     pub fn ready(&self, now: Time) -> bool {
         self.free_at <= now + self.burst_ps
@@ -46,6 +50,12 @@ impl Pacer {
     /// When the next frame may leave.
     pub fn next_ready(&self) -> Time {
         self.free_at.saturating_sub(self.burst_ps)
+    }
+
+    /// Bytes still to be sent at `now` of those charged (the queue a link draining at this
+    /// rate would hold).
+    pub fn backlog_bytes(&self, now: Time) -> u64 {
+        (self.free_at.saturating_sub(now) as u128 * self.rate_bps as u128 / 8 / 1_000_000_000_000) as u64
     }
 
     /// Queues a datagram of `bytes` at `now` behind what the link still has to send; returns
@@ -101,6 +111,11 @@ impl ShapedQueue {
     pub fn next_due(&self) -> Option<Time> {
         self.queue.front().map(|(due, _)| *due)
     }
+
+    /// Bytes on the wire waiting in the queue.
+    pub fn queued_bytes(&self) -> u64 {
+        self.queued_bytes
+    }
 }
 
 #[cfg(test)]
@@ -125,12 +140,25 @@ mod tests {
     }
 
     #[test]
+    fn a_link_model_reports_what_it_still_has_to_send() {
+        // 1 Gbps, 958 B = 1000 B on the wire = 8 us: three sent at 0 leave 3000 B queued,
+        // drained at 125 B per us.
+        let mut p = Pacer::new(1_000_000_000);
+        for _ in 0..3 {
+            p.admit(0, 958);
+        }
+        assert_eq!(p.backlog_bytes(0), 3000);
+        assert_eq!(p.backlog_bytes(8 * MS / 1000), 2000);
+        assert_eq!(p.backlog_bytes(MS), 0);
+    }
+
+    #[test]
     fn a_shaped_queue_releases_at_the_rate_after_the_delay_and_drops_beyond_its_buffer() {
         // 1 Gbps, 958 B = 8 us on the wire, 5 us delay, room for 3 datagrams.
         let mut q = ShapedQueue::new(1_000_000_000, 5 * inalab_core::time::US, 3000);
         assert!(q.push(0, vec![1; 958]) && q.push(0, vec![2; 958]) && q.push(0, vec![3; 958]));
         assert!(!q.push(0, vec![4; 958]), "a fourth does not fit");
-        assert_eq!(q.drops, 1);
+        assert_eq!((q.drops, q.queued_bytes()), (1, 3000));
         assert_eq!(q.next_due(), Some(13 * inalab_core::time::US));
         assert_eq!(q.pop_due(12 * inalab_core::time::US), None);
         assert_eq!(q.pop_due(13 * inalab_core::time::US).map(|d| d[0]), Some(1));

@@ -30,7 +30,7 @@ fn deploy(config: serde_json::Value, ps: bool) -> (Vec<SwitchHandle>, JobSpec, O
         switches: vec![SwitchSpec { node: 1, memory_bytes: 1_000_000 }, SwitchSpec { node: 2, memory_bytes: 1_000_000 }],
         key: "ab".repeat(32),
     };
-    let port = |node: u32, kind: &str, udp: SocketAddr| FabricPort { node, kind: kind.into(), udp };
+    let port = |node: u32, kind: &str, udp: SocketAddr| FabricPort { node, kind: kind.into(), udp, rate_bps: None };
     let route = |dst: u32, via: u32| FabricRoute { src: None, dst, via: vec![via] };
     let mut f1 = SwitchFabric { ports: vec![port(101, "worker", a[2]), port(102, "worker", a[3]), port(2, "switch", a[1])], routes: vec![], jobs: vec![spec.clone()] };
     f1.routes = vec![route(103, 2), route(104, 2), route(105, 2)];
@@ -111,11 +111,153 @@ fn a_route_through_a_stranger_is_refused() {
     let err = SwitchHandle::start(opts).err().expect("refused").to_string();
     assert!(err.contains("no neighbour"), "{err}");
     let pinned = SwitchFabric {
-        ports: vec![FabricPort { node: 9, kind: "switch".into(), udp: "127.0.0.1:9".parse().unwrap() }],
+        ports: vec![FabricPort { node: 9, kind: "switch".into(), udp: "127.0.0.1:9".parse().unwrap(), rate_bps: None }],
         routes: vec![FabricRoute { src: Some(3), dst: 7, via: vec![9, 9] }],
         jobs: vec![],
     };
     let opts = SwitchOptions { udp: "127.0.0.1:0".parse().unwrap(), control: "127.0.0.1:0".parse().unwrap(), fabric: Some(pinned), ..SwitchOptions::new(&["switchml"]) };
     let err = SwitchHandle::start(opts).err().expect("refused").to_string();
     assert!(err.contains("exactly one next hop"), "{err}");
+}
+
+/// A 2-leaf, 2-spine leaf-spine on loopback, every switch running Canary: leaves 1 and 2,
+/// spines 3 and 4, workers 101 and 102 on leaf 1, 103 and 104 on leaf 2. Leaves route to
+/// the other rack's workers and leaf over both spines (`SwitchCtx::next_hops`).
+fn canary_leaf_spine(ina: serde_json::Value) -> (Vec<SwitchHandle>, JobSpec) {
+    let a = addrs(8); // switches 1..4, workers 101..104
+    let spec = JobSpec {
+        job: 1,
+        config: json!({"scheme": "canary", "ina": ina}),
+        workers: (0..4).map(|i| WorkerSpec { node: 101 + i as u32, udp: a[4 + i], rack: 1 + (i as u32) / 2 }).collect(),
+        servers: vec![],
+        switches: (1..=4).map(|node| SwitchSpec { node, memory_bytes: 1_000_000 }).collect(),
+        key: "cd".repeat(32),
+    };
+    let port = |node: u32, kind: &str| FabricPort { node, kind: kind.into(), udp: a[if node > 100 { 4 + node as usize - 101 } else { node as usize - 1 }], rate_bps: None };
+    let via = |dst: u32, via: Vec<u32>| FabricRoute { src: None, dst, via };
+    let leaf = |me: u32| {
+        let (mine, other) = if me == 1 { ([101, 102], [103, 104]) } else { ([103, 104], [101, 102]) };
+        SwitchFabric {
+            ports: vec![port(mine[0], "worker"), port(mine[1], "worker"), port(3, "switch"), port(4, "switch")],
+            routes: vec![via(other[0], vec![3, 4]), via(other[1], vec![3, 4]), via(3 - me, vec![3, 4])],
+            jobs: vec![spec.clone()],
+        }
+    };
+    let spine = || SwitchFabric {
+        ports: vec![port(1, "switch"), port(2, "switch")],
+        routes: vec![via(101, vec![1]), via(102, vec![1]), via(103, vec![2]), via(104, vec![2])],
+        jobs: vec![spec.clone()],
+    };
+    let start = |node: u32, f: SwitchFabric| {
+        let opts = SwitchOptions { node, udp: a[node as usize - 1], control: "127.0.0.1:0".parse().unwrap(), fabric: Some(f), memory_bytes: 1_000_000, ..SwitchOptions::new(&["canary"]) };
+        SwitchHandle::start(opts).unwrap()
+    };
+    (vec![start(1, leaf(1)), start(2, leaf(2)), start(3, spine()), start(4, spine())], spec)
+}
+
+fn canary_input(rank: usize, k: usize, n: usize) -> Vec<f32> {
+    (0..n).map(|i| ((i * 7 + rank * 3 + k) % 1000) as f32 / 256.0 - 2.0).collect()
+}
+
+fn assert_canary_sum(out: &[f32], k: usize) {
+    let inputs: Vec<Vec<f32>> = (0..4).map(|r| canary_input(r, k, out.len())).collect();
+    for (i, x) in out.iter().enumerate() {
+        let want: f32 = inputs.iter().map(|v| v[i]).sum();
+        assert!((x - want).abs() <= 4.0 / 2e8 + 4.0 * f32::EPSILON * 4.0, "allreduce {k}, value {i}: {x} != {want}");
+    }
+}
+
+#[test]
+fn canary_sums_exactly_on_a_static_leaf_spine() {
+    let (switches, spec) = canary_leaf_spine(json!({"aggregation_timeout_ps": 200_000_000u64, "rtx_timeout_ps": 50_000_000_000u64, "window_blocks": 64}));
+    let gateways: Vec<SocketAddr> = switches.iter().map(|s| s.udp_addr).collect();
+    let workers: Vec<_> = (0..4)
+        .map(|rank| {
+            let (spec, gw) = (spec.clone(), gateways[rank / 2]);
+            std::thread::spawn(move || {
+                let c = Client::from_spec(spec, rank, gw, None).unwrap();
+                for k in 0..3 {
+                    assert_canary_sum(&c.allreduce(canary_input(rank, k, 30_000)).unwrap(), k);
+                }
+                c.close();
+            })
+        })
+        .collect();
+    workers.into_iter().for_each(|w| w.join().unwrap());
+    let leaves: Vec<_> = switches[..2].iter().map(|s| s.stats()).collect();
+    for st in &leaves {
+        // Both local workers' packets are summed at their leaf.
+        assert!(st["program"]["aggregated"].as_u64().unwrap() > 0, "{st}");
+        assert_eq!((st["no_route"].as_u64(), st["link_down"].as_u64()), (Some(0), Some(0)), "{st}");
+    }
+    // Partial sums cross the spines (whichever the leaders' addresses pick).
+    let up: u64 = switches[2..].iter().map(|s| s.stats()["program"]["reduces"].as_u64().unwrap()).sum();
+    assert!(up > 0);
+}
+
+#[test]
+fn a_spine_dying_mid_allreduce_is_routed_around_and_canary_sums_exactly() {
+    // A 20 ms retransmission timeout: what the dead spine held is asked for, re-issued.
+    let (mut switches, spec) = canary_leaf_spine(json!({"aggregation_timeout_ps": 200_000_000u64, "rtx_timeout_ps": 20_000_000_000u64, "window_blocks": 32}));
+    let gateways: Vec<SocketAddr> = switches.iter().map(|s| s.udp_addr).collect();
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(5));
+    let workers: Vec<_> = (0..4)
+        .map(|rank| {
+            let (spec, gw, barrier) = (spec.clone(), gateways[rank / 2], barrier.clone());
+            std::thread::spawn(move || {
+                let c = Client::from_spec(spec, rank, gw, None).unwrap();
+                assert_canary_sum(&c.allreduce(canary_input(rank, 0, 5_000)).unwrap(), 0);
+                barrier.wait();
+                for k in 1..4 {
+                    assert_canary_sum(&c.allreduce(canary_input(rank, k, 200_000)).unwrap(), k);
+                }
+                let st = c.stats();
+                c.close();
+                st
+            })
+        })
+        .collect();
+    barrier.wait();
+    // The spine the leaders' addresses picked more often dies while blocks are in flight.
+    let busy = |s: &SwitchHandle| s.stats()["program"]["reduces"].as_u64().unwrap();
+    let dead = if busy(&switches[2]) >= busy(&switches[3]) { 2 } else { 3 };
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let held = switches[dead].stats()["aggregators_in_use"].as_u64().unwrap();
+    switches.remove(dead).stop();
+    let dead_node = dead as u32 + 1;
+    let mut trees = vec![];
+    for leaf in &switches[..2] {
+        leaf.set_link(dead_node, false).unwrap();
+        trees.push(leaf.stats()["aggregators_in_use"].as_u64().unwrap());
+    }
+    let stats: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let count = |k: &str| stats.iter().map(|s| s["protocol"][k].as_u64().unwrap()).sum::<u64>();
+    for (leaf, trees) in switches[..2].iter().zip(trees) {
+        let st = leaf.stats();
+        // Toward the dead spine went only Results down trees recorded before it died (a
+        // descriptor's children), at most one per descriptor held then: partial sums and
+        // routed packets took the live spine (the program's next hops and the driver's routes
+        // skip the port; thousands of blocks crossed after the failure).
+        assert!(st["link_down"].as_u64().unwrap() <= trees, "{trees} descriptors held at the failure: {st}");
+        assert_eq!(st["no_route"].as_u64(), Some(0), "{st}");
+        let port = st["ports"].as_array().unwrap().iter().find(|p| p["node"] == dead_node).unwrap().clone();
+        assert_eq!(port["link_up"], json!(false), "{st}");
+    }
+    assert_eq!(count("fallback_blocks"), 0, "{stats:?}");
+    if held > 0 {
+        // The blocks it held were lost with it: their hosts asked their leaders.
+        assert!(count("rtx_requests") > 0, "{held} held, {stats:?}");
+    }
+    // The link state is a control request too (a switch's role), for a neighbour only.
+    let secret = inalab_net::control::Secret::load().unwrap();
+    let cred = secret.credential(inalab_net::control::AuthRole::Switch);
+    let t = std::time::Duration::from_secs(5);
+    let ask = |v: serde_json::Value, c: Option<&inalab_net::control::Credential>| inalab_net::control::request(switches[0].control_addr, c, &v, t);
+    ask(json!({"op": "link", "peer": dead_node, "up": true}), Some(&cred)).unwrap();
+    let st = switches[0].stats();
+    assert!(st["ports"].as_array().unwrap().iter().any(|p| p["node"] == dead_node && p["link_up"] == json!(true)), "{st}");
+    let err = ask(json!({"op": "link", "peer": 77, "up": false}), Some(&cred)).unwrap_err().to_string();
+    assert!(err.contains("no neighbour"), "{err}");
+    let err = ask(json!({"op": "link", "peer": dead_node, "up": false}), None).unwrap_err().to_string();
+    assert!(err.contains("switch"), "{err}");
 }

@@ -104,6 +104,11 @@ impl Switch {
     fn stats(&self) -> PyResult<String> {
         Ok(self.handle()?.stats().to_string())
     }
+    /// The link to neighbour `peer` is down (`up` false) or up again.
+    fn set_link(&self, py: Python<'_>, peer: u32, up: bool) -> PyResult<()> {
+        let h = self.handle()?;
+        py.detach(|| h.set_link(peer, up)).map_err(net_err)
+    }
     fn stop(&mut self, py: Python<'_>) {
         if let Some(h) = self.0.take() {
             py.detach(|| h.stop());

@@ -186,7 +186,7 @@ impl Scheme for Canary {
         let mut plan = Plan::default();
         for (r, &h) in job.workers.iter().enumerate() {
             let host = CanaryHost::new(cfg.clone(), r).map_err(err)?;
-            let proto = Quantized::new(Box::new(host), self.quantization(&job.config), r, job.workers.len());
+            let proto = Quantized::converting(Box::new(host), c.ina.scale, r, job.workers.len());
             plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config: format!("{cfg:?} rank {r}") });
         }
         let lifetime = match c.ina.descriptor_lifetime_ps {

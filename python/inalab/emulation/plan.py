@@ -2,9 +2,17 @@
 routes, and each job's spec, all derived from the scenario's built topology (the simulator's
 view), so that no process needs a rendezvous.
 
-- Node ids: switch ``k`` (in the topology's order) is ``k + 1``; host ``i`` is ``HOST_BASE + i``.
-- Routes: toward every host in use, each switch's next hops are the neighbours on a shortest
-  path (all of them: ECMP, one picked per flow by hash). Besides, every flow between two hosts
+- Node ids: the simulator's (a node's index in the built topology: hosts first, then
+  switches), so that everything a program or a protocol computes from node ids is the same in
+  both drivers (Canary's up port toward a leader is picked by the leader's address, its
+  descriptor hash is salted by the switch's id; flow hashes). A PS on node 0 cannot have that id
+  (the runtime's are 1..65535): then switch ``k`` is ``k + 1`` and host ``i`` ``HOST_BASE + i``,
+  and flows are still pinned (below).
+- Routes: toward every host in use and every other switch, each switch's next hops are the
+  neighbours on a shortest path (all of them: ECMP, one picked per flow by hash; programs that
+  route by themselves, Canary's, read them as `SwitchCtx::next_hops`, and a Canary Restore is
+  addressed to a switch). Each port carries its link's rate, from which the switch estimates
+  the port's egress queue where `tc` shapes the link (`SwitchCtx::queue_bytes`). Besides, every flow between two hosts
   of a job is pinned to the path the simulator's ECMP gives it (``_core.ecmp_paths``: same
   hash, same ports), so that emulated and simulated flows cross the same links; the node ids
   differ between the two, so hashing alone would not.
@@ -82,9 +90,11 @@ def deploy(spec: dict, built: dict, used: list[str], address) -> Deployment:
     programmable = {n["name"]: n["programmable"] for n in built["nodes"]}
     switches = [n["name"] for n in built["nodes"] if n["kind"] == "switch"]
     hosts = [n["name"] for n in built["nodes"] if n["kind"] == "host"]
-    node_id = {s: k + 1 for k, s in enumerate(switches)} | {h: HOST_BASE + i for i, h in enumerate(hosts)}
     adj = _neighbours(built)
     servers = {h for j in spec["jobs"] for h in j["servers"]}
+    node_id = {n["name"]: i for i, n in enumerate(built["nodes"])}
+    if any(node_id[h] == 0 for h in servers) or max(node_id.values()) > 0xFFFF:
+        node_id = {s: k + 1 for k, s in enumerate(switches)} | {h: HOST_BASE + i for i, h in enumerate(hosts)}
     tor = {h: adj[h][0] for h in used}
     dep = Deployment(switches=switches, node_id=node_id, udp={}, tor=tor, programmable={s: programmable[s] for s in switches})
     for s in switches:
@@ -108,21 +118,26 @@ def deploy(spec: dict, built: dict, used: list[str], address) -> Deployment:
             "key": os.urandom(32).hex(),
         })
 
-    dist = {h: _distances(adj, h, kind) for h in used}
+    dist = {n: _distances(adj, n, kind) for n in used + switches}
     pinned = _pinned(spec)
+    rate = {}
+    for l in built["links"]:
+        a, b = built["nodes"][l["a"]]["name"], built["nodes"][l["b"]]["name"]
+        rate[a, b] = rate[b, a] = l["rate_bps"]
     for s in switches:
         ports = []
         for peer in adj[s]:
             if kind[peer] == "switch":
-                ports.append({"node": node_id[peer], "kind": "switch", "udp": dep.udp[peer, s]})
+                ports.append({"node": node_id[peer], "kind": "switch", "udp": dep.udp[peer, s], "rate_bps": rate[s, peer]})
             elif peer in used:
-                ports.append({"node": node_id[peer], "kind": "ps" if peer in servers else "worker", "udp": dep.udp[peer, s]})
+                ports.append({"node": node_id[peer], "kind": "ps" if peer in servers else "worker", "udp": dep.udp[peer, s],
+                              "rate_bps": rate[s, peer]})
         routes = []
-        for h in used:
-            if h in adj[s] or s not in dist[h]:
+        for n in used + [t for t in switches if t != s]:
+            if n in adj[s] or s not in dist[n]:
                 continue
-            via = [p for p in adj[s] if kind[p] == "switch" and dist[h].get(p) == dist[h][s] - 1]
-            routes.append({"dst": node_id[h], "via": [node_id[p] for p in via]})
+            via = [p for p in adj[s] if kind[p] == "switch" and dist[n].get(p) == dist[n][s] - 1]
+            routes.append({"dst": node_id[n], "via": [node_id[p] for p in via]})
         routes += [{"src": node_id[r["src"]], "dst": node_id[r["dst"]], "via": [node_id[r["via"]]]} for r in pinned.get(s, [])]
         dep.fabrics[s] = {"ports": ports, "routes": routes, "jobs": dep.specs}
     return dep

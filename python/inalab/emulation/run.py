@@ -6,7 +6,8 @@ install), per parameter server (``inalab ps --fabric``) and per worker
 each in its node's network namespace with links shaped by ``tc`` (:class:`fabric.Fabric`), or
 all on loopback with links shaped in user space (:class:`fabric.LocalFabric`). The result has
 the tables and summary of ``inalab simulate`` (times from the wall clock), plus ``emulation``:
-how links were shaped and routed, and what the processes counted.
+how links were shaped and routed, what the processes counted, and when the scenario's
+failures (``[[failures]]``) were carried out (:mod:`inalab.emulation.failures`).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from .. import schemes
 from ..config import ConfigError, build_topology, load_scenario
 from ..results import Result
 from . import fabric as fab
+from . import failures as fail
 from .plan import PS_CONTROL, SWITCH_PORT, deploy
 
 # What one 2-core machine carries (docs/emulation.md, "Limits"): beyond these the processes,
@@ -83,11 +85,40 @@ class _Procs:
         self.fabric, self.logdir, self.env = fabric, logdir, env
         self.procs: dict[str, subprocess.Popen] = {}
 
-    def start(self, name: str, node: str, argv: list[str]) -> None:
+    def start(self, name: str, node: str, argv: list[str], commands: bool = False) -> None:
+        """``commands``: its stdin is a pipe for :meth:`command`."""
         out, err = open(self.logdir / f"{name}.out", "w"), open(self.logdir / f"{name}.err", "w")
-        self.procs[name] = subprocess.Popen(self.fabric.exec(node, argv), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+        self.procs[name] = subprocess.Popen(self.fabric.exec(node, argv), stdout=out, stderr=err,
+                                            stdin=subprocess.PIPE if commands else subprocess.DEVNULL,
                                             env=self.env, start_new_session=True)
         out.close(), err.close()
+
+    def command(self, name: str, obj: dict) -> None:
+        """One JSON line on the process's stdin (a dead process's is ignored)."""
+        p = self.procs[name]
+        try:
+            p.stdin.write((json.dumps(obj) + "\n").encode())
+            p.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+
+    def kill(self, name: str) -> None:
+        """SIGKILL: no final counters, no clean-up."""
+        fail.kill_group(self.procs[name])
+
+    def promote(self, spare: str, name: str) -> None:
+        """Process ``spare`` becomes ``name`` (whose dead process's output is kept as
+        ``name.<k>.out``)."""
+        old = self.procs[name]
+        if old.stdin:
+            old.stdin.close()
+        k = 1
+        while (self.logdir / f"{name}.{k}.out").exists():
+            k += 1
+        for ext in ("out", "err"):
+            (self.logdir / f"{name}.{ext}").rename(self.logdir / f"{name}.{k}.{ext}")
+            (self.logdir / f"{spare}.{ext}").rename(self.logdir / f"{name}.{ext}")
+        self.procs[name] = self.procs.pop(spare)
 
     def lines(self, name: str) -> list[dict]:
         out = []
@@ -135,6 +166,11 @@ class _Procs:
 
     def close(self) -> None:
         for p in self.procs.values():
+            if p.stdin:
+                try:
+                    p.stdin.close()
+                except OSError:
+                    pass
             if p.poll() is None:
                 p.terminate()
         for p in self.procs.values():
@@ -174,6 +210,7 @@ def emulate(
     built = build_topology(spec["topology"])
     _check(spec, built)
     _check_rate(spec, built)
+    failures = fail.plan(spec, built)
     why = fab.unavailable() if shaper != "user" else "asked for the user-space shaper"
     if why and shaper == "tc":
         raise EmulationError(f"cannot build the emulated network with tc: {why}")
@@ -216,7 +253,7 @@ def emulate(
             say(f"building {len(net.nodes)} namespaces and {len(links)} links (shaped by tc tbf"
                 f"{', delayed by netem' if net.netem else '; no netem in this kernel: link delay not emulated'})")
         net.up()
-        raw = _run(spec, built, net, procs, logdir, say)
+        raw = _run(spec, built, net, procs, logdir, say, failures)
     except KeyboardInterrupt:
         say("interrupted; stopping every process and removing the namespaces")
         raise
@@ -253,7 +290,7 @@ def _free_ports(n: int) -> list[int]:
             sk.close()
 
 
-def _run(spec: dict, built: dict, net, procs: _Procs, logdir: Path, say) -> dict:
+def _run(spec: dict, built: dict, net, procs: _Procs, logdir: Path, say, failures: list) -> dict:
     py = sys.executable
     local = isinstance(net, fab.LocalFabric)
     used = [n for n in net.nodes if n in {h for j in spec["jobs"] for h in j["workers"] + j["servers"]}]
@@ -264,6 +301,7 @@ def _run(spec: dict, built: dict, net, procs: _Procs, logdir: Path, say) -> dict
         dep = deploy(spec, built, used, lambda node, peer, p: f"{net.end(node, peer).ip}:{p}")
     name_of = {v: k for k, v in dep.node_id.items()}
     programs = sorted({j["scheme"] for j in spec["jobs"]} & set(schemes.with_program())) or ["switchml"]
+    switch_argv = {}
     for s in dep.switches:
         path = logdir / f"fabric-{s}.json"
         path.write_text(json.dumps(dep.fabrics[s]))
@@ -273,14 +311,21 @@ def _run(spec: dict, built: dict, net, procs: _Procs, logdir: Path, say) -> dict
                 "--udp", f"127.0.0.1:{port[s]}" if local else f"0.0.0.0:{SWITCH_PORT}",
                 "--control", "127.0.0.1:0" if local else f"0.0.0.0:{SWITCH_CONTROL}",
                 "--memory-bytes", str(memory * len(programs)), "--seed", str(spec["seed"]), "--fabric", str(path),
-                "--stats-every", "0", "--json"]
+                "--stats-every", "0", "--json", "--stdin-commands"]
         if local:
             link = net.links[0]
             argv += ["--link-rate", str(link["rate_bps"]), "--link-delay-us", str(link["delay_ps"] / 1e6),
                      "--buffer-bytes", str(net.buffer_bytes)]
-        procs.start(f"switch-{s}", s, argv)
+        switch_argv[s] = argv
+        procs.start(f"switch-{s}", s, argv, commands=True)
     for s in dep.switches:
         procs.wait_event(f"switch-{s}", "ready", 15)
+    # A switch that fails and comes back gets its replacement now, on standby (imported and
+    # waiting to start), so that it serves at `until` rather than after a process start.
+    for s in fail.spares(failures):
+        procs.start(f"spare-{s}", s, switch_argv[s] + ["--standby"], commands=True)
+    for s in fail.spares(failures):
+        procs.wait_event(f"spare-{s}", "standby", 30)
     servers = sorted({h for j in spec["jobs"] for h in j["servers"]})
     for h in servers:
         path = logdir / f"fabric-{h}.json"
@@ -313,9 +358,27 @@ def _run(spec: dict, built: dict, net, procs: _Procs, logdir: Path, say) -> dict
     tmp_go.write_text(json.dumps({"start_at": start_at}))
     tmp_go.rename(go)
     say("all started; running")
+    adj = {s: [p for p in net.nodes if (s, p) in dep.udp and p in dep.switches] for s in dep.switches}
+
+    def set_links(node: str, peers: list[str], up: bool) -> None:
+        for p in peers:
+            if (node, p) in net.ends:
+                e = net.end(node, p)
+                fab._run("ip", "-n", e.ns, "link", "set", "dev", e.ifname, "up" if up else "down")
+
+    def revive(s: str) -> None:
+        procs.promote(f"spare-{s}", f"switch-{s}")
+        procs.command(f"switch-{s}", {"op": "start"})
+
+    executor = fail.Executor(failures, start_at, dep.node_id, adj, procs,
+                             revive=revive, spare=lambda s: procs.start(f"spare-{s}", s, switch_argv[s] + ["--standby"], commands=True),
+                             ready=lambda s: procs.event(f"switch-{s}", "ready") is not None,
+                             set_links=None if local else set_links, say=say)
     last = time.monotonic()
     while any(procs.procs[w].poll() is None for w in workers):
-        time.sleep(0.05)
+        due = executor.next_in()
+        time.sleep(0.05 if due is None else min(0.05, due))
+        executor.step()
         if time.monotonic() - last >= 2.0:
             last = time.monotonic()
             done = sum(procs.procs[w].poll() is not None for w in workers)
@@ -334,7 +397,9 @@ def _run(spec: dict, built: dict, net, procs: _Procs, logdir: Path, say) -> dict
     if local:
         counters = _local_counters(net, dep, name_of, results, sw_final, ps_final)
     say("done")
-    return _result(spec, net, dep, start_at, results, counters, sw_final, ps_final)
+    raw = _result(spec, net, dep, start_at, results, counters, sw_final, ps_final)
+    raw["emulation"]["failures"] = executor.report()
+    return raw
 
 
 def _local_counters(net, dep, name_of: dict, results: dict, sw_final: dict, ps_final: dict) -> dict:

@@ -169,7 +169,7 @@ fn allowed(op: &str, msg: &Value) -> Option<&'static [AuthRole]> {
     match op {
         "join" | "leave" => Some(&[AuthRole::Worker]),
         "attach" if msg["role"] == "ps" => Some(&[AuthRole::Ps]),
-        "attach" | "ps_info" | "admit" | "release" => Some(&[AuthRole::Switch]),
+        "attach" | "ps_info" | "admit" | "release" | "link" => Some(&[AuthRole::Switch]),
         _ => None,
     }
 }
@@ -209,11 +209,17 @@ fn handle(s: &Arc<Shared>, op: &str, msg: &Value, conn: &TcpStream) -> Result<Va
             release(s, job, Some("the job was released by a control request"));
             Ok(ok(json!({})))
         }
+        "link" => {
+            let peer: NodeId = field(msg, "peer")?;
+            let up: bool = field(msg, "up")?;
+            s.dp.lock().expect("data plane lock").set_link(peer, up)?;
+            Ok(ok(json!({})))
+        }
         "ping" => Ok(ok(json!({}))),
         "stats" => Ok(ok(stats(s))),
         "join" => Err(NetError::Protocol("this connection already joined a job".into())),
         other => Err(NetError::Protocol(format!(
-            "field `op`: {other:?} is not one of \"join\", \"leave\", \"attach\", \"ps_info\", \"admit\", \"release\", \"stats\""
+            "field `op`: {other:?} is not one of \"join\", \"leave\", \"attach\", \"ps_info\", \"admit\", \"release\", \"link\", \"stats\""
         ))),
     }
 }

@@ -14,6 +14,16 @@
 //! `drop_probability` drops that share of incoming packets at random (seeded), to test loss
 //! recovery on a real network.
 //!
+//! # Links
+//! A port's link may be reported down ([`SwitchHandle::set_link`], the `link` control request:
+//! what a switch's hardware learns from a lost carrier, or an operator). Routing then skips
+//! it, as the simulator's does for a failed switch or link: the static fabric's next hops
+//! and a flow pinned to that port fall back to the live next hops, `SwitchCtx::next_hops` lists
+//! only live ports, and what a program still sends on it is lost (`link_down`). Programs read
+//! each port's egress queue through `SwitchCtx::queue_bytes`: the switch's own shaped queue, or,
+//! for a link shaped outside it (`tc`), the backlog of a queue draining at the link's rate
+//! (the fabric's `rate_bps`), from what the switch sent on it.
+//!
 //! # Control plane
 //! In [`control_plane`]: the rendezvous, admission and release of jobs.
 
@@ -25,7 +35,7 @@ use crate::control::{self, field, JobSpec, SwitchSpec, CONTROL_TIMEOUT};
 use control_plane::{admit_here, serve, ControlState};
 use crate::service::{accept_loop, shut_down};
 use crate::fabric::SwitchFabric;
-use crate::pace::{ShapedQueue, WIRE_OVERHEAD_BYTES};
+use crate::pace::{Pacer, ShapedQueue, WIRE_OVERHEAD_BYTES};
 use inalab_topo::ecmp_pick;
 use crate::udp::{wait, TxBatch, Udp};
 use crate::NetError;
@@ -179,16 +189,29 @@ struct Port {
     sent_bytes: u64,
     /// The link's egress queue when the switch shapes its ports itself.
     shaper: Option<ShapedQueue>,
+    /// A link shaped outside the switch (`tc`) at a known rate: the queue it would hold.
+    queue_model: Option<Pacer>,
+    /// The link is up (false: reported down, routing skips the port).
+    link_up: bool,
 }
 
 impl Port {
     fn new(addr: SocketAddr, node: NodeId, kind: PortKind, shaper: Option<ShapedQueue>) -> Port {
-        Port { addr, node, kind, live: true, jobs: vec![], sent: 0, sent_bytes: 0, shaper }
+        Port { addr, node, kind, live: true, jobs: vec![], sent: 0, sent_bytes: 0, shaper, queue_model: None, link_up: true }
     }
 
     fn stats(&self) -> Value {
-        json!({"node": self.node, "kind": format!("{:?}", self.kind).to_lowercase(), "live": self.live, "sent": self.sent,
-               "sent_bytes": self.sent_bytes, "queue_drops": self.shaper.as_ref().map_or(0, |q| q.drops)})
+        json!({"node": self.node, "kind": format!("{:?}", self.kind).to_lowercase(), "live": self.live, "link_up": self.link_up,
+               "sent": self.sent, "sent_bytes": self.sent_bytes, "queue_drops": self.shaper.as_ref().map_or(0, |q| q.drops)})
+    }
+
+    /// Bytes waiting in the port's egress queue at `now` (see the module docs).
+    fn queue_bytes(&self, now: Time) -> u64 {
+        match (&self.shaper, &self.queue_model) {
+            (Some(q), _) => q.queued_bytes(),
+            (None, Some(m)) => m.backlog_bytes(now),
+            (None, None) => 0,
+        }
     }
 
     /// Whether a packet of `job` may leave on this port: a worker or PS receives only its own
@@ -210,6 +233,8 @@ struct Counters {
     unadmitted: u64,
     no_route: u64,
     dead_port: u64,
+    /// Packets sent on a port whose link is down (lost, as on a failed link).
+    link_down: u64,
     injected_drops: u64,
     ecn_marked: u64,
     /// Datagrams without a valid tag, by reason: `short`, `no_key` (no admitted job's key for
@@ -231,6 +256,7 @@ struct Ctx<'a> {
     ecmp: &'a HashMap<NodeId, Vec<PortId>>,
     /// The port toward the upstream switch: the only one that leads up.
     up: Option<PortId>,
+    now: Time,
 }
 
 impl SwitchCtx for Ctx<'_> {
@@ -240,15 +266,18 @@ impl SwitchCtx for Ctx<'_> {
     fn num_ports(&self) -> usize {
         self.ports.len()
     }
-    fn queue_bytes(&self, _port: PortId) -> u64 {
-        0
+    fn queue_bytes(&self, port: PortId) -> u64 {
+        self.ports.get(port as usize).map_or(0, |p| p.queue_bytes(self.now))
     }
     fn peer(&self, port: PortId) -> NodeId {
         self.ports.get(port as usize).map_or(NodeId::MAX, |p| p.node)
     }
+    /// Live ports only: a neighbour behind a link that is down has none, and the static
+    /// fabric's next hops are kept filtered ([`DataPlane::set_link`]).
     fn next_hops(&self, dst: NodeId) -> &[PortId] {
         match self.routes.get(&dst) {
-            Some(p) => std::slice::from_ref(p),
+            Some(p) if self.ports[*p as usize].link_up => std::slice::from_ref(p),
+            Some(_) => &[],
             None if self.ecmp.contains_key(&dst) => &self.ecmp[&dst],
             None if dst != self.node => self.up.as_slice(),
             None => &[],
@@ -269,8 +298,11 @@ struct DataPlane {
     ports: Vec<Port>,
     by_addr: HashMap<SocketAddr, PortId>,
     routes: HashMap<NodeId, PortId>,
-    /// Next hops toward nodes further away (a static fabric's routes), one picked per flow.
+    /// Next hops toward nodes further away (a static fabric's routes), one picked per flow:
+    /// those whose link is up.
     ecmp: HashMap<NodeId, Vec<PortId>>,
+    /// The same, every one, whatever its link's state.
+    ecmp_all: HashMap<NodeId, Vec<PortId>>,
     /// A static fabric's pinned routes: (source, destination) -> port.
     pinned: HashMap<(NodeId, NodeId), PortId>,
     /// Jobs of the nodes (a static fabric's workers and servers): the key of frames whose
@@ -328,7 +360,13 @@ impl DataPlane {
                 "switch" => PortKind::Switch,
                 k => return Err(NetError::Config(format!("fabric: port kind {k:?} is not one of \"worker\", \"ps\", \"switch\""))),
             };
-            self.add_port(p.udp, p.node, kind);
+            let port = self.add_port(p.udp, p.node, kind) as usize;
+            if let (Some(rate), None) = (p.rate_bps, &self.ports[port].shaper) {
+                if rate == 0 {
+                    return Err(NetError::Config(format!("fabric: the port to node {} has rate_bps 0", p.node)));
+                }
+                self.ports[port].queue_model = Some(Pacer::new(rate));
+            }
         }
         for r in &f.routes {
             let via: Option<Vec<PortId>> = r.via.iter().map(|n| self.routes.get(n).copied()).collect();
@@ -339,7 +377,8 @@ impl DataPlane {
                 }
                 (Some(src), _) => return Err(NetError::Config(format!("fabric: the route from {src} to {} needs exactly one next hop", r.dst))),
                 (None, _) => {
-                    self.ecmp.insert(r.dst, via);
+                    self.ecmp.insert(r.dst, via.clone());
+                    self.ecmp_all.insert(r.dst, via);
                 }
             }
         }
@@ -348,6 +387,23 @@ impl DataPlane {
                 self.node_jobs.insert(n, spec.job);
             }
         }
+        Ok(())
+    }
+
+    /// The link to neighbour `peer` is down (`up` false) or up again: routing and the
+    /// programs' next hops skip it while it is down, and what is still sent on it is lost.
+    fn set_link(&mut self, peer: NodeId, up: bool) -> Result<(), NetError> {
+        let Some(port) = self.ports.iter().position(|p| p.live && p.node == peer) else {
+            return Err(NetError::Config(format!("field `peer`: node {peer} is no neighbour of switch {}", self.node)));
+        };
+        let p = &mut self.ports[port];
+        p.link_up = up;
+        if let Some(m) = &mut p.queue_model {
+            // Whatever it held is gone with the link.
+            *m = Pacer::new(m.rate_bps());
+        }
+        let ports = &self.ports;
+        self.ecmp = self.ecmp_all.iter().map(|(&dst, via)| (dst, via.iter().copied().filter(|&v| ports[v as usize].link_up).collect())).collect();
         Ok(())
     }
 
@@ -389,7 +445,7 @@ impl DataPlane {
                 break;
             }
             self.timers.pop();
-            let ctx = Ctx { node: self.node, ports: &self.ports, routes: &self.routes, ecmp: &self.ecmp, up: self.default_route };
+            let ctx = Ctx { node: self.node, ports: &self.ports, routes: &self.routes, ecmp: &self.ecmp, up: self.default_route, now };
             self.program.on_timer(now, &ctx, token, &mut self.actions);
             self.apply();
         }
@@ -451,7 +507,7 @@ impl DataPlane {
             self.c.ecn_marked += 1;
             pkt.ecn = true;
         }
-        let ctx = Ctx { node: self.node, ports: &self.ports, routes: &self.routes, ecmp: &self.ecmp, up: self.default_route };
+        let ctx = Ctx { node: self.node, ports: &self.ports, routes: &self.routes, ecmp: &self.ecmp, up: self.default_route, now };
         self.program.on_packet(now, &ctx, port, pkt, &mut self.actions);
         self.apply();
     }
@@ -488,6 +544,7 @@ impl DataPlane {
         };
         match self.ports.get(port as usize) {
             Some(p) if p.live && !p.carries(job) => self.c.outside_job += 1,
+            Some(p) if p.live && !p.link_up => self.c.link_down += 1,
             // Unshaped (the usual case): encoded straight into the send batch, no copy.
             Some(p) if p.live && p.shaper.is_none() => {
                 let (addr, start) = (p.addr, self.tx.bytes());
@@ -525,6 +582,7 @@ impl DataPlane {
         for &port in ports {
             match self.ports.get(port as usize) {
                 Some(p) if p.live && !p.carries(job) => self.c.outside_job += 1,
+                Some(p) if p.live && !p.link_up => self.c.link_down += 1,
                 Some(p) if p.live => self.send(port, &bytes),
                 _ => self.c.dead_port += 1,
             }
@@ -533,17 +591,20 @@ impl DataPlane {
     }
 
     /// The port toward `pkt`'s destination: a neighbour's, one of a static fabric's next hops
-    /// (by the flow's hash, as the simulator's ECMP), or the upstream switch's.
+    /// (by the flow's hash, as the simulator's ECMP), or the upstream switch's. A pinned flow
+    /// whose port's link is down takes the live next hops, as the simulator's ECMP does.
     fn route(&self, pkt: &Packet) -> Option<PortId> {
         if let Some(&p) = self.routes.get(&pkt.dst) {
             return Some(p);
         }
-        if let Some(&p) = self.pinned.get(&(pkt.src, pkt.dst)) {
+        if let Some(&p) = self.pinned.get(&(pkt.src, pkt.dst)).filter(|&&p| self.ports[p as usize].link_up) {
             return Some(p);
         }
         match self.ecmp.get(&pkt.dst) {
             Some(hops) if !hops.is_empty() => Some(ecmp_pick(hops, pkt.flow, self.node)),
-            _ => self.default_route,
+            // Every next hop's link is down.
+            Some(_) => None,
+            None => self.default_route,
         }
     }
 
@@ -568,6 +629,9 @@ impl DataPlane {
 
     fn count_sent(&mut self, port: PortId, len: usize) {
         let p = &mut self.ports[port as usize];
+        if let Some(m) = &mut p.queue_model {
+            m.admit(self.now, len);
+        }
         self.c.forwarded += 1;
         p.sent += 1;
         p.sent_bytes += len as u64 + WIRE_OVERHEAD_BYTES;
@@ -599,7 +663,7 @@ impl DataPlane {
             "aggregators_in_use": self.program.aggregators_in_use(),
             "received": c.received, "forwarded": c.forwarded, "malformed": c.malformed,
             "unknown_source": c.unknown_source, "spoofed": c.spoofed, "unadmitted": c.unadmitted,
-            "no_route": c.no_route, "dead_port": c.dead_port, "injected_drops": c.injected_drops, "ecn_marked": c.ecn_marked,
+            "no_route": c.no_route, "dead_port": c.dead_port, "link_down": c.link_down, "injected_drops": c.injected_drops, "ecn_marked": c.ecn_marked,
             "forged": c.forged, "unsealed": c.unsealed, "outside_job": c.outside_job,
             "program_drops": c.program_drops, "last_malformed": c.last_malformed,
             "program": program,
@@ -648,6 +712,7 @@ impl SwitchHandle {
             by_addr: HashMap::new(),
             routes: HashMap::new(),
             ecmp: HashMap::new(),
+            ecmp_all: HashMap::new(),
             pinned: HashMap::new(),
             node_jobs: HashMap::new(),
             keys: HashMap::new(),
@@ -697,6 +762,12 @@ impl SwitchHandle {
             accept_loop(&s.stop, listener, "inalab-switch-conn", move |conn| serve(&conn_shared, conn))
         })?;
         Ok(SwitchHandle { shared, threads: vec![data, ctl], udp_addr, control_addr })
+    }
+
+    /// Reports the link to neighbour `peer` down (`up` false) or up again (see the module
+    /// docs, "Links"). An error if `peer` is no neighbour.
+    pub fn set_link(&self, peer: NodeId, up: bool) -> Result<(), NetError> {
+        self.shared.dp.lock().expect("data plane lock").set_link(peer, up)
     }
 
     /// Driver and program counters, aggregators in use, I/O batching, admitted jobs.
