@@ -554,7 +554,8 @@ class CanaryAblations(_CanaryFigure):
         return all(self.checks(rows).values())
 
     def explain(self, rows: pd.DataFrame) -> str:
-        t = rows.pivot_table(index="variant", columns="congested", values="goodput_gbps").reset_index()
+        t = rows.pivot_table(index="variant", columns="congested", values="goodput_gbps")
+        t = t.rename(columns={False: "uncongested", True: "congested"}).reset_index()
         return f"""# {self.name} (ablations; simulation)
 
 **Claim.** {self.claim}
