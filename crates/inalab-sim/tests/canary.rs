@@ -8,11 +8,6 @@ use serde_json::{json, Value};
 
 const DESCRIPTOR_BYTES: u64 = 1060;
 
-fn leaf_spine(leaves: u32, spines: u32, hosts_per_leaf: u32) -> Value {
-    json!({"shape": {"kind": "leaf_spine", "leaves": leaves, "spines": spines, "hosts_per_leaf": hosts_per_leaf, "switch_ports": 64,
-                     "host_rate_bps": G100, "fabric_rate_bps": G100, "link_delay_ps": US / 2}})
-}
-
 fn canary_job(id: u32, workers: Vec<String>, values: u64, iterations: u32, ina: Value) -> Value {
     let mut j = job(id, "canary", workers, vec![], json!({"kind": "allreduce", "bytes": 4 * values, "iterations": iterations}));
     j["ina"] = ina;
@@ -53,7 +48,7 @@ fn one_switch_sums_every_block_once() {
 
 #[test]
 fn a_leaf_spine_builds_trees_and_sums_exactly() {
-    let r = simulate(&canary_spec(leaf_spine(4, 2, 4), vec![canary_job(0, hosts(0..16), 50_000, 2, json!({}))], 4096));
+    let r = simulate(&canary_spec(leaf_spine_100g(4, 2, 4), vec![canary_job(0, hosts(0..16), 50_000, 2, json!({}))], 4096));
     assert_exact(&r);
     assert!(counter(&r, "results") > 0);
 }
@@ -61,7 +56,7 @@ fn a_leaf_spine_builds_trees_and_sums_exactly() {
 #[test]
 fn a_small_table_collides_and_the_leaders_restore_the_subtrees() {
     // Spec cases 6 and 7: 16 descriptors per switch for hundreds of blocks in flight.
-    let r = simulate(&canary_spec(leaf_spine(4, 2, 4), vec![canary_job(0, hosts(0..16), 20_000, 2, json!({}))], 16));
+    let r = simulate(&canary_spec(leaf_spine_100g(4, 2, 4), vec![canary_job(0, hosts(0..16), 20_000, 2, json!({}))], 16));
     assert_exact(&r);
     assert!(counter(&r, "collisions") > 100, "{:?}", r.switches[0].counters);
     assert!(counter(&r, "restores") > 0 && host_counter(&r, "restorations") > 0);
@@ -73,7 +68,7 @@ fn loss_on_hosts_is_repaired_by_resends_and_reissues() {
     // Cases 8 and 9: losses in the reduction (re-issue under a new attempt) and in the
     // broadcast (the leader resends the result).
     let ina = json!({"rtx_timeout_ps": 20 * US});
-    let mut s = canary_spec(leaf_spine(4, 2, 4), vec![canary_job(0, hosts(0..16), 20_000, 3, ina)], 4096);
+    let mut s = canary_spec(leaf_spine_100g(4, 2, 4), vec![canary_job(0, hosts(0..16), 20_000, 3, ina)], 4096);
     s["network"]["host_loss"] = json!([{"host": "h0", "prob": 0.02}, {"host": "h9", "prob": 0.01}]);
     let r = simulate(&s);
     assert_exact(&r);
@@ -99,7 +94,7 @@ fn two_tenants_share_the_switches_and_static_slices_never_collide() {
     let run = |table: &str| {
         let ina = json!({"table": table});
         let jobs = vec![canary_job(0, hosts(0..8), 30_000, 2, ina.clone()), canary_job(1, hosts(8..16), 30_000, 2, ina)];
-        let r = simulate(&canary_spec(leaf_spine(4, 2, 4), jobs, 512));
+        let r = simulate(&canary_spec(leaf_spine_100g(4, 2, 4), jobs, 512));
         assert_exact(&r);
         counter(&r, "collisions")
     };
@@ -110,7 +105,7 @@ fn two_tenants_share_the_switches_and_static_slices_never_collide() {
 #[test]
 fn deterministic() {
     let run = || {
-        let mut s = canary_spec(leaf_spine(4, 2, 4), vec![canary_job(0, hosts(0..16), 20_000, 2, json!({"rtx_timeout_ps": 20 * US}))], 64);
+        let mut s = canary_spec(leaf_spine_100g(4, 2, 4), vec![canary_job(0, hosts(0..16), 20_000, 2, json!({"rtx_timeout_ps": 20 * US}))], 64);
         s["network"]["host_loss"] = json!([{"host": "h2", "prob": 0.01}]);
         let mut r = simulate(&s);
         r.wall_s = 0.0;
@@ -139,7 +134,7 @@ fn a_spine_failing_mid_allreduce_costs_only_the_blocks_it_held() {
     let ina = json!({"rtx_timeout_ps": 30 * US});
     let values = 100_000;
     let run = |failures: Value| {
-        let mut s = canary_spec(leaf_spine(4, 2, 4), vec![canary_job(0, hosts(0..16), values, 1, ina.clone())], 4096);
+        let mut s = canary_spec(leaf_spine_100g(4, 2, 4), vec![canary_job(0, hosts(0..16), values, 1, ina.clone())], 4096);
         s["failures"] = failures;
         simulate(&s)
     };
@@ -161,7 +156,7 @@ fn host_noise_makes_stragglers_and_sums_stay_exact() {
     // Fig. 11's noise: before each packet a host's NIC stalls 1 us with probability 10 %.
     let run = |noise: f64| {
         let ina = json!({"noise_prob": noise, "rtx_timeout_ps": 100 * US});
-        let r = simulate(&canary_spec(leaf_spine(4, 2, 4), vec![canary_job(0, hosts(0..16), 50_000, 2, ina)], 4096));
+        let r = simulate(&canary_spec(leaf_spine_100g(4, 2, 4), vec![canary_job(0, hosts(0..16), 50_000, 2, ina)], 4096));
         assert_exact(&r);
         (counter(&r, "stragglers"), host_counter(&r, "noise_stalls"))
     };
@@ -183,7 +178,7 @@ fn a_leader_behind_its_peers_keeps_their_contributions() {
     // (found in review: 28 dropped, 21 re-issues, iterations 2.5x slower).
     let mut j = canary_job(0, hosts(0..16), 20_000, 4, json!({"rtx_timeout_ps": 50 * US}));
     j["jitter_ps"] = json!(5 * US);
-    let r = simulate(&canary_spec(leaf_spine(4, 2, 4), vec![j], 4096));
+    let r = simulate(&canary_spec(leaf_spine_100g(4, 2, 4), vec![j], 4096));
     assert_exact(&r);
     assert!(host_counter(&r, "early_contributions") > 0);
     assert_eq!(host_counter(&r, "malformed") + host_counter(&r, "reissues") + host_counter(&r, "early_dropped"), 0);
@@ -195,7 +190,7 @@ fn a_window_slower_than_the_timeout_does_not_reissue_itself_forever() {
     // (22 ms of a host's link) timed every block out, each RtxReq re-issued its block for all
     // hosts and 10 s of simulated time finished no allreduce. The timeout now follows the
     // measured RTT (and backs off per block).
-    let mut topo = leaf_spine(2, 2, 2);
+    let mut topo = leaf_spine_100g(2, 2, 2);
     for rate in ["host_rate_bps", "fabric_rate_bps"] {
         topo["shape"][rate] = json!(100_000_000u64);
     }
@@ -214,7 +209,7 @@ fn a_failed_leader_fails_the_job_with_its_reason() {
     // the network sees it). Canary does not recover a failed leader (§3.3): the first host to
     // find a leader silent (h5 itself, cut off from all of them, or a host asking h5) reports
     // the job failed with the reason, the job is released, and nothing retries for ever.
-    let mut s = canary_spec(leaf_spine(4, 2, 4), vec![canary_job(0, hosts(0..16), 100_000, 1, json!({"rtx_timeout_ps": 30 * US}))], 4096);
+    let mut s = canary_spec(leaf_spine_100g(4, 2, 4), vec![canary_job(0, hosts(0..16), 100_000, 1, json!({"rtx_timeout_ps": 30 * US}))], 4096);
     s["failures"] = json!([{"link": ["h5", "leaf1"], "at_ps": 8 * US}]);
     s["stop_ps"] = json!(1_000_000 * US);
     let r = simulate(&s);
@@ -235,7 +230,7 @@ fn a_congested_uplink_sends_partial_sums_over_another_spine() {
                       "path": ["h3", "leaf0", "spine0", "leaf1", "h7"]});
     let workers: Vec<String> = vec!["h0", "h1", "h2", "h4", "h5", "h6"].into_iter().map(String::from).collect();
     let run = |flows: Value| {
-        let mut s = canary_spec(leaf_spine(2, 2, 4), vec![canary_job(0, workers.clone(), 200_000, 1, json!({"reroute_queue_bytes": 16384}))], 4096);
+        let mut s = canary_spec(leaf_spine_100g(2, 2, 4), vec![canary_job(0, workers.clone(), 200_000, 1, json!({"reroute_queue_bytes": 16384}))], 4096);
         s["flows"] = flows;
         simulate(&s)
     };
@@ -257,7 +252,7 @@ fn a_congested_uplink_sends_partial_sums_over_another_spine() {
 fn a_single_leader_sums_exactly_and_takes_every_block_on_its_link() {
     // The ablation of spec §3.3: rank 0 (h0) leads every block, so every partial sum ends on
     // leaf0's link to h0, which receives about as much as all other hosts' links together.
-    let r = simulate(&canary_spec(leaf_spine(4, 2, 4), vec![canary_job(0, hosts(0..16), 50_000, 1, json!({"leaders": "single"}))], 4096));
+    let r = simulate(&canary_spec(leaf_spine_100g(4, 2, 4), vec![canary_job(0, hosts(0..16), 50_000, 1, json!({"leaders": "single"}))], 4096));
     assert_exact(&r);
     let into = |h: &str| r.links.iter().find(|l| l.dst == h).unwrap().tx_bytes;
     let others: u64 = (1..16).map(|i| into(&format!("h{i}"))).sum();

@@ -12,11 +12,6 @@ use std::time::Instant;
 /// `STATIC_TREE_SLOT_BYTES`: memory per slot.
 const SLOT_BYTES: u64 = 1064;
 
-fn leaf_spine(leaves: u32, spines: u32, hosts_per_leaf: u32) -> Value {
-    json!({"shape": {"kind": "leaf_spine", "leaves": leaves, "spines": spines, "hosts_per_leaf": hosts_per_leaf, "switch_ports": 64,
-                     "host_rate_bps": G100, "fabric_rate_bps": G100, "link_delay_ps": US / 2}})
-}
-
 fn tree_job(id: u32, workers: Vec<String>, values: u64, iterations: u32, ina: Value) -> Value {
     let mut j = job(id, "static_tree", workers, vec![], json!({"kind": "allreduce", "bytes": 4 * values, "iterations": iterations}));
     j["ina"] = ina;
@@ -63,7 +58,7 @@ fn one_switch_is_the_root() {
 fn a_leaf_spine_sums_exactly_with_one_tree_and_with_four() {
     for trees in [1, 4] {
         let values = 100_000;
-        let r = simulate(&tree_spec(leaf_spine(4, 4, 4), vec![tree_job(0, hosts(0..16), values, 2, json!({"trees": trees}))], 1024));
+        let r = simulate(&tree_spec(leaf_spine_100g(4, 4, 4), vec![tree_job(0, hosts(0..16), values, 2, json!({"trees": trees}))], 1024));
         assert_exact(&r);
         let blocks = values.div_ceil(256) * 2;
         // Each block: 4 leaves send a partial sum up, its root sends the Result down.
@@ -76,7 +71,7 @@ fn a_leaf_spine_sums_exactly_with_one_tree_and_with_four() {
 #[test]
 fn four_trees_spread_the_blocks_over_four_spines_and_one_tree_uses_one() {
     let values = 256 * 400;
-    let run = |trees: u32| simulate(&tree_spec(leaf_spine(4, 4, 4), vec![tree_job(0, hosts(0..16), values, 1, json!({"trees": trees}))], 1024));
+    let run = |trees: u32| simulate(&tree_spec(leaf_spine_100g(4, 4, 4), vec![tree_job(0, hosts(0..16), values, 1, json!({"trees": trees}))], 1024));
     let one = run(1);
     assert_exact(&one);
     let bytes = up_bytes(&one, 4);
@@ -101,14 +96,14 @@ fn two_tenants_with_equal_sequence_numbers_never_mix() {
     let even: Vec<String> = (0..16).step_by(2).map(|i| format!("h{i}")).collect();
     let odd: Vec<String> = (1..16).step_by(2).map(|i| format!("h{i}")).collect();
     let jobs = vec![tree_job(0, even, 30_000, 2, json!({"trees": 4})), tree_job(1, odd, 30_000, 2, json!({"trees": 2}))];
-    let r = simulate(&tree_spec(leaf_spine(4, 4, 4), jobs, 512));
+    let r = simulate(&tree_spec(leaf_spine_100g(4, 4, 4), jobs, 512));
     assert_exact(&r);
     assert!(r.switches.iter().any(|s| s.counters.get("allocated").copied().unwrap_or(0) > 0 && s.name.starts_with("leaf")));
 }
 
 #[test]
 fn loss_on_every_link_is_repaired_and_no_slot_is_held() {
-    let mut s = tree_spec(leaf_spine(4, 4, 4), vec![tree_job(0, hosts(0..16), 50_000, 3, json!({"trees": 4, "rtx_timeout_ps": 20 * US}))], 1024);
+    let mut s = tree_spec(leaf_spine_100g(4, 4, 4), vec![tree_job(0, hosts(0..16), 50_000, 3, json!({"trees": 4, "rtx_timeout_ps": 20 * US}))], 1024);
     let mut loss = vec![];
     for l in 0..4 {
         for h in 0..4 {
@@ -130,7 +125,7 @@ fn loss_on_every_link_is_repaired_and_no_slot_is_held() {
 #[test]
 fn deterministic() {
     let run = || {
-        let mut s = tree_spec(leaf_spine(4, 4, 4), vec![tree_job(0, hosts(0..16), 20_000, 2, json!({"trees": 4, "rtx_timeout_ps": 20 * US}))], 64);
+        let mut s = tree_spec(leaf_spine_100g(4, 4, 4), vec![tree_job(0, hosts(0..16), 20_000, 2, json!({"trees": 4, "rtx_timeout_ps": 20 * US}))], 64);
         s["network"]["host_loss"] = json!([{"host": "h2", "prob": 0.02}]);
         let mut r = simulate(&s);
         r.wall_s = 0.0;
@@ -144,7 +139,7 @@ fn the_roots_follow_the_seed() {
     // Which spine is the one tree's root changes with the scenario's seed (and is the same
     // for the same seed).
     let root = |seed: u64| {
-        let mut s = tree_spec(leaf_spine(2, 4, 2), vec![tree_job(0, hosts(0..4), 2_560, 1, json!({}))], 64);
+        let mut s = tree_spec(leaf_spine_100g(2, 4, 2), vec![tree_job(0, hosts(0..4), 2_560, 1, json!({}))], 64);
         s["seed"] = json!(seed);
         let r = simulate(&s);
         assert_exact(&r);
@@ -158,14 +153,14 @@ fn the_roots_follow_the_seed() {
 #[test]
 fn bad_static_tree_jobs_name_the_field() {
     let bad = |s: Value| inalab_sim::run(&inalab_sim::parse_spec(&s.to_string()).unwrap(), None).unwrap_err();
-    let e = bad(tree_spec(leaf_spine(2, 4, 2), vec![tree_job(0, hosts(0..4), 1000, 1, json!({"trees": 5}))], 64));
+    let e = bad(tree_spec(leaf_spine_100g(2, 4, 2), vec![tree_job(0, hosts(0..4), 1000, 1, json!({"trees": 5}))], 64));
     assert_eq!(e.field, "jobs[0].ina.trees", "{e}");
     assert!(e.message.contains("4 top-tier"), "{e}");
     for (ina, field) in [(json!({"trees": 0}), "ina.trees"), (json!({"window_blocks": 0}), "ina.window_blocks"), (json!({"rtx_timeout_ps": 0}), "ina.rtx_timeout_ps")] {
         let e = bad(tree_spec(star(4, US), vec![tree_job(0, hosts(0..4), 1000, 1, ina)], 64));
         assert_eq!(e.field, format!("jobs[0].{field}"), "{e}");
     }
-    let mut fixed = tree_spec(leaf_spine(2, 2, 2), vec![tree_job(0, hosts(0..4), 1000, 1, json!({}))], 64);
+    let mut fixed = tree_spec(leaf_spine_100g(2, 2, 2), vec![tree_job(0, hosts(0..4), 1000, 1, json!({}))], 64);
     fixed["topology"]["programmable"] = json!("tor");
     let e = bad(fixed);
     assert!(e.field == "jobs[0].scheme" && e.message.contains("programmable"), "{e}");

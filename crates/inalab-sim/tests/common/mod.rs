@@ -77,3 +77,9 @@ pub fn counter(r: &SimResult, name: &str) -> u64 {
 pub fn host_counter(r: &SimResult, name: &str) -> u64 {
     r.hosts.iter().map(|h| h.counters.get(name).copied().unwrap_or(0)).sum()
 }
+
+/// A leaf-spine of 64-port switches, every link 100 Gbps with 0.5 us of delay.
+pub fn leaf_spine_100g(leaves: u32, spines: u32, hosts_per_leaf: u32) -> Value {
+    json!({"shape": {"kind": "leaf_spine", "leaves": leaves, "spines": spines, "hosts_per_leaf": hosts_per_leaf, "switch_ports": 64,
+                     "host_rate_bps": G100, "fabric_rate_bps": G100, "link_delay_ps": US / 2}})
+}
