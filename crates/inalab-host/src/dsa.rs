@@ -192,6 +192,11 @@ impl DsaWorker {
         (r, start, (start + DSA_VALUES).min(q.values))
     }
 
+    fn is_acked(&self, psn: u32) -> bool {
+        let r = self.psn_req[&psn];
+        self.reqs[r].acked[psn.wrapping_sub(self.reqs[r].first_psn) as usize]
+    }
+
     /// This worker's gradient of `psn` as `kind`.
     fn gradient(&self, psn: u32, kind: DsaKind, flags: u8) -> Packet {
         let (r, s, e) = self.fragment(psn);
@@ -273,20 +278,30 @@ impl DsaWorker {
         }
     }
 
-    fn on_fetch(&mut self, h: DsaHeader) {
+    fn on_fetch(&mut self, now: Time, h: DsaHeader) {
         if self.outstanding.contains_key(&h.psn) {
             self.c.fetch_replies += 1;
             let p = self.gradient(h.psn, DsaKind::FetchResp, 0);
             return self.urgent.push_back(p);
         }
-        // Already acknowledged: answer with the final sum, if this worker kept it.
         let Some(&r) = self.psn_req.get(&h.psn) else {
             return;
         };
         let k = h.psn.wrapping_sub(self.reqs[r].first_psn) as usize;
         if !self.reqs[r].acked[k] {
-            return; // not sent yet: the PS asks again
+            // Not sent yet (the window holds it back) while the PS holds the peers' part:
+            // send it now, outside the window. Waiting for the window made a worker whose
+            // window had collapsed finish one split fragment per notify cycle (seconds per
+            // allreduce in the real runtime).
+            self.c.fetch_replies += 1;
+            self.c.sent += 1;
+            let deadline = now + self.rtt.rto();
+            self.outstanding.insert(h.psn, Outstanding { sent: now, retx: 0, deadline });
+            self.deadlines.insert((deadline, h.psn));
+            let p = self.gradient(h.psn, DsaKind::FetchResp, 0);
+            return self.urgent.push_back(p);
         }
+        // Already acknowledged: answer with the final sum, if this worker kept it.
         self.c.fetch_replies += 1;
         let (_, s, e) = self.fragment(h.psn);
         let q = &self.reqs[r];
@@ -380,7 +395,7 @@ impl HostProtocol for DsaWorker {
         }
         match h.kind {
             DsaKind::Ack => self.on_ack(now, h, &pkt),
-            DsaKind::Fetch => self.on_fetch(h),
+            DsaKind::Fetch => self.on_fetch(now, h),
             _ => {}
         }
     }
@@ -421,6 +436,13 @@ impl HostProtocol for DsaWorker {
     fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
         if let Some(p) = self.urgent.pop_front() {
             return Some(p);
+        }
+        // Fragments a FETCH already sent are skipped.
+        while let Some(&psn) = self.unsent.front() {
+            if !self.outstanding.contains_key(&psn) && !self.is_acked(psn) {
+                break;
+            }
+            self.unsent.pop_front();
         }
         let psn = *self.unsent.front()?;
         if !self.outstanding.is_empty()
@@ -474,6 +496,7 @@ struct Entry {
     created: Time,
     deadline: Time,
     reminders: u32,
+    last_reminder: Option<Time>,
     ecn: bool,
 }
 
@@ -594,6 +617,7 @@ impl DsaServer {
         }
         e.deadline = now + rto;
         e.reminders += 1;
+        e.last_reminder = Some(now);
         let (missing, priority) = (full & !e.bitmap, e.priority);
         self.deadlines.insert((now + rto, psn));
         self.c.reminders += 1;
@@ -677,11 +701,16 @@ impl DsaServer {
         if self.entries[&h.psn].bitmap == full {
             self.finish(now, h.psn);
         } else if (h.kind == DsaKind::Notify || h.has(DsaHeader::FLAG_RETX))
-            && self.entries[&h.psn].reminders == 0
+            && self.entries[&h.psn]
+                .last_reminder
+                .map_or(true, |t| now >= t + self.cfg.min_rto_ps)
         {
             // A worker is stuck, or a retransmission got here: the switch lost its copy or
             // already finished the fragment (then the workers answer with the result). Remind
-            // now rather than an RTO later, so no entry outlives its job.
+            // now rather than an RTO later, so no entry outlives its job. At most one per RTO
+            // floor, not one per RTO_ps as the spec chose: RTO_ps estimates entry lifetimes,
+            // which reach seconds in a real job whose workers drift apart, and notifies are
+            // already backed off by the worker.
             self.reminder(now, h.psn);
         }
     }
@@ -699,6 +728,7 @@ impl DsaServer {
                 created: now,
                 deadline: now + rto,
                 reminders: 0,
+                last_reminder: None,
                 ecn: false,
             }
         })
@@ -897,6 +927,63 @@ mod tests {
         // Never sent: ignored (the PS asks again).
         w.handle_packet(30, fetch(99));
         assert!(drain(&mut w, 30).is_empty());
+    }
+
+    #[test]
+    fn a_fetch_for_a_fragment_the_window_holds_back_is_answered_at_once() {
+        // Found in the real runtime: a worker whose window had collapsed ignored FETCHes for
+        // fragments not sent yet, and finished one split fragment per notify cycle.
+        let mut w = DsaWorker::new(cfg(2), 0);
+        submit(&mut w, 62 * 2000);
+        let first = drain(&mut w, 0);
+        let held = first.len() as u32 + 5;
+        assert!(held < 2000, "the window holds fragments back");
+        let fetch = packet(PS, Endpoint { host: 0, port: 1 }, DsaHeader { job: 3, psn: held, bitmap: 1, priority: 1, fan_in: 2, kind: DsaKind::Fetch, flags: 0 }, None);
+        w.handle_packet(5, fetch);
+        let out = drain(&mut w, 5);
+        assert_eq!(out.len(), 1);
+        assert_eq!((hdr(&out[0]).kind, hdr(&out[0]).psn, hdr(&out[0]).bitmap), (DsaKind::FetchResp, held, 1));
+        assert_eq!(out[0].payload.as_deref(), Some(&Payload::I32((held as i32 * 62..held as i32 * 62 + 62).collect())));
+        // Every fragment completes; the fetched one is never sent again as a gradient.
+        let mut t = 10;
+        let mut pending: Vec<u32> = first.iter().map(|p| hdr(p).psn).chain([held]).collect();
+        while let Some(psn) = pending.pop() {
+            w.handle_packet(t, ack(psn, 2, 1));
+            for p in drain(&mut w, t) {
+                assert_ne!(hdr(&p).psn, held, "sent twice");
+                pending.push(hdr(&p).psn);
+            }
+            t += 1;
+        }
+        assert!(matches!(w.poll_event(), Some(HostEvent::Done { id: 7, .. })));
+    }
+
+    #[test]
+    fn a_notify_reminds_again_after_the_rto_floor_however_long_rto_ps_grew() {
+        // Found in the real runtime: RTO_ps estimates entry lifetimes, which grew to its 1 s
+        // ceiling when workers drifted apart; stuck workers' NOTIFYs then waited for it.
+        let mut ps = DsaServer::new(cfg(2));
+        for psn in 0..20 {
+            let t = psn as Time * 1000 * MS;
+            ps.handle_packet(t, contribution2(DsaKind::Grad, psn, 0b01));
+            ps.handle_packet(t + 500 * MS, contribution2(DsaKind::Grad, psn, 0b10));
+        }
+        assert!(ps.rtt.rto() > 100 * MS, "RTO_ps follows entry lifetimes");
+        let t = 100_000 * MS;
+        ps.handle_packet(t, contribution2(DsaKind::Notify, 50, 0b10));
+        assert_eq!(counter(&ps, "reminders"), 1);
+        ps.handle_packet(t + MS / 2, contribution2(DsaKind::Notify, 50, 0b10));
+        assert_eq!(counter(&ps, "reminders"), 1, "at most one per RTO floor");
+        drain(&mut ps, t + MS / 2);
+        ps.handle_packet(t + 2 * MS, contribution2(DsaKind::Notify, 50, 0b10));
+        assert_eq!(counter(&ps, "reminders"), 2);
+        let fetched: Vec<u32> = drain(&mut ps, t + 2 * MS).iter().filter(|p| hdr(p).kind == DsaKind::Fetch).map(|p| p.dst).collect();
+        assert_eq!(fetched, vec![0], "the missing worker is asked again");
+    }
+
+    fn contribution2(kind: DsaKind, psn: u32, bitmap: u32) -> Packet {
+        let h = DsaHeader { job: 3, psn, bitmap, priority: 1, fan_in: 2, kind, flags: 0 };
+        packet(Endpoint { host: 0, port: 1 }, PS, h, Some(vec![1; 62]))
     }
 
     fn contribution(kind: DsaKind, psn: u32, bitmap: u32, v: i32, flags: u8) -> Packet {
