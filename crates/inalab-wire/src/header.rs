@@ -1,5 +1,5 @@
 use crate::bytes::u8_at;
-use crate::{AtpHeader, CanaryHeader, DsaHeader, StaticTreeHeader, SwitchMlHeader, TransportHeader, WireError};
+use crate::{AtpHeader, CanaryHeader, DsaHeader, RinaHeader, StaticTreeHeader, SwitchMlHeader, TransportHeader, WireError};
 
 /// Offsets in an encoded header: a kind tag, then that kind's fixed-length body.
 mod field {
@@ -27,6 +27,8 @@ pub enum Header {
     /// Static-tree allreduce blocks and results (Canary's baselines, its own kind so that
     /// Canary's program never claims them).
     StaticTree(StaticTreeHeader),
+    /// Rina's rack aggregation, ring hops and AllGather copies.
+    Rina(RinaHeader),
 }
 
 /// One byte that names the variant on the wire.
@@ -40,12 +42,13 @@ pub enum HeaderKind {
     Dsa = 4,
     Canary = 5,
     StaticTree = 6,
+    Rina = 7,
 }
 
 impl TryFrom<u8> for HeaderKind {
     type Error = WireError;
     fn try_from(v: u8) -> Result<Self, WireError> {
-        [HeaderKind::Raw, HeaderKind::Transport, HeaderKind::Atp, HeaderKind::SwitchMl, HeaderKind::Dsa, HeaderKind::Canary, HeaderKind::StaticTree]
+        [HeaderKind::Raw, HeaderKind::Transport, HeaderKind::Atp, HeaderKind::SwitchMl, HeaderKind::Dsa, HeaderKind::Canary, HeaderKind::StaticTree, HeaderKind::Rina]
             .into_iter()
             .find(|k| *k as u8 == v)
             .ok_or(WireError::BadValue { what: "header kind", value: v as u64 })
@@ -62,6 +65,7 @@ impl Header {
             Header::Dsa(_) => HeaderKind::Dsa,
             Header::Canary(_) => HeaderKind::Canary,
             Header::StaticTree(_) => HeaderKind::StaticTree,
+            Header::Rina(_) => HeaderKind::Rina,
         }
     }
 
@@ -74,6 +78,7 @@ impl Header {
             // The tenant prefix of the block id is the job (Canary §3.4).
             Header::Canary(h) => Some(h.tenant() as u32),
             Header::StaticTree(h) => Some(h.job as u32),
+            Header::Rina(h) => Some(h.job as u32),
             Header::Raw | Header::Transport(_) => None,
         }
     }
@@ -89,6 +94,7 @@ impl Header {
                 Header::Dsa(_) => DsaHeader::LEN,
                 Header::Canary(_) => CanaryHeader::LEN,
                 Header::StaticTree(_) => StaticTreeHeader::LEN,
+                Header::Rina(_) => RinaHeader::LEN,
             }
     }
 
@@ -102,6 +108,7 @@ impl Header {
             Header::Dsa(h) => h.encode(out),
             Header::Canary(h) => h.encode(out),
             Header::StaticTree(h) => h.encode(out),
+            Header::Rina(h) => h.encode(out),
         }
     }
 
@@ -117,6 +124,7 @@ impl Header {
             HeaderKind::Dsa => Header::Dsa(DsaHeader::decode(body)?),
             HeaderKind::Canary => Header::Canary(CanaryHeader::decode(body)?),
             HeaderKind::StaticTree => Header::StaticTree(StaticTreeHeader::decode(body)?),
+            HeaderKind::Rina => Header::Rina(RinaHeader::decode(body)?),
         };
         let used = h.encoded_len();
         Ok((h, used))
@@ -126,7 +134,7 @@ impl Header {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::{CanaryType, DsaKind, SegKind, StaticTreeKind};
+    use crate::{CanaryType, DsaKind, RinaKind, SegKind, StaticTreeKind};
     use proptest::prelude::*;
 
     /// `h` encodes to exactly `bytes`, which decode back to `h`, and cut by one byte are
@@ -186,6 +194,11 @@ pub(crate) mod tests {
             (any::<u16>(), any::<u8>(), 0usize..2, any::<bool>(), any::<u32>(), 1u16..).prop_map(|(job, tree, kind, rtx, seq, counter)| {
                 Header::StaticTree(StaticTreeHeader { job, tree, kind: StaticTreeKind::ALL[kind], rtx, seq, counter })
             }),
+            ((0usize..8, 0u8..16, any::<u8>(), any::<u8>(), any::<u16>(), any::<u16>()), (any::<u16>(), any::<u16>(), any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>())).prop_map(
+                |((kind, flags, member, hop, job, step), (chunk, count, req, seq, slot, arg))| {
+                    Header::Rina(RinaHeader { kind: RinaKind::ALL[kind], flags, member, hop, job, step, chunk, count, req, seq, slot, arg })
+                }
+            ),
         ]
     }
 
