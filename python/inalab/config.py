@@ -451,7 +451,7 @@ class Job(_Model):
     partition: Size = opt("4MiB", "Tensor partition size for parameter servers.")
     transport: Transport = opt(Transport(), "Transport parameters, see [jobs.transport] (atp uses init_window and "
                                "increment for its window).", default_doc="see below")
-    ina: Ina = opt(Ina(), "In-network aggregation parameters of the INA schemes (atp, switchml, dsa, canary, "
+    ina: Ina = opt(Ina(), "In-network aggregation parameters of the INA schemes (atp, switchml, dsa, canary, rina, "
                    "static_tree), see [jobs.ina].", default_doc="see below")
 
     @field_validator("model")

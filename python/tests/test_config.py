@@ -332,3 +332,14 @@ def test_atp_slots_out_of_range_name_the_field_and_range(star, slots):
     e = error(star)
     assert e.field == "jobs[0].ina.slots", (e.field, e.message)
     assert "1..=1048576" in e.message or "u32" in e.message, e.message
+
+
+def test_rina_takes_its_parameters_from_the_registry(star):
+    star["topology"] = {"kind": "leaf_spine", "leaves": 2, "spines": 2, "hosts_per_leaf": 4}
+    star["jobs"] = [{"scheme": "rina", "allreduce": "64KiB", "workers": "h0..h7",
+                     "ina": {"rto": "50us", "window": "30000B", "min_rack": 3}}]
+    ina = load_scenario(star).to_spec()["jobs"][0]["ina"]
+    assert (ina["rto_ps"], ina["window_bytes"], ina["min_rack"], ina["slots"]) == (50_000_000, 30_000, 3, 256)
+    star["jobs"][0]["ina"] = {"min_rack": 1}
+    e = error(star)
+    assert e.field == "jobs[0].ina.min_rack" and "2..=32" in e.message, (e.field, e.message)

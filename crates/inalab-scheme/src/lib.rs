@@ -14,6 +14,7 @@ mod dsa;
 mod plan;
 mod ps;
 pub mod registry;
+mod rina;
 mod ring;
 mod static_tree;
 mod switchml;

@@ -3,7 +3,7 @@
 use crate::plan::{JobSpec, PlanError, Scheme};
 use serde_json::Value;
 
-static SCHEMES: [&dyn Scheme; 9] = [
+static SCHEMES: [&dyn Scheme; 10] = [
     &crate::ring::Ring { hierarchical: false },
     &crate::ring::Ring { hierarchical: true },
     &crate::ps::Ps { sharded: false },
@@ -13,6 +13,7 @@ static SCHEMES: [&dyn Scheme; 9] = [
     &crate::dsa::Dsa,
     &crate::canary::Canary,
     &crate::static_tree::StaticTree,
+    &crate::rina::Rina,
 ];
 
 /// Every scheme, in the order users see them.

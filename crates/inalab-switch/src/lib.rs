@@ -17,6 +17,7 @@ mod atp;
 mod canary;
 mod dsa;
 mod pool;
+mod rina;
 mod static_tree;
 mod switchml;
 
@@ -25,5 +26,6 @@ pub use canary::{CanarySwitch, CanarySwitchConfig, CanarySwitchJob, CANARY_DESCR
 pub use dsa::{DsaIndex, DsaPolicy, DsaSwitch, DsaSwitchConfig, DsaSwitchJob, DSA_AGGREGATOR_BYTES, DSA_AGGREGATOR_VALUES, DSA_EMPTY_PACKET_BYTES};
 pub use inalab_core::L3Forward;
 pub use pool::Pool;
+pub use rina::{rina_slots_for, RinaSwitch, RinaSwitchJob, RINA_MAX_MEMBERS, RINA_SLOT_BYTES, RINA_VALUES};
 pub use static_tree::{static_tree_slots_for, StaticTreeRole, StaticTreeSwitch, StaticTreeSwitchJob, STATIC_TREE_MAX_CHILDREN, STATIC_TREE_SLOT_BYTES, STATIC_TREE_VALUES};
 pub use switchml::{slot_units, SwitchMlAdmitError, SwitchMlCounters, SwitchMlJob, SwitchMlSwitch, SLOT_BYTES, VALUES_PER_SLOT};

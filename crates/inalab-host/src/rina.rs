@@ -1,0 +1,725 @@
+//! Rina's hosts (Chen et al., ICNP 2024, §IV; `../shared/specs/rina.md` §1; with
+//! `inalab_switch::RinaSwitch` on the ToRs of INA racks).
+//!
+//! The job's workers form G groups in ring order: an INA rack with two or more of the job's
+//! workers is one group (an abstracted worker whose agent is its lowest rank), every other
+//! worker a group of its own (autonomous). A tensor is cut into G chunks. ScatterReduce: at
+//! step s = 0..G-1 group g reduces chunk (g - s) mod G and sends it to the next group's
+//! receiver (its agent, or the autonomous worker); the last step delivers the finished chunk
+//! to the group that started it. AllGather: the finished chunk travels G-1 more hops. 2G-1
+//! hops in all, against the plain ring's 2(N-1).
+//!
+//! Roles:
+//! - **agent** (member 0 of an INA rack): receives the previous group's partials and ACKs
+//!   them; once a chunk's partial is in, adds its own values and sends its ToR a TASK, which
+//!   the ToR copies to every member as a PULL; forwards AllGather packets to the next group
+//!   (the ToR already copied them to the rack), and repairs members' missed copies (NACK);
+//! - **member** (every worker of an INA rack, the agent too): answers a PULL with its DATA
+//!   for the chunk, under its window; the ToR sums the rack's DATA and sends the sum on as an
+//!   AGG; the next group's ACK comes back through the ToR to every member;
+//! - **autonomous**: sends its own values plus the partial it received straight to the next
+//!   group as AGGs, ACKs what it receives, and forwards AllGather packets, like a ring worker.
+//!
+//! Choices beyond the paper (docs/rina.md): the agent forwards AllGather packets to the next
+//! group itself (spec §1.3 item 4's option, so one host owns each hop's reliability); an
+//! autonomous hop uses Rina's packets and windows, not the host transport, so every hop is
+//! paced and recovered alike; every chunk has at least one packet (a tensor shorter than G
+//! values sends empty ones).
+
+use crate::aimd::{AimdConfig, AimdWindow};
+use crate::rtt::{RttConfig, RttEstimator};
+use crate::ConfigError;
+use inalab_core::wire::{Header, RinaHeader, RinaKind};
+use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, Time};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Values per packet: the switch's slot width (ATP's 62).
+pub const RINA_PACKET_VALUES: usize = 62;
+/// A packet's timeout doubles per expiry up to this many times.
+const MAX_BACKOFFS: u32 = 6;
+/// Bytes on the wire of a packet without values (TASK, PULL, ACK, NACK).
+const CONTROL_BYTES: u32 = 64;
+/// An agent keeps the results of this many requests back to repair its members' copies.
+const KEPT_RESULTS: usize = 64;
+
+/// One ring position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RinaGroup {
+    /// The group's workers; the first is its receiver (the agent of an INA rack).
+    pub members: Vec<Endpoint>,
+    /// The ToR running Rina's program for an INA rack; `None` for an autonomous worker.
+    pub tor: Option<NodeId>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RinaConfig {
+    pub job: u16,
+    /// The groups in ring order.
+    pub groups: Vec<RinaGroup>,
+    /// Bytes on the wire besides the values of a packet.
+    pub header_bytes: u32,
+    /// Floor and initial value of the retransmission timeout (RFC 6298 estimate above it).
+    pub rto_ps: Time,
+    /// Window of ScatterReduce (its start and its cap, "full speed") and the cap of
+    /// AllGather's, which starts at one packet (§IV-C-1), bytes.
+    pub window_bytes: u64,
+    /// Slots of the job's region at its INA ToRs: a member's DATA in flight span fewer.
+    pub slots: u32,
+    /// A rack member that heard nothing of an unfinished allreduce for this long asks its
+    /// agent for the AllGather packets it misses.
+    pub repair_ps: Time,
+}
+
+impl RinaConfig {
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if self.groups.is_empty() || self.groups.len() > u16::MAX as usize {
+            return Err(ConfigError(format!("{} groups; a Rina job has 1..=65535", self.groups.len())));
+        }
+        for (g, grp) in self.groups.iter().enumerate() {
+            let ok = if grp.tor.is_some() { (2..=32).contains(&grp.members.len()) } else { grp.members.len() == 1 };
+            if !ok {
+                return Err(ConfigError(format!("group {g}: {} members; an INA rack has 2..=32, an autonomous worker is alone", grp.members.len())));
+            }
+        }
+        if self.rto_ps == 0 || self.repair_ps == 0 || self.slots == 0 || self.window_bytes == 0 {
+            return Err(ConfigError("rto_ps, repair_ps, slots and window_bytes must be positive".into()));
+        }
+        Ok(())
+    }
+    fn packet_bytes(&self, values: usize) -> u32 {
+        self.header_bytes + 4 * values as u32
+    }
+}
+
+/// Values `[start, end)` of chunk `c` of `g` in a tensor of `n` values.
+fn chunk(n: usize, g: usize, c: usize) -> (usize, usize) {
+    (c * n / g, (c + 1) * n / g)
+}
+
+fn packets_in(len: usize) -> u32 {
+    len.div_ceil(RINA_PACKET_VALUES).max(1) as u32
+}
+
+/// Which packets of a chunk arrived.
+#[derive(Debug, Clone)]
+struct Got {
+    have: Vec<bool>,
+    left: u32,
+}
+
+impl Got {
+    fn new(n: u32) -> Self {
+        Got { have: vec![false; n as usize], left: n }
+    }
+    /// Marks `seq`; false if it was there (or is out of range).
+    fn mark(&mut self, seq: u32) -> bool {
+        match self.have.get_mut(seq as usize) {
+            Some(h) if !*h => {
+                *h = true;
+                self.left -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+    fn done(&self) -> bool {
+        self.left == 0
+    }
+}
+
+/// One allreduce request.
+struct Req {
+    id: u64,
+    n: usize,
+    /// The job-wide DATA index of this request's first packet.
+    q_base: u32,
+    data: Option<Vec<i32>>,
+    /// The partials received (ScatterReduce), then this host's contribution per chunk.
+    work: Option<Vec<i32>>,
+    /// The allreduce's result.
+    result: Option<Vec<i32>>,
+    /// Receiver: the ScatterReduce partial of each chunk (the finished sum for its own).
+    partial: BTreeMap<u16, Got>,
+    /// Every host: the finished chunks' packets.
+    full: Vec<Got>,
+    chunks_left: usize,
+    done: bool,
+    /// When a packet of this request last arrived (a member asks for repairs after quiet).
+    last_heard: Time,
+}
+
+/// A packet sent and not yet acknowledged.
+struct Flight {
+    pkt: Packet,
+    sent: Time,
+    deadline: Time,
+    expiries: u32,
+}
+
+/// A windowed, acknowledged flow of packets (a member's DATA, an autonomous worker's AGGs,
+/// a receiver's AllGather hops).
+struct Flow<K: Ord + Copy> {
+    window: AimdWindow,
+    queue: BTreeMap<K, Packet>,
+    flights: BTreeMap<K, Flight>,
+    deadlines: BTreeSet<(Time, K)>,
+    in_flight_bytes: u64,
+    sent: u64,
+}
+
+impl<K: Ord + Copy> Flow<K> {
+    fn new(cfg: AimdConfig) -> Self {
+        Flow { window: AimdWindow::new(cfg), queue: BTreeMap::new(), flights: BTreeMap::new(), deadlines: BTreeSet::new(), in_flight_bytes: 0, sent: 0 }
+    }
+    /// The next packet the window lets out, if `allowed` accepts its key.
+    fn next(&mut self, now: Time, rtt: &RttEstimator, allowed: impl Fn(K, Option<K>) -> bool) -> Option<Packet> {
+        let (&k, p) = self.queue.first_key_value()?;
+        let oldest = self.flights.keys().next().copied();
+        if (!self.flights.is_empty() && self.in_flight_bytes + p.size as u64 > self.window.window()) || !allowed(k, oldest) {
+            return None;
+        }
+        let pkt = self.queue.pop_first().expect("non-empty").1;
+        let deadline = now + rtt.rto();
+        self.in_flight_bytes += pkt.size as u64;
+        self.sent += 1;
+        self.deadlines.insert((deadline, k));
+        self.flights.insert(k, Flight { pkt: pkt.clone(), sent: now, deadline, expiries: 0 });
+        Some(pkt)
+    }
+    /// `k` acknowledged: its RTT sample (first sends only, Karn) and the window's growth.
+    fn ack(&mut self, k: K, ecn: bool, now: Time, rtt: &mut RttEstimator) -> bool {
+        let Some(f) = self.flights.remove(&k) else { return false };
+        self.deadlines.remove(&(f.deadline, k));
+        self.in_flight_bytes -= f.pkt.size as u64;
+        if f.expiries == 0 {
+            rtt.sample(now - f.sent);
+        }
+        self.window.on_ack(f.pkt.size as u64, ecn, self.sent - self.flights.len() as u64, self.sent);
+        true
+    }
+    /// Expired packets, sent again with RETX (the window is cut once).
+    fn expire(&mut self, now: Time, rtt: &RttEstimator, out: &mut VecDeque<Packet>) -> u64 {
+        let mut n = 0;
+        while let Some(&(at, k)) = self.deadlines.first() {
+            if at > now {
+                break;
+            }
+            self.deadlines.pop_first();
+            let f = self.flights.get_mut(&k).expect("armed flights are in flight");
+            f.expiries += 1;
+            f.deadline = now + (rtt.rto() << f.expiries.min(MAX_BACKOFFS));
+            self.deadlines.insert((f.deadline, k));
+            let mut p = f.pkt.clone();
+            if let Header::Rina(h) = &mut p.header {
+                h.flags |= RinaHeader::RETX;
+            }
+            out.push_back(p);
+            n += 1;
+        }
+        if n > 0 {
+            self.window.on_congestion(self.sent);
+        }
+        n
+    }
+    fn next_deadline(&self) -> Option<Time> {
+        self.deadlines.first().map(|&(t, _)| t)
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    tasks: u64,
+    task_resends: u64,
+    pulls: u64,
+    data_sent: u64,
+    aggs_sent: u64,
+    ag_sent: u64,
+    retransmits: u64,
+    duplicates: u64,
+    sr_hops: u64,
+    ag_hops: u64,
+    nacks: u64,
+    repairs: u64,
+    repairs_unavailable: u64,
+    early: u64,
+    malformed: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Agent,
+    Member,
+    Autonomous,
+}
+
+/// AllGather flow key: (request, chunk, seq).
+type AgKey = (u32, u16, u32);
+
+pub struct RinaHost {
+    cfg: RinaConfig,
+    me: Endpoint,
+    g: usize,
+    member: u8,
+    role: Role,
+    reqs: Vec<Req>,
+    next_q: u32,
+    /// Member: PULLs not handled yet, by (request, step): a member queues its DATA strictly
+    /// in (request, step) order, so it sends every DATA index after all lower ones and its
+    /// ToR may take a slot whose tag is newer as proof the older one was acknowledged (an
+    /// agent's steps become ready out of order when chunks' chains finish out of order).
+    early_pulls: BTreeSet<(u32, u16)>,
+    /// Member: the next (request, step) to queue DATA for.
+    next_pull: (u32, u16),
+    /// Packets of requests not submitted yet (a faster group is an allreduce ahead), kept
+    /// and handled at submission; the senders' windows bound them.
+    early_packets: Vec<Packet>,
+    /// Agent: TASKs not yet seen come back as PULLs, with their resend time.
+    tasks: BTreeMap<(u32, u16), (Time, Packet)>,
+    sr: Flow<u32>,
+    ag: Flow<AgKey>,
+    rtt: RttEstimator,
+    ctrl: VecDeque<Packet>,
+    /// Member: when it asks its agent for missed AllGather packets.
+    repair_at: Option<Time>,
+    events: VecDeque<HostEvent>,
+    c: Counters,
+}
+
+impl RinaHost {
+    pub fn new(cfg: RinaConfig, rank_endpoint: Endpoint) -> Result<Self, ConfigError> {
+        cfg.check()?;
+        let (g, m) = cfg
+            .groups
+            .iter()
+            .enumerate()
+            .find_map(|(g, grp)| grp.members.iter().position(|&e| e == rank_endpoint).map(|m| (g, m)))
+            .ok_or_else(|| ConfigError(format!("{rank_endpoint:?} is in no group")))?;
+        let role = match (cfg.groups[g].tor, m) {
+            (None, _) => Role::Autonomous,
+            (Some(_), 0) => Role::Agent,
+            _ => Role::Member,
+        };
+        let rtt = RttEstimator::new(RttConfig { initial_rto_ps: cfg.rto_ps, min_rto_ps: cfg.rto_ps, max_rto_ps: cfg.rto_ps * 1000, ..RttConfig::default() });
+        let full = AimdConfig { initial_window_bytes: cfg.window_bytes, max_window_bytes: cfg.window_bytes, min_window_bytes: cfg.packet_bytes(RINA_PACKET_VALUES) as u64, increment_bytes: cfg.packet_bytes(RINA_PACKET_VALUES) as u64, ..AimdConfig::default() };
+        // AllGather starts from one packet and grows to the same cap (§IV-C-1).
+        let ag = AimdConfig { initial_window_bytes: full.min_window_bytes, ..full.clone() };
+        Ok(RinaHost {
+            me: rank_endpoint,
+            g,
+            member: m as u8,
+            role,
+            reqs: vec![],
+            next_q: 0,
+            early_pulls: BTreeSet::new(),
+            next_pull: (0, 0),
+            early_packets: vec![],
+            tasks: BTreeMap::new(),
+            sr: Flow::new(full),
+            ag: Flow::new(ag),
+            rtt,
+            ctrl: VecDeque::new(),
+            repair_at: None,
+            events: VecDeque::new(),
+            c: Counters::default(),
+            cfg,
+        })
+    }
+
+    fn groups(&self) -> usize {
+        self.cfg.groups.len()
+    }
+    fn receiver(&self, g: usize) -> Endpoint {
+        self.cfg.groups[g % self.groups()].members[0]
+    }
+    fn next_receiver(&self) -> Endpoint {
+        self.receiver(self.g + 1)
+    }
+    fn is_receiver(&self) -> bool {
+        self.role != Role::Member
+    }
+    /// The chunk this group reduces at ScatterReduce step `s`.
+    fn chunk_at(&self, s: u16) -> u16 {
+        let gs = self.groups();
+        ((self.g + gs - s as usize % gs) % gs) as u16
+    }
+    /// The job-wide index of packet `seq` of step `s` of request `r` (every member of the
+    /// group computes the same).
+    fn q_of(&self, r: usize, s: u16, seq: u32) -> u32 {
+        let q = &self.reqs[r];
+        let before: u32 = (0..s).map(|s| packets_in(self.span(r, self.chunk_at(s)).1 - self.span(r, self.chunk_at(s)).0)).sum();
+        q.q_base.wrapping_add(before).wrapping_add(seq)
+    }
+    fn span(&self, r: usize, c: u16) -> (usize, usize) {
+        chunk(self.reqs[r].n, self.groups(), c as usize)
+    }
+    fn header(&self, kind: RinaKind, r: usize, step: u16, c: u16, seq: u32) -> RinaHeader {
+        RinaHeader { kind, flags: 0, member: self.member, hop: 0, job: self.cfg.job, step, chunk: c, count: 0, req: r as u32, seq, slot: 0, arg: 0 }
+    }
+    /// Packet `seq` of chunk `c` of `values` (a whole tensor) as `h`, to `dst`.
+    fn packet(&self, mut h: RinaHeader, values: Option<&[i32]>, r: usize, dst: Endpoint) -> Packet {
+        let (s, e) = self.span(r, h.chunk);
+        let a = (s + h.seq as usize * RINA_PACKET_VALUES).min(e);
+        let b = (a + RINA_PACKET_VALUES).min(e);
+        h.count = (b - a) as u16;
+        let mut p = Packet::new(self.me.host, self.me.port, dst.host, dst.port, self.cfg.packet_bytes(b - a), Header::Rina(h));
+        p.payload = values.map(|v| Box::new(Payload::I32(v[a..b].to_vec())));
+        p
+    }
+    fn control(&self, h: RinaHeader, dst: Endpoint) -> Packet {
+        Packet::new(self.me.host, self.me.port, dst.host, dst.port, CONTROL_BYTES, Header::Rina(h))
+    }
+    fn tor(&self) -> Endpoint {
+        Endpoint { host: self.cfg.groups[self.g].tor.expect("an INA rack"), port: self.me.port }
+    }
+
+    /// This host's part of ScatterReduce step `s` of request `r` is ready: an agent sends its
+    /// ToR a TASK, an autonomous worker queues its AGGs.
+    fn start_step(&mut self, now: Time, r: usize, s: u16) {
+        let c = self.chunk_at(s);
+        let (a, b) = self.span(r, c);
+        let n = packets_in(b - a);
+        let full = s as usize == self.groups() - 1;
+        match self.role {
+            Role::Agent => {
+                let mut h = self.header(RinaKind::Task, r, s, c, 0);
+                h.arg = n;
+                let p = self.control(h, self.tor());
+                self.c.tasks += 1;
+                self.tasks.insert((r as u32, s), (now + self.rtt.rto(), p.clone()));
+                self.ctrl.push_back(p);
+            }
+            Role::Autonomous => {
+                let next = self.next_receiver();
+                for seq in 0..n {
+                    let mut h = self.header(RinaKind::Agg, r, s, c, seq);
+                    h.slot = self.q_of(r, s, seq);
+                    if full {
+                        h.flags |= RinaHeader::FULL;
+                    }
+                    let p = self.packet(h, self.reqs[r].work.as_deref(), r, next);
+                    self.sr.queue.insert(h.slot, p);
+                }
+            }
+            Role::Member => unreachable!("members answer PULLs"),
+        }
+    }
+
+    /// A member's DATA for step `s` of request `r` (the agent's carries the partial too).
+    fn on_pulled(&mut self, r: usize, s: u16) {
+        let c = self.chunk_at(s);
+        let (a, b) = self.span(r, c);
+        let tor = self.tor();
+        // The agent's contribution (own values plus the partial) is in `work`.
+        let values = if self.role == Role::Agent { self.reqs[r].work.as_deref() } else { self.reqs[r].data.as_deref() };
+        for seq in 0..packets_in(b - a) {
+            let mut h = self.header(RinaKind::Data, r, s, c, seq);
+            h.slot = self.q_of(r, s, seq);
+            if s as usize == self.groups() - 1 {
+                h.flags |= RinaHeader::FULL;
+            }
+            let p = self.packet(h, values, r, tor);
+            self.sr.queue.insert(h.slot, p);
+        }
+    }
+
+    /// Queues the DATA of every PULL that is next in (request, step) order.
+    fn drain_pulls(&mut self) {
+        while (self.next_pull.0 as usize) < self.reqs.len() && self.early_pulls.remove(&self.next_pull) {
+            let (r, s) = self.next_pull;
+            self.on_pulled(r as usize, s);
+            self.next_pull = if s as usize + 1 == self.groups() { (r + 1, 0) } else { (r, s + 1) };
+        }
+    }
+
+    /// A receiver got a ScatterReduce packet of the previous group (or of its own rack, in a
+    /// job of one group).
+    fn on_agg(&mut self, now: Time, h: RinaHeader, pkt: &Packet) {
+        let r = h.req as usize;
+        let gs = self.groups();
+        if self.is_receiver() {
+            // Every AGG is acknowledged, duplicates too (the first ACK may have been lost).
+            let mut a = RinaHeader { kind: RinaKind::Ack, flags: if pkt.ecn { RinaHeader::ECN_ECHO } else { 0 }, count: 0, ..h };
+            a.member = self.member;
+            // In a job of one rack the AGG comes from this agent's own ToR on its behalf: the
+            // ACK goes to that ToR.
+            let to = if pkt.src == self.me.host && pkt.src_port == self.me.port { self.tor() } else { Endpoint { host: pkt.src, port: pkt.src_port } };
+            self.ctrl.push_back(self.control(a, to));
+        }
+        let full = h.has(RinaHeader::FULL);
+        if full {
+            return self.on_full_packet(now, r, h, pkt, 0);
+        }
+        if !self.is_receiver() || h.step as usize + 1 >= gs {
+            self.c.malformed += 1;
+            return;
+        }
+        let c = h.chunk;
+        let (a, _) = self.span(r, c);
+        let n = packets_in(self.span(r, c).1 - a);
+        let got = self.reqs[r].partial.entry(c).or_insert_with(|| Got::new(n));
+        if !got.mark(h.seq) {
+            self.c.duplicates += 1;
+            return;
+        }
+        let done = got.done();
+        if let (Some(w), Some(Payload::I32(v))) = (&mut self.reqs[r].work, pkt.payload.as_deref()) {
+            let at = a + h.seq as usize * RINA_PACKET_VALUES;
+            w[at..at + v.len()].iter_mut().zip(v).for_each(|(x, y)| *x = x.wrapping_add(*y));
+        }
+        if done {
+            self.c.sr_hops += 1;
+            self.start_step(now, r, h.step + 1);
+        }
+    }
+
+    /// A packet of a finished chunk (the last ScatterReduce hop, `hop` 0, or an AllGather
+    /// packet): stored, and a receiver passes it on while the chunk has hops to go.
+    fn on_full_packet(&mut self, now: Time, r: usize, h: RinaHeader, pkt: &Packet, ag_hop: u8) {
+        let (a, b) = self.span(r, h.chunk);
+        let q = &mut self.reqs[r];
+        q.last_heard = now;
+        let Some(got) = q.full.get_mut(h.chunk as usize) else {
+            self.c.malformed += 1;
+            return;
+        };
+        if !got.mark(h.seq) {
+            self.c.duplicates += 1;
+            return;
+        }
+        let at = a + h.seq as usize * RINA_PACKET_VALUES;
+        if let (Some(res), Some(Payload::I32(v))) = (&mut q.result, pkt.payload.as_deref()) {
+            if at + v.len() <= b {
+                res[at..at + v.len()].copy_from_slice(v);
+            }
+        }
+        if got.done() {
+            q.chunks_left -= 1;
+            if h.kind == RinaKind::Agg {
+                self.c.sr_hops += (self.is_receiver()) as u64;
+            } else if self.is_receiver() && !h.has(RinaHeader::REPAIR) {
+                self.c.ag_hops += 1;
+            }
+        }
+        // Hops 0..G-2 of AllGather: the chunk goes on until the group before its origin.
+        let gs = self.groups();
+        if self.is_receiver() && (ag_hop as usize) < gs - 1 && !h.has(RinaHeader::REPAIR) {
+            let mut f = RinaHeader { kind: RinaKind::Ag, flags: 0, hop: ag_hop, member: self.member, count: 0, slot: 0, arg: 0, ..h };
+            f.flags = 0;
+            let p = self.packet(f, self.reqs[r].result.as_deref(), r, self.next_receiver());
+            self.ag.queue.insert((r as u32, h.chunk, h.seq), p);
+        }
+        self.finish(r);
+    }
+
+    fn finish(&mut self, r: usize) {
+        let agent = self.role == Role::Agent;
+        let q = &mut self.reqs[r];
+        if q.done || q.chunks_left > 0 {
+            return;
+        }
+        q.done = true;
+        q.data = None;
+        q.work = None;
+        // An agent keeps the result a while to repair members' missed copies.
+        let data = if agent { q.result.clone() } else { q.result.take() }.map(Payload::I32);
+        self.events.push_back(HostEvent::Done { id: q.id, data });
+        if agent && r >= KEPT_RESULTS {
+            self.reqs[r - KEPT_RESULTS].result = None;
+        }
+    }
+
+    fn on_nack(&mut self, h: RinaHeader, pkt: &Packet) {
+        let r = h.req as usize;
+        let Some(got) = self.reqs[r].full.get(h.chunk as usize) else { return };
+        let to = Endpoint { host: pkt.src, port: pkt.src_port };
+        let have: Vec<u32> = (h.seq..h.arg.min(got.have.len() as u32)).filter(|&s| got.have[s as usize]).collect();
+        let payload = self.reqs[r].data.is_some() || self.reqs[r].result.is_some();
+        if payload && self.reqs[r].result.is_none() {
+            // Older than the results an agent keeps.
+            self.c.repairs_unavailable += 1;
+            return;
+        }
+        for seq in have {
+            let f = RinaHeader { kind: RinaKind::Ag, flags: RinaHeader::REPAIR, hop: 0, member: self.member, count: 0, slot: 0, arg: 0, seq, ..h };
+            let p = self.packet(f, self.reqs[r].result.as_deref(), r, to);
+            self.ctrl.push_back(p);
+            self.c.repairs += 1;
+        }
+    }
+
+    /// A member asks its agent for the finished-chunk packets it misses.
+    fn send_nacks(&mut self, now: Time) {
+        let agent = self.receiver(self.g);
+        let mut out = vec![];
+        for (r, q) in self.reqs.iter().enumerate().filter(|(_, q)| !q.done) {
+            if now < q.last_heard + self.cfg.repair_ps {
+                continue;
+            }
+            for (c, got) in q.full.iter().enumerate() {
+                let Some(first) = got.have.iter().position(|h| !h) else { continue };
+                let last = got.have.iter().rposition(|h| !h).expect("one is missing");
+                let h = RinaHeader { kind: RinaKind::Nack, flags: 0, member: self.member, hop: 0, job: self.cfg.job, step: 0, chunk: c as u16, count: 0, req: r as u32, seq: first as u32, slot: 0, arg: last as u32 + 1 };
+                out.push(h);
+            }
+        }
+        for h in out {
+            self.c.nacks += 1;
+            self.ctrl.push_back(self.control(h, agent));
+        }
+    }
+}
+
+impl HostProtocol for RinaHost {
+    fn endpoint(&self) -> Endpoint {
+        self.me
+    }
+
+    fn submit(&mut self, now: Time, req: AppRequest) {
+        let AppRequest::Allreduce { id, bytes, data, .. } = req else {
+            return self.events.push_back(HostEvent::Rejected { id: 0, reason: "Rina workers only allreduce".into() });
+        };
+        let data = match data {
+            None => None,
+            Some(Payload::I32(v)) => Some(v),
+            Some(_) => return self.events.push_back(HostEvent::Rejected { id, reason: "Rina sums int32 values (floats go through the scheme's fixed-point quantization)".into() }),
+        };
+        let n = data.as_ref().map_or(bytes.div_ceil(4) as usize, Vec::len);
+        let gs = self.groups();
+        let r = self.reqs.len();
+        let full: Vec<Got> = (0..gs).map(|c| Got::new(packets_in(chunk(n, gs, c).1 - chunk(n, gs, c).0))).collect();
+        let total: u32 = full.iter().map(|g| g.left).sum();
+        let work = if self.role == Role::Member { None } else { data.clone() };
+        let result = data.as_ref().map(|v| vec![0; v.len()]);
+        self.reqs.push(Req { id, n, q_base: self.next_q, data, work, result, partial: BTreeMap::new(), full, chunks_left: gs, done: false, last_heard: now });
+        self.next_q = self.next_q.wrapping_add(total);
+        if self.role != Role::Member {
+            self.start_step(now, r, 0);
+        }
+        self.drain_pulls();
+        let (now_due, later): (Vec<Packet>, Vec<Packet>) = std::mem::take(&mut self.early_packets).into_iter().partition(|p| matches!(p.header, Header::Rina(h) if h.req as usize == r));
+        self.early_packets = later;
+        for p in now_due {
+            self.handle_packet(now, p);
+        }
+        if self.role == Role::Member && self.repair_at.is_none() {
+            self.repair_at = Some(now + self.cfg.repair_ps);
+        }
+    }
+
+    fn handle_packet(&mut self, now: Time, pkt: Packet) {
+        let Header::Rina(h) = pkt.header else { return };
+        if h.job != self.cfg.job {
+            return;
+        }
+        let r = h.req as usize;
+        let known = r < self.reqs.len();
+        if known {
+            self.reqs[r].last_heard = now;
+        }
+        match h.kind {
+            RinaKind::Pull if (h.step as usize) < self.groups() => {
+                self.c.pulls += 1;
+                self.tasks.remove(&(h.req, h.step));
+                // A repeated PULL (its TASK was sent again) is for a step already queued.
+                if (h.req, h.step) >= self.next_pull {
+                    self.early_pulls.insert((h.req, h.step));
+                    self.drain_pulls();
+                }
+            }
+            RinaKind::Ack => {
+                if self.sr.ack(h.slot, h.has(RinaHeader::ECN_ECHO), now, &mut self.rtt) {
+                    self.tasks.retain(|&(tr, ts), _| !(tr == h.req && ts == h.step));
+                }
+            }
+            RinaKind::AgAck => {
+                self.ag.ack((h.req, h.chunk, h.seq), h.has(RinaHeader::ECN_ECHO), now, &mut self.rtt);
+            }
+            RinaKind::Agg if known && (h.chunk as usize) < self.groups() => self.on_agg(now, h, &pkt),
+            RinaKind::Ag if known && (h.chunk as usize) < self.groups() => {
+                if self.is_receiver() && !h.has(RinaHeader::REPAIR) {
+                    let a = RinaHeader { kind: RinaKind::AgAck, flags: if pkt.ecn { RinaHeader::ECN_ECHO } else { 0 }, member: self.member, count: 0, ..h };
+                    self.ctrl.push_back(self.control(a, Endpoint { host: pkt.src, port: pkt.src_port }));
+                }
+                self.on_full_packet(now, r, h, &pkt, h.hop + 1);
+            }
+            RinaKind::Nack if known && self.role == Role::Agent => self.on_nack(h, &pkt),
+            RinaKind::Agg | RinaKind::Ag | RinaKind::Nack if !known => {
+                self.c.early += 1;
+                self.early_packets.push(pkt);
+            }
+            _ => self.c.malformed += 1,
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Time) {
+        let mut resend = VecDeque::new();
+        self.c.retransmits += self.sr.expire(now, &self.rtt, &mut resend);
+        self.c.retransmits += self.ag.expire(now, &self.rtt, &mut resend);
+        self.ctrl.extend(resend);
+        // A TASK whose PULL has not come back is sent again.
+        let rto = self.rtt.rto();
+        for (at, p) in self.tasks.values_mut() {
+            if *at <= now {
+                *at = now + rto;
+                self.ctrl.push_back(p.clone());
+                self.c.task_resends += 1;
+            }
+        }
+        if self.repair_at.is_some_and(|t| t <= now) {
+            self.send_nacks(now);
+            self.repair_at = self.reqs.iter().any(|q| !q.done).then(|| now + self.cfg.repair_ps);
+        }
+    }
+
+    fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
+        if let Some(p) = self.ctrl.pop_front() {
+            return Some(p);
+        }
+        // A member's DATA in flight span fewer than the job's slots, so live tags never share
+        // a slot at the ToR.
+        let span = self.cfg.slots;
+        if let Some(p) = self.sr.next(now, &self.rtt, |q, oldest| oldest.is_none_or(|o| q.wrapping_sub(o) < span)) {
+            match self.role {
+                Role::Autonomous => self.c.aggs_sent += 1,
+                _ => self.c.data_sent += 1,
+            }
+            return Some(p);
+        }
+        let p = self.ag.next(now, &self.rtt, |_, _| true)?;
+        self.c.ag_sent += 1;
+        Some(p)
+    }
+
+    fn poll_timeout(&self) -> Option<Time> {
+        [self.sr.next_deadline(), self.ag.next_deadline(), self.tasks.values().map(|(t, _)| *t).min(), self.repair_at].into_iter().flatten().min()
+    }
+
+    fn poll_event(&mut self) -> Option<HostEvent> {
+        self.events.pop_front()
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let c = &self.c;
+        vec![
+            ("tasks", c.tasks),
+            ("task_resends", c.task_resends),
+            ("pulls", c.pulls),
+            ("data_sent", c.data_sent),
+            ("aggs_sent", c.aggs_sent),
+            ("ag_sent", c.ag_sent),
+            ("retransmits", c.retransmits),
+            ("duplicates", c.duplicates),
+            ("sr_hops", c.sr_hops),
+            ("ag_hops", c.ag_hops),
+            ("nacks", c.nacks),
+            ("repairs", c.repairs),
+            ("repairs_unavailable", c.repairs_unavailable),
+            ("early", c.early),
+            ("window_cuts", self.sr.window.cuts() + self.ag.window.cuts()),
+            ("in_flight", (self.sr.flights.len() + self.ag.flights.len()) as u64),
+            ("queued", (self.sr.queue.len() + self.ag.queue.len()) as u64),
+            ("chunks_missing", self.reqs.iter().map(|q| q.chunks_left as u64).sum()),
+            ("malformed", c.malformed),
+        ]
+    }
+}

@@ -1,0 +1,133 @@
+//! Rina driven by the simulator: exact sums with every mix of INA and plain racks, the hop
+//! counts 2G-1 per chunk, loss on every link, a job of one rack, two jobs on shared ToRs,
+//! determinism, and errors that name the field.
+
+mod common;
+use common::*;
+use inalab_sim::SimResult;
+use serde_json::{json, Value};
+
+/// `RINA_SLOT_BYTES`: switch memory per slot.
+const SLOT_BYTES: u64 = 272;
+
+fn rina_job(id: u32, workers: Vec<String>, values: u64, iterations: u32, ina: Value) -> Value {
+    let mut j = job(id, "rina", workers, vec![], json!({"kind": "allreduce", "bytes": 4 * values, "iterations": iterations}));
+    j["ina"] = ina;
+    j
+}
+
+fn rina_spec(topo: Value, jobs: Vec<Value>) -> Value {
+    let mut s = spec(topo, jobs, vec![]);
+    s["payload"] = json!(true);
+    s["network"]["aggregator_memory_bytes"] = json!(4096 * SLOT_BYTES);
+    s
+}
+
+/// Every job finished with exact sums and no slot is held.
+fn assert_exact(r: &SimResult) {
+    for j in &r.jobs {
+        assert!(j.finished, "job {} did not finish: {:?} ({})", j.id, j.failures, r.stopped_by);
+        assert_eq!(j.payload_checked, j.workers as u64 * j.iterations as u64, "job {}", j.id);
+        assert_eq!(j.payload_errors, 0, "job {}: results equal the exact sums", j.id);
+    }
+    for s in &r.switches {
+        assert_eq!(s.aggregators_end, 0, "switch {} still holds slots: {:?}", s.name, s.counters);
+    }
+    assert_eq!(counter(r, "collisions") + counter(r, "malformed") + host_counter(r, "malformed"), 0);
+}
+
+/// Two racks of 4 under a 2-leaf, 2-spine fabric; `programmable` picks the INA ToRs.
+fn two_racks(programmable: Value) -> Value {
+    let mut t = leaf_spine_100g(2, 2, 4);
+    t["programmable"] = programmable;
+    t
+}
+
+#[test]
+fn every_mix_of_racks_sums_exactly_in_2g_minus_1_hops_per_chunk() {
+    // Both racks INA: G = 2; one: G = 1 + 4 = 5; none: G = 8 (a plain ring of Rina hops).
+    for (prog, g) in [(json!("tor"), 2u64), (json!({"names": ["leaf0"]}), 5), (json!({"names": ["leaf1"]}), 5), (json!("none"), 8)] {
+        let iterations = 2;
+        let r = simulate(&rina_spec(two_racks(prog.clone()), vec![rina_job(0, hosts(0..8), 50_000, iterations, json!({}))]));
+        assert_exact(&r);
+        let it = iterations as u64;
+        // Each of the G chunks makes G ScatterReduce hops and G-1 AllGather hops.
+        assert_eq!(host_counter(&r, "sr_hops"), g * g * it, "{prog}: ScatterReduce hops");
+        assert_eq!(host_counter(&r, "ag_hops"), g * (g - 1) * it, "{prog}: AllGather hops");
+        assert_eq!((host_counter(&r, "sr_hops") + host_counter(&r, "ag_hops")) / (g * it), 2 * g - 1, "{prog}");
+        assert_eq!(host_counter(&r, "retransmits") + host_counter(&r, "task_resends"), 0, "{prog}: nothing lost");
+        if g == 8 {
+            assert_eq!(counter(&r, "tasks"), 0, "no INA rack, no TASK");
+        } else {
+            // Every INA rack's ToR got a TASK per step per iteration.
+            let racks = if g == 2 { 2 } else { 1 };
+            assert_eq!(counter(&r, "tasks"), racks * g * it, "{prog}");
+        }
+    }
+}
+
+#[test]
+fn a_job_of_one_rack_is_summed_by_its_tor_alone() {
+    let r = simulate(&rina_spec(star(5, US), vec![rina_job(0, hosts(0..5), 10_000, 3, json!({}))]));
+    assert_exact(&r);
+    assert_eq!((host_counter(&r, "sr_hops"), host_counter(&r, "ag_hops")), (3, 0), "G = 1: one hop, to itself");
+    let packets = 10_000u64.div_ceil(62) * 3;
+    assert_eq!(counter(&r, "aggregated"), 5 * packets, "every member's DATA summed once");
+}
+
+#[test]
+fn loss_on_every_link_is_repaired_and_no_slot_is_held() {
+    for prog in [json!("tor"), json!({"names": ["leaf0"]})] {
+        let mut s = rina_spec(two_racks(prog.clone()), vec![rina_job(0, hosts(0..8), 40_000, 3, json!({"rto_ps": 50 * US, "repair_ps": 100 * US}))]);
+        let mut loss = vec![];
+        for l in 0..2 {
+            for h in 0..4 {
+                loss.push(json!({"a": format!("h{}", 4 * l + h), "b": format!("leaf{l}"), "prob": 0.01}));
+            }
+            for sp in 0..2 {
+                loss.push(json!({"a": format!("leaf{l}"), "b": format!("spine{sp}"), "prob": 0.01}));
+            }
+        }
+        s["network"]["link_loss"] = json!(loss);
+        let r = simulate(&s);
+        assert_exact(&r);
+        assert!(r.links.iter().map(|l| l.drops_loss).sum::<u64>() > 50, "{prog}: loss happened");
+        assert!(host_counter(&r, "retransmits") > 0, "{prog}");
+    }
+}
+
+#[test]
+fn two_jobs_share_the_tors_without_mixing() {
+    let even: Vec<String> = (0..8).step_by(2).map(|i| format!("h{i}")).collect();
+    let odd: Vec<String> = (1..8).step_by(2).map(|i| format!("h{i}")).collect();
+    let r = simulate(&rina_spec(two_racks(json!("tor")), vec![rina_job(0, even, 30_000, 2, json!({})), rina_job(1, odd, 30_000, 2, json!({}))]));
+    assert_exact(&r);
+    assert_eq!(host_counter(&r, "sr_hops"), 2 * (2 * 2 * 2), "each job: G = 2");
+}
+
+#[test]
+fn runs_are_deterministic() {
+    let run = || {
+        let mut s = rina_spec(two_racks(json!({"names": ["leaf0"]})), vec![rina_job(0, hosts(0..8), 20_000, 2, json!({"rto_ps": 50 * US}))]);
+        s["network"]["host_loss"] = json!([{"host": "h2", "prob": 0.02}]);
+        let mut r = simulate(&s);
+        r.wall_s = 0.0;
+        serde_json::to_string(&r).unwrap()
+    };
+    assert_eq!(run(), run());
+}
+
+#[test]
+fn bad_settings_name_the_field() {
+    for (ina, field) in [
+        (json!({"window_bytes": 10}), "ina.window_bytes"),
+        (json!({"slots": 2}), "ina.slots"),
+        (json!({"min_rack": 1}), "ina.min_rack"),
+        (json!({"rto_ps": 0}), "ina.rto_ps"),
+        (json!({"header_bytes": 3}), "ina.header_bytes"),
+        (json!({"agent": 1}), "ina.agent"),
+    ] {
+        let e = inalab_scheme::by_name("rina").unwrap().normalize(&json!({"scheme": "rina", "ina": ina})).unwrap_err();
+        assert_eq!(e.field, field, "{e}");
+    }
+}

@@ -1,0 +1,343 @@
+//! Rina's ToR program (Chen et al., ICNP 2024, §IV-B; `../shared/specs/rina.md` §1.2-1.4): the
+//! switch of an INA rack makes the rack one abstracted ring member.
+//!
+//! Per job it knows (control plane): the rack's members by port (member 0 is the agent), the
+//! next group's receiver, and a contiguous region of slots (no hashing, §V). In the data plane:
+//! - a TASK from the agent is copied as a PULL to every member;
+//! - a member's DATA is summed in slot `first + q mod len` of the job's region, `q` the
+//!   job-wide DATA index every member counts alike (a slot is tagged with it); when every
+//!   member is in, the sum goes to the next group's receiver as an AGG that looks as if the
+//!   agent sent it, so its ACK comes back through here;
+//! - that ACK frees the slot and is copied to every member (each member clocks its window);
+//! - a finished chunk (an AGG with FULL) or an AllGather packet addressed to the agent is
+//!   copied to every member of the rack, so the agent never relays inside its rack.
+//!
+//! Loss: a member's re-sent DATA that is already summed is dropped while the slot collects,
+//! answered with the AGG again once the slot is complete (the AGG or its ACK was lost), and
+//! with an ACK once the slot was freed or moved on (only the ACK copy to it was lost). A DATA
+//! whose slot still holds another live tag is dropped (`collisions`); the hosts' window keeps
+//! live tags less than a region apart, so it does not happen in a correct run.
+
+use inalab_core::wire::{Header, RinaHeader, RinaKind};
+use inalab_core::{Admission, AdmitError, Endpoint, Packet, Payload, PortId, SwitchAction, SwitchCtx, SwitchProgram, Time};
+use std::collections::BTreeMap;
+
+/// Values per packet: ATP's 62, so the INA schemes aggregate alike (spec §1.4, A11).
+pub const RINA_VALUES: usize = 62;
+/// Switch memory per slot: the values, the tag (q), req, step, chunk, seq, bitmap and state.
+pub const RINA_SLOT_BYTES: u64 = 4 * RINA_VALUES as u64 + 4 + 4 + 2 + 2 + 4 + 4 + 4;
+/// Members a rack can have: a slot's bitmap is 32 bits (a 32-port Tofino, §VI-A-2).
+pub const RINA_MAX_MEMBERS: usize = 32;
+
+/// Slots that fit in `memory_bytes`.
+pub fn rina_slots_for(memory_bytes: u64) -> u32 {
+    (memory_bytes / RINA_SLOT_BYTES).min(u32::MAX as u64) as u32
+}
+
+/// A job's state at its rack's ToR, as the scheme plans it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RinaSwitchJob {
+    /// The rack's members, by index: the port toward each and its endpoint. Member 0 is the
+    /// agent.
+    pub members: Vec<(PortId, Endpoint)>,
+    /// The next group's receiver (an agent or an autonomous worker), where AGGs go.
+    pub next: Endpoint,
+    /// The job's region of the slot array: `(first, len)`.
+    pub slots: (u32, u32),
+}
+
+#[derive(Debug)]
+struct Tenant {
+    members: Vec<(PortId, Endpoint)>,
+    /// By port: the member's index, or `u8::MAX`.
+    member_of: Vec<u8>,
+    all: u32,
+    next: Endpoint,
+    first: u32,
+    len: u32,
+}
+
+impl Tenant {
+    fn member(&self, port: PortId) -> Option<u8> {
+        self.member_of.get(port as usize).copied().filter(|&m| m != u8::MAX)
+    }
+    fn agent(&self) -> Endpoint {
+        self.members[0].1
+    }
+    fn is_agent(&self, pkt: &Packet) -> bool {
+        let a = self.agent();
+        pkt.dst == a.host && pkt.dst_port == a.port
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct Slot {
+    used: bool,
+    /// Claimed and not yet acknowledged by the next group.
+    live: bool,
+    q: u32,
+    bitmap: u32,
+    /// The AGG this slot sends: the header of its first DATA, made an AGG.
+    hdr: RinaHeader,
+    size: u32,
+    acc: Option<Vec<i32>>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Counters {
+    tasks: u64,
+    pulls: u64,
+    data: u64,
+    aggregated: u64,
+    aggs: u64,
+    acks_freed: u64,
+    ack_copies: u64,
+    reemitted: u64,
+    acks_answered: u64,
+    duplicates: u64,
+    collisions: u64,
+    multicast_copies: u64,
+    malformed: u64,
+}
+
+/// Rina's program for the ToRs of INA racks (any number of jobs, each with its own region).
+pub struct RinaSwitch {
+    slots: Vec<Slot>,
+    tenants: BTreeMap<u16, Tenant>,
+    c: Counters,
+}
+
+/// Whether `a` comes after `b` in the wrapping 32-bit space.
+fn after(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
+fn i32s(pkt: &Packet) -> Option<&[i32]> {
+    match pkt.payload.as_deref() {
+        Some(Payload::I32(v)) => Some(v),
+        _ => None,
+    }
+}
+
+impl RinaSwitch {
+    pub fn new(slots: u32) -> Self {
+        RinaSwitch { slots: vec![Slot::default(); slots as usize], tenants: BTreeMap::new(), c: Counters::default() }
+    }
+
+    /// A copy of `pkt` to every member of the rack, each addressed to it.
+    fn copy_to_members(&mut self, t: &Tenant, pkt: &Packet, out: &mut Vec<SwitchAction>) {
+        for &(port, ep) in &t.members {
+            let mut p = pkt.clone();
+            p.dst = ep.host;
+            p.dst_port = ep.port;
+            self.c.multicast_copies += 1;
+            out.push(SwitchAction::Forward { port, pkt: p });
+        }
+    }
+
+    /// The complete slot's sum, to the next group's receiver (or, when the next group is
+    /// this rack, a job of one group, to every member).
+    fn emit(&mut self, job: u16, k: usize, out: &mut Vec<SwitchAction>) {
+        let t = &self.tenants[&job];
+        let s = &self.slots[k];
+        let agent = t.agent();
+        let mut p = Packet::new(agent.host, agent.port, t.next.host, t.next.port, s.size, Header::Rina(s.hdr));
+        p.payload = s.acc.clone().map(|v| Box::new(Payload::I32(v)));
+        self.c.aggs += 1;
+        if t.members.iter().any(|&(_, ep)| ep == t.next) {
+            let t = self.tenants.remove(&job).expect("admitted");
+            self.copy_to_members(&t, &p, out);
+            self.tenants.insert(job, t);
+        } else {
+            out.push(SwitchAction::Route { pkt: p });
+        }
+    }
+
+    fn on_data(&mut self, job: u16, member: u8, h: RinaHeader, pkt: Packet, out: &mut Vec<SwitchAction>) {
+        self.c.data += 1;
+        let t = &self.tenants[&job];
+        let k = (t.first + h.slot % t.len) as usize;
+        let bit = 1u32 << member;
+        let all = t.all;
+        let s = &mut self.slots[k];
+        if s.used && s.q == h.slot {
+            if s.bitmap & bit != 0 {
+                if !s.live {
+                    // Freed: only this member's ACK copy was lost.
+                    return self.answer_with_ack(job, member, h, pkt, out);
+                }
+                if s.bitmap == all {
+                    // Complete and not acknowledged: the AGG or its ACK was lost.
+                    self.c.reemitted += 1;
+                    return self.emit(job, k, out);
+                }
+                self.c.duplicates += 1;
+                return out.push(SwitchAction::Drop { pkt, reason: "rina duplicate" });
+            }
+        } else if s.used && !after(h.slot, s.q) {
+            // An older tag than the slot's: the slot moved on, so that DATA was acknowledged.
+            return self.answer_with_ack(job, member, h, pkt, out);
+        } else if s.used && s.live {
+            self.c.collisions += 1;
+            return out.push(SwitchAction::Drop { pkt, reason: "rina slot busy" });
+        } else {
+            let mut hdr = h;
+            hdr.kind = RinaKind::Agg;
+            hdr.flags &= RinaHeader::FULL;
+            hdr.member = 0;
+            *s = Slot { used: true, live: true, q: h.slot, bitmap: 0, hdr, size: pkt.size, acc: None };
+        }
+        let values = i32s(&pkt);
+        match (&mut s.acc, values) {
+            (Some(acc), Some(v)) if acc.len() == v.len() => acc.iter_mut().zip(v).for_each(|(a, b)| *a = a.wrapping_add(*b)),
+            (None, v) if s.bitmap == 0 => s.acc = v.map(<[i32]>::to_vec),
+            (None, None) => {}
+            _ => {
+                self.c.malformed += 1;
+                return out.push(SwitchAction::Drop { pkt, reason: "rina values do not fit" });
+            }
+        }
+        s.bitmap |= bit;
+        self.c.aggregated += 1;
+        if s.bitmap == all {
+            self.emit(job, k, out);
+        }
+        out.push(SwitchAction::Drop { pkt, reason: "rina aggregated" });
+    }
+
+    /// An ACK for `h`'s DATA straight back to the member that sent it again.
+    fn answer_with_ack(&mut self, job: u16, member: u8, h: RinaHeader, pkt: Packet, out: &mut Vec<SwitchAction>) {
+        let t = &self.tenants[&job];
+        let (port, ep) = t.members[member as usize];
+        let agent = t.agent();
+        let hdr = RinaHeader { kind: RinaKind::Ack, flags: 0, member, count: 0, ..h };
+        let ack = Packet::new(agent.host, agent.port, ep.host, ep.port, ack_bytes(pkt.size, h.count), Header::Rina(hdr));
+        self.c.acks_answered += 1;
+        out.push(SwitchAction::Drop { pkt, reason: "rina already acknowledged" });
+        out.push(SwitchAction::Forward { port, pkt: ack });
+    }
+
+    /// The next group's ACK of one of this rack's AGGs: frees the slot, copied to every member.
+    fn on_ack(&mut self, job: u16, h: RinaHeader, pkt: Packet, out: &mut Vec<SwitchAction>) {
+        let t = self.tenants.remove(&job).expect("admitted");
+        let k = (t.first + h.slot % t.len) as usize;
+        let s = &mut self.slots[k];
+        if s.used && s.live && s.q == h.slot {
+            s.live = false;
+            // The values are not needed any more: only the tag answers late re-sends.
+            s.acc = None;
+            self.c.acks_freed += 1;
+        }
+        self.c.ack_copies += 1;
+        self.copy_to_members(&t, &pkt, out);
+        self.tenants.insert(job, t);
+    }
+}
+
+/// Bytes of a packet without values, from a packet of `size` bytes carrying `count` values.
+fn ack_bytes(size: u32, count: u16) -> u32 {
+    size.saturating_sub(4 * count as u32).max(64)
+}
+
+impl SwitchProgram for RinaSwitch {
+    fn on_packet(&mut self, _now: Time, ctx: &dyn SwitchCtx, in_port: PortId, pkt: Packet, out: &mut Vec<SwitchAction>) {
+        let Header::Rina(h) = pkt.header else {
+            return out.push(SwitchAction::Route { pkt });
+        };
+        let Some(t) = self.tenants.get(&h.job) else {
+            // Another rack's job, or one not admitted here: plain traffic.
+            return out.push(SwitchAction::Route { pkt });
+        };
+        let member = t.member(in_port);
+        match h.kind {
+            RinaKind::Task if member == Some(0) => {
+                self.c.tasks += 1;
+                self.c.pulls += t.members.len() as u64;
+                let t = self.tenants.remove(&h.job).expect("admitted");
+                let pull = Packet { header: Header::Rina(RinaHeader { kind: RinaKind::Pull, ..h }), ..pkt };
+                self.copy_to_members(&t, &pull, out);
+                self.tenants.insert(h.job, t);
+            }
+            RinaKind::Data => match member {
+                Some(m) if h.count as usize <= RINA_VALUES && i32s(&pkt).is_none_or(|v| v.len() == h.count as usize) => self.on_data(h.job, m, h, pkt, out),
+                _ => {
+                    self.c.malformed += 1;
+                    out.push(SwitchAction::Drop { pkt, reason: "rina data not from a member" });
+                }
+            },
+            // To the agent, or (a job of one rack, whose agent acknowledges its own ToR's AGG)
+            // to this switch.
+            RinaKind::Ack if t.is_agent(&pkt) || pkt.dst == ctx.node() => self.on_ack(h.job, h, pkt, out),
+            // A finished chunk or an AllGather packet for this rack: every member gets it.
+            RinaKind::Agg | RinaKind::Ag if t.is_agent(&pkt) && member.is_none() && (h.kind == RinaKind::Ag || h.has(RinaHeader::FULL)) && !h.has(RinaHeader::REPAIR) => {
+                let t = self.tenants.remove(&h.job).expect("admitted");
+                self.copy_to_members(&t, &pkt, out);
+                self.tenants.insert(h.job, t);
+            }
+            _ => out.push(SwitchAction::Route { pkt }),
+        }
+    }
+
+    fn admit(&mut self, job: u32, adm: Admission) -> Result<(), AdmitError> {
+        let j = adm.take::<RinaSwitchJob>("rina")?;
+        let id = u16::try_from(job).map_err(|_| AdmitError(format!("job id {job} does not fit Rina's 16-bit job (0..=65535)")))?;
+        let (first, len) = j.slots;
+        if len == 0 || first as u64 + len as u64 > self.slots.len() as u64 {
+            return Err(AdmitError(format!("slots {first}..{} are not within the {} slots of this switch", first as u64 + len as u64, self.slots.len())));
+        }
+        if j.members.len() < 2 || j.members.len() > RINA_MAX_MEMBERS {
+            return Err(AdmitError(format!("{} members; a Rina rack has 2..={RINA_MAX_MEMBERS}", j.members.len())));
+        }
+        let top = j.members.iter().map(|&(p, _)| p as usize).max().unwrap_or(0);
+        let mut member_of = vec![u8::MAX; top + 1];
+        for (m, &(p, _)) in j.members.iter().enumerate() {
+            if member_of[p as usize] != u8::MAX {
+                return Err(AdmitError(format!("port {p} is named for two members")));
+            }
+            member_of[p as usize] = m as u8;
+        }
+        let all = if j.members.len() == 32 { u32::MAX } else { (1u32 << j.members.len()) - 1 };
+        self.tenants.insert(id, Tenant { members: j.members, member_of, all, next: j.next, first, len });
+        Ok(())
+    }
+
+    fn release(&mut self, job: u32) -> u32 {
+        let Ok(id) = u16::try_from(job) else { return 0 };
+        let Some(t) = self.tenants.remove(&id) else { return 0 };
+        let region = &mut self.slots[t.first as usize..(t.first + t.len) as usize];
+        let live = region.iter().filter(|s| s.live).count() as u32;
+        region.iter_mut().for_each(|s| *s = Slot::default());
+        live
+    }
+
+    fn job_of(&self, pkt: &Packet) -> Option<u32> {
+        match pkt.header {
+            Header::Rina(h) => Some(h.job as u32),
+            _ => None,
+        }
+    }
+
+    fn aggregators_in_use(&self) -> u32 {
+        self.slots.iter().filter(|s| s.live).count() as u32
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let c = &self.c;
+        vec![
+            ("tasks", c.tasks),
+            ("pulls", c.pulls),
+            ("data", c.data),
+            ("aggregated", c.aggregated),
+            ("aggs", c.aggs),
+            ("acks_freed", c.acks_freed),
+            ("ack_copies", c.ack_copies),
+            ("reemitted", c.reemitted),
+            ("acks_answered", c.acks_answered),
+            ("duplicates", c.duplicates),
+            ("collisions", c.collisions),
+            ("multicast_copies", c.multicast_copies),
+            ("malformed", c.malformed),
+            ("slots_in_use", self.aggregators_in_use() as u64),
+        ]
+    }
+}
