@@ -150,17 +150,17 @@ impl Scheme for Rina {
         let mut plan = Plan::default();
         for (r, &h) in job.workers.iter().enumerate() {
             let host = RinaHost::new(cfg.clone(), eps[r]).map_err(|e| PlanError::new("workers", e.0))?;
-            let proto = Quantized::new(Box::new(host), self.quantization(&job.config), r, job.workers.len());
+            // Rina sums i32 only, with no overflow fallback: floats are converted around it.
+            let proto = Quantized::converting(Box::new(host), c.scale, r, job.workers.len());
             plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config: format!("{cfg:?} rank {r}") });
         }
         let gs = layout.len();
         for (g, (tor, ranks)) in layout.iter().enumerate() {
             let Some(tor) = *tor else { continue };
-            let mut members = vec![];
-            for &r in ranks {
-                let port = net.port_toward(tor, job.workers[r]).ok_or_else(|| PlanError::new("workers", format!("the port of {}'s switch {} toward it is not known here", net.name(job.workers[r]), net.name(tor))))?;
-                members.push((port, eps[r]));
-            }
+            // A driver that knows a switch's ports only at that switch (the UDP runtime plans
+            // once per switch and once per host) gets the admissions it can fill.
+            let Some(ports) = ranks.iter().map(|&r| net.port_toward(tor, job.workers[r])).collect::<Option<Vec<_>>>() else { continue };
+            let members = ports.into_iter().zip(ranks).map(|(p, &r)| (p, eps[r])).collect();
             let next: Endpoint = eps[layout[(g + 1) % gs].1[0]];
             let state = Admission::new(RinaSwitchJob { members, next, slots: (index * slice(tor), c.slots) });
             plan.admissions.push(SwitchAdmission { switch: tor, program: PROGRAM, state, field: "ina.slots" });
