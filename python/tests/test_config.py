@@ -339,7 +339,7 @@ def test_rina_takes_its_parameters_from_the_registry(star):
     star["jobs"] = [{"scheme": "rina", "allreduce": "64KiB", "workers": "h0..h7",
                      "ina": {"rto": "50us", "window": "30000B", "min_rack": 3}}]
     ina = load_scenario(star).to_spec()["jobs"][0]["ina"]
-    assert (ina["rto_ps"], ina["window_bytes"], ina["min_rack"], ina["slots"]) == (50_000_000, 30_000, 3, 256)
+    assert (ina["rto_ps"], ina["window_bytes"], ina["min_rack"], ina["slots"]) == (50_000_000, 30_000, 3, 1024)
     star["jobs"][0]["ina"] = {"min_rack": 1}
     e = error(star)
     assert e.field == "jobs[0].ina.min_rack" and "2..=32" in e.message, (e.field, e.message)

@@ -68,6 +68,14 @@ pub struct RinaConfig {
     /// A rack member that heard nothing of an unfinished allreduce for this long asks its
     /// agent for the AllGather packets it misses.
     pub repair_ps: Time,
+    /// Per-step cost of §III-A's dependency chain (eq. 1): each host waits `O +
+    /// max(0, sigma Z)` (Z standard normal) before its part of a ScatterReduce step (a member
+    /// before its DATA, an autonomous worker before its AGGs), so a step waits for the slowest.
+    /// Both 0 (the default): no wait.
+    pub step_overhead_ps: Time,
+    pub step_jitter_ps: Time,
+    /// Seeds this host's draws (the driver passes its run's seed mixed with the job and rank).
+    pub seed: u64,
 }
 
 impl RinaConfig {
@@ -270,10 +278,18 @@ pub struct RinaHost {
     early_pulls: BTreeSet<(u32, u16)>,
     /// Member: the next (request, step) to queue DATA for.
     next_pull: (u32, u16),
+    /// Member: when the next PULL's DATA may go (its step's wait, eq. 1).
+    pull_due: Option<Time>,
+    /// Autonomous: steps waiting out their step cost, by when they go.
+    delayed: BTreeSet<(Time, u32, u16)>,
+    rng: u64,
     /// Packets of requests not submitted yet (a faster group is an allreduce ahead), kept
     /// and handled at submission; the senders' windows bound them.
     early_packets: Vec<Packet>,
-    /// Agent: TASKs not yet seen come back as PULLs, with their resend time.
+    /// Agent: TASKs with no ACK for any of their packets yet, with their resend time. Only an
+    /// ACK shows every member got the PULL (a slot completes with every member's DATA); the
+    /// agent's own PULL coming back does not: a member that lost it held the step's slots
+    /// for ever (found under loss).
     tasks: BTreeMap<(u32, u16), (Time, Packet)>,
     sr: Flow<u32>,
     ag: Flow<AgKey>,
@@ -312,6 +328,9 @@ impl RinaHost {
             next_q: 0,
             early_pulls: BTreeSet::new(),
             next_pull: (0, 0),
+            pull_due: None,
+            delayed: BTreeSet::new(),
+            rng: inalab_core::splitmix64(cfg.seed ^ rank_endpoint.host as u64),
             early_packets: vec![],
             tasks: BTreeMap::new(),
             sr: Flow::new(full),
@@ -372,9 +391,35 @@ impl RinaHost {
         Endpoint { host: self.cfg.groups[self.g].tor.expect("an INA rack"), port: self.me.port }
     }
 
+    /// Eq. (1)'s per-step wait: `O + max(0, sigma Z)`.
+    fn step_wait(&mut self) -> Time {
+        let (o, sigma) = (self.cfg.step_overhead_ps, self.cfg.step_jitter_ps);
+        if sigma == 0 {
+            return o;
+        }
+        let mut uniform = || {
+            self.rng = inalab_core::splitmix64(self.rng);
+            ((self.rng >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+        };
+        // Box-Muller.
+        let z = (-2.0 * uniform().ln()).sqrt() * (std::f64::consts::TAU * uniform()).cos();
+        o + (sigma as f64 * z).max(0.0) as Time
+    }
+
     /// This host's part of ScatterReduce step `s` of request `r` is ready: an agent sends its
-    /// ToR a TASK, an autonomous worker queues its AGGs.
+    /// ToR a TASK, an autonomous worker queues its AGGs (after its step cost, eq. 1).
     fn start_step(&mut self, now: Time, r: usize, s: u16) {
+        if self.role == Role::Autonomous {
+            let wait = self.step_wait();
+            if wait > 0 {
+                self.delayed.insert((now + wait, r as u32, s));
+                return;
+            }
+        }
+        self.send_step(now, r, s);
+    }
+
+    fn send_step(&mut self, now: Time, r: usize, s: u16) {
         let c = self.chunk_at(s);
         let (a, b) = self.span(r, c);
         let n = packets_in(b - a);
@@ -422,9 +467,23 @@ impl RinaHost {
         }
     }
 
-    /// Queues the DATA of every PULL that is next in (request, step) order.
-    fn drain_pulls(&mut self) {
-        while (self.next_pull.0 as usize) < self.reqs.len() && self.early_pulls.remove(&self.next_pull) {
+    /// Queues the DATA of every PULL that is next in (request, step) order, each after its
+    /// step cost (eq. 1).
+    fn drain_pulls(&mut self, now: Time) {
+        while (self.next_pull.0 as usize) < self.reqs.len() && self.early_pulls.contains(&self.next_pull) {
+            let due = match self.pull_due {
+                Some(t) => t,
+                None => {
+                    let t = now + self.step_wait();
+                    self.pull_due = Some(t);
+                    t
+                }
+            };
+            if due > now {
+                return;
+            }
+            self.pull_due = None;
+            self.early_pulls.remove(&self.next_pull);
             let (r, s) = self.next_pull;
             self.on_pulled(r as usize, s);
             self.next_pull = if s as usize + 1 == self.groups() { (r + 1, 0) } else { (r, s + 1) };
@@ -595,7 +654,7 @@ impl HostProtocol for RinaHost {
         if self.role != Role::Member {
             self.start_step(now, r, 0);
         }
-        self.drain_pulls();
+        self.drain_pulls(now);
         let (now_due, later): (Vec<Packet>, Vec<Packet>) = std::mem::take(&mut self.early_packets).into_iter().partition(|p| matches!(p.header, Header::Rina(h) if h.req as usize == r));
         self.early_packets = later;
         for p in now_due {
@@ -619,11 +678,10 @@ impl HostProtocol for RinaHost {
         match h.kind {
             RinaKind::Pull if (h.step as usize) < self.groups() => {
                 self.c.pulls += 1;
-                self.tasks.remove(&(h.req, h.step));
                 // A repeated PULL (its TASK was sent again) is for a step already queued.
                 if (h.req, h.step) >= self.next_pull {
                     self.early_pulls.insert((h.req, h.step));
-                    self.drain_pulls();
+                    self.drain_pulls(now);
                 }
             }
             RinaKind::Ack => {
@@ -652,6 +710,16 @@ impl HostProtocol for RinaHost {
     }
 
     fn handle_timeout(&mut self, now: Time) {
+        while let Some(&(at, r, st)) = self.delayed.first() {
+            if at > now {
+                break;
+            }
+            self.delayed.pop_first();
+            self.send_step(now, r as usize, st);
+        }
+        if self.pull_due.is_some_and(|t| t <= now) {
+            self.drain_pulls(now);
+        }
         let mut resend = VecDeque::new();
         self.c.retransmits += self.sr.expire(now, &self.rtt, &mut resend);
         self.c.retransmits += self.ag.expire(now, &self.rtt, &mut resend);
@@ -691,7 +759,8 @@ impl HostProtocol for RinaHost {
     }
 
     fn poll_timeout(&self) -> Option<Time> {
-        [self.sr.next_deadline(), self.ag.next_deadline(), self.tasks.values().map(|(t, _)| *t).min(), self.repair_at].into_iter().flatten().min()
+        let delayed = self.delayed.first().map(|&(t, _, _)| t);
+        [self.sr.next_deadline(), self.ag.next_deadline(), self.tasks.values().map(|(t, _)| *t).min(), self.repair_at, delayed, self.pull_due].into_iter().flatten().min()
     }
 
     fn poll_event(&mut self) -> Option<HostEvent> {

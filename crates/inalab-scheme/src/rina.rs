@@ -32,12 +32,14 @@ pub struct RinaIna {
     pub rto_ps: u64,
     pub repair_ps: u64,
     pub min_rack: u32,
+    pub step_overhead_ps: u64,
+    pub step_jitter_ps: u64,
     pub scale: f64,
 }
 
 impl Default for RinaIna {
     fn default() -> Self {
-        RinaIna { header_bytes: 71, window_bytes: 60_000, slots: 256, rto_ps: MS, repair_ps: 2 * MS, min_rack: 2, scale: inalab_host::quant::ATP_SCALE }
+        RinaIna { header_bytes: 71, window_bytes: 256_000, slots: 1024, rto_ps: MS, repair_ps: 2 * MS, min_rack: 2, step_overhead_ps: 0, step_jitter_ps: 0, scale: inalab_host::quant::ATP_SCALE }
     }
 }
 
@@ -47,13 +49,15 @@ pub struct RinaParams {
     pub ina: RinaIna,
 }
 
-const PARAMS: [Param; 7] = [
+const PARAMS: [Param; 9] = [
     Param { name: "ina.header_bytes", default: "71", unit: "bytes", doc: "Bytes on the wire per Rina packet besides its 62 values: the 29-B Rina header (kind tag included) and 42 B of Ethernet, IP and UDP; a full packet is 319 B." },
-    Param { name: "ina.window_bytes", default: "60000", unit: "bytes", doc: "Rina's \"full speed\" window (§IV-C-1): ScatterReduce starts at it and never grows above it; AllGather starts at one packet and slow-starts up to it (the default is ATP's initial window, about one bandwidth-delay product of a 100 Gbps rack)." },
-    Param { name: "ina.slots", default: "256", unit: "slots", doc: "Slots of a Rina job's contiguous region at each INA ToR (at most the ToR's slots over the number of Rina jobs); a member's DATA in flight span fewer, so live tags never share a slot. At least the window in packets." },
+    Param { name: "ina.window_bytes", default: "256000", unit: "bytes", doc: "Rina's \"full speed\" window (§IV-C-1, spec: link rate x base RTT): ScatterReduce starts at it and never grows above it; AllGather starts at one packet and slow-starts up to it. The default is one bandwidth-delay product at 100 Gbps over a 20 us round trip (a 3-tier fat tree with 1 us links); ATP's 60,000 B capped a k=4 fat tree's ring at 16 Gbps." },
+    Param { name: "ina.slots", default: "1024", unit: "slots", doc: "Slots of a Rina job's contiguous region at each INA ToR (at most the ToR's slots over the number of Rina jobs); a member's DATA in flight span fewer, so live tags never share a slot. At least the window in packets." },
     Param { name: "ina.rto_ps", default: "1000000000", unit: "ps", doc: "Floor and initial value of a Rina host's retransmission timeout (RFC 6298 estimate above it, doubling per expiry of a packet up to 64 times; spec §1.7: 1 ms)." },
     Param { name: "ina.repair_ps", default: "2000000000", unit: "ps", doc: "A rack member that heard nothing of an unfinished allreduce for this long asks its agent again for the finished-chunk packets it misses (spec §1.3 item 5: 2 x RTO)." },
     Param { name: "ina.min_rack", default: "2", unit: "workers", doc: "Workers of the job an INA ToR needs to make its rack one abstracted ring member (spec A1: the paper says more than two, which would leave its own simulated fat-tree without Rina); racks with fewer run as autonomous ring members." },
+    Param { name: "ina.step_overhead_ps", default: "0", unit: "ps", doc: "O of the dependency chain (Rina §III-A, eq. 1): a fixed wait of every host before its part of each ScatterReduce step (a rack member before its DATA, an autonomous worker before its AGGs)." },
+    Param { name: "ina.step_jitter_ps", default: "0", unit: "ps", doc: "sigma of the dependency chain (eq. 1): each host also waits max(0, sigma Z), Z standard normal drawn per host and step from the run's seed, so a step waits for its slowest host." },
     Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the hosts' float32 values (switches and hosts sum int32): error at most workers / (2 scale) per value." },
 ];
 
@@ -146,6 +150,9 @@ impl Scheme for Rina {
             window_bytes: c.window_bytes,
             slots: c.slots,
             repair_ps: c.repair_ps,
+            step_overhead_ps: c.step_overhead_ps,
+            step_jitter_ps: c.step_jitter_ps,
+            seed: inalab_core::splitmix64(net.seed() ^ (job.id as u64) << 32),
         };
         let mut plan = Plan::default();
         for (r, &h) in job.workers.iter().enumerate() {

@@ -104,6 +104,8 @@ struct Counters {
 pub struct RinaSwitch {
     slots: Vec<Slot>,
     tenants: BTreeMap<u16, Tenant>,
+    /// Slots claimed and not yet acknowledged (kept, not counted: drivers ask per packet).
+    live: u32,
     c: Counters,
 }
 
@@ -121,7 +123,7 @@ fn i32s(pkt: &Packet) -> Option<&[i32]> {
 
 impl RinaSwitch {
     pub fn new(slots: u32) -> Self {
-        RinaSwitch { slots: vec![Slot::default(); slots as usize], tenants: BTreeMap::new(), c: Counters::default() }
+        RinaSwitch { slots: vec![Slot::default(); slots as usize], tenants: BTreeMap::new(), live: 0, c: Counters::default() }
     }
 
     /// A copy of `pkt` to every member of the rack, each addressed to it.
@@ -186,6 +188,7 @@ impl RinaSwitch {
             hdr.flags &= RinaHeader::FULL;
             hdr.member = 0;
             *s = Slot { used: true, live: true, q: h.slot, bitmap: 0, hdr, size: pkt.size, acc: None };
+            self.live += 1;
         }
         let values = i32s(&pkt);
         match (&mut s.acc, values) {
@@ -224,6 +227,7 @@ impl RinaSwitch {
         let s = &mut self.slots[k];
         if s.used && s.live && s.q == h.slot {
             s.live = false;
+            self.live -= 1;
             // The values are not needed any more: only the tag answers late re-sends.
             s.acc = None;
             self.c.acks_freed += 1;
@@ -306,6 +310,7 @@ impl SwitchProgram for RinaSwitch {
         let Some(t) = self.tenants.remove(&id) else { return 0 };
         let region = &mut self.slots[t.first as usize..(t.first + t.len) as usize];
         let live = region.iter().filter(|s| s.live).count() as u32;
+        self.live -= live;
         region.iter_mut().for_each(|s| *s = Slot::default());
         live
     }
@@ -318,7 +323,7 @@ impl SwitchProgram for RinaSwitch {
     }
 
     fn aggregators_in_use(&self) -> u32 {
-        self.slots.iter().filter(|s| s.live).count() as u32
+        self.live
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {

@@ -1,0 +1,41 @@
+"""Rina's packet-level reproductions at small scale: registered, scenarios valid, a scaled-down
+testbed and dependency chain end to end (the full runs are `inalab reproduce rina-*`)."""
+from __future__ import annotations
+
+from inalab.config import load_scenario
+from inalab.reproduce import REPRODUCTIONS
+from inalab.reproduce.rina_packet import (INCREMENTAL_TOPOLOGIES, RinaDependencyChain, RinaTestbed, incremental_points,
+                                         replacement_order, testbed_scenario)
+
+
+def test_every_rina_packet_reproduction_is_registered():
+    assert {"rina-testbed", "rina-incremental-packet", "rina-dependency-chain"} <= set(REPRODUCTIONS)
+
+
+def test_the_replacement_order_starts_with_the_tors_with_most_workers():
+    order, workers, ps, tors = replacement_order(INCREMENTAL_TOPOLOGIES["fat-tree-k4"])
+    assert (len(order), tors, ps, len(workers)) == (20, 8, "h0", 15)
+    assert all(s.startswith("edge") for s in order[:8]) and order[7] == "edge0_0", "the PS's ToR has 1 worker: last"
+    assert incremental_points(20, 8) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 15, 20]
+    for scheme in ("atp", "rina", "ring", "hierarchical"):
+        load_scenario(testbed_scenario(scheme, "1 of 2", "64KiB", 1))
+
+
+def test_a_small_testbed_shows_rina_ahead_of_atp_with_one_ina_tor(tmp_path):
+    rep = RinaTestbed(size="256KiB", iterations=1)
+    rows = rep.run(lambda _msg: None)
+    assert rows.finished.all()
+    t = rows.set_index(["ina", "scheme"])["goodput_gbps"]
+    assert t["1 of 2", "rina"] > 2 * t["1 of 2", "atp"], t
+    assert t["2 of 2", "atp"] > t["1 of 2", "atp"], "a second INA ToR helps ATP"
+    assert "sw0-sw1 link" in rep.explain(rows)
+    assert rep.plot(rows, tmp_path / "t.png").exists()
+
+
+def test_a_small_dependency_chain_makes_the_ring_pay_more_for_jitter(tmp_path):
+    rep = RinaDependencyChain(sizes=(8, 16), sigmas_us=(0.0, 20.0), size="64KiB")
+    rows = rep.run(lambda _msg: None)
+    j = rows[rows.sigma_us == 20.0].set_index(["scheme", "workers"])["jitter_cost_us"]
+    assert (j["ring", 8] > 0) and (j["ring", 16] > j["ring", 8]), j
+    assert j["ring", 16] > j["rina", 16], j
+    assert "eq. (1)" in rep.explain(rows)
