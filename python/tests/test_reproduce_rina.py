@@ -5,7 +5,8 @@ from __future__ import annotations
 from inalab.config import load_scenario
 from inalab.reproduce import REPRODUCTIONS
 from inalab.reproduce.rina_packet import (INCREMENTAL_TOPOLOGIES, RinaDependencyChain, RinaTestbed, incremental_points,
-                                         replacement_order, testbed_scenario)
+                                         replacement_order)
+from inalab.reproduce.rina_packet import testbed_scenario as make_testbed
 
 
 def test_every_rina_packet_reproduction_is_registered():
@@ -18,7 +19,7 @@ def test_the_replacement_order_starts_with_the_tors_with_most_workers():
     assert all(s.startswith("edge") for s in order[:8]) and order[7] == "edge0_0", "the PS's ToR has 1 worker: last"
     assert incremental_points(20, 8) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 15, 20]
     for scheme in ("atp", "rina", "ring", "hierarchical"):
-        load_scenario(testbed_scenario(scheme, "1 of 2", "64KiB", 1))
+        load_scenario(make_testbed(scheme, "1 of 2", "64KiB", 1))
 
 
 def test_a_small_testbed_shows_rina_ahead_of_atp_with_one_ina_tor(tmp_path):
@@ -26,7 +27,7 @@ def test_a_small_testbed_shows_rina_ahead_of_atp_with_one_ina_tor(tmp_path):
     rows = rep.run(lambda _msg: None)
     assert rows.finished.all()
     t = rows.set_index(["ina", "scheme"])["goodput_gbps"]
-    assert t["1 of 2", "rina"] > 2 * t["1 of 2", "atp"], t
+    assert t["1 of 2", "rina"] > 1.5 * t["1 of 2", "atp"], t
     assert t["2 of 2", "atp"] > t["1 of 2", "atp"], "a second INA ToR helps ATP"
     assert "sw0-sw1 link" in rep.explain(rows)
     assert rep.plot(rows, tmp_path / "t.png").exists()

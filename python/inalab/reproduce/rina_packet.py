@@ -292,7 +292,7 @@ register(RinaIncrementalPacket())
 def chain_scenario(scheme: str, n: int, sigma_us: float, size: str, overhead_us: float) -> dict:
     """N workers in racks of 4 on a leaf-spine; "rina": every ToR INA (G = N / 4), "ring": none
     (Rina's ring of N autonomous workers, 2N-1 hops per chunk)."""
-    topo = {"kind": "leaf_spine", "leaves": n // 4, "spines": 2, "hosts_per_leaf": 4, "link_rate": "100Gbps",
+    topo = {"kind": "leaf_spine", "leaves": n // 4, "spines": 2, "hosts_per_leaf": 4, "host_rate": "100Gbps", "fabric_rate": "100Gbps",
             "link_delay": "1us", "programmable": "tor" if scheme == "rina" else "none"}
     ina = {"step_overhead": f"{overhead_us}us", "step_jitter": f"{sigma_us}us"}
     job = {"name": scheme, "scheme": "rina", "allreduce": size, "iterations": 2, "workers": n, "ina": ina}
@@ -309,10 +309,11 @@ class RinaDependencyChain:
         self.ns, self.sigmas, self.size, self.overhead = list(sizes), list(sigmas_us), size, overhead_us
 
     def run(self, progress) -> pd.DataFrame:
-        runs = [({"scheme": s, "workers": n, "sigma_us": sg}, chain_scenario(s, n, sg, self.size, self.overhead))
+        # The job rows have their own `scheme` and `workers` (a count): the params are named apart.
+        runs = [({"chain": s, "n": n, "sigma_us": sg}, chain_scenario(s, n, sg, self.size, self.overhead))
                 for s in ("ring", "rina") for n in self.ns for sg in self.sigmas]
         df = simulate_all("rina-dependency-chain", runs, progress)
-        df = df[["scheme", "workers", "sigma_us", "mean_iteration_s"]].copy()
+        df = df[["chain", "n", "sigma_us", "mean_iteration_s"]].rename(columns={"chain": "scheme", "n": "workers"})
         df["iteration_us"] = df.pop("mean_iteration_s") * 1e6
         base = df[df.sigma_us == 0].set_index(["scheme", "workers"])["iteration_us"]
         df["jitter_cost_us"] = df["iteration_us"] - [base[s, n] for s, n in zip(df.scheme, df.workers)]
