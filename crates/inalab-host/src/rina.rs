@@ -37,8 +37,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 pub const RINA_PACKET_VALUES: usize = 62;
 /// A packet's timeout doubles per expiry up to this many times.
 const MAX_BACKOFFS: u32 = 6;
-/// Bytes on the wire of a packet without values (TASK, PULL, ACK, NACK).
-const CONTROL_BYTES: u32 = 64;
+/// Smallest frame on the wire (Ethernet's minimum).
+const MIN_FRAME_BYTES: u32 = 64;
 /// An agent keeps the results of this many requests back to repair its members' copies.
 const KEPT_RESULTS: usize = 64;
 
@@ -385,7 +385,8 @@ impl RinaHost {
         p
     }
     fn control(&self, h: RinaHeader, dst: Endpoint) -> Packet {
-        Packet::new(self.me.host, self.me.port, dst.host, dst.port, CONTROL_BYTES, Header::Rina(h))
+        // A packet without values (TASK, ACK, NACK) is its headers: the real frame's size.
+        Packet::new(self.me.host, self.me.port, dst.host, dst.port, self.cfg.header_bytes.max(MIN_FRAME_BYTES), Header::Rina(h))
     }
     fn tor(&self) -> Endpoint {
         Endpoint { host: self.cfg.groups[self.g].tor.expect("an INA rack"), port: self.me.port }
