@@ -79,16 +79,7 @@ fn a_job_of_one_rack_is_summed_by_its_tor_alone() {
 fn loss_on_every_link_is_repaired_and_no_slot_is_held() {
     for prog in [json!("tor"), json!({"names": ["leaf0"]})] {
         let mut s = rina_spec(two_racks(prog.clone()), vec![rina_job(0, hosts(0..8), 40_000, 3, json!({"rto_ps": 50 * US, "repair_ps": 100 * US}))]);
-        let mut loss = vec![];
-        for l in 0..2 {
-            for h in 0..4 {
-                loss.push(json!({"a": format!("h{}", 4 * l + h), "b": format!("leaf{l}"), "prob": 0.01}));
-            }
-            for sp in 0..2 {
-                loss.push(json!({"a": format!("leaf{l}"), "b": format!("spine{sp}"), "prob": 0.01}));
-            }
-        }
-        s["network"]["link_loss"] = json!(loss);
+        s["network"]["link_loss"] = loss_on_every_link(2, 2, 4, 0.01);
         let r = simulate(&s);
         assert_exact(&r);
         assert!(r.links.iter().map(|l| l.drops_loss).sum::<u64>() > 50, "{prog}: loss happened");

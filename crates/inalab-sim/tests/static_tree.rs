@@ -104,16 +104,7 @@ fn two_tenants_with_equal_sequence_numbers_never_mix() {
 #[test]
 fn loss_on_every_link_is_repaired_and_no_slot_is_held() {
     let mut s = tree_spec(leaf_spine_100g(4, 4, 4), vec![tree_job(0, hosts(0..16), 50_000, 3, json!({"trees": 4, "rtx_timeout_ps": 20 * US}))], 1024);
-    let mut loss = vec![];
-    for l in 0..4 {
-        for h in 0..4 {
-            loss.push(json!({"a": format!("h{}", 4 * l + h), "b": format!("leaf{l}"), "prob": 0.01}));
-        }
-        for sp in 0..4 {
-            loss.push(json!({"a": format!("leaf{l}"), "b": format!("spine{sp}"), "prob": 0.01}));
-        }
-    }
-    s["network"]["link_loss"] = json!(loss);
+    s["network"]["link_loss"] = loss_on_every_link(4, 4, 4, 0.01);
     let r = simulate(&s);
     assert_exact(&r);
     assert!(r.links.iter().map(|l| l.drops_loss).sum::<u64>() > 100);

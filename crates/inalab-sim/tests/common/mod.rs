@@ -83,3 +83,18 @@ pub fn leaf_spine_100g(leaves: u32, spines: u32, hosts_per_leaf: u32) -> Value {
     json!({"shape": {"kind": "leaf_spine", "leaves": leaves, "spines": spines, "hosts_per_leaf": hosts_per_leaf, "switch_ports": 64,
                      "host_rate_bps": G100, "fabric_rate_bps": G100, "link_delay_ps": US / 2}})
 }
+
+/// `prob` loss on every link of a leaf-spine built by `leaf_spine_100g` (host links and
+/// leaf-spine links), as `network.link_loss`.
+pub fn loss_on_every_link(leaves: u32, spines: u32, hosts_per_leaf: u32, prob: f64) -> Value {
+    let mut loss = vec![];
+    for l in 0..leaves {
+        for h in 0..hosts_per_leaf {
+            loss.push(json!({"a": format!("h{}", hosts_per_leaf * l + h), "b": format!("leaf{l}"), "prob": prob}));
+        }
+        for sp in 0..spines {
+            loss.push(json!({"a": format!("leaf{l}"), "b": format!("spine{sp}"), "prob": prob}));
+        }
+    }
+    json!(loss)
+}
