@@ -84,6 +84,8 @@ fn loss_on_every_link_is_repaired_and_no_slot_is_held() {
         assert_exact(&r);
         assert!(r.links.iter().map(|l| l.drops_loss).sum::<u64>() > 50, "{prog}: loss happened");
         assert!(host_counter(&r, "retransmits") > 0, "{prog}");
+        // Lost copies of finished chunks inside an INA rack were asked for again (spec F5).
+        assert!(host_counter(&r, "nacks") > 0 && host_counter(&r, "repairs") > 0, "{prog}");
     }
 }
 
@@ -139,4 +141,15 @@ fn step_jitter_costs_more_in_a_longer_chain() {
     // The ring's 8 steps per chunk wait for one host each (about O + 0.4 sigma); a rack's 2
     // wait for the slowest of 4 (about O + 1.03 sigma): measured +146 us against +107 us.
     assert!(ring1 - ring0 > 1.2 * (rina1 - rina0), "ring +{} s, rina +{} s", ring1 - ring0, rina1 - rina0);
+}
+
+#[test]
+fn an_ina_tor_with_one_of_the_jobs_workers_leaves_it_autonomous() {
+    // Spec F10: h0..h3 under leaf0, only h4 under leaf1: rack 0 is one group, h4 a ring member
+    // of its own (G = 2), and leaf1 never sees a TASK.
+    let r = simulate(&rina_spec(two_racks(json!("tor")), vec![rina_job(0, hosts(0..5), 20_000, 2, json!({}))]));
+    assert_exact(&r);
+    assert_eq!(host_counter(&r, "sr_hops"), 2 * 2 * 2);
+    let leaf1 = r.switches.iter().find(|s| s.name == "leaf1").unwrap();
+    assert_eq!(leaf1.counters.get("tasks").copied().unwrap_or(0), 0, "{:?}", leaf1.counters);
 }
