@@ -10,7 +10,7 @@ from inalab.reproduce.rina_packet import testbed_scenario as make_testbed
 
 
 def test_every_rina_packet_reproduction_is_registered():
-    assert {"rina-testbed", "rina-incremental-packet", "rina-dependency-chain"} <= set(REPRODUCTIONS)
+    assert {"rina-testbed", "rina-incremental-packet", "rina-dependency-chain", "rina-schemes"} <= set(REPRODUCTIONS)
 
 
 def test_the_replacement_order_starts_with_the_tors_with_most_workers():
@@ -40,3 +40,14 @@ def test_a_small_dependency_chain_makes_the_ring_pay_more_for_jitter(tmp_path):
     assert (j["ring", 8] > 0) and (j["ring", 16] > j["ring", 8]), j
     assert j["ring", 16] > j["rina", 16], j
     assert "eq. (1)" in rep.explain(rows)
+
+
+def test_fig10_scenarios_put_the_paper_s_ina_switches_in_place():
+    from inalab.reproduce.rina_packet import FIG10, fig10_scenario
+
+    for label in FIG10:
+        s = fig10_scenario(label, "64KiB")
+        load_scenario(s)
+        n = len(s["topology"]["programmable"])
+        assert n == {"atp-50%": 6, "rina-50%": 4, "atp-100%": 20, "rina-100%": 20}.get(label, 0), (label, n)
+        assert ("servers" in s["jobs"][0]) == label.startswith(("ps", "atp"))
