@@ -502,7 +502,8 @@ impl RinaHost {
             a.member = self.member;
             // In a job of one rack the AGG comes from this agent's own ToR on its behalf: the
             // ACK goes to that ToR.
-            let to = if pkt.src == self.me.host && pkt.src_port == self.me.port { self.tor() } else { Endpoint { host: pkt.src, port: pkt.src_port } };
+            let from_me = pkt.src == self.me.host && pkt.src_port == self.me.port;
+            let to = if from_me && self.role == Role::Agent { self.tor() } else { Endpoint { host: pkt.src, port: pkt.src_port } };
             self.ctrl.push_back(self.control(a, to));
         }
         let full = h.has(RinaHeader::FULL);
@@ -514,8 +515,16 @@ impl RinaHost {
             return;
         }
         let c = h.chunk;
-        let (a, _) = self.span(r, c);
-        let n = packets_in(self.span(r, c).1 - a);
+        let (a, end) = self.span(r, c);
+        let n = packets_in(end - a);
+        let at = a + h.seq as usize * RINA_PACKET_VALUES;
+        // A payload that does not fill exactly its packet's place is forged: dropped before the
+        // packet is marked, so the genuine one still counts.
+        let expected = (at + RINA_PACKET_VALUES).min(end).saturating_sub(at);
+        if matches!(pkt.payload.as_deref(), Some(Payload::I32(v)) if v.len() != expected) {
+            self.c.malformed += 1;
+            return;
+        }
         let got = self.reqs[r].partial.entry(c).or_insert_with(|| Got::new(n));
         if !got.mark(h.seq) {
             self.c.duplicates += 1;
@@ -523,7 +532,6 @@ impl RinaHost {
         }
         let done = got.done();
         if let (Some(w), Some(Payload::I32(v))) = (&mut self.reqs[r].work, pkt.payload.as_deref()) {
-            let at = a + h.seq as usize * RINA_PACKET_VALUES;
             w[at..at + v.len()].iter_mut().zip(v).for_each(|(x, y)| *x = x.wrapping_add(*y));
         }
         if done {
@@ -538,6 +546,12 @@ impl RinaHost {
         let (a, b) = self.span(r, h.chunk);
         let q = &mut self.reqs[r];
         q.last_heard = now;
+        let at = a + h.seq as usize * RINA_PACKET_VALUES;
+        let expected = (at + RINA_PACKET_VALUES).min(b).saturating_sub(at);
+        if matches!(pkt.payload.as_deref(), Some(Payload::I32(v)) if v.len() != expected) {
+            self.c.malformed += 1;
+            return;
+        }
         let Some(got) = q.full.get_mut(h.chunk as usize) else {
             self.c.malformed += 1;
             return;
@@ -546,11 +560,8 @@ impl RinaHost {
             self.c.duplicates += 1;
             return;
         }
-        let at = a + h.seq as usize * RINA_PACKET_VALUES;
         if let (Some(res), Some(Payload::I32(v))) = (&mut q.result, pkt.payload.as_deref()) {
-            if at + v.len() <= b {
-                res[at..at + v.len()].copy_from_slice(v);
-            }
+            res[at..at + v.len()].copy_from_slice(v);
         }
         if got.done() {
             q.chunks_left -= 1;
@@ -677,7 +688,7 @@ impl HostProtocol for RinaHost {
             self.reqs[r].last_heard = now;
         }
         match h.kind {
-            RinaKind::Pull if (h.step as usize) < self.groups() => {
+            RinaKind::Pull if (h.step as usize) < self.groups() && self.role != Role::Autonomous => {
                 self.c.pulls += 1;
                 // A repeated PULL (its TASK was sent again) is for a step already queued.
                 if (h.req, h.step) >= self.next_pull {
@@ -791,5 +802,68 @@ impl HostProtocol for RinaHost {
             ("chunks_missing", self.reqs.iter().map(|q| q.chunks_left as u64).sum()),
             ("malformed", c.malformed),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use inalab_core::TensorAttrs;
+
+    fn cfg() -> RinaConfig {
+        let ep = |h| Endpoint { host: h, port: 1 };
+        RinaConfig {
+            job: 3,
+            groups: vec![RinaGroup { members: vec![ep(0), ep(1)], tor: Some(10) }, RinaGroup { members: vec![ep(2)], tor: None }],
+            header_bytes: 71,
+            rto_ps: 1_000_000,
+            window_bytes: 60_000,
+            slots: 256,
+            repair_ps: 2_000_000,
+            step_overhead_ps: 0,
+            step_jitter_ps: 0,
+            seed: 1,
+        }
+    }
+
+    /// Forged and garbled packets of every kind reach every role: each is counted or used,
+    /// never a panic.
+    #[test]
+    fn hostile_packets_never_panic() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x = inalab_core::splitmix64(x);
+            x
+        };
+        for me in [0, 1, 2] {
+            let mut host = RinaHost::new(cfg(), Endpoint { host: me, port: 1 }).unwrap();
+            host.submit(0, AppRequest::Allreduce { id: 1, bytes: 4000, data: Some(Payload::I32(vec![1; 1000])), attrs: TensorAttrs::default() });
+            for t in 1..20_000u64 {
+                let r = next();
+                let h = RinaHeader {
+                    kind: RinaKind::ALL[(r % 8) as usize],
+                    flags: (r >> 3) as u8 & 0x0F,
+                    member: (r >> 7) as u8 % 3,
+                    hop: (r >> 9) as u8 % 4,
+                    job: if r >> 11 & 7 == 0 { 4 } else { 3 },
+                    step: (r >> 14) as u16 % 4,
+                    chunk: (r >> 16) as u16 % 4,
+                    count: (r >> 18) as u16 % 70,
+                    req: (r >> 25) as u32 % 3,
+                    seq: if r >> 27 & 1 == 0 { (r >> 28) as u32 % 12 } else { (r >> 28) as u32 },
+                    slot: (r >> 32) as u32 % 600,
+                    arg: (r >> 40) as u32 % 30,
+                };
+                let mut p = Packet::new((r >> 44) as u32 % 12, 1, me, 1, 300, Header::Rina(h));
+                let len = (next() % 80) as usize;
+                p.payload = (next() % 4 != 0).then(|| Box::new(Payload::I32(vec![7; len])));
+                host.handle_packet(t * 1000, p);
+                if t % 97 == 0 {
+                    host.handle_timeout(t * 1000);
+                }
+                while host.poll_transmit(t * 1000).is_some() {}
+            }
+            assert!(host.counters().iter().any(|&(n, v)| n == "malformed" && v > 0));
+        }
     }
 }

@@ -46,7 +46,7 @@ pub enum RinaKind {
 }
 
 impl RinaKind {
-    pub(crate) const ALL: [RinaKind; 8] =
+    pub const ALL: [RinaKind; 8] =
         [RinaKind::Task, RinaKind::Pull, RinaKind::Data, RinaKind::Agg, RinaKind::Ack, RinaKind::Ag, RinaKind::AgAck, RinaKind::Nack];
 }
 
