@@ -9,6 +9,7 @@ everywhere.
 """
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -44,8 +45,10 @@ BYTES_TOLERANCE = 0.02   # every link carries what the simulator charges it, to 
 
 
 def ours() -> list[str]:
+    """This test process's namespaces (`inaem<pid>-<node>`): another emulation running on the
+    machine at the same time (another checkout's tests) has its own."""
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
-    return [n for n in out if n.startswith(fabric.PREFIX)]
+    return [n for n in out if n.startswith(f"{fabric.PREFIX}{os.getpid()}-")]
 
 
 @pytest.fixture
