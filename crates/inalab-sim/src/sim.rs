@@ -1,18 +1,21 @@
 //! The simulation world: nodes, ports, packets in flight, and the event loop that feeds the
 //! sans-IO protocols their inputs and carries out their outputs.
 
+mod pfc;
+
 use crate::events::{Ev, EventQueue};
 use crate::failures::{Failure, Liveness, Target, Why};
 use crate::network::{Enqueued, PortState};
 use crate::result::Conservation;
 use crate::setup::host_named;
-use crate::spec::{Routing, SimSpec};
+use crate::spec::{FlowControl, Routing, SimSpec};
 use crate::workload::Workloads;
 use crate::wires::Wires;
 use crate::world::{Call, Owner, World};
 use crate::{Progress, SimError};
 use inalab_core::{AppRequest, HostEvent, HostProtocol, NodeId, Packet, PortId, Programs, SwitchAction, SwitchCtx, SwitchProgram, Time, NO_PATH};
 use inalab_topo::{ecmp_pick, Routes, Topology};
+use pfc::{Pfc, NO_INGRESS};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use std::time::Instant;
@@ -121,6 +124,8 @@ pub struct Sim {
     port_base: Vec<u32>,
     pub(crate) ports: Vec<PortState>,
     wires: Wires,
+    /// Lossless mode's state (`network.flow_control = "pfc"`); `None`: drop-tail.
+    pfc: Option<Box<Pfc>>,
     pub(crate) switches: Vec<SwitchState>,
     pub(crate) hosts: Vec<HostState>,
     rng: Xoshiro256PlusPlus,
@@ -148,6 +153,10 @@ struct Ctx<'a> {
     node: NodeId,
     now: Time,
     ports: &'a [PortState],
+    /// Under PFC the packets waiting at a port are not in `ports`' backlog; `base` is the
+    /// node's first global port.
+    pfc: Option<&'a Pfc>,
+    base: usize,
     topo: &'a Topology,
     routes: &'a Routes,
     live: &'a Liveness,
@@ -161,7 +170,11 @@ impl SwitchCtx for Ctx<'_> {
         self.ports.len()
     }
     fn queue_bytes(&self, port: PortId) -> u64 {
-        self.ports[port as usize].backlog(self.now)
+        let in_service = self.ports[port as usize].backlog(self.now);
+        match self.pfc {
+            Some(pfc) => in_service + pfc.waiting(self.base + port as usize),
+            None => in_service,
+        }
     }
     fn peer(&self, port: PortId) -> NodeId {
         self.ports[port as usize].peer
@@ -275,6 +288,19 @@ impl Sim {
             // Memory budgets are read when INA programs are installed (workload setup).
             switch_id(format!("network.switch_memory[{i}].switch"), &sm.switch)?;
         }
+        let pfc = match net.flow_control {
+            FlowControl::DropTail => None,
+            FlowControl::Pfc { xoff_bytes, xon_bytes } => {
+                if xoff_bytes == 0 {
+                    return Err(SimError::new("network.flow_control.xoff_bytes", "must be a positive size"));
+                }
+                if xon_bytes > xoff_bytes {
+                    return Err(SimError::new("network.flow_control.xon_bytes", format!("must be at most xoff_bytes ({xoff_bytes} B), got {xon_bytes} B")));
+                }
+                let node_of_port = topo.nodes.iter().enumerate().flat_map(|(n, node)| std::iter::repeat_n(n as NodeId, node.ports.len())).collect();
+                Some(Box::new(Pfc::new(xoff_bytes, xon_bytes, node_of_port)))
+            }
+        };
         let failures = crate::failures::resolve(&spec.failures, &topo)?;
         let live = Liveness::new(&topo, ports.len(), !failures.is_empty());
         let mut sim = Sim {
@@ -294,6 +320,7 @@ impl Sim {
             ecn_threshold: net.ecn_threshold_bytes,
             port_base,
             wires: Wires::new(ports.len()),
+            pfc,
             ports,
             switches,
             hosts,
@@ -384,6 +411,9 @@ impl Sim {
                 self.hosts[host as usize].nic_busy = false;
                 self.try_transmit(host);
             }
+            Ev::TxDone { port } => self.pfc_tx_done(port as usize),
+            Ev::PortReady { port } => self.pfc_port_ready(port as usize),
+            Ev::Pause { port, gen, on } => self.pfc_frame(port as usize, gen, on),
             Ev::Local { host } => {
                 while let Some(pkt) = self.hosts[host as usize].local.pop_front() {
                     self.cons.delivered_packets += 1;
@@ -410,9 +440,9 @@ impl Sim {
                 let mut out = std::mem::take(&mut self.actions);
                 let base = self.port_base[switch as usize] as usize;
                 let n = self.topo.nodes[switch as usize].ports.len();
-                let ctx = Ctx { node: switch, now: self.now, ports: &self.ports[base..base + n], topo: &self.topo, routes: &self.routes, live: &self.live };
+                let ctx = Ctx { node: switch, now: self.now, ports: &self.ports[base..base + n], pfc: self.pfc.as_deref(), base, topo: &self.topo, routes: &self.routes, live: &self.live };
                 self.switches[si].active().on_timer(self.now, &ctx, token, &mut out);
-                self.apply_actions(switch, self.now, 0, &mut out);
+                self.apply_actions(switch, self.now, 0, NO_INGRESS, &mut out);
                 self.actions = out;
             }
             Ev::Fail { idx } => self.set_failed(idx as usize, true),
@@ -462,6 +492,9 @@ impl Sim {
             }
         }
         self.live.recompute(&self.topo, &self.routes, &self.port_base);
+        if down && self.pfc.is_some() {
+            self.pfc_failed(target);
+        }
     }
 
     /// A failing switch loses its INA programs' state: it gets fresh programs (empty soft
@@ -627,6 +660,10 @@ impl Sim {
             if h.nic_busy || h.eps.is_empty() {
                 return;
             }
+            // A paused NIC takes no packet; the RESUME calls here again.
+            if self.pfc.as_ref().is_some_and(|p| p.paused(self.port_base[host as usize] as usize)) {
+                return;
+            }
             let n = h.eps.len();
             let mut got = None;
             for k in 0..n {
@@ -735,7 +772,7 @@ impl Sim {
         let in_size = pkt.size as i64;
         let mut out = std::mem::take(&mut self.actions);
         let n = self.topo.nodes[node as usize].ports.len();
-        let ctx = Ctx { node, now: self.now, ports: &self.ports[base..base + n], topo: &self.topo, routes: &self.routes, live: &self.live };
+        let ctx = Ctx { node, now: self.now, ports: &self.ports[base..base + n], pfc: self.pfc.as_deref(), base, topo: &self.topo, routes: &self.routes, live: &self.live };
         let sw = &mut self.switches[si];
         sw.active().on_packet(self.now, &ctx, in_port, pkt, &mut out);
         if self.topo.nodes[node as usize].programmable {
@@ -747,13 +784,14 @@ impl Sim {
                 _ => sw.agg_series.push((bin, used)),
             }
         }
-        self.apply_actions(node, ready, in_size, &mut out);
+        self.apply_actions(node, ready, in_size, (base + in_port as usize) as u32, &mut out);
         self.actions = out;
     }
 
     /// Carries out a program's actions. `in_size` is the size of the packet the program
-    /// consumed (0 for timers), for byte conservation.
-    fn apply_actions(&mut self, node: NodeId, ready: Time, in_size: i64, out: &mut Vec<SwitchAction>) {
+    /// consumed (0 for timers), for byte conservation; `from` the global port it came in
+    /// through (`NO_INGRESS` for timers), which PFC charges for what the program sends.
+    fn apply_actions(&mut self, node: NodeId, ready: Time, in_size: i64, from: u32, out: &mut Vec<SwitchAction>) {
         let si = (node - self.topo.hosts) as usize;
         let mut outs: i64 = 0;
         let mut out_bytes: i64 = 0;
@@ -762,13 +800,13 @@ impl Sim {
                 SwitchAction::Forward { port, pkt } => {
                     outs += 1;
                     out_bytes += pkt.size as i64;
-                    self.egress(node, port, pkt, ready);
+                    self.egress(node, port, pkt, ready, from);
                 }
                 SwitchAction::Route { pkt } => {
                     outs += 1;
                     out_bytes += pkt.size as i64;
                     match self.route(node, &pkt) {
-                        Some(port) => self.egress(node, port, pkt, ready),
+                        Some(port) => self.egress(node, port, pkt, ready, from),
                         None => {
                             self.switches[si].drops_no_route += 1;
                             self.dropped(&pkt);
@@ -781,9 +819,9 @@ impl Sim {
                     out_bytes += (pkt.size as i64) * k as i64;
                     if let Some((&last, rest)) = ports.split_last() {
                         for &p in rest {
-                            self.egress(node, p, pkt.clone(), ready);
+                            self.egress(node, p, pkt.clone(), ready, from);
                         }
-                        self.egress(node, last, pkt, ready);
+                        self.egress(node, last, pkt, ready, from);
                     }
                 }
                 SwitchAction::Drop { pkt, .. } => {
@@ -836,7 +874,7 @@ impl Sim {
         match self.routing {
             Routing::Ecmp => Some(default),
             Routing::Adaptive { threshold } => {
-                let q = |p: PortId| self.ports[base + p as usize].backlog(self.now);
+                let q = |p: PortId| self.queue_bytes(base + p as usize);
                 if (q(default) as f64) <= threshold * self.buffer as f64 {
                     Some(default)
                 } else {
@@ -846,8 +884,21 @@ impl Sim {
         }
     }
 
-    fn egress(&mut self, node: NodeId, port: PortId, mut pkt: Packet, ready: Time) {
+    /// Bytes queued at global port `pi`, the packet in service included.
+    #[inline]
+    fn queue_bytes(&self, pi: usize) -> u64 {
+        let in_service = self.ports[pi].backlog(self.now);
+        match &self.pfc {
+            Some(pfc) => in_service + pfc.waiting(pi),
+            None => in_service,
+        }
+    }
+
+    fn egress(&mut self, node: NodeId, port: PortId, mut pkt: Packet, ready: Time, from: u32) {
         let pi = (self.port_base[node as usize] + port as u32) as usize;
+        if self.pfc.is_some() {
+            return self.pfc_egress(pi, pkt, ready, from);
+        }
         let down = self.live.link_is_down(self.ports[pi].link);
         let lost = !down && self.draw(self.ports[pi].loss);
         match self.ports[pi].enqueue(self.now, ready, pkt.size, Some(self.buffer), self.ecn_threshold, lost, self.bin) {
@@ -891,10 +942,15 @@ impl Sim {
         self.q.push(at, ev);
     }
 
-    /// Packets and bytes on wires (serializing or propagating) or between local endpoints.
+    /// Packets and bytes on wires (serializing or propagating), waiting in PFC queues, or
+    /// between local endpoints.
     pub(crate) fn in_flight(&self) -> (u64, u64) {
-        let wires = self.wires.in_flight();
-        self.hosts.iter().flat_map(|h| &h.local).fold(wires, |(n, b), p| (n + 1, b + p.size as u64))
+        let (mut n, mut b) = self.wires.in_flight();
+        if let Some(pfc) = &self.pfc {
+            let (qn, qb) = pfc.in_flight();
+            (n, b) = (n + qn, b + qb);
+        }
+        self.hosts.iter().flat_map(|h| &h.local).fold((n, b), |(n, b), p| (n + 1, b + p.size as u64))
     }
 }
 
