@@ -817,7 +817,9 @@ impl Sim {
                     let k = ports.len();
                     outs += k as i64;
                     out_bytes += (pkt.size as i64) * k as i64;
-                    if let Some((&last, rest)) = ports.split_last() {
+                    if self.pfc.is_some() {
+                        self.pfc_multicast(node, &ports, pkt, ready, from);
+                    } else if let Some((&last, rest)) = ports.split_last() {
                         for &p in rest {
                             self.egress(node, p, pkt.clone(), ready, from);
                         }

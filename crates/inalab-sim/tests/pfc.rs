@@ -140,6 +140,43 @@ fn programs_see_the_packets_waiting_behind_a_port() {
     assert!(seen <= link(&r, "s0", "h0").max_queue_bytes);
 }
 
+/// Sends what comes in from h1 to both h0 and h4; routes the rest.
+struct Mirror;
+
+impl SwitchProgram for Mirror {
+    fn on_packet(&mut self, _now: Time, _ctx: &dyn SwitchCtx, in_port: PortId, pkt: Packet, out: &mut Vec<SwitchAction>) {
+        out.push(match in_port {
+            1 => SwitchAction::Multicast { ports: vec![0, 4], pkt },
+            _ => SwitchAction::Route { pkt },
+        });
+    }
+}
+
+#[test]
+fn a_multicast_is_charged_once_until_its_last_copy_left() {
+    // h1's packets go to h0 and h4, each port shared with one other sender (h2 -> h0,
+    // h3 -> h4). Charged once, h1 holds its xoff across both queues and every sender gets
+    // half a port (50 Gbps); charged per copy, h1 would be paused at half that and get a
+    // third, h2 and h3 two thirds.
+    let flows = vec![flow(1, 0, FLOW), flow(2, 0, FLOW), flow(3, 4, FLOW)];
+    let mut s = pfc(spec(star(5, US), vec![], flows));
+    s["linger_ps"] = json!(10 * US);
+    let spec = inalab_sim::parse_spec(&s.to_string()).unwrap();
+    let mut sim = inalab_sim::Sim::new(&spec).unwrap();
+    let s0: NodeId = sim.topology().find("s0").unwrap();
+    sim.set_program(s0, Box::new(Mirror));
+    sim.run(None);
+    let r = sim.finish();
+    check_invariants(&r);
+    assert_eq!(r.stopped_by, "completed");
+    for f in &r.flows {
+        let gbps = f.bytes_received as f64 * 8.0 / (f.last_rx_s - f.first_rx_s) / 1e9;
+        assert!((gbps - 50.0).abs() < 2.0, "flow {} got {gbps:.1} Gbps", f.id);
+    }
+    assert_eq!(r.hosts.iter().find(|h| h.name == "h4").unwrap().rx_packets, 2 * 667, "h4 got every copy and h3's flow");
+    assert!(link(&r, "h1", "s0").pfc_max_ingress_bytes.unwrap() <= ingress_bound(US));
+}
+
 /// Two leaves of four hosts under one spine: h1-h3 (local) and h4-h6 (through the spine) send
 /// 4 MB each to h0, and the victim h7 sends 1 MB to h1, whose own link is nearly idle. Returns
 /// the victim's rate in Gbps.

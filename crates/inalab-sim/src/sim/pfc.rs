@@ -2,8 +2,10 @@
 //!
 //! The model. A switch counts, per ingress port, the bytes that came in through that port and
 //! are still at the switch (waiting in an egress queue or being sent). A packet a program emits
-//! is charged to the port of the packet it was handling, each multicast copy in full; a packet
-//! a timer emits is charged to none. When a port's count exceeds `xoff` the switch sends PAUSE
+//! is charged to the port of the packet it was handling; a packet a timer emits to none. A
+//! multicast is charged once, until its last copy has left, as a shared buffer stores it once
+//! (charging every copy in full paused a static tree's root at every broadcast: one tree's
+//! goodput halved on the 64-host Canary case). When a port's count exceeds `xoff` the switch sends PAUSE
 //! to the node at the other end of that port's link, and RESUME once the count is back to `xon`.
 //! A frame takes effect one link delay after it is sent (its own serialization and its wait
 //! behind the packet on the reverse link are not modelled); a paused port finishes the packet
@@ -26,31 +28,53 @@ use super::Sim;
 use crate::events::Ev;
 use crate::failures::{Target, Why};
 use crate::wires::Fifos;
-use inalab_core::{NodeId, Packet, Time};
+use inalab_core::{NodeId, Packet, PortId, Time};
 
 /// The ingress port of a packet a switch made itself (a timer's): charged to no port.
 pub(super) const NO_INGRESS: u32 = u32::MAX;
+
+/// What a queued packet's bytes are charged to.
+#[derive(Debug, Clone, Copy)]
+enum Charge {
+    /// A packet a timer made.
+    None,
+    /// Ingress port (global index).
+    Port(u32),
+    /// One copy of a multicast: index into `Pfc::shared`.
+    Shared(u32),
+}
+
+/// A multicast's one charge: released when the last of its copies has left.
+#[derive(Debug, Clone, Copy)]
+struct SharedCharge {
+    from: u32,
+    size: u32,
+    copies_left: u32,
+}
 
 /// PFC state of every port (global port index), and the switch ports' queues.
 pub(crate) struct Pfc {
     xoff: u64,
     xon: u64,
-    /// Packets waiting at each switch egress port: (time it may start, ingress port, packet).
-    queues: Fifos<u32>,
+    /// Packets waiting at each switch egress port: (time it may start, charge, packet).
+    queues: Fifos<Charge>,
     ports: Vec<PfcPort>,
+    /// Multicasts with copies still at their switch; freed slots are reused.
+    shared: Vec<SharedCharge>,
+    free_shared: Vec<u32>,
     /// The node each port belongs to.
     node_of_port: Vec<NodeId>,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct PfcPort {
     // ---- as an egress port
     /// A switch port serializing a packet (host NICs use `HostState::nic_busy`).
     busy: bool,
     /// A `PortReady` is queued for the head packet.
     ready_pending: bool,
-    /// (size, ingress port) of the packet in service.
-    serving: (u32, u32),
+    /// (size, charge) of the packet in service.
+    serving: (u32, Charge),
     /// Paused by the node at the far end of the link.
     paused: bool,
     paused_since: Time,
@@ -82,7 +106,21 @@ pub(crate) struct LinkPfc {
 impl Pfc {
     pub fn new(xoff: u64, xon: u64, node_of_port: Vec<NodeId>) -> Self {
         let n = node_of_port.len();
-        Pfc { xoff, xon, queues: Fifos::new(n), ports: vec![PfcPort::default(); n], node_of_port }
+        let port = PfcPort {
+            busy: false,
+            ready_pending: false,
+            serving: (0, Charge::None),
+            paused: false,
+            paused_since: 0,
+            paused_ps: 0,
+            pauses: 0,
+            in_bytes: 0,
+            max_in_bytes: 0,
+            pausing: false,
+            pauses_sent: 0,
+            gen: 0,
+        };
+        Pfc { xoff, xon, queues: Fifos::new(n), ports: vec![port; n], shared: vec![], free_shared: vec![], node_of_port }
     }
 
     /// Bytes waiting at port `pi`, not counting the packet in service.
@@ -115,26 +153,67 @@ impl Sim {
         self.pfc.as_mut().expect("PFC mode")
     }
 
-    /// `egress` under PFC: queues a packet that arrived through global port `from` (or
-    /// `NO_INGRESS`) at switch port `pi`, charges its ingress port, and starts the port if it can.
-    pub(super) fn pfc_egress(&mut self, pi: usize, mut pkt: Packet, ready: Time, from: u32) {
+    /// `egress` under PFC: charges a packet that arrived through global port `from` (or
+    /// `NO_INGRESS`) to that port and queues it at switch port `pi`.
+    pub(super) fn pfc_egress(&mut self, pi: usize, pkt: Packet, ready: Time, from: u32) {
+        let charge = if from == NO_INGRESS { Charge::None } else { Charge::Port(from) };
+        self.pfc_charge(from, pkt.size);
+        self.pfc_enqueue(pi, pkt, ready, charge);
+    }
+
+    /// A multicast under PFC: one charge for all its copies, one copy queued per port.
+    pub(super) fn pfc_multicast(&mut self, node: NodeId, ports: &[PortId], pkt: Packet, ready: Time, from: u32) {
+        let base = self.port_base[node as usize] as usize;
+        if from == NO_INGRESS || ports.len() < 2 {
+            for &p in ports {
+                self.pfc_egress(base + p as usize, pkt.clone(), ready, from);
+            }
+            return;
+        }
+        self.pfc_charge(from, pkt.size);
+        let pfc = self.pfc_mut();
+        let one = SharedCharge { from, size: pkt.size, copies_left: ports.len() as u32 };
+        let idx = match pfc.free_shared.pop() {
+            Some(i) => {
+                pfc.shared[i as usize] = one;
+                i
+            }
+            None => {
+                pfc.shared.push(one);
+                (pfc.shared.len() - 1) as u32
+            }
+        };
+        let (&last, rest) = ports.split_last().expect("two ports or more");
+        for &p in rest {
+            self.pfc_enqueue(base + p as usize, pkt.clone(), ready, Charge::Shared(idx));
+        }
+        self.pfc_enqueue(base + last as usize, pkt, ready, Charge::Shared(idx));
+    }
+
+    /// Adds `size` bytes to ingress port `from`'s count; PAUSE above `xoff`.
+    fn pfc_charge(&mut self, from: u32, size: u32) {
+        if from == NO_INGRESS {
+            return;
+        }
+        let pfc = self.pfc_mut();
+        let xoff = pfc.xoff;
+        let p = &mut pfc.ports[from as usize];
+        p.in_bytes += size as u64;
+        p.max_in_bytes = p.max_in_bytes.max(p.in_bytes);
+        if p.in_bytes > xoff && !p.pausing {
+            p.pausing = true;
+            p.pauses_sent += 1;
+            self.pfc_send(from as usize, true);
+        }
+    }
+
+    /// Queues a packet at switch port `pi` (ECN and queue statistics on the real queue) and
+    /// starts the port if it can.
+    fn pfc_enqueue(&mut self, pi: usize, mut pkt: Packet, ready: Time, charge: Charge) {
         let (now, bin, ecn_threshold) = (self.now, self.bin, self.ecn_threshold);
         let backlog = self.ports[pi].backlog(now) + self.pfc_mut().waiting(pi);
         pkt.ecn |= self.ports[pi].note_queued(now, backlog, ecn_threshold, bin);
-        let size = pkt.size;
-        self.pfc_mut().queues.push_with(pi, ready, from, pkt);
-        if from != NO_INGRESS {
-            let pfc = self.pfc_mut();
-            let xoff = pfc.xoff;
-            let p = &mut pfc.ports[from as usize];
-            p.in_bytes += size as u64;
-            p.max_in_bytes = p.max_in_bytes.max(p.in_bytes);
-            if p.in_bytes > xoff && !p.pausing {
-                p.pausing = true;
-                p.pauses_sent += 1;
-                self.pfc_send(from as usize, true);
-            }
-        }
+        self.pfc_mut().queues.push_with(pi, ready, charge, pkt);
         self.pfc_start(pi);
     }
 
@@ -155,10 +234,10 @@ impl Sim {
             }
             return;
         }
-        let (from, pkt, _) = pfc.queues.pop_with(pi).expect("peeked");
+        let (charge, pkt, _) = pfc.queues.pop_with(pi).expect("peeked");
         let st = &mut pfc.ports[pi];
         st.busy = true;
-        st.serving = (pkt.size, from);
+        st.serving = (pkt.size, charge);
         let node = pfc.node_of_port[pi];
         let end = self.ports[pi].start_tx(now, pkt.size, self.bin);
         self.q.push(end, Ev::TxDone { port: pi as u32 });
@@ -179,14 +258,32 @@ impl Sim {
     pub(super) fn pfc_tx_done(&mut self, pi: usize) {
         let st = &mut self.pfc_mut().ports[pi];
         st.busy = false;
-        let (size, from) = st.serving;
-        self.pfc_release(from, size);
+        let (size, charge) = st.serving;
+        self.pfc_left(charge, size);
         self.pfc_start(pi);
     }
 
     pub(super) fn pfc_port_ready(&mut self, pi: usize) {
         self.pfc_mut().ports[pi].ready_pending = false;
         self.pfc_start(pi);
+    }
+
+    /// A packet of `size` bytes left the switch (sent, or lost to a failure).
+    fn pfc_left(&mut self, charge: Charge, size: u32) {
+        match charge {
+            Charge::None => {}
+            Charge::Port(from) => self.pfc_release(from, size),
+            Charge::Shared(i) => {
+                let pfc = self.pfc_mut();
+                let c = &mut pfc.shared[i as usize];
+                c.copies_left -= 1;
+                if c.copies_left == 0 {
+                    let (from, size) = (c.from, c.size);
+                    pfc.free_shared.push(i);
+                    self.pfc_release(from, size);
+                }
+            }
+        }
     }
 
     /// `size` bytes charged to ingress port `from` left the switch; RESUME at `xon`.
@@ -265,8 +362,8 @@ impl Sim {
             }
         };
         for &(node, pi, why) in &ends {
-            while let Some((from, pkt, _)) = self.pfc_mut().queues.pop_with(pi) {
-                self.pfc_release(from, pkt.size);
+            while let Some((charge, pkt, _)) = self.pfc_mut().queues.pop_with(pi) {
+                self.pfc_left(charge, pkt.size);
                 self.failure_drop(node, why, &pkt);
             }
         }
