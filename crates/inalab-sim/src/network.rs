@@ -88,9 +88,23 @@ impl PortState {
         s.tx_packets += 1;
         s.max_queue_bytes = s.max_queue_bytes.max(backlog);
         let bin = (start / bin_ps) as u32;
-        s.record_busy(start, self.busy_until, bin_ps);
+        // The loop of `PortStats::record_busy` and the body of `record_queue`, written out:
+        // calling them cost this hot path about 0.5 % more instructions.
+        let mut t = start;
+        while t < self.busy_until {
+            let b = t / bin_ps;
+            let upto = self.busy_until.min((b + 1) * bin_ps);
+            match s.tx_series.last_mut() {
+                Some((last, v)) if *last as u64 == b => *v += upto - t,
+                _ => s.tx_series.push((b as u32, upto - t)),
+            }
+            t = upto;
+        }
         if buffer.is_some() {
-            s.record_queue(bin, backlog);
+            match s.queue_series.last_mut() {
+                Some((b, v)) if *b == bin => *v = (*v).max(backlog),
+                _ => s.queue_series.push((bin, backlog)),
+            }
         }
         if lost {
             s.drops_loss += 1;

@@ -129,11 +129,6 @@ impl Pfc {
         self.queues.bytes(pi)
     }
 
-    #[inline]
-    pub fn paused(&self, pi: usize) -> bool {
-        self.ports[pi].paused
-    }
-
     /// Packets and bytes waiting in the switch queues.
     pub fn in_flight(&self) -> (u64, u64) {
         self.queues.in_flight()
@@ -162,7 +157,8 @@ impl Sim {
     }
 
     /// A multicast under PFC: one charge for all its copies, one copy queued per port.
-    pub(super) fn pfc_multicast(&mut self, node: NodeId, ports: &[PortId], pkt: Packet, ready: Time, from: u32) {
+    pub(super) fn pfc_multicast(&mut self, node: NodeId, ports: &[PortId], pkt: Packet, ready: Time) {
+        let from = self.ingress;
         let base = self.port_base[node as usize] as usize;
         if from == NO_INGRESS || ports.len() < 2 {
             for &p in ports {
@@ -213,7 +209,7 @@ impl Sim {
         let (now, bin, ecn_threshold) = (self.now, self.bin, self.ecn_threshold);
         let backlog = self.ports[pi].backlog(now) + self.pfc_mut().waiting(pi);
         pkt.ecn |= self.ports[pi].note_queued(now, backlog, ecn_threshold, bin);
-        self.pfc_mut().queues.push_with(pi, ready, charge, pkt);
+        self.pfc_mut().queues.push(pi, ready, charge, pkt);
         self.pfc_start(pi);
     }
 
@@ -234,7 +230,7 @@ impl Sim {
             }
             return;
         }
-        let (charge, pkt, _) = pfc.queues.pop_with(pi).expect("peeked");
+        let (charge, pkt, _) = pfc.queues.pop(pi).expect("peeked");
         let st = &mut pfc.ports[pi];
         st.busy = true;
         st.serving = (pkt.size, charge);
@@ -333,11 +329,16 @@ impl Sim {
         if on {
             st.paused_since = now;
             st.pauses += 1;
+            let node = pfc.node_of_port[pi];
+            if self.topo.is_host(node) {
+                self.hosts[node as usize].nic_paused = true;
+            }
             return;
         }
         st.paused_ps += now - st.paused_since;
         let node = pfc.node_of_port[pi];
         if self.topo.is_host(node) {
+            self.hosts[node as usize].nic_paused = false;
             self.try_transmit(node);
         } else {
             self.pfc_start(pi);
@@ -362,7 +363,7 @@ impl Sim {
             }
         };
         for &(node, pi, why) in &ends {
-            while let Some((charge, pkt, _)) = self.pfc_mut().queues.pop_with(pi) {
+            while let Some((charge, pkt, _)) = self.pfc_mut().queues.pop(pi) {
                 self.pfc_left(charge, pkt.size);
                 self.failure_drop(node, why, &pkt);
             }
