@@ -4,9 +4,10 @@
 //! are still at the switch (waiting in an egress queue or being sent). A packet a program emits
 //! is charged to the port of the packet it was handling; a packet a timer emits to none. A
 //! multicast is charged once, until its last copy has left, as a shared buffer stores it once
-//! (charging every copy in full paused a static tree's root at every broadcast: one tree's
-//! goodput halved on the 64-host Canary case). When a port's count exceeds `xoff` the switch sends PAUSE
-//! to the node at the other end of that port's link, and RESUME once the count is back to `xon`.
+//! (charging every copy in full made a static tree's root pause its children at every
+//! broadcast: a fifth of one tree's goodput on the 64-host Canary case). When a port's count
+//! exceeds `xoff` the switch sends PAUSE to the node at the other end of that port's link, and
+//! RESUME once the count is back to `xon`.
 //! A frame takes effect one link delay after it is sent (its own serialization and its wait
 //! behind the packet on the reverse link are not modelled); a paused port finishes the packet
 //! it is sending and starts no other. Host NICs obey pause; hosts never send it (they take
@@ -34,9 +35,10 @@ use inalab_core::{NodeId, Packet, PortId, Time};
 pub(super) const NO_INGRESS: u32 = u32::MAX;
 
 /// What a queued packet's bytes are charged to.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 enum Charge {
     /// A packet a timer made.
+    #[default]
     None,
     /// Ingress port (global index).
     Port(u32),
@@ -66,7 +68,7 @@ pub(crate) struct Pfc {
     node_of_port: Vec<NodeId>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 struct PfcPort {
     // ---- as an egress port
     /// A switch port serializing a packet (host NICs use `HostState::nic_busy`).
@@ -106,21 +108,7 @@ pub(crate) struct LinkPfc {
 impl Pfc {
     pub fn new(xoff: u64, xon: u64, node_of_port: Vec<NodeId>) -> Self {
         let n = node_of_port.len();
-        let port = PfcPort {
-            busy: false,
-            ready_pending: false,
-            serving: (0, Charge::None),
-            paused: false,
-            paused_since: 0,
-            paused_ps: 0,
-            pauses: 0,
-            in_bytes: 0,
-            max_in_bytes: 0,
-            pausing: false,
-            pauses_sent: 0,
-            gen: 0,
-        };
-        Pfc { xoff, xon, queues: Fifos::new(n), ports: vec![port; n], shared: vec![], free_shared: vec![], node_of_port }
+        Pfc { xoff, xon, queues: Fifos::new(n), ports: vec![PfcPort::default(); n], shared: vec![], free_shared: vec![], node_of_port }
     }
 
     /// Bytes waiting at port `pi`, not counting the packet in service.
@@ -386,9 +374,7 @@ impl Sim {
         let ongoing = if st.paused { self.now - st.paused_since } else { 0 };
         Some(LinkPfc { pauses: st.pauses, paused_ps: st.paused_ps + ongoing, max_ingress_bytes: rx.max_in_bytes, pauses_sent: rx.pauses_sent })
     }
-}
 
-impl Sim {
     /// PFC figures of a switch from its ports `range`: PAUSE frames it sent (as ingress ports),
     /// pauses and paused time of its egress ports, its largest ingress count.
     pub(crate) fn pfc_totals(&self, range: std::ops::Range<usize>) -> Option<LinkPfc> {
