@@ -318,8 +318,35 @@ class HostLoss(_Model):
 
 
 class Network(_Model):
-    buffer: Size = opt("1MiB", "Drop-tail buffer of every switch egress port.")
+    buffer: Size = opt(
+        "1MiB", "Drop-tail buffer of every switch egress port (with flow_control = \"pfc\" nothing is dropped "
+        "and it is only the base of adaptive_threshold)."
+    )
     ecn_threshold: Size = opt("200KB", "Queue length above which a packet is ECN-marked on enqueue.")
+    flow_control: Literal["drop_tail", "pfc"] = opt(
+        "drop_tail", '"drop_tail": a switch egress port that is full drops; "pfc": a lossless fabric by '
+        "802.1Qbb-style pause (one traffic class): a switch holding more than pfc_xoff bytes that came in "
+        "through one port pauses the sender at the other end of that link (a switch port or a host NIC), one "
+        "link delay later, and resumes it at pfc_xon; nothing is dropped for lack of buffer, and the links' "
+        "results gain pfc_pauses, pfc_paused_s, pfc_pauses_sent and pfc_max_ingress_bytes."
+    )
+    # xoff: the PAUSE threshold. What arrives after it is the headroom, 2 x link delay x rate +
+    # about 2 MTU (25 KB + 3 KB at 100 Gbps and 1 us), so each ingress port of a switch holds at
+    # most ~95 KB: a shallow-buffer switch's share per port (12-32 MB shared by 32-64 ports of
+    # 100 Gbps). xon: RESUME's first bytes come back 2 x link delay after it is sent, so xon
+    # should cover that much draining (25 KB at 100 Gbps, 1 us) to keep the egress busy; the
+    # 32 KiB gap to xoff keeps pause and resume from firing at every packet.
+    pfc_xoff: Size = opt(
+        "64KiB", 'PFC (flow_control = "pfc"): bytes from one ingress port held at a switch above which it pauses '
+        "that port's sender. Each ingress port then holds at most about pfc_xoff + 2 x link delay x rate + "
+        "2 MTU (the headroom: what is on the link and in service when the PAUSE lands), ~95 KB at 100 Gbps "
+        "and 1 us."
+    )
+    pfc_xon: Size = opt(
+        "32KiB", 'PFC (flow_control = "pfc"): the held bytes at or below which the switch resumes the sender; '
+        "at most pfc_xoff. Keeping it above 2 x link delay x rate (25 KB at 100 Gbps and 1 us) keeps the "
+        "egress busy until the resumed sender's bytes arrive."
+    )
     routing: Literal["ecmp", "adaptive"] = opt(
         "ecmp", '"ecmp": one of the equal-cost ports by flow hash; "adaptive": Canary\'s up/down adaptive '
         "routing, leaving the flow's port when its queue exceeds adaptive_threshold x buffer."
@@ -344,6 +371,23 @@ class Network(_Model):
         if "adaptive_threshold" in self.model_fields_set and self.routing != "adaptive":
             raise ConfigError("adaptive_threshold", 'applies only with routing = "adaptive"')
         return self
+
+    @model_validator(mode="after")
+    def _pfc_thresholds(self) -> "Network":
+        for name in ("pfc_xoff", "pfc_xon"):
+            if name in self.model_fields_set and self.flow_control != "pfc":
+                raise ConfigError(name, 'applies only with flow_control = "pfc"')
+        if self.pfc_xoff <= 0:
+            raise ConfigError("pfc_xoff", f"must be a positive size, got {self.pfc_xoff} B")
+        if self.pfc_xon > self.pfc_xoff:
+            raise ConfigError("pfc_xon", f"must be at most pfc_xoff ({self.pfc_xoff} B), got {self.pfc_xon} B")
+        return self
+
+    def flow_control_spec(self) -> Optional[dict]:
+        """The spec's `flow_control`, or None for drop-tail (left out, so those specs are unchanged)."""
+        if self.flow_control == "drop_tail":
+            return None
+        return {"kind": "pfc", "xoff_bytes": self.pfc_xoff, "xon_bytes": self.pfc_xon}
 
 
 # ---------------------------------------------------------------- jobs and traffic
@@ -621,6 +665,9 @@ class Scenario(_Model):
             "flows": [_flow_spec(i, f, net) for i, f in enumerate(self.flows)],
             "metrics": {"bin_ps": self.metrics.bin},
         }
+        if (fc := n.flow_control_spec()) is not None:
+            # Only for PFC, so drop-tail specs stay as they were.
+            spec["network"]["flow_control"] = fc
         if self.failures:
             # Only when present, so specs without failures stay readable by older simulators.
             spec["failures"] = [_failure_spec(f) for f in self.failures]

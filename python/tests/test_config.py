@@ -343,3 +343,42 @@ def test_rina_takes_its_parameters_from_the_registry(star):
     star["jobs"][0]["ina"] = {"min_rack": 1}
     e = error(star)
     assert e.field == "jobs[0].ina.min_rack" and "2..=32" in e.message, (e.field, e.message)
+
+
+def test_flow_control_defaults_to_drop_tail_and_pfc_has_thresholds(star):
+    assert "flow_control" not in load_scenario(star).to_spec()["network"], "drop-tail specs are unchanged"
+    star["network"] = {"flow_control": "pfc"}
+    assert load_scenario(star).to_spec()["network"]["flow_control"] == {"kind": "pfc", "xoff_bytes": 65536, "xon_bytes": 32768}
+    star["network"] = {"flow_control": "pfc", "pfc_xoff": "100KB", "pfc_xon": "40KB"}
+    assert load_scenario(star).to_spec()["network"]["flow_control"] == {"kind": "pfc", "xoff_bytes": 100_000, "xon_bytes": 40_000}
+
+
+@pytest.mark.parametrize("network, field, words", [
+    ({"flow_control": "credit"}, "network.flow_control", ["'drop_tail'", "'pfc'", "credit"]),
+    ({"pfc_xoff": "10KB"}, "network.pfc_xoff", ['flow_control = "pfc"']),
+    ({"flow_control": "drop_tail", "pfc_xon": "10KB"}, "network.pfc_xon", ['flow_control = "pfc"']),
+    ({"flow_control": "pfc", "pfc_xon": "100KiB"}, "network.pfc_xon", ["at most pfc_xoff (65536 B)"]),
+    ({"flow_control": "pfc", "pfc_xoff": "0B", "pfc_xon": "0B"}, "network.pfc_xoff", ["positive"]),
+    ({"flow_control": "pfc", "pfc_xoff": 65536}, "network.pfc_xoff", ["needs a unit"]),
+])
+def test_bad_flow_control_names_the_field_and_allowed_values(star, network, field, words):
+    star["network"] = network
+    e = error(star)
+    assert e.field == field and all(w in e.message for w in words), (e.field, e.message)
+
+
+def test_a_pfc_incast_loses_nothing_and_reports_pauses():
+    import inalab
+
+    flows = [{"src": f"h{i}", "dst": "h0", "size": "300KB"} for i in range(1, 9)]
+    s = {"topology": {"kind": "star", "hosts": 9}, "flows": flows, "network": {"buffer": "64KiB"}}
+    dt = inalab.simulate(s)
+    assert dt.links.drops_queue.sum() > 0 and "pfc_pauses" not in dt.links
+    s["network"] = {"flow_control": "pfc"}
+    r = inalab.simulate(s)
+    links = r.links
+    assert links.drops_queue.sum() == 0 and (r.flows.bytes_received == 300_000).all()
+    senders = links[(links.dst == "s0") & (links.src != "h0")]
+    assert (senders.pfc_pauses > 0).all() and (senders.pfc_paused_s > 0).all()
+    assert senders.pfc_max_ingress_bytes.max() <= 65536 + 2 * 12_500 + 3 * 1500
+    assert r.switches.counters[0]["pfc_pauses_sent"] == senders.pfc_pauses.sum()

@@ -30,6 +30,21 @@ def test_scenarios_split_the_hosts_at_random_and_validate():
     assert scenario("canary", ina={"table": "static"})["jobs"][0]["ina"] == {"table": "static"}
 
 
+def test_scenarios_can_run_on_a_lossless_fabric():
+    import pytest
+
+    s = scenario("canary", flow_control="pfc", pfc={"pfc_xoff": "32KiB"})
+    assert s["network"]["flow_control"] == "pfc" and s["network"]["pfc_xoff"] == "32KiB"
+    assert load_scenario(s).to_spec()["network"]["flow_control"] == {"kind": "pfc", "xoff_bytes": 32768, "xon_bytes": 32768}
+    assert "flow_control" not in scenario("canary")["network"], "drop-tail stays the default"
+    # Another buffer keeps adaptive routing's 512 KiB threshold.
+    assert scenario("canary", buffer="1MiB")["network"]["adaptive_threshold"] == 0.5
+    with pytest.raises(ValueError, match="drop_tail, pfc"):
+        scenario("canary", flow_control="credit")
+    row = measure(inalab.simulate(scenario("canary", size="256KiB", topology=SMALL, flow_control="pfc")))[0]
+    assert row["finished"] and row["drops_queue"] == 0 and row["pfc_pauses"] > 0, row
+
+
 def test_a_small_fig7_runs_and_is_explained(tmp_path):
     rep = CanaryCongestion(trees=(1, 4))
     rows = []

@@ -11,6 +11,15 @@ pub enum Ev {
     Arrive { port: u32 },
     /// A host's NIC finished serializing and may take the next packet.
     NicFree { host: u32 },
+    /// PFC: switch egress port `port` (global index) finished serializing its packet.
+    TxDone { port: u32 },
+    /// PFC: the head packet of idle port `port` may start (it was not ready when the port was
+    /// free: a capacity-limited switch was still processing it).
+    PortReady { port: u32 },
+    /// PFC: a PAUSE (`on`) or RESUME frame reaches the sender of egress port `port`. `gen` is
+    /// the pausing port's generation when it was sent: a failure on that link or switch bumps
+    /// it, which makes frames still on their way stale.
+    Pause { port: u32, gen: u16, on: bool },
     /// Packets between co-located endpoints of a host wait to be delivered.
     Local { host: u32 },
     /// A host endpoint's protocol timer (stale ones are skipped by the handler).

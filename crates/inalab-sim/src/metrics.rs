@@ -69,6 +69,7 @@ impl Sim {
             for &(b, q) in &s.queue_series {
                 r.timeseries.push(SeriesRow { t_s: to_secs(b as u64 * bin), metric: "queue_bytes_max", entity: entity.clone(), value: q as f64 });
             }
+            let pfc = self.pfc_link(pi);
             r.links.push(LinkResult {
                 link: p.link,
                 src: name(src),
@@ -82,6 +83,10 @@ impl Sim {
                 drops_loss: s.drops_loss,
                 ecn_marks: s.ecn_marks,
                 max_queue_bytes: s.max_queue_bytes,
+                pfc_pauses: pfc.as_ref().map(|p| p.pauses),
+                pfc_paused_s: pfc.as_ref().map(|p| to_secs(p.paused_ps)),
+                pfc_pauses_sent: pfc.as_ref().map(|p| p.pauses_sent),
+                pfc_max_ingress_bytes: pfc.as_ref().map(|p| p.max_ingress_bytes),
             });
         }
         let hosts = self.topo.hosts;
@@ -105,6 +110,13 @@ impl Sim {
                     counters.insert(k.into(), v);
                 }
             }
+            if let Some(f) = self.pfc_totals(base..base + ports.len()) {
+                // Sent over its ingress ports; received on (and time paused of) its egress ports.
+                counters.insert("pfc_pauses_sent".into(), f.pauses_sent);
+                counters.insert("pfc_pauses_received".into(), f.pauses);
+                counters.insert("pfc_paused_ns".into(), f.paused_ps / 1000);
+                counters.insert("pfc_max_ingress_bytes".into(), f.max_ingress_bytes);
+            }
             for &(b, v) in &sw.agg_series {
                 r.timeseries.push(SeriesRow { t_s: to_secs(b as u64 * bin), metric: "aggregators_in_use", entity: name(node), value: v as f64 });
             }
@@ -123,8 +135,13 @@ impl Sim {
             });
         }
         for (h, hs) in self.hosts.iter().enumerate() {
-            let nic = &self.ports[self.topo.nodes[..h].iter().map(|n| n.ports.len()).sum::<usize>()].stats;
+            let nic_pi = self.topo.nodes[..h].iter().map(|n| n.ports.len()).sum::<usize>();
+            let nic = &self.ports[nic_pi].stats;
             let mut counters = BTreeMap::new();
+            if let Some(f) = self.pfc_link(nic_pi) {
+                counters.insert("pfc_pauses_received".to_string(), f.pauses);
+                counters.insert("pfc_paused_ns".to_string(), f.paused_ps / 1000);
+            }
             for e in &hs.eps {
                 for (k, v) in e.proto.counters() {
                     *counters.entry(k.to_string()).or_insert(0) += v;

@@ -6,6 +6,10 @@
 //! `(busy_until - now) x rate`. One event per packet per hop (its arrival at the next node)
 //! is all a hop costs, which is what makes the simulator fast; drop-tail, ECN marking and
 //! adaptive routing read the same backlog a real output queue would show.
+//!
+//! That holds while a port always sends once it can. Under PFC (`pfc.rs`) a paused port holds
+//! packets it has not started, so there the waiting packets sit in a real FIFO and `busy_until`
+//! is only the end of the packet in service.
 
 use inalab_core::time::serialization;
 use inalab_core::{NodeId, PortId, Time};
@@ -84,6 +88,8 @@ impl PortState {
         s.tx_packets += 1;
         s.max_queue_bytes = s.max_queue_bytes.max(backlog);
         let bin = (start / bin_ps) as u32;
+        // The loop of `PortStats::record_busy` and the body of `record_queue`, written out:
+        // calling them cost this hot path about 0.5 % more instructions.
         let mut t = start;
         while t < self.busy_until {
             let b = t / bin_ps;
@@ -105,6 +111,55 @@ impl PortState {
             return Enqueued::DroppedLoss;
         }
         Enqueued::Sent { arrival: self.busy_until + self.delay_ps, ecn }
+    }
+
+    /// PFC (`pfc.rs`): a packet is offered to this switch port's queue, which holds `backlog`
+    /// bytes (waiting or in service). Counts what `enqueue` counts of it; returns whether it
+    /// is ECN-marked. Nothing is dropped: backpressure, not the buffer, bounds the queue.
+    #[inline]
+    pub fn note_queued(&mut self, now: Time, backlog: u64, ecn_threshold: u64, bin_ps: Time) -> bool {
+        let s = &mut self.stats;
+        let ecn = backlog > ecn_threshold;
+        s.ecn_marks += ecn as u64;
+        s.max_queue_bytes = s.max_queue_bytes.max(backlog);
+        s.record_queue((now / bin_ps) as u32, backlog);
+        ecn
+    }
+
+    /// PFC: a packet of `size` bytes starts serializing at `now`; returns when it ends.
+    #[inline]
+    pub fn start_tx(&mut self, now: Time, size: u32, bin_ps: Time) -> Time {
+        self.busy_until = now + serialization(size as u64, self.rate_bps);
+        let s = &mut self.stats;
+        s.tx_bytes += size as u64;
+        s.tx_packets += 1;
+        s.record_busy(now, self.busy_until, bin_ps);
+        self.busy_until
+    }
+}
+
+impl PortStats {
+    /// Adds the serialization from `start` to `end` to the bins it covers.
+    #[inline(always)]
+    fn record_busy(&mut self, start: Time, end: Time, bin_ps: Time) {
+        let mut t = start;
+        while t < end {
+            let b = t / bin_ps;
+            let upto = end.min((b + 1) * bin_ps);
+            match self.tx_series.last_mut() {
+                Some((last, v)) if *last as u64 == b => *v += upto - t,
+                _ => self.tx_series.push((b as u32, upto - t)),
+            }
+            t = upto;
+        }
+    }
+
+    #[inline(always)]
+    fn record_queue(&mut self, bin: u32, backlog: u64) {
+        match self.queue_series.last_mut() {
+            Some((b, v)) if *b == bin => *v = (*v).max(backlog),
+            _ => self.queue_series.push((bin, backlog)),
+        }
     }
 }
 

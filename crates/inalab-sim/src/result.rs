@@ -78,6 +78,18 @@ pub struct LinkResult {
     pub drops_loss: u64,
     pub ecn_marks: u64,
     pub max_queue_bytes: u64,
+    /// PFC only (absent under drop-tail, so those results are unchanged): times the sender was
+    /// paused by the receiver, and for how long in all, s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pfc_pauses: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pfc_paused_s: Option<f64>,
+    /// PFC only: PAUSE frames the receiving switch sent over this link, and the most bytes
+    /// that came over it held at the receiver at once (0 at a host).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pfc_pauses_sent: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pfc_max_ingress_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]

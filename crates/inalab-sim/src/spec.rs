@@ -54,8 +54,12 @@ pub enum PayloadValues {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NetSpec {
-    /// Per egress-port buffer of every switch, bytes (drop-tail).
+    /// Per egress-port buffer of every switch, bytes (drop-tail; under PFC only the base of
+    /// the adaptive-routing threshold).
     pub buffer_bytes: u64,
+    /// What a switch does when traffic outruns a port: drop (default) or pause its upstream.
+    #[serde(default, deserialize_with = "flow_control")]
+    pub flow_control: FlowControl,
     /// Queue length above which a packet is ECN-marked on enqueue, bytes.
     pub ecn_threshold_bytes: u64,
     pub routing: Routing,
@@ -82,6 +86,26 @@ pub enum Routing {
     /// Up/down adaptive (Canary §5.2): the flow's default port unless its queue exceeds
     /// `threshold` x buffer, then the equal-cost port with the fewest queued bytes.
     Adaptive { threshold: f64 },
+}
+
+/// How the fabric copes with more traffic than a port can send.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum FlowControl {
+    /// Each switch egress port queues up to `buffer_bytes` and drops what does not fit.
+    #[default]
+    DropTail,
+    /// 802.1Qbb-style per-ingress-port pause, one traffic class (`pfc.rs`): once more than
+    /// `xoff_bytes` that came in through one port wait at a switch, it pauses the sender at
+    /// the other end of that port's link, and resumes it when they fall to `xon_bytes`.
+    /// Nothing is dropped for lack of buffer.
+    Pfc { xoff_bytes: u64, xon_bytes: u64 },
+}
+
+/// `FlowControl` with errors that name the field (serde's alone do not).
+fn flow_control<'de, D: serde::Deserializer<'de>>(d: D) -> Result<FlowControl, D::Error> {
+    let v = serde_json::Value::deserialize(d)?;
+    FlowControl::deserialize(v).map_err(|e| serde::de::Error::custom(format!("network.flow_control: {e}")))
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -51,6 +51,9 @@ def _check(spec: dict, built: dict) -> None:
         raise ConfigError("topology", f"{len(switches)} switches; emulate runs at most {MAX_SWITCHES} on this machine (2 cores)")
     if spec["flows"] or spec.get("background"):
         raise ConfigError("flows", "emulate runs jobs only; remove [[flows]] and [background]")
+    if "flow_control" in spec["network"]:
+        # Its links are shaped queues that drop: nothing there could pause a sender.
+        raise ConfigError("network.flow_control", 'emulate runs drop-tail queues only; set flow_control = "drop_tail"')
     used = {h for j in spec["jobs"] for h in j["workers"] + j["servers"]}
     if len(used) > MAX_HOSTS:
         raise ConfigError("jobs.workers", f"{len(used)} hosts in use; emulate runs at most {MAX_HOSTS} on this machine (2 cores)")

@@ -23,6 +23,13 @@ MEMORY = f"{32768 * 1060}B"
 # the same as Canary's own `ina.reroute_queue`.
 BUFFER = "64MiB"
 ADAPTIVE_THRESHOLD = 1 / 128
+# The absolute queue adaptive routing leaves a port above (ADAPTIVE_THRESHOLD x BUFFER), kept
+# when a scenario picks another buffer.
+REROUTE_QUEUE = 512 << 10
+# Spec A17's lossless option: `scenario(flow_control="pfc")` runs the fabric with per-port pause
+# (`network.flow_control`), so queues stay short and congestion throttles the senders instead
+# of building deep queues; the 64 MiB buffer then only scales the adaptive threshold.
+FLOW_CONTROLS = ("drop_tail", "pfc")
 # Spec A20: the ring sends the INA schemes' 1081-B packets (1024 B of values + 57 B).
 RING_TRANSPORT = {"mss": "1024B", "header": "57B"}
 
@@ -43,11 +50,18 @@ TOPOLOGY = {"kind": "canary_fat_tree", "link_delay": "300ns"}
 
 
 def scenario(scheme: str, *, fraction: float = 0.5, congested: bool = True, size: str = "4MiB", tenants: int = 1,
-             seed: int = 1, ina: dict | None = None, routing: str = "adaptive", topology: dict | None = None) -> dict:
+             seed: int = 1, ina: dict | None = None, routing: str = "adaptive", topology: dict | None = None,
+             flow_control: str = "drop_tail", buffer: str = BUFFER, pfc: dict | None = None) -> dict:
     """Canary §5.2: ``tenants`` allreduces of ``size`` on ``fraction`` of the hosts, chosen at
     random (seeded), split equally among the tenants; with ``congested`` the other hosts send
     1 MiB messages at line rate to random peers among themselves (spec A18). ``topology``: a
-    leaf-spine table (default the paper's 1024-host fat tree; smaller ones for tests)."""
+    leaf-spine table (default the paper's 1024-host fat tree; smaller ones for tests).
+    ``flow_control``: "drop_tail" (deep ``buffer``s, the reproductions' default) or "pfc" (a
+    lossless, short-queued fabric, spec A17; ``pfc`` may set ``pfc_xoff`` / ``pfc_xon``)."""
+    if flow_control not in FLOW_CONTROLS:
+        raise ValueError(f"flow_control {flow_control!r}; allowed values: {', '.join(FLOW_CONTROLS)}")
+    if pfc and flow_control != "pfc":
+        raise ValueError('pfc thresholds apply only with flow_control="pfc"')
     topology = topology or TOPOLOGY
     hosts = topology.get("leaves", 32) * topology.get("hosts_per_leaf", 32)
     order = list(range(hosts))
@@ -62,13 +76,23 @@ def scenario(scheme: str, *, fraction: float = 0.5, congested: bool = True, size
         jobs.append({k: v for k, v in job.items() if v is not None})
     s = {"name": f"canary-{scheme}-{fraction}-{congested}-{size}-{tenants}", "seed": seed, "stop": "1s",
          "topology": topology,
-         "network": {"routing": routing, "aggregator_memory": MEMORY, "buffer": BUFFER,
-                     **({"adaptive_threshold": ADAPTIVE_THRESHOLD} if routing == "adaptive" else {})},
+         "network": {"routing": routing, "aggregator_memory": MEMORY, "buffer": buffer,
+                     **({"adaptive_threshold": _adaptive_threshold(buffer)} if routing == "adaptive" else {}),
+                     **({"flow_control": "pfc", **(pfc or {})} if flow_control == "pfc" else {})},
          "jobs": jobs}
     rest = order[n:]
     if congested and len(rest) >= 2:
         s["background"] = {"hosts": [f"h{h}" for h in sorted(rest)], "load": 1.0, "message": "1MiB"}
     return s
+
+
+def _adaptive_threshold(buffer: str) -> float:
+    """The fraction of ``buffer`` that is REROUTE_QUEUE (exactly ADAPTIVE_THRESHOLD for BUFFER)."""
+    if buffer == BUFFER:
+        return ADAPTIVE_THRESHOLD
+    from ..units import SIZE
+
+    return min(1.0, REROUTE_QUEUE / SIZE.parse(buffer))
 
 
 def _sum(counters, name: str) -> int:
@@ -88,7 +112,9 @@ def measure(r) -> list[dict]:
              "util_p10": float(util.quantile(0.1)), "util_p50": float(util.quantile(0.5)), "util_p90": float(util.quantile(0.9)),
              "stragglers": _sum(sw, "stragglers"), "collisions": _sum(sw, "collisions"), "rerouted": _sum(sw, "rerouted"),
              "reissues": _sum(hosts, "reissues"), "rtx_requests": _sum(hosts, "rtx_requests") + _sum(hosts, "resends"),
-             "drops_queue": int(r.switches.drops_queue.sum()), "descriptors_peak": int(r.switches.aggregators_peak.max())}]
+             "drops_queue": int(r.switches.drops_queue.sum()), "descriptors_peak": int(r.switches.aggregators_peak.max()),
+             # PFC only (0 under drop-tail): PAUSE frames the switches sent. The deepest switch queue either way.
+             "pfc_pauses": _sum(sw, "pfc_pauses_sent"), "max_queue_bytes": int(r.switches.max_queue_bytes.max())}]
 
 
 def run_grid(label: str, points: list[tuple[dict, dict]], progress) -> pd.DataFrame:

@@ -62,6 +62,8 @@ pub fn check_invariants(r: &SimResult) {
         }
     }
     for l in &r.links {
+        // Under PFC (its columns are present) nothing is dropped for lack of buffer.
+        assert!(l.pfc_pauses.is_none() || l.drops_queue == 0, "link {}->{} dropped {} packets under PFC", l.src, l.dst, l.drops_queue);
         assert!(l.utilization <= 1.0 + 1e-9, "link {}->{} above 100%: {}", l.src, l.dst, l.utilization);
         // Each packet's serialization is split over the bins it covers: a bin is never more than full.
         assert!(l.peak_bin_utilization <= 1.0 + 1e-12, "link {}->{} bin above 100%: {}", l.src, l.dst, l.peak_bin_utilization);

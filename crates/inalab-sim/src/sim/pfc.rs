@@ -1,0 +1,391 @@
+//! PFC: a lossless fabric by hop-by-hop backpressure (802.1Qbb-style, one traffic class).
+//!
+//! The model. A switch counts, per ingress port, the bytes that came in through that port and
+//! are still at the switch (waiting in an egress queue or being sent). A packet a program emits
+//! is charged to the port of the packet it was handling; a packet a timer emits to none. A
+//! multicast is charged once, until its last copy has left, as a shared buffer stores it once
+//! (charging every copy in full made a static tree's root pause its children at every
+//! broadcast: a fifth of one tree's goodput on the 64-host Canary case). When a port's count
+//! exceeds `xoff` the switch sends PAUSE to the node at the other end of that port's link, and
+//! RESUME once the count is back to `xon`.
+//! A frame takes effect one link delay after it is sent (its own serialization and its wait
+//! behind the packet on the reverse link are not modelled); a paused port finishes the packet
+//! it is sending and starts no other. Host NICs obey pause; hosts never send it (they take
+//! every packet at line rate). Nothing is dropped for lack of buffer.
+//!
+//! A paused port holds packets it has not started, so the closed-form queue of `network.rs`
+//! does not apply: here each switch egress port has a real FIFO (the wires' pooled `Fifos`),
+//! a packet starts when the port is free, not paused and the packet is ready, and a `TxDone`
+//! event at the end of its serialization frees the port and takes its bytes off the ingress
+//! count. Queue lengths that programs, ECN and adaptive routing read are the bytes waiting
+//! plus the rest of the packet in service.
+//!
+//! Failures. Packets waiting at a switch that fails, or at a port whose link fails, are lost and
+//! counted as failure drops (drop-tail loses its queues there too). The pause a dead switch or
+//! link leaves behind is cleared at once, since no RESUME would ever come, and frames still on
+//! their way are made stale by bumping the pausing port's generation.
+
+use super::Sim;
+use crate::events::Ev;
+use crate::failures::{Target, Why};
+use crate::wires::Fifos;
+use inalab_core::{NodeId, Packet, PortId, Time};
+
+/// The ingress port of a packet a switch made itself (a timer's): charged to no port.
+pub(super) const NO_INGRESS: u32 = u32::MAX;
+
+/// What a queued packet's bytes are charged to.
+#[derive(Debug, Clone, Copy, Default)]
+enum Charge {
+    /// A packet a timer made.
+    #[default]
+    None,
+    /// Ingress port (global index).
+    Port(u32),
+    /// One copy of a multicast: index into `Pfc::shared`.
+    Shared(u32),
+}
+
+/// A multicast's one charge: released when the last of its copies has left.
+#[derive(Debug, Clone, Copy)]
+struct SharedCharge {
+    from: u32,
+    size: u32,
+    copies_left: u32,
+}
+
+/// PFC state of every port (global port index), and the switch ports' queues.
+pub(crate) struct Pfc {
+    xoff: u64,
+    xon: u64,
+    /// Packets waiting at each switch egress port: (time it may start, charge, packet).
+    queues: Fifos<Charge>,
+    ports: Vec<PfcPort>,
+    /// Multicasts with copies still at their switch; freed slots are reused.
+    shared: Vec<SharedCharge>,
+    free_shared: Vec<u32>,
+    /// The node each port belongs to.
+    node_of_port: Vec<NodeId>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct PfcPort {
+    // ---- as an egress port
+    /// A switch port serializing a packet (host NICs use `HostState::nic_busy`).
+    busy: bool,
+    /// A `PortReady` is queued for the head packet.
+    ready_pending: bool,
+    /// (size, charge) of the packet in service.
+    serving: (u32, Charge),
+    /// Paused by the node at the far end of the link.
+    paused: bool,
+    paused_since: Time,
+    paused_ps: Time,
+    /// Times it was paused.
+    pauses: u64,
+    // ---- as a switch's ingress port
+    /// Bytes that came in through this port and are still at the switch.
+    in_bytes: u64,
+    max_in_bytes: u64,
+    /// It has paused the far end (and not resumed it since).
+    pausing: bool,
+    pauses_sent: u64,
+    /// Bumped when a failure clears this link's pause: frames sent before are stale.
+    gen: u16,
+}
+
+/// One link direction's PFC figures, for the results.
+pub(crate) struct LinkPfc {
+    /// Times the sender was paused, and for how long in all (up to `now`).
+    pub pauses: u64,
+    pub paused_ps: Time,
+    /// Most bytes from this link held at the receiving switch at once (0 at a host).
+    pub max_ingress_bytes: u64,
+    /// PAUSE frames the receiver sent over it.
+    pub pauses_sent: u64,
+}
+
+impl Pfc {
+    pub fn new(xoff: u64, xon: u64, node_of_port: Vec<NodeId>) -> Self {
+        let n = node_of_port.len();
+        Pfc { xoff, xon, queues: Fifos::new(n), ports: vec![PfcPort::default(); n], shared: vec![], free_shared: vec![], node_of_port }
+    }
+
+    /// Bytes waiting at port `pi`, not counting the packet in service.
+    #[inline]
+    pub fn waiting(&self, pi: usize) -> u64 {
+        self.queues.bytes(pi)
+    }
+
+    /// Packets and bytes waiting in the switch queues.
+    pub fn in_flight(&self) -> (u64, u64) {
+        self.queues.in_flight()
+    }
+}
+
+impl Sim {
+    /// The far end of port `pi`'s link, as a global port index.
+    #[inline]
+    fn peer_port_index(&self, pi: usize) -> usize {
+        let p = &self.ports[pi];
+        (self.port_base[p.peer as usize] + p.peer_port as u32) as usize
+    }
+
+    #[inline]
+    fn pfc_mut(&mut self) -> &mut Pfc {
+        self.pfc.as_mut().expect("PFC mode")
+    }
+
+    /// `egress` under PFC: charges a packet that arrived through global port `from` (or
+    /// `NO_INGRESS`) to that port and queues it at switch port `pi`.
+    pub(super) fn pfc_egress(&mut self, pi: usize, pkt: Packet, ready: Time, from: u32) {
+        let charge = if from == NO_INGRESS { Charge::None } else { Charge::Port(from) };
+        self.pfc_charge(from, pkt.size);
+        self.pfc_enqueue(pi, pkt, ready, charge);
+    }
+
+    /// A multicast under PFC: one charge for all its copies, one copy queued per port.
+    pub(super) fn pfc_multicast(&mut self, node: NodeId, ports: &[PortId], pkt: Packet, ready: Time) {
+        let from = self.ingress;
+        let base = self.port_base[node as usize] as usize;
+        if from == NO_INGRESS || ports.len() < 2 {
+            for &p in ports {
+                self.pfc_egress(base + p as usize, pkt.clone(), ready, from);
+            }
+            return;
+        }
+        self.pfc_charge(from, pkt.size);
+        let pfc = self.pfc_mut();
+        let one = SharedCharge { from, size: pkt.size, copies_left: ports.len() as u32 };
+        let idx = match pfc.free_shared.pop() {
+            Some(i) => {
+                pfc.shared[i as usize] = one;
+                i
+            }
+            None => {
+                pfc.shared.push(one);
+                (pfc.shared.len() - 1) as u32
+            }
+        };
+        let (&last, rest) = ports.split_last().expect("two ports or more");
+        for &p in rest {
+            self.pfc_enqueue(base + p as usize, pkt.clone(), ready, Charge::Shared(idx));
+        }
+        self.pfc_enqueue(base + last as usize, pkt, ready, Charge::Shared(idx));
+    }
+
+    /// Adds `size` bytes to ingress port `from`'s count; PAUSE above `xoff`.
+    fn pfc_charge(&mut self, from: u32, size: u32) {
+        if from == NO_INGRESS {
+            return;
+        }
+        let pfc = self.pfc_mut();
+        let xoff = pfc.xoff;
+        let p = &mut pfc.ports[from as usize];
+        p.in_bytes += size as u64;
+        p.max_in_bytes = p.max_in_bytes.max(p.in_bytes);
+        if p.in_bytes > xoff && !p.pausing {
+            p.pausing = true;
+            p.pauses_sent += 1;
+            self.pfc_send(from as usize, true);
+        }
+    }
+
+    /// Queues a packet at switch port `pi` (ECN and queue statistics on the real queue) and
+    /// starts the port if it can.
+    fn pfc_enqueue(&mut self, pi: usize, mut pkt: Packet, ready: Time, charge: Charge) {
+        let (now, bin, ecn_threshold) = (self.now, self.bin, self.ecn_threshold);
+        let backlog = self.ports[pi].backlog(now) + self.pfc_mut().waiting(pi);
+        pkt.ecn |= self.ports[pi].note_queued(now, backlog, ecn_threshold, bin);
+        self.pfc_mut().queues.push(pi, ready, charge, pkt);
+        self.pfc_start(pi);
+    }
+
+    /// Starts the head packet of switch port `pi` if the port is free, not paused and the
+    /// packet is ready; it goes on the wire at once (its arrival is known).
+    fn pfc_start(&mut self, pi: usize) {
+        let now = self.now;
+        let pfc = self.pfc.as_mut().expect("PFC mode");
+        let st = &pfc.ports[pi];
+        if st.busy || st.paused {
+            return;
+        }
+        let Some((ready, _)) = pfc.queues.peek(pi) else { return };
+        if ready > now {
+            if !st.ready_pending {
+                pfc.ports[pi].ready_pending = true;
+                self.q.push(ready, Ev::PortReady { port: pi as u32 });
+            }
+            return;
+        }
+        let (charge, pkt, _) = pfc.queues.pop(pi).expect("peeked");
+        let st = &mut pfc.ports[pi];
+        st.busy = true;
+        st.serving = (pkt.size, charge);
+        let node = pfc.node_of_port[pi];
+        let end = self.ports[pi].start_tx(now, pkt.size, self.bin);
+        self.q.push(end, Ev::TxDone { port: pi as u32 });
+        // As in drop-tail: a failed link still takes the packet's time, then loses it.
+        let down = self.live.link_is_down(self.ports[pi].link);
+        if down {
+            self.failure_drop(node, Why::LinkFailed, &pkt);
+        } else if self.draw(self.ports[pi].loss) {
+            self.ports[pi].stats.drops_loss += 1;
+            self.dropped(&pkt);
+        } else {
+            let arrival = end + self.ports[pi].delay_ps;
+            self.put_on_wire(pi, arrival, pkt);
+        }
+    }
+
+    /// Switch port `pi` finished serializing: its packet leaves the switch.
+    pub(super) fn pfc_tx_done(&mut self, pi: usize) {
+        let st = &mut self.pfc_mut().ports[pi];
+        st.busy = false;
+        let (size, charge) = st.serving;
+        self.pfc_left(charge, size);
+        self.pfc_start(pi);
+    }
+
+    pub(super) fn pfc_port_ready(&mut self, pi: usize) {
+        self.pfc_mut().ports[pi].ready_pending = false;
+        self.pfc_start(pi);
+    }
+
+    /// A packet of `size` bytes left the switch (sent, or lost to a failure).
+    fn pfc_left(&mut self, charge: Charge, size: u32) {
+        match charge {
+            Charge::None => {}
+            Charge::Port(from) => self.pfc_release(from, size),
+            Charge::Shared(i) => {
+                let pfc = self.pfc_mut();
+                let c = &mut pfc.shared[i as usize];
+                c.copies_left -= 1;
+                if c.copies_left == 0 {
+                    let (from, size) = (c.from, c.size);
+                    pfc.free_shared.push(i);
+                    self.pfc_release(from, size);
+                }
+            }
+        }
+    }
+
+    /// `size` bytes charged to ingress port `from` left the switch; RESUME at `xon`.
+    fn pfc_release(&mut self, from: u32, size: u32) {
+        if from == NO_INGRESS {
+            return;
+        }
+        let pfc = self.pfc_mut();
+        let xon = pfc.xon;
+        let p = &mut pfc.ports[from as usize];
+        p.in_bytes -= size as u64;
+        if p.pausing && p.in_bytes <= xon {
+            p.pausing = false;
+            self.pfc_send(from as usize, false);
+        }
+    }
+
+    /// Sends PAUSE (`on`) or RESUME from ingress port `from` to the sender at the far end of
+    /// its link, where it takes effect one link delay later.
+    fn pfc_send(&mut self, from: usize, on: bool) {
+        if self.live.link_is_down(self.ports[from].link) {
+            return; // lost with the link; its failure cleared the pause already
+        }
+        let up = self.peer_port_index(from);
+        let gen = self.pfc_mut().ports[from].gen;
+        let at = self.now + self.ports[from].delay_ps;
+        self.q.push(at, Ev::Pause { port: up as u32, gen, on });
+    }
+
+    /// A PAUSE or RESUME frame reaches egress port `pi`.
+    pub(super) fn pfc_frame(&mut self, pi: usize, gen: u16, on: bool) {
+        let from = self.peer_port_index(pi);
+        if self.pfc_mut().ports[from].gen != gen {
+            return; // sent before a failure cleared this link's pause
+        }
+        self.pfc_set_paused(pi, on);
+    }
+
+    fn pfc_set_paused(&mut self, pi: usize, on: bool) {
+        let now = self.now;
+        let pfc = self.pfc_mut();
+        let st = &mut pfc.ports[pi];
+        if st.paused == on {
+            return;
+        }
+        st.paused = on;
+        if on {
+            st.paused_since = now;
+            st.pauses += 1;
+            let node = pfc.node_of_port[pi];
+            if self.topo.is_host(node) {
+                self.hosts[node as usize].nic_paused = true;
+            }
+            return;
+        }
+        st.paused_ps += now - st.paused_since;
+        let node = pfc.node_of_port[pi];
+        if self.topo.is_host(node) {
+            self.hosts[node as usize].nic_paused = false;
+            self.try_transmit(node);
+        } else {
+            self.pfc_start(pi);
+        }
+    }
+
+    /// After failure `target` started (liveness already updated): loses what waits where it
+    /// failed and clears the pause its link(s) can no longer lift.
+    pub(super) fn pfc_failed(&mut self, target: Target) {
+        // (node, its port) pairs whose queue is lost, and whose link's pause is cleared.
+        let ends: Vec<(NodeId, usize, Why)> = match target {
+            Target::Node(n) => {
+                let base = self.port_base[n as usize] as usize;
+                (base..base + self.topo.nodes[n as usize].ports.len()).map(|pi| (n, pi, Why::NodeFailed)).collect()
+            }
+            Target::Link(l) => {
+                let link = &self.topo.links[l as usize];
+                [(link.a, link.b), (link.b, link.a)]
+                    .into_iter()
+                    .map(|(a, b)| (a, (self.port_base[a as usize] + self.topo.port_to(a, b).expect("a link's ends are adjacent") as u32) as usize, Why::LinkFailed))
+                    .collect()
+            }
+        };
+        for &(node, pi, why) in &ends {
+            while let Some((charge, pkt, _)) = self.pfc_mut().queues.pop(pi) {
+                self.pfc_left(charge, pkt.size);
+                self.failure_drop(node, why, &pkt);
+            }
+        }
+        for &(_, pi, _) in &ends {
+            // `pi` as an ingress port: whatever it paused at the far end is lifted now.
+            let st = &mut self.pfc_mut().ports[pi];
+            st.gen = st.gen.wrapping_add(1);
+            st.pausing = false;
+            let up = self.peer_port_index(pi);
+            self.pfc_set_paused(up, false);
+        }
+    }
+
+    /// PFC figures of link direction `pi` (sender's port), `None` without PFC.
+    pub(crate) fn pfc_link(&self, pi: usize) -> Option<LinkPfc> {
+        let pfc = self.pfc.as_ref()?;
+        let st = &pfc.ports[pi];
+        let rx = &pfc.ports[self.peer_port_index(pi)];
+        let ongoing = if st.paused { self.now - st.paused_since } else { 0 };
+        Some(LinkPfc { pauses: st.pauses, paused_ps: st.paused_ps + ongoing, max_ingress_bytes: rx.max_in_bytes, pauses_sent: rx.pauses_sent })
+    }
+
+    /// PFC figures of a switch from its ports `range`: PAUSE frames it sent (as ingress ports),
+    /// pauses and paused time of its egress ports, its largest ingress count.
+    pub(crate) fn pfc_totals(&self, range: std::ops::Range<usize>) -> Option<LinkPfc> {
+        let pfc = self.pfc.as_ref()?;
+        let mut t = LinkPfc { pauses: 0, paused_ps: 0, max_ingress_bytes: 0, pauses_sent: 0 };
+        for st in &pfc.ports[range] {
+            t.pauses += st.pauses;
+            t.paused_ps += st.paused_ps + if st.paused { self.now - st.paused_since } else { 0 };
+            t.pauses_sent += st.pauses_sent;
+            t.max_ingress_bytes = t.max_ingress_bytes.max(st.max_in_bytes);
+        }
+        Some(t)
+    }
+}
