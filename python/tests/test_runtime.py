@@ -122,6 +122,24 @@ def test_two_jobs_share_the_switch(switchml):
     assert switchml.stats()["aggregators_in_use"] == 0
 
 
+def test_two_rina_jobs_share_a_tor_without_mixing_their_sums():
+    # One switch is one INA rack: each job is one group, its ToR sums the rack's DATA in a
+    # contiguous slot region tagged by the job-wide index q. Every job plans the same region
+    # (the runtime admits jobs one at a time), so two jobs with equal q would meet in one slot
+    # unless the switch places the second elsewhere and tags slots by job.
+    sizes = [40_000, 62, 10_000]
+    a, b = {}, {}
+    with inalab.Switch("rina", udp=ANY, control=ANY, drop_probability=0.005, seed=9) as sw:
+        ta = threading.Thread(target=run_workers, args=(sw.control_addr, "rina", 40, 3, sizes, 1, a))
+        tb = threading.Thread(target=run_workers, args=(sw.control_addr, "rina", 41, 2, sizes, 2, b))
+        ta.start(), tb.start()
+        ta.join(), tb.join()
+        st = sw.stats()
+    check_sums(a, sizes, "rina", seed=1)
+    check_sums(b, sizes, "rina", seed=2)
+    assert st["program"]["aggregated"] > 0 and st["aggregators_in_use"] == 0, st
+
+
 def test_two_dsa_jobs_share_the_switch_under_loss():
     # Two jobs contend for one small array (256 KiB = 993 aggregators) while the switch drops
     # 1 % of packets: preemption, evictions to the PS and loss recovery, exact sums for both.

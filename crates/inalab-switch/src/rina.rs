@@ -2,7 +2,11 @@
 //! switch of an INA rack makes the rack one abstracted ring member.
 //!
 //! Per job it knows (control plane): the rack's members by port (member 0 is the agent), the
-//! next group's receiver, and a contiguous region of slots (no hashing, §V). In the data plane:
+//! next group's receiver, and a contiguous region of slots (no hashing, §V). Regions of
+//! different jobs never overlap: an admission whose planned region meets another job's is
+//! placed at the first free range of its length (a driver that admits jobs one at a time, as
+//! the UDP runtime does, plans every job at the same region), and slots are tagged with their
+//! job, so two jobs' equal tags never meet. In the data plane:
 //! - a TASK from the agent is copied as a PULL to every member;
 //! - a member's DATA is summed in slot `first + q mod len` of the job's region, `q` the
 //!   job-wide DATA index every member counts alike (a slot is tagged with it); when every
@@ -75,6 +79,7 @@ struct Slot {
     used: bool,
     /// Claimed and not yet acknowledged by the next group.
     live: bool,
+    job: u16,
     q: u32,
     bitmap: u32,
     /// The AGG this slot sends: the header of its first DATA, made an AGG.
@@ -126,6 +131,23 @@ impl RinaSwitch {
         RinaSwitch { slots: vec![Slot::default(); slots as usize], tenants: BTreeMap::new(), live: 0, c: Counters::default() }
     }
 
+    /// Where job `id`'s region of `len` slots goes: at `first` if no other job's region meets
+    /// it, else at the lowest free range of that length.
+    fn place(&self, id: u16, first: u32, len: u32) -> Result<u32, AdmitError> {
+        let mut taken: Vec<(u32, u32)> = self.tenants.iter().filter(|&(&j, _)| j != id).map(|(_, t)| (t.first, t.first + t.len)).collect();
+        let free = |at: u32, taken: &[(u32, u32)]| taken.iter().all(|&(a, b)| at + len <= a || at >= b);
+        if free(first, &taken) {
+            return Ok(first);
+        }
+        taken.sort_unstable();
+        let total = self.slots.len() as u64;
+        let at = std::iter::once(0).chain(taken.iter().map(|&(_, b)| b)).find(|&at| at as u64 + len as u64 <= total && free(at, &taken));
+        at.ok_or_else(|| {
+            let held: Vec<String> = self.tenants.iter().map(|(j, t)| format!("job {j}: {}..{}", t.first, t.first + t.len)).collect();
+            AdmitError(format!("no free region of {len} slots among the {total} of this switch (held: {}); lower ina.slots or end a Rina job", held.join(", ")))
+        })
+    }
+
     /// A copy of `pkt` to every member of the rack, each addressed to it.
     fn copy_to_members(&mut self, t: &Tenant, pkt: &Packet, out: &mut Vec<SwitchAction>) {
         for &(port, ep) in &t.members {
@@ -162,7 +184,8 @@ impl RinaSwitch {
         let bit = 1u32 << member;
         let all = t.all;
         let s = &mut self.slots[k];
-        if s.used && s.q == h.slot {
+        let mine = s.used && s.job == job;
+        if mine && s.q == h.slot {
             if s.bitmap & bit != 0 {
                 if !s.live {
                     // Freed: only this member's ACK copy was lost.
@@ -176,7 +199,7 @@ impl RinaSwitch {
                 self.c.duplicates += 1;
                 return out.push(SwitchAction::Drop { pkt, reason: "rina duplicate" });
             }
-        } else if s.used && !after(h.slot, s.q) {
+        } else if mine && !after(h.slot, s.q) {
             // An older tag than the slot's: the slot moved on, so that DATA was acknowledged.
             return self.answer_with_ack(job, member, h, pkt, out);
         } else if s.used && s.live {
@@ -187,7 +210,7 @@ impl RinaSwitch {
             hdr.kind = RinaKind::Agg;
             hdr.flags &= RinaHeader::FULL;
             hdr.member = 0;
-            *s = Slot { used: true, live: true, q: h.slot, bitmap: 0, hdr, size: pkt.size, acc: None };
+            *s = Slot { used: true, live: true, job, q: h.slot, bitmap: 0, hdr, size: pkt.size, acc: None };
             self.live += 1;
         }
         let values = i32s(&pkt);
@@ -225,7 +248,7 @@ impl RinaSwitch {
         let t = self.tenants.remove(&job).expect("admitted");
         let k = (t.first + h.slot % t.len) as usize;
         let s = &mut self.slots[k];
-        if s.used && s.live && s.q == h.slot {
+        if s.used && s.live && s.job == job && s.q == h.slot {
             s.live = false;
             self.live -= 1;
             // The values are not needed any more: only the tag answers late re-sends.
@@ -301,6 +324,7 @@ impl SwitchProgram for RinaSwitch {
             member_of[p as usize] = m as u8;
         }
         let all = if j.members.len() == 32 { u32::MAX } else { (1u32 << j.members.len()) - 1 };
+        let first = self.place(id, first, len)?;
         self.tenants.insert(id, Tenant { members: j.members, member_of, all, next: j.next, first, len });
         Ok(())
     }
@@ -393,6 +417,35 @@ mod tests {
         sw.on_packet(3, &ctx, 2, data(2, 100, vec![3; 62]), &mut out);
         assert!(out.iter().any(|a| matches!(a, SwitchAction::Forward { port: 2, pkt } if matches!(pkt.header, Header::Rina(h) if h.kind == RinaKind::Ack))));
         assert_eq!((sw.aggregators_in_use(), sw.c.aggregated), (0, 3));
+    }
+
+    /// Two jobs planned at the same region (as the runtime plans every job): the second is
+    /// placed beside the first, equal tags are summed apart, and a third finds no room.
+    #[test]
+    fn jobs_planned_at_one_region_are_placed_apart_and_never_summed_together() {
+        let (mut sw, ctx, mut out) = (switch(), IdleCtx { node: 9, ports: 4 }, vec![]);
+        let ep = |h| Endpoint { host: h, port: 2 };
+        let other = RinaSwitchJob { members: vec![(0, ep(0)), (1, ep(1)), (2, ep(2))], next: ep(6), slots: (8, 16) };
+        sw.admit(4, Admission::new(other.clone())).unwrap();
+        assert_eq!((sw.tenants[&3].first, sw.tenants[&4].first), (8, 24), "the lowest free range");
+        for m in 0..3u8 {
+            for job in [3u16, 4] {
+                let mut p = data(m, 7, vec![job as i32 * 10 + m as i32; 62]);
+                let Header::Rina(h) = &mut p.header else { unreachable!() };
+                h.job = job;
+                sw.on_packet(0, &ctx, m as PortId, p, &mut out);
+            }
+        }
+        let sums: Vec<(u32, Option<&Payload>)> = out.iter().filter_map(|a| match a { SwitchAction::Route { pkt } => Some((pkt.dst, pkt.payload.as_deref())), _ => None }).collect();
+        assert_eq!(sums, vec![(5, Some(&Payload::I32(vec![93; 62]))), (6, Some(&Payload::I32(vec![123; 62])))]);
+        assert_eq!((sw.aggregators_in_use(), sw.c.collisions), (2, 0));
+        let err = sw.admit(5, Admission::new(RinaSwitchJob { slots: (0, 48), ..other })).unwrap_err();
+        assert!(err.0.contains("no free region of 48 slots among the 64") && err.0.contains("job 4: 24..40"), "{}", err.0);
+        // A released job's region is free again.
+        sw.release(4);
+        assert_eq!(sw.aggregators_in_use(), 1);
+        sw.admit(5, Admission::new(RinaSwitchJob { members: vec![(0, ep(0)), (1, ep(1))], next: ep(6), slots: (8, 8) })).unwrap();
+        assert_eq!(sw.tenants[&5].first, 0);
     }
 
     /// Forged and garbled packets from every port: counted or routed, never a panic. (A member
