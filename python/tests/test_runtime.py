@@ -110,6 +110,16 @@ def test_injected_loss_is_recovered(scheme):
                 ps.stop()
 
 
+@pytest.mark.parametrize("scheme", ["static_tree", "canary", "rina"])
+def test_fixed_point_schemes_sum_float_tensors_on_one_switch(scheme):
+    # Schemes whose switches sum int32 with no overflow fallback convert floats at the hosts:
+    # the static tree once refused every float32 tensor ("static-tree switches sum int32 values").
+    sizes = [5_000, 62, 1]
+    with inalab.Switch(scheme, udp=ANY, control=ANY) as sw:
+        check_sums(run_workers(sw.control_addr, scheme, 7, 3, sizes), sizes, scheme)
+        assert sw.stats()["aggregators_in_use"] == 0
+
+
 def test_two_jobs_share_the_switch(switchml):
     sizes = [50_000, 3, 20_000]
     a, b = {}, {}

@@ -228,7 +228,7 @@ impl Scheme for StaticTree {
         let mut plan = Plan::default();
         for (r, &h) in job.workers.iter().enumerate() {
             let host = StaticTreeHost::new(cfg.clone(), r).map_err(|e| PlanError::new("workers", e.0))?;
-            let proto = Quantized::new(Box::new(host), self.quantization(&job.config), r, job.workers.len());
+            let proto = Quantized::converting(Box::new(host), c.ina.scale, r, job.workers.len());
             plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config: format!("{cfg:?} rank {r}") });
         }
         for (s, roles) in trees.roles {
