@@ -139,8 +139,9 @@ impl Got {
 struct Req {
     id: u64,
     n: usize,
-    /// The job-wide DATA index of this request's first packet.
-    q_base: u32,
+    /// The job-wide DATA index of each ScatterReduce step's first packet (this host's chunk
+    /// order), so a packet's index costs no walk over the steps before it.
+    step_q: Vec<u32>,
     data: Option<Vec<i32>>,
     /// The partials received (ScatterReduce), then this host's contribution per chunk.
     work: Option<Vec<i32>>,
@@ -364,9 +365,7 @@ impl RinaHost {
     /// The job-wide index of packet `seq` of step `s` of request `r` (every member of the
     /// group computes the same).
     fn q_of(&self, r: usize, s: u16, seq: u32) -> u32 {
-        let q = &self.reqs[r];
-        let before: u32 = (0..s).map(|s| packets_in(self.span(r, self.chunk_at(s)).1 - self.span(r, self.chunk_at(s)).0)).sum();
-        q.q_base.wrapping_add(before).wrapping_add(seq)
+        self.reqs[r].step_q[s as usize].wrapping_add(seq)
     }
     fn span(&self, r: usize, c: u16) -> (usize, usize) {
         chunk(self.reqs[r].n, self.groups(), c as usize)
@@ -661,7 +660,13 @@ impl HostProtocol for RinaHost {
         let total: u32 = full.iter().map(|g| g.left).sum();
         let work = if self.role == Role::Member { None } else { data.clone() };
         let result = data.as_ref().map(|v| vec![0; v.len()]);
-        self.reqs.push(Req { id, n, q_base: self.next_q, data, work, result, partial: BTreeMap::new(), full, chunks_left: gs, done: false, last_heard: now });
+        let mut step_q = Vec::with_capacity(gs);
+        let mut q = self.next_q;
+        for s in 0..gs as u16 {
+            step_q.push(q);
+            q = q.wrapping_add(full[self.chunk_at(s) as usize].left);
+        }
+        self.reqs.push(Req { id, n, step_q, data, work, result, partial: BTreeMap::new(), full, chunks_left: gs, done: false, last_heard: now });
         self.next_q = self.next_q.wrapping_add(total);
         if self.role != Role::Member {
             self.start_step(now, r, 0);
