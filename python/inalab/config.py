@@ -571,7 +571,10 @@ class Failure(_Model):
     node: Optional[str] = opt(
         None,
         "A switch that fails: it loses every packet queued in it or reaching it, its timers stop, and it comes "
-        "back (at `until`) with a fresh switch program whose soft state is empty. Give `node` or `link`, not both.",
+        "back (at `until`) with a fresh switch program whose soft state is empty. Or a host: it stops for good (no "
+        "`until`), and `detect` later its jobs' other workers are told; a scheme that goes on without a worker "
+        "(Rina) rebuilds its ring over the survivors, any other fails the job, naming the worker. Give `node` or "
+        "`link`, not both.",
         default_doc="none",
     )
     link: Optional[list[str]] = opt(
@@ -582,12 +585,14 @@ class Failure(_Model):
     )
     at: Duration = opt(_REQUIRED, "When the switch or link fails.")
     until: OptDuration = opt(None, "When it comes back; without it, it stays down to the end of the run.", default_doc="none (never)")
+    detect: OptDuration = opt(None, "A host's failure only: how long until its jobs' other workers are told (a membership "
+                              "service's detection delay).", default_doc="1ms")
 
     @model_validator(mode="after")
     def _one_target(self) -> "Failure":
         if (self.node is None) == (self.link is None):
             both = ", not both" if self.node is not None else ""
-            raise ConfigError("", f"give exactly one of node (a switch name) or link (two node names){both}")
+            raise ConfigError("", f"give exactly one of node (a switch or host name) or link (two node names){both}")
         if self.link is not None and len(self.link) != 2:
             raise ConfigError("link", f'a link is given by its two end nodes, e.g. ["s0", "s2"]; got {len(self.link)} names')
         if self.until is not None and self.until <= self.at:
@@ -616,7 +621,7 @@ class Scenario(_Model):
     jobs: list[Job] = opt([], "Training or allreduce jobs, see [[jobs]].")
     background: Optional[Background] = opt(None, "Random background traffic, see [background].")
     flows: list[Flow] = opt([], "Raw line-rate flows, see [[flows]].")
-    failures: list[Failure] = opt([], "Timed switch and link failures, see [[failures]]; routing avoids what is down.")
+    failures: list[Failure] = opt([], "Timed switch, host and link failures, see [[failures]]; routing avoids what is down.")
     metrics: Metrics = opt(Metrics(), "Measurement settings, see [metrics].", default_doc="see below")
 
     @model_validator(mode="after")
@@ -901,6 +906,8 @@ def _failure_spec(f: Failure) -> dict:
     spec["at_ps"] = f.at
     if f.until is not None:
         spec["until_ps"] = f.until
+    if f.detect is not None:
+        spec["detect_ps"] = f.detect
     return spec
 
 

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 import inalab._core as core
+import inalab
 from inalab.config import ConfigError, load_scenario, markdown_reference, shipped_scenarios
 
 from conftest import REPO
@@ -343,6 +344,29 @@ def test_rina_takes_its_parameters_from_the_registry(star):
     star["jobs"][0]["ina"] = {"min_rack": 1}
     e = error(star)
     assert e.field == "jobs[0].ina.min_rack" and "2..=32" in e.message, (e.field, e.message)
+
+
+def test_a_host_failure_is_survived_by_rina_and_named_by_other_schemes(star):
+    # Rina rebuilds its ring over the 7 survivors (spec §1.8); a ring job cannot go on and
+    # fails naming the worker. Payload mode checks every result against the sums.
+    star["topology"] = {"kind": "leaf_spine", "leaves": 2, "spines": 2, "hosts_per_leaf": 4}
+    star["payload"] = True
+    star["failures"] = [{"node": "h0", "at": "10us", "detect": "20us"}]
+    star["jobs"] = [{"scheme": "rina", "allreduce": "80KB", "iterations": 4, "workers": "h0..h7"}]
+    assert load_scenario(star).to_spec()["failures"] == [{"node": "h0", "at_ps": 10_000_000, "detect_ps": 20_000_000}]
+    r = inalab.simulate(star)
+    job = r.jobs.iloc[0]
+    assert job.finished and job.payload_errors == 0, job
+    hosts = r.hosts.set_index("name")
+    assert hosts.loc["h0", "counters"]["failed_at_ns"] == 10_000
+    assert sum(c.get("failures", 0) for c in hosts.counters) == 7
+    star["jobs"] = [{"scheme": "ring", "allreduce": "80KB", "iterations": 4, "workers": "h0..h7"}]
+    r = inalab.simulate(star)
+    assert not r.jobs.finished[0] and "worker 0 on h0 failed at 10000 ns" in str(r.jobs.failures[0]), r.jobs.failures[0]
+    star["failures"] = [{"node": "h0", "at": "10us", "until": "20us"}]
+    with pytest.raises(ConfigError) as e:
+        inalab.simulate(star)
+    assert e.value.field == "failures[0].until" and "does not come back" in e.value.message, e.value
 
 
 def test_flow_control_defaults_to_drop_tail_and_pfc_has_thresholds(star):

@@ -68,6 +68,12 @@ pub trait HostProtocol: Send {
     fn poll_transmit(&mut self, now: Time) -> Option<Packet>;
     fn poll_timeout(&self) -> Option<Time>;
     fn poll_event(&mut self) -> Option<HostEvent>;
+    /// The driver's membership service says worker `rank` of this endpoint's job died.
+    /// Returns whether the protocol goes on without it; the default, false, means the job
+    /// cannot finish (the driver fails it, naming the worker).
+    fn peer_failed(&mut self, _now: Time, _rank: u32) -> bool {
+        false
+    }
     /// Protocol counters for metrics (name, value), e.g. retransmissions.
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()

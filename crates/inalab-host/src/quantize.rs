@@ -315,6 +315,9 @@ impl HostProtocol for Quantized {
         self.events.pop_front()
     }
 
+    fn peer_failed(&mut self, now: Time, rank: u32) -> bool {
+        self.inner.peer_failed(now, rank)
+    }
     fn counters(&self) -> Vec<(&'static str, u64)> {
         self.inner.counters()
     }

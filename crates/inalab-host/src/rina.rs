@@ -20,6 +20,14 @@
 //! - **autonomous**: sends its own values plus the partial it received straight to the next
 //!   group as AGGs, ACKs what it receives, and forwards AllGather packets, like a ring worker.
 //!
+//! Failures (spec §1.8, docs/rina.md "Failures"): told by its driver that a worker died, a
+//! host rebuilds the ring over the survivors by the set-up rule (a rack whose agent died
+//! becomes autonomous workers, a dead member leaves its rack, a dead autonomous worker leaves
+//! the ring) under a new epoch (the top 8 bits of `req`). The epoch's first allreduce carries
+//! every survivor's progress; each request some survivor finished is repaired from the
+//! lowest-rank such survivor's kept result, every other unfinished one runs again from the
+//! inputs over the survivors, so all survivors end with the same sums.
+//!
 //! Choices beyond the paper (docs/rina.md): the agent forwards AllGather packets to the next
 //! group itself (spec §1.3 item 4's option, so one host owns each hop's reliability); an
 //! autonomous hop uses Rina's packets and windows, not the host transport, so every hop is
@@ -41,6 +49,15 @@ const MAX_BACKOFFS: u32 = 6;
 const MIN_FRAME_BYTES: u32 = 64;
 /// An agent keeps the results of this many requests back to repair its members' copies.
 const KEPT_RESULTS: usize = 64;
+/// After a failure, the requests past its lowest unfinished one a host reports as finished
+/// or not (a bitmap of 8 words), and how far back every host keeps its results to repair
+/// the others: a host may be this many requests ahead of the slowest survivor.
+const PROGRESS_BITS: usize = 256;
+const PROGRESS_WORDS: usize = PROGRESS_BITS / 32;
+/// Values per rank in the progress allreduce: the lowest unfinished request and the bitmap.
+const PROGRESS_VALUES: usize = 1 + PROGRESS_WORDS;
+const EPOCH_SHIFT: u32 = RinaHeader::EPOCH_SHIFT;
+const REQ_MASK: u32 = RinaHeader::REQ_MASK;
 
 /// One ring position.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +73,9 @@ pub struct RinaConfig {
     pub job: u16,
     /// The groups in ring order.
     pub groups: Vec<RinaGroup>,
+    /// Every worker's endpoint by rank (groups in ring order are sorted by their lowest rank;
+    /// a rebuilt ring after a failure too).
+    pub ranks: Vec<Endpoint>,
     /// Bytes on the wire besides the values of a packet.
     pub header_bytes: u32,
     /// Floor and initial value of the retransmission timeout (RFC 6298 estimate above it).
@@ -88,6 +108,10 @@ impl RinaConfig {
             if !ok {
                 return Err(ConfigError(format!("group {g}: {} members; an INA rack has 2..=32, an autonomous worker is alone", grp.members.len())));
             }
+        }
+        let listed: usize = self.groups.iter().map(|g| g.members.len()).sum();
+        if listed != self.ranks.len() || self.groups.iter().flat_map(|g| &g.members).any(|m| !self.ranks.contains(m)) {
+            return Err(ConfigError(format!("the groups list {listed} workers, not the {} ranks", self.ranks.len())));
         }
         if self.rto_ps == 0 || self.repair_ps == 0 || self.slots == 0 || self.window_bytes == 0 {
             return Err(ConfigError("rto_ps, repair_ps, slots and window_bytes must be positive".into()));
@@ -135,9 +159,33 @@ impl Got {
     }
 }
 
-/// One allreduce request.
-struct Req {
+/// What a request of the current epoch is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// The application's k-th allreduce.
+    App(usize),
+    /// After a failure: every survivor's progress (`PROGRESS_VALUES` per rank).
+    Progress,
+    /// After a failure: the application's k-th allreduce, which rank `from` (the lowest-rank
+    /// survivor that finished it) sends again while the others send zeros.
+    Repair { k: usize, from: usize },
+}
+
+/// One of the application's allreduces, across epochs.
+struct AppReq {
     id: u64,
+    n: usize,
+    payload: bool,
+    /// Kept until it is finished: a failure may make it run again.
+    input: Option<Vec<i32>>,
+    /// Kept `PROGRESS_BITS` requests behind the lowest unfinished one, to repair others.
+    result: Option<Vec<i32>>,
+    finished: bool,
+}
+
+/// One allreduce on the wire, in the current epoch.
+struct Req {
+    purpose: Purpose,
     n: usize,
     /// The job-wide DATA index of each ScatterReduce step's first packet (this host's chunk
     /// order), so a packet's index costs no walk over the steps before it.
@@ -252,6 +300,11 @@ struct Counters {
     repairs_unavailable: u64,
     early: u64,
     malformed: u64,
+    failures: u64,
+    repaired: u64,
+    rerun: u64,
+    unrepairable: u64,
+    stale_epoch: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -267,9 +320,30 @@ type AgKey = (u32, u16, u32);
 pub struct RinaHost {
     cfg: RinaConfig,
     me: Endpoint,
+    rank: usize,
     g: usize,
+    /// This host's index in its set-up rack (the ToR knows members by it, epochs after too).
     member: u8,
     role: Role,
+    /// Agent: its rack's live members' bits, sent in every TASK.
+    rack_bits: u32,
+    /// The set-up groups and the ranks that died since.
+    orig: Vec<RinaGroup>,
+    dead: BTreeSet<usize>,
+    epoch: u8,
+    apps: Vec<AppReq>,
+    /// The lowest unfinished application request, and the oldest whose result is kept.
+    low: usize,
+    kept_from: usize,
+    /// Requests to open in order before the application's next (after a failure), the next
+    /// application request to open past them, and whether the progress round is in flight.
+    plan: VecDeque<Purpose>,
+    next_app: usize,
+    planning: bool,
+    /// The plan's requests open one at a time (a survivor that submitted the next request
+    /// already would fill its window toward a receiver that has not, while it still owes
+    /// packets of the request before: found as a hang), and the application's after them.
+    recovering: bool,
     reqs: Vec<Req>,
     next_q: u32,
     /// Member: PULLs not handled yet, by (request, step): a member queues its DATA strictly
@@ -302,29 +376,56 @@ pub struct RinaHost {
     c: Counters,
 }
 
+/// The ring over the survivors of `orig` (spec §1.8): a rack whose agent died becomes
+/// autonomous workers, a rack left with one worker too, a dead worker leaves its group; groups
+/// in order of their lowest rank.
+fn rebuild(orig: &[RinaGroup], ranks: &[Endpoint], dead: &BTreeSet<usize>) -> Vec<RinaGroup> {
+    let rank = |e: &Endpoint| ranks.iter().position(|r| r == e).expect("a configured worker");
+    let mut groups = vec![];
+    for g in orig {
+        let live: Vec<Endpoint> = g.members.iter().copied().filter(|m| !dead.contains(&rank(m))).collect();
+        let agent_alive = live.first() == g.members.first();
+        if g.tor.is_some() && agent_alive && live.len() >= 2 {
+            groups.push(RinaGroup { members: live, tor: g.tor });
+        } else {
+            groups.extend(live.into_iter().map(|m| RinaGroup { members: vec![m], tor: None }));
+        }
+    }
+    groups.sort_by_key(|g| g.members.iter().map(rank).min());
+    groups
+}
+
+fn flow_configs(cfg: &RinaConfig) -> (AimdConfig, AimdConfig) {
+    let full = AimdConfig { initial_window_bytes: cfg.window_bytes, max_window_bytes: cfg.window_bytes, min_window_bytes: cfg.packet_bytes(RINA_PACKET_VALUES) as u64, increment_bytes: cfg.packet_bytes(RINA_PACKET_VALUES) as u64, ..AimdConfig::default() };
+    // AllGather starts from one packet and grows to the same cap (§IV-C-1).
+    let ag = AimdConfig { initial_window_bytes: full.min_window_bytes, ..full.clone() };
+    (full, ag)
+}
+
 impl RinaHost {
     pub fn new(cfg: RinaConfig, rank_endpoint: Endpoint) -> Result<Self, ConfigError> {
         cfg.check()?;
-        let (g, m) = cfg
-            .groups
-            .iter()
-            .enumerate()
-            .find_map(|(g, grp)| grp.members.iter().position(|&e| e == rank_endpoint).map(|m| (g, m)))
-            .ok_or_else(|| ConfigError(format!("{rank_endpoint:?} is in no group")))?;
-        let role = match (cfg.groups[g].tor, m) {
-            (None, _) => Role::Autonomous,
-            (Some(_), 0) => Role::Agent,
-            _ => Role::Member,
-        };
+        let rank = cfg.ranks.iter().position(|&e| e == rank_endpoint).ok_or_else(|| ConfigError(format!("{rank_endpoint:?} is in no group")))?;
+        let member = cfg.groups.iter().find_map(|g| g.members.iter().position(|&e| e == rank_endpoint)).expect("checked: every rank is in a group") as u8;
         let rtt = RttEstimator::new(RttConfig { initial_rto_ps: cfg.rto_ps, min_rto_ps: cfg.rto_ps, max_rto_ps: cfg.rto_ps * 1000, ..RttConfig::default() });
-        let full = AimdConfig { initial_window_bytes: cfg.window_bytes, max_window_bytes: cfg.window_bytes, min_window_bytes: cfg.packet_bytes(RINA_PACKET_VALUES) as u64, increment_bytes: cfg.packet_bytes(RINA_PACKET_VALUES) as u64, ..AimdConfig::default() };
-        // AllGather starts from one packet and grows to the same cap (§IV-C-1).
-        let ag = AimdConfig { initial_window_bytes: full.min_window_bytes, ..full.clone() };
-        Ok(RinaHost {
+        let (full, ag) = flow_configs(&cfg);
+        let mut host = RinaHost {
             me: rank_endpoint,
-            g,
-            member: m as u8,
-            role,
+            rank,
+            g: 0,
+            member,
+            role: Role::Autonomous,
+            rack_bits: 0,
+            orig: cfg.groups.clone(),
+            dead: BTreeSet::new(),
+            epoch: 0,
+            apps: vec![],
+            low: 0,
+            kept_from: 0,
+            plan: VecDeque::new(),
+            next_app: 0,
+            planning: false,
+            recovering: false,
             reqs: vec![],
             next_q: 0,
             early_pulls: BTreeSet::new(),
@@ -342,7 +443,24 @@ impl RinaHost {
             events: VecDeque::new(),
             c: Counters::default(),
             cfg,
-        })
+        };
+        host.place();
+        Ok(host)
+    }
+
+    /// This host's group and role in the current ring, and its rack's live members' bits.
+    fn place(&mut self) {
+        let me = self.me;
+        let g = self.cfg.groups.iter().position(|grp| grp.members.contains(&me)).expect("a survivor is in the ring");
+        let grp = &self.cfg.groups[g];
+        self.g = g;
+        self.role = match (grp.tor, grp.members[0] == me) {
+            (None, _) => Role::Autonomous,
+            (Some(_), true) => Role::Agent,
+            _ => Role::Member,
+        };
+        let orig = self.orig.iter().find(|o| o.members.contains(&me)).expect("a configured worker");
+        self.rack_bits = grp.members.iter().filter_map(|m| orig.members.iter().position(|o| o == m)).fold(0, |b, i| b | 1 << i);
     }
 
     fn groups(&self) -> usize {
@@ -373,8 +491,14 @@ impl RinaHost {
     fn header(&self, kind: RinaKind, r: usize, step: u16, c: u16, seq: u32) -> RinaHeader {
         RinaHeader { kind, flags: 0, member: self.member, hop: 0, job: self.cfg.job, step, chunk: c, count: 0, req: r as u32, seq, slot: 0, arg: 0 }
     }
+    /// `h` as sent: its request tagged with the epoch.
+    fn on_wire(&self, mut h: RinaHeader) -> RinaHeader {
+        h.req = (h.req & REQ_MASK) | (self.epoch as u32) << EPOCH_SHIFT;
+        h
+    }
     /// Packet `seq` of chunk `c` of `values` (a whole tensor) as `h`, to `dst`.
-    fn packet(&self, mut h: RinaHeader, values: Option<&[i32]>, r: usize, dst: Endpoint) -> Packet {
+    fn packet(&self, h: RinaHeader, values: Option<&[i32]>, r: usize, dst: Endpoint) -> Packet {
+        let mut h = self.on_wire(h);
         let (s, e) = self.span(r, h.chunk);
         let a = (s + h.seq as usize * RINA_PACKET_VALUES).min(e);
         let b = (a + RINA_PACKET_VALUES).min(e);
@@ -384,6 +508,7 @@ impl RinaHost {
         p
     }
     fn control(&self, h: RinaHeader, dst: Endpoint) -> Packet {
+        let h = self.on_wire(h);
         // A packet without values (TASK, ACK, NACK) is its headers: the real frame's size.
         Packet::new(self.me.host, self.me.port, dst.host, dst.port, self.cfg.header_bytes.max(MIN_FRAME_BYTES), Header::Rina(h))
     }
@@ -428,6 +553,10 @@ impl RinaHost {
             Role::Agent => {
                 let mut h = self.header(RinaKind::Task, r, s, c, 0);
                 h.arg = n;
+                // The ToR learns the rack's live members and the next receiver from the TASKs
+                // (they change only with an epoch).
+                h.slot = self.rack_bits;
+                h.seq = self.cfg.ranks.iter().position(|&e| e == self.next_receiver()).expect("a worker") as u32;
                 let p = self.control(h, self.tor());
                 self.c.tasks += 1;
                 self.tasks.insert((r as u32, s), (now + self.rtt.rto(), p.clone()));
@@ -578,10 +707,10 @@ impl RinaHost {
             let p = self.packet(f, self.reqs[r].result.as_deref(), r, self.next_receiver());
             self.ag.queue.insert((r as u32, h.chunk, h.seq), p);
         }
-        self.finish(r);
+        self.finish(now, r);
     }
 
-    fn finish(&mut self, r: usize) {
+    fn finish(&mut self, now: Time, r: usize) {
         let agent = self.role == Role::Agent;
         let q = &mut self.reqs[r];
         if q.done || q.chunks_left > 0 {
@@ -591,11 +720,158 @@ impl RinaHost {
         q.data = None;
         q.work = None;
         // An agent keeps the result a while to repair members' missed copies.
-        let data = if agent { q.result.clone() } else { q.result.take() }.map(Payload::I32);
-        self.events.push_back(HostEvent::Done { id: q.id, data });
+        let result = if agent { q.result.clone() } else { q.result.take() };
+        let purpose = q.purpose;
         if agent && r >= KEPT_RESULTS {
             self.reqs[r - KEPT_RESULTS].result = None;
         }
+        match purpose {
+            Purpose::App(k) | Purpose::Repair { k, .. } => self.app_finished(k, result),
+            Purpose::Progress => return self.plan_recovery(now, result.unwrap_or_default()),
+        }
+        if self.recovering {
+            self.open_ready(now);
+        }
+    }
+
+    /// The application's k-th allreduce has its result (a repair of one this host already
+    /// finished changes nothing: every survivor sums the same).
+    fn app_finished(&mut self, k: usize, result: Option<Vec<i32>>) {
+        let a = &mut self.apps[k];
+        if a.finished {
+            return;
+        }
+        a.finished = true;
+        a.input = None;
+        a.result = if a.payload { result } else { None };
+        self.events.push_back(HostEvent::Done { id: a.id, data: a.result.clone().map(Payload::I32) });
+        while self.low < self.apps.len() && self.apps[self.low].finished {
+            self.low += 1;
+        }
+        while self.kept_from + PROGRESS_BITS < self.low {
+            self.apps[self.kept_from].result = None;
+            self.kept_from += 1;
+        }
+    }
+
+    /// Opens a request of the current epoch (the next wire index) and handles its packets
+    /// that came early.
+    fn open(&mut self, now: Time, purpose: Purpose, n: usize, data: Option<Vec<i32>>) {
+        let gs = self.groups();
+        let r = self.reqs.len();
+        let full: Vec<Got> = (0..gs).map(|c| Got::new(packets_in(chunk(n, gs, c).1 - chunk(n, gs, c).0))).collect();
+        let work = if self.role == Role::Member { None } else { data.clone() };
+        let result = data.as_ref().map(|v| vec![0; v.len()]);
+        let mut step_q = Vec::with_capacity(gs);
+        let mut q = self.next_q;
+        for s in 0..gs as u16 {
+            step_q.push(q);
+            q = q.wrapping_add(full[self.chunk_at(s) as usize].left);
+        }
+        self.next_q = q;
+        self.reqs.push(Req { purpose, n, step_q, data, work, result, partial: BTreeMap::new(), full, chunks_left: gs, done: false, last_heard: now });
+        if self.role != Role::Member {
+            self.start_step(now, r, 0);
+        }
+        self.drain_pulls(now);
+        let tag = self.on_wire(RinaHeader { req: r as u32, ..Default::default() }).req;
+        let (now_due, later): (Vec<Packet>, Vec<Packet>) = std::mem::take(&mut self.early_packets).into_iter().partition(|p| matches!(p.header, Header::Rina(h) if h.req == tag));
+        self.early_packets = later;
+        for p in now_due {
+            self.handle_packet(now, p);
+        }
+        if self.role == Role::Member && self.repair_at.is_none() {
+            self.repair_at = Some(now + self.cfg.repair_ps);
+        }
+    }
+
+    /// Opens, in order, every request whose inputs are here: the plan's after a failure, then
+    /// the application's.
+    fn open_ready(&mut self, now: Time) {
+        while !self.planning {
+            if self.recovering {
+                if self.reqs.iter().any(|q| !q.done) {
+                    return;
+                }
+                self.recovering = !self.plan.is_empty();
+            }
+            let next = match self.plan.front() {
+                Some(&p) => p,
+                None => Purpose::App(self.next_app),
+            };
+            let k = match next {
+                Purpose::App(k) | Purpose::Repair { k, .. } => k,
+                Purpose::Progress => unreachable!("opened at the failure"),
+            };
+            if k >= self.apps.len() {
+                return; // not submitted here yet
+            }
+            if self.plan.pop_front().is_none() {
+                self.next_app += 1;
+            }
+            let a = &self.apps[k];
+            let zeros = || a.payload.then(|| vec![0; a.n]);
+            let data = match next {
+                Purpose::Repair { from, .. } if from == self.rank => a.result.clone().or_else(zeros),
+                Purpose::Repair { .. } => zeros(),
+                // A request some survivor finished beyond the kept results runs again; this
+                // host, if it finished it, has no input left to give (counted, docs/rina.md).
+                _ => a.input.clone().or_else(zeros),
+            };
+            let n = a.n;
+            self.open(now, next, n, data);
+        }
+    }
+
+    /// This host's progress: the lowest unfinished request and which of the next
+    /// `PROGRESS_BITS` are finished, at its rank's place in the progress allreduce.
+    fn progress(&self) -> Vec<i32> {
+        let mut v = vec![0i32; PROGRESS_VALUES * self.cfg.ranks.len()];
+        let at = PROGRESS_VALUES * self.rank;
+        v[at] = self.low as i32;
+        for (b, a) in self.apps.iter().enumerate().skip(self.low).take(PROGRESS_BITS) {
+            if a.finished {
+                let b = b - self.low;
+                v[at + 1 + b / 32] |= 1 << (b % 32);
+            }
+        }
+        v
+    }
+
+    /// Every survivor's progress is in: the same plan at every survivor. Each request some
+    /// survivor finished is repaired from the lowest-rank one that keeps its result; every
+    /// other unfinished one runs again from the inputs.
+    fn plan_recovery(&mut self, now: Time, v: Vec<i32>) {
+        self.planning = false;
+        let alive: Vec<usize> = (0..self.cfg.ranks.len()).filter(|r| !self.dead.contains(r)).collect();
+        let at = |i: usize| (v.get(PROGRESS_VALUES * i).map_or(0, |&l| l as u32 as usize), PROGRESS_VALUES * i + 1);
+        let bit = |i: usize, k: usize| {
+            let (l, w) = at(i);
+            k >= l && k - l < PROGRESS_BITS && v.get(w + (k - l) / 32).is_some_and(|x| x >> ((k - l) % 32) & 1 == 1)
+        };
+        let finished = |i: usize, k: usize| k < at(i).0 || bit(i, k);
+        // Kept: this host's results no more than PROGRESS_BITS behind its lowest unfinished.
+        let keeps = |i: usize, k: usize| bit(i, k) || (k < at(i).0 && k + PROGRESS_BITS >= at(i).0);
+        let low = alive.iter().map(|&i| at(i).0).min().unwrap_or(0);
+        let last = alive.iter().flat_map(|&i| (0..PROGRESS_BITS).rev().find(|&b| bit(i, at(i).0 + b)).map(|b| at(i).0 + b + 1).into_iter().chain([at(i).0])).max().unwrap_or(low);
+        self.plan.clear();
+        for k in low..last {
+            match alive.iter().find(|&&i| keeps(i, k)) {
+                Some(&from) => {
+                    self.plan.push_back(Purpose::Repair { k, from });
+                    self.c.repaired += 1;
+                }
+                None => {
+                    self.c.unrepairable += alive.iter().any(|&i| finished(i, k)) as u64;
+                    self.plan.push_back(Purpose::App(k));
+                }
+            }
+        }
+        self.next_app = last.max(low);
+        self.recovering = true;
+        // This host's submitted requests that no survivor finished run again from the inputs.
+        self.c.rerun += (low..self.apps.len()).filter(|&k| !alive.iter().any(|&i| finished(i, k))).count() as u64;
+        self.open_ready(now);
     }
 
     fn on_nack(&mut self, h: RinaHeader, pkt: &Packet) {
@@ -654,32 +930,37 @@ impl HostProtocol for RinaHost {
             Some(_) => return self.events.push_back(HostEvent::Rejected { id, reason: "Rina sums int32 values (floats go through the scheme's fixed-point quantization)".into() }),
         };
         let n = data.as_ref().map_or(bytes.div_ceil(4) as usize, Vec::len);
-        let gs = self.groups();
-        let r = self.reqs.len();
-        let full: Vec<Got> = (0..gs).map(|c| Got::new(packets_in(chunk(n, gs, c).1 - chunk(n, gs, c).0))).collect();
-        let total: u32 = full.iter().map(|g| g.left).sum();
-        let work = if self.role == Role::Member { None } else { data.clone() };
-        let result = data.as_ref().map(|v| vec![0; v.len()]);
-        let mut step_q = Vec::with_capacity(gs);
-        let mut q = self.next_q;
-        for s in 0..gs as u16 {
-            step_q.push(q);
-            q = q.wrapping_add(full[self.chunk_at(s) as usize].left);
+        self.apps.push(AppReq { id, n, payload: data.is_some(), input: data, result: None, finished: false });
+        self.open_ready(now);
+    }
+
+    /// Worker `rank` died: the ring is rebuilt over the survivors under a new epoch, whose
+    /// first allreduce is the survivors' progress (see the module docs).
+    fn peer_failed(&mut self, now: Time, rank: u32) -> bool {
+        let rank = rank as usize;
+        if rank >= self.cfg.ranks.len() || rank == self.rank || !self.dead.insert(rank) {
+            return rank != self.rank;
         }
-        self.reqs.push(Req { id, n, step_q, data, work, result, partial: BTreeMap::new(), full, chunks_left: gs, done: false, last_heard: now });
-        self.next_q = self.next_q.wrapping_add(total);
-        if self.role != Role::Member {
-            self.start_step(now, r, 0);
-        }
-        self.drain_pulls(now);
-        let (now_due, later): (Vec<Packet>, Vec<Packet>) = std::mem::take(&mut self.early_packets).into_iter().partition(|p| matches!(p.header, Header::Rina(h) if h.req as usize == r));
-        self.early_packets = later;
-        for p in now_due {
-            self.handle_packet(now, p);
-        }
-        if self.role == Role::Member && self.repair_at.is_none() {
-            self.repair_at = Some(now + self.cfg.repair_ps);
-        }
+        self.c.failures += 1;
+        self.epoch = self.epoch.wrapping_add(1);
+        self.cfg.groups = rebuild(&self.orig, &self.cfg.ranks, &self.dead);
+        self.place();
+        let (full, ag) = flow_configs(&self.cfg);
+        (self.sr, self.ag) = (Flow::new(full), Flow::new(ag));
+        self.reqs.clear();
+        self.next_q = 0;
+        self.early_pulls.clear();
+        (self.next_pull, self.pull_due, self.repair_at) = ((0, 0), None, None);
+        self.delayed.clear();
+        self.tasks.clear();
+        self.ctrl.clear();
+        let epoch = self.epoch;
+        self.early_packets.retain(|p| matches!(p.header, Header::Rina(h) if h.epoch().wrapping_sub(epoch) as i8 >= 0));
+        self.plan.clear();
+        self.planning = true;
+        let v = self.progress();
+        self.open(now, Purpose::Progress, v.len(), Some(v));
+        true
     }
 
     fn handle_packet(&mut self, now: Time, pkt: Packet) {
@@ -687,6 +968,17 @@ impl HostProtocol for RinaHost {
         if h.job != self.cfg.job {
             return;
         }
+        let ahead = h.epoch().wrapping_sub(self.epoch) as i8;
+        if ahead < 0 {
+            self.c.stale_epoch += 1;
+            return;
+        }
+        if ahead > 0 {
+            // From a survivor told of a failure before this host: kept for that epoch.
+            self.c.early += 1;
+            return self.early_packets.push(pkt);
+        }
+        let h = RinaHeader { req: h.req & REQ_MASK, ..h };
         let r = h.req as usize;
         let known = r < self.reqs.len();
         if known {
@@ -806,6 +1098,11 @@ impl HostProtocol for RinaHost {
             ("queued", (self.sr.queue.len() + self.ag.queue.len()) as u64),
             ("chunks_missing", self.reqs.iter().map(|q| q.chunks_left as u64).sum()),
             ("malformed", c.malformed),
+            ("failures", c.failures),
+            ("repaired", c.repaired),
+            ("rerun", c.rerun),
+            ("unrepairable", c.unrepairable),
+            ("stale_epoch", c.stale_epoch),
         ]
     }
 }
@@ -820,6 +1117,7 @@ mod tests {
         RinaConfig {
             job: 3,
             groups: vec![RinaGroup { members: vec![ep(0), ep(1)], tor: Some(10) }, RinaGroup { members: vec![ep(2)], tor: None }],
+            ranks: vec![ep(0), ep(1), ep(2)],
             header_bytes: 71,
             rto_ps: 1_000_000,
             window_bytes: 60_000,
@@ -865,6 +1163,10 @@ mod tests {
                 host.handle_packet(t * 1000, p);
                 if t % 97 == 0 {
                     host.handle_timeout(t * 1000);
+                }
+                if t % 4999 == 0 {
+                    // The driver says a worker died (any rank, this one and unknown ones too).
+                    host.peer_failed(t * 1000, (next() % 5) as u32);
                 }
                 while host.poll_transmit(t * 1000).is_some() {}
             }

@@ -145,6 +145,7 @@ impl Scheme for Rina {
         let cfg = RinaConfig {
             job: id,
             groups: layout.iter().map(|(tor, ranks)| RinaGroup { members: ranks.iter().map(|&r| eps[r]).collect(), tor: *tor }).collect(),
+            ranks: eps.clone(),
             header_bytes: c.header_bytes,
             rto_ps: c.rto_ps,
             window_bytes: c.window_bytes,
@@ -169,7 +170,7 @@ impl Scheme for Rina {
             let Some(ports) = ranks.iter().map(|&r| net.port_toward(tor, job.workers[r])).collect::<Option<Vec<_>>>() else { continue };
             let members = ports.into_iter().zip(ranks).map(|(p, &r)| (p, eps[r])).collect();
             let next: Endpoint = eps[layout[(g + 1) % gs].1[0]];
-            let state = Admission::new(RinaSwitchJob { members, next, slots: (index * slice(tor), c.slots) });
+            let state = Admission::new(RinaSwitchJob { members, next, ranks: eps.clone(), slots: (index * slice(tor), c.slots) });
             plan.admissions.push(SwitchAdmission { switch: tor, program: PROGRAM, state, field: "ina.slots" });
         }
         Ok(plan)

@@ -1,7 +1,7 @@
 //! The event queue: events in time order, ties in insertion order, so a run is a pure function
 //! of its spec and seed.
 
-use inalab_core::{Time, TimerToken};
+use inalab_core::{NodeId, Time, TimerToken};
 use std::collections::VecDeque;
 
 #[derive(Debug, Clone, Copy)]
@@ -28,6 +28,8 @@ pub enum Ev {
     SwitchTimer { switch: u32, token: TimerToken, epoch: u16 },
     /// Failure `idx` of the spec starts / ends.
     Fail { idx: u32 },
+    /// The membership service tells a failed host's jobs (the workloads').
+    PeerFailed { host: NodeId, at: Time },
     Recover { idx: u32 },
     /// A worker's current compute step (forward or backward of one layer) finished.
     ComputeDone { job: u32, rank: u32 },

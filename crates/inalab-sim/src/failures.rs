@@ -1,5 +1,5 @@
-//! Timed switch and link failures (Canary §1.11): which nodes and links are down, the next
-//! hops that avoid them, and the packets a failure caught on a wire.
+//! Timed switch, host and link failures (Canary §1.11, Rina §1.8): which nodes and links are
+//! down, the next hops that avoid them, and the packets a failure caught on a wire.
 
 use crate::spec::FailureSpec;
 use crate::SimError;
@@ -18,7 +18,14 @@ pub(crate) struct Failure {
     pub target: Target,
     pub at: Time,
     pub until: Option<Time>,
+    /// A host's failure: when, after `at`, its jobs' other workers are told.
+    pub detect: Time,
 }
+
+/// A host's failure is told to its jobs' other workers after this long by default: 1 ms, a
+/// few round trips of heartbeats in a data centre (the spec's "3 RTO" at Rina's 1 ms floor
+/// would be 3 ms).
+pub(crate) const DETECT_PS: Time = inalab_core::time::MS;
 
 /// Why a packet on a wire is lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,10 +63,11 @@ pub(crate) fn resolve(specs: &[FailureSpec], topo: &Topology) -> Result<Vec<Fail
             (Some(name), None) => {
                 let field = format!("{field}.node");
                 match topo.find(name) {
-                    Some(n) if !topo.is_host(n) => Target::Node(n),
-                    // Host failures need checkpoint/restart (Canary §1.10.6): out of scope.
-                    Some(_) => return Err(SimError::new(field, format!("{name:?} is a host; only switches fail ({})", describe_switches(topo)))),
-                    None => return Err(SimError::new(field, format!("no switch named {name:?} ({})", describe_switches(topo)))),
+                    Some(n) if topo.is_host(n) && f.until_ps.is_some() => {
+                        return Err(SimError::new(format!("failures[{i}].until_ps"), format!("{name:?} is a host, and a failed host does not come back (its processes' state is gone): leave it out")));
+                    }
+                    Some(n) => Target::Node(n),
+                    None => return Err(SimError::new(field, format!("no switch or host named {name:?} ({})", describe_switches(topo)))),
                 }
             }
             (None, Some([a, b])) => {
@@ -76,15 +84,19 @@ pub(crate) fn resolve(specs: &[FailureSpec], topo: &Topology) -> Result<Vec<Fail
                     None => return Err(SimError::new(field, format!("{a:?} and {b:?} are not adjacent: no link between them"))),
                 }
             }
-            (Some(_), Some(_)) => return Err(SimError::new(field, "give exactly one of node (a switch name) or link (two node names), not both")),
-            (None, None) => return Err(SimError::new(field, "give exactly one of node (a switch name) or link (two node names)")),
+            (Some(_), Some(_)) => return Err(SimError::new(field, "give exactly one of node (a switch or host name) or link (two node names), not both")),
+            (None, None) => return Err(SimError::new(field, "give exactly one of node (a switch or host name) or link (two node names)")),
         };
         if let Some(until) = f.until_ps {
             if until <= f.at_ps {
                 return Err(SimError::new(format!("{field}.until_ps"), format!("must be after at_ps ({} ps), got {until} ps; omit it for a permanent failure", f.at_ps)));
             }
         }
-        out.push(Failure { target, at: f.at_ps, until: f.until_ps });
+        let host = matches!(target, Target::Node(n) if topo.is_host(n));
+        if f.detect_ps.is_some() && !host {
+            return Err(SimError::new(format!("{field}.detect_ps"), "applies to a host's failure only (switches and links are routed around at once)"));
+        }
+        out.push(Failure { target, at: f.at_ps, until: f.until_ps, detect: f.detect_ps.unwrap_or(DETECT_PS) });
     }
     Ok(out)
 }

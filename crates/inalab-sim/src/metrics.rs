@@ -150,6 +150,10 @@ impl Sim {
             if hs.drops_link_failed > 0 {
                 counters.insert("drops_link_failed".to_string(), hs.drops_link_failed);
             }
+            if let Some(at) = hs.failed_at {
+                counters.insert("drops_host_failed".to_string(), hs.drops_host_failed);
+                counters.insert("failed_at_ns".to_string(), at / 1000);
+            }
             r.hosts.push(HostResult {
                 name: name(h as u32),
                 tx_bytes: nic.tx_bytes,

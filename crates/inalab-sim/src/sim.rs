@@ -44,6 +44,9 @@ pub(crate) struct HostState {
     pub drops_no_endpoint: u64,
     /// Packets its NIC sent into a failed link.
     pub drops_link_failed: u64,
+    /// Packets that reached it after it failed, and when it did.
+    pub drops_host_failed: u64,
+    pub failed_at: Option<Time>,
     pub loss: f64,
     /// Packets between endpoints of this host, delivered by an `Ev::Local` at the same time
     /// (not by a nested call, which would recurse once per packet).
@@ -320,6 +323,7 @@ impl Sim {
         };
         let failures = crate::failures::resolve(&spec.failures, &topo)?;
         let live = Liveness::new(&topo, ports.len(), !failures.is_empty());
+        let first_switch = topo.hosts;
         let mut sim = Sim {
             name: spec.name.clone(),
             seed: spec.seed,
@@ -353,7 +357,7 @@ impl Sim {
             done: false,
             wall_s: 0.0,
             stopped_by: "stop_time",
-            restart_spec: failures.iter().any(|f| matches!(f.target, Target::Node(_))).then(|| Box::new(spec.clone())),
+            restart_spec: failures.iter().any(|f| matches!(f.target, Target::Node(n) if n >= first_switch)).then(|| Box::new(spec.clone())),
             failures,
             live,
             released: vec![],
@@ -426,6 +430,9 @@ impl Sim {
                 }
             }
             Ev::NicFree { host } => {
+                if self.live.node_is_down(host) {
+                    return; // a failed host sends nothing again
+                }
                 self.hosts[host as usize].nic_busy = false;
                 self.try_transmit(host);
             }
@@ -433,6 +440,9 @@ impl Sim {
             Ev::PortReady { port } => self.pfc_port_ready(port as usize),
             Ev::Pause { port, gen, on } => self.pfc_frame(port as usize, gen, on),
             Ev::Local { host } => {
+                if self.live.node_is_down(host) {
+                    return self.hosts[host as usize].local.clear();
+                }
                 while let Some(pkt) = self.hosts[host as usize].local.pop_front() {
                     self.cons.delivered_packets += 1;
                     self.cons.delivered_bytes += pkt.size as u64;
@@ -440,6 +450,9 @@ impl Sim {
                 }
             }
             Ev::HostTimer { host, ep } => {
+                if self.live.node_is_down(host) {
+                    return;
+                }
                 let e = &mut self.hosts[host as usize].eps[ep as usize];
                 if e.timer_armed != Some(self.now) {
                     return; // superseded by an earlier arming
@@ -466,7 +479,7 @@ impl Sim {
             }
             Ev::Fail { idx } => self.set_failed(idx as usize, true),
             Ev::Recover { idx } => self.set_failed(idx as usize, false),
-            Ev::ComputeDone { .. } | Ev::JobStart { .. } | Ev::FlowStart { .. } | Ev::Background { .. } => self.call_workloads(Call::Event(ev)),
+            Ev::PeerFailed { .. } | Ev::ComputeDone { .. } | Ev::JobStart { .. } | Ev::FlowStart { .. } | Ev::Background { .. } => self.call_workloads(Call::Event(ev)),
         }
     }
 
@@ -481,6 +494,11 @@ impl Sim {
         }
         let now = self.now;
         match target {
+            // A host stops: the checks on its events do the rest; its jobs hear of it later.
+            Target::Node(h) if self.topo.is_host(h) => {
+                self.hosts[h as usize].failed_at = Some(now);
+                self.q.push(now + self.failures[idx].detect, Ev::PeerFailed { host: h, at: now });
+            }
             Target::Node(n) => {
                 let si = (n - self.topo.hosts) as usize;
                 if down {
@@ -543,7 +561,11 @@ impl Sim {
     /// a failed link.
     fn failure_drop(&mut self, node: NodeId, why: Why, pkt: &Packet) {
         if self.topo.is_host(node) {
-            self.hosts[node as usize].drops_link_failed += 1;
+            let h = &mut self.hosts[node as usize];
+            match why {
+                Why::NodeFailed => h.drops_host_failed += 1,
+                Why::LinkFailed => h.drops_link_failed += 1,
+            }
         } else {
             let sw = &mut self.switches[(node - self.topo.hosts) as usize];
             match why {
@@ -621,6 +643,9 @@ impl Sim {
 
     /// Hands an application request to an endpoint and carries out what follows.
     pub(crate) fn submit(&mut self, host: NodeId, ep: u16, req: AppRequest) {
+        if self.live.node_is_down(host) {
+            return;
+        }
         self.hosts[host as usize].eps[ep as usize].proto.submit(self.now, req);
         self.service(host, ep);
     }
@@ -728,6 +753,9 @@ impl Sim {
     }
 
     fn host_rx(&mut self, host: NodeId, pkt: Packet) {
+        if self.live.node_is_down(host) {
+            return self.failure_drop(host, Why::NodeFailed, &pkt);
+        }
         if self.draw(self.hosts[host as usize].loss) {
             self.hosts[host as usize].drops_loss += 1;
             self.dropped(&pkt);
@@ -981,6 +1009,18 @@ impl World for Sim {
     }
     fn submit(&mut self, host: NodeId, ep: u16, req: AppRequest) {
         Sim::submit(self, host, ep, req)
+    }
+    fn peer_failed(&mut self, host: NodeId, ep: u16, rank: u32) -> bool {
+        if self.live.node_is_down(host) {
+            return true;
+        }
+        let now = self.now;
+        let goes_on = self.hosts[host as usize].eps[ep as usize].proto.peer_failed(now, rank);
+        self.service(host, ep);
+        goes_on
+    }
+    fn host_failed(&self, host: NodeId) -> bool {
+        self.live.node_is_down(host)
     }
     fn complete(&mut self) {
         self.completed = true;

@@ -218,15 +218,21 @@ pub struct FlowSpec {
     pub path: Option<Vec<String>>,
 }
 
-/// A switch or a link that fails at `at_ps` and comes back at `until_ps` (never if `None`).
-/// Exactly one of `node` and `link` is given.
+/// A switch, a host or a link that fails at `at_ps` and comes back at `until_ps` (never if
+/// `None`; a host never comes back). Exactly one of `node` and `link` is given.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FailureSpec {
     /// A switch name: it drops every packet it holds or receives, its timers stop, and it comes
-    /// back with a fresh switch program (soft state lost).
+    /// back with a fresh switch program (soft state lost). A host name: it stops for good (its
+    /// protocols get no packet, timer or request again; what it sent already arrives), and
+    /// `detect_ps` later the other workers of its jobs are told (a membership service): a
+    /// scheme that goes on without it rebuilds, any other fails the job, naming the worker.
     #[serde(default)]
     pub node: Option<String>,
+    /// A host's failure: how long until its jobs' other workers are told.
+    #[serde(default)]
+    pub detect_ps: Option<u64>,
     /// The two end nodes of a link: packets on it either way, and sent while it is down, are lost.
     #[serde(default)]
     pub link: Option<[String; 2]>,

@@ -57,6 +57,8 @@ pub struct WorkerState {
     busy_since: Time,
     pub busy_ps: Time,
     rng: Xoshiro256PlusPlus,
+    /// Its host failed: it computes and counts no more.
+    dead: bool,
 }
 
 pub struct JobState {
@@ -65,8 +67,9 @@ pub struct JobState {
     layers: Vec<(u64, Time, Time)>,
     pub iterations: u32,
     pub workers: Vec<WorkerState>,
-    /// Workers that have every result of iteration i.
+    /// Live workers that have every result of iteration i, and how many are live.
     iter_workers: Vec<u32>,
+    live: u32,
     pub iter_end: Vec<Time>,
     pub tensors_done: u64,
     pub finished_at: Option<Time>,
@@ -86,8 +89,19 @@ pub struct JobState {
     rate_bps: u64,
     /// The job's scheme and configuration, asked for each tensor's priority.
     scheme: Option<(&'static dyn inalab_scheme::Scheme, serde_json::Value)>,
-    /// Payload mode: expected sums by tensor id, dropped once every worker checked them.
-    expected: HashMap<u64, (Expected, u32)>,
+    /// Payload mode: expected sums by tensor id, the workers that checked them, and the
+    /// first result's digest (every worker must get the same); dropped once every live
+    /// worker checked.
+    expected: HashMap<u64, (Expected, u32, Option<u64>)>,
+}
+
+/// A result's fingerprint, to check that every worker got the same one.
+fn payload_digest(p: &Payload) -> u64 {
+    let bits: Box<dyn Iterator<Item = u32>> = match p {
+        Payload::I32(v) => Box::new(v.iter().map(|&x| x as u32)),
+        Payload::F32(v) => Box::new(v.iter().map(|x| x.to_bits())),
+    };
+    bits.fold(0x9E37_79B9_7F4A_7C15, |h, x| splitmix64(h ^ x as u64))
 }
 
 /// What a tensor's result must be.
@@ -99,16 +113,18 @@ enum Expected {
 }
 
 impl Expected {
-    fn new(job: u32, workers: u32, tensor: u64, len: usize, values: PayloadValues, q: Quantization) -> Self {
+    /// The sum over the workers of rank `ranks`.
+    fn new(job: u32, ranks: &[u32], tensor: u64, len: usize, values: PayloadValues, q: Quantization) -> Self {
+        let workers = ranks.len() as u32;
         match values {
             PayloadValues::Int => {
                 let mut sum = Payload::I32(vec![0; len]);
-                (0..workers).for_each(|r| sum.add_at(0, &input(job, r, tensor, len, values)));
+                ranks.iter().for_each(|&r| sum.add_at(0, &input(job, r, tensor, len, values)));
                 Expected::Exact(sum)
             }
             PayloadValues::Float => {
                 let (mut sums, mut max_abs) = (vec![0f64; len], 0f64);
-                for r in 0..workers {
+                for &r in ranks {
                     let Payload::F32(v) = input(job, r, tensor, len, values) else { unreachable!("float inputs") };
                     for (s, &x) in sums.iter_mut().zip(&v) {
                         *s += x as f64;
@@ -253,6 +269,7 @@ impl Workloads {
                     busy_since: 0,
                     busy_ps: 0,
                     rng: Xoshiro256PlusPlus::seed_from_u64(splitmix64(spec.seed ^ ((j as u64) << 32) ^ r as u64)),
+                    dead: false,
                 })
                 .collect();
             self.jobs.push(JobState {
@@ -261,6 +278,7 @@ impl Workloads {
                 iterations,
                 workers: ws,
                 iter_workers: vec![0; iterations as usize],
+                live: job.workers.len() as u32,
                 iter_end: vec![],
                 tensors_done: 0,
                 finished_at: None,
@@ -359,6 +377,7 @@ impl Workloads {
     pub(crate) fn call(&mut self, call: Call, world: &mut dyn World) {
         match call {
             Call::Event(Ev::ComputeDone { job, rank }) => self.compute_done(job, rank, world),
+            Call::Event(Ev::PeerFailed { host, at }) => self.host_failed(host, at, world),
             Call::Event(Ev::JobStart { job }) => self.job_start(job, world),
             Call::Event(Ev::FlowStart { flow }) => self.flow_start(flow, world),
             Call::Event(Ev::Background { host }) => self.background_next(host, world),
@@ -425,6 +444,9 @@ impl Workloads {
     fn compute_done(&mut self, job: u32, rank: u32, world: &mut dyn World) {
         let payload = world.payload();
         let j = &mut self.jobs[job as usize];
+        if j.workers[rank as usize].dead {
+            return;
+        }
         let nl = j.layers.len();
         let iters = j.iterations;
         let w = &mut j.workers[rank as usize];
@@ -501,16 +523,21 @@ impl Workloads {
         let nl = j.layers.len() as u64;
         let (iter, layer) = ((tensor / nl) as u32, (tensor % nl) as usize);
         if let (Some(got), Some(values)) = (data, world.payload()) {
-            let n = j.workers.len() as u32;
+            let all: Vec<u32> = (0..j.workers.len() as u32).collect();
             let len = (j.layers[layer].0 / 4) as usize;
             let q = j.quantization;
-            let entry = j.expected.entry(tensor).or_insert_with(|| (Expected::new(job, n, tensor, len, values, q), 0));
+            let entry = j.expected.entry(tensor).or_insert_with(|| (Expected::new(job, &all, tensor, len, values, q), 0, None));
             j.payload_checked += 1;
-            if !entry.0.matches(&got) {
+            // After a worker's failure a result may sum the survivors only (a request run again
+            // over the rebuilt ring), but every survivor must get the same one.
+            let survivors = || -> Vec<u32> { all.iter().copied().filter(|&r| !j.workers[r as usize].dead).collect() };
+            let ok = entry.0.matches(&got) || (j.live < all.len() as u32 && Expected::new(job, &survivors(), tensor, len, values, q).matches(&got));
+            let digest = payload_digest(&got);
+            if !ok || *entry.2.get_or_insert(digest) != digest {
                 j.payload_errors += 1;
             }
             entry.1 += 1;
-            if entry.1 == n {
+            if entry.1 >= j.live {
                 j.expected.remove(&tensor);
             }
         }
@@ -522,19 +549,75 @@ impl Workloads {
         }
         w.received[layer] += 1;
         w.layers_in[iter as usize] += 1;
-        if w.layers_in[iter as usize] == nl as u32 {
+        if w.layers_in[iter as usize] == nl as u32 && !w.dead {
             j.iter_workers[iter as usize] += 1;
-            if j.iter_workers[iter as usize] == j.workers.len() as u32 {
-                j.iter_end.push(now);
-                if j.iter_end.len() as u32 == j.iterations {
-                    j.finished_at = Some(now);
-                    self.open_jobs -= 1;
-                    world.release_job(job);
-                    self.check_done(world);
-                }
-            }
+            self.iterations_done(job, world);
         }
         self.advance(job, rank, world);
+    }
+
+    /// Ends the iterations every live worker has all results of, in order, and the job with
+    /// its last.
+    fn iterations_done(&mut self, job: u32, world: &mut dyn World) {
+        let now = world.now();
+        let j = &mut self.jobs[job as usize];
+        if j.finished_at.is_some() {
+            return;
+        }
+        while j.iter_end.len() < j.iter_workers.len() && j.iter_workers[j.iter_end.len()] >= j.live {
+            j.iter_end.push(now);
+        }
+        if j.iter_end.len() as u32 == j.iterations {
+            j.finished_at = Some(now);
+            self.open_jobs -= 1;
+            world.release_job(job);
+            self.check_done(world);
+        }
+    }
+
+    /// The membership service says `host` failed: its workers stop counting, and the other
+    /// workers of each of its jobs are told; the job goes on over the survivors if every
+    /// survivor's protocol does, and fails naming the worker otherwise.
+    fn host_failed(&mut self, host: NodeId, at: Time, world: &mut dyn World) {
+        let name = world.topology().nodes[host as usize].name.clone();
+        for job in 0..self.jobs.len() as u32 {
+            let j = &mut self.jobs[job as usize];
+            if j.finished_at.is_some() {
+                continue;
+            }
+            let nl = j.layers.len() as u32;
+            let mut told = vec![];
+            for rank in 0..j.workers.len() {
+                let w = &mut j.workers[rank];
+                if w.host != host || w.dead {
+                    continue;
+                }
+                w.dead = true;
+                j.live -= 1;
+                for (i, &got) in w.layers_in.iter().enumerate() {
+                    j.iter_workers[i] -= (got == nl) as u32;
+                }
+                told.push(rank as u32);
+            }
+            let survivors: Vec<(NodeId, u16)> = j.workers.iter().filter(|w| !w.dead && !world.host_failed(w.host)).map(|w| (w.host, w.ep)).collect();
+            let mut goes_on = true;
+            for &dead in &told {
+                for &(h, ep) in &survivors {
+                    goes_on &= world.peer_failed(h, ep, dead);
+                }
+            }
+            let j = &self.jobs[job as usize];
+            if told.is_empty() {
+                continue;
+            }
+            if !goes_on || j.live == 0 {
+                let scheme = j.scheme.as_ref().map_or("this scheme", |(s, _)| s.name());
+                let why = format!("worker {} on {name} failed at {} ns; {scheme} does not go on without a worker", told[0], at / 1000);
+                self.job_failed(job, why, world);
+            } else {
+                self.iterations_done(job, world);
+            }
+        }
     }
 
     fn job_failed(&mut self, job: u32, reason: String, world: &mut dyn World) {
@@ -629,7 +712,7 @@ mod payload_tests {
     #[test]
     fn float_results_are_checked_against_the_bound() {
         let q = Quantization::FixedPoint { scale: 1e8 };
-        let e = Expected::new(0, 4, 2, 100, PayloadValues::Float, q);
+        let e = Expected::new(0, &[0, 1, 2, 3], 2, 100, PayloadValues::Float, q);
         let Expected::Within { sums, bound } = &e else { panic!("float inputs") };
         // Tensor 2 of job 0 has magnitude 20: the bound is 4 / 2e8 plus float32 rounding.
         assert!(*bound > 4.0 / 2e8 && *bound < 1e-4, "{bound}");

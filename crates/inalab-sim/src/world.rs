@@ -27,6 +27,11 @@ pub(crate) trait World {
     fn schedule(&mut self, at: Time, ev: Ev);
     /// Hands an application request to endpoint `ep` of `host`.
     fn submit(&mut self, host: NodeId, ep: u16, req: AppRequest);
+    /// Tells endpoint `ep` of `host` that worker `rank` of its job died; whether its protocol
+    /// goes on without it.
+    fn peer_failed(&mut self, host: NodeId, ep: u16, rank: u32) -> bool;
+    /// Whether `host` has failed (it takes no more requests).
+    fn host_failed(&self, host: NodeId) -> bool;
     /// Every job and flow is done: the run ends.
     fn complete(&mut self);
     /// A job ended: the control plane releases it at every switch (as the UDP switch does

@@ -255,9 +255,9 @@ fn bad_failures_name_their_field() {
         s["failures"] = json!([f]);
         run_err(&s)
     };
-    let e = with(json!({"node": "h0", "at_ps": 0}));
-    assert_eq!(e.field, "failures[0].node");
-    assert!(e.message.contains("host") && e.message.contains("spine0"), "{e}");
+    let e = with(json!({"node": "h0", "at_ps": 0, "until_ps": 9}));
+    assert_eq!(e.field, "failures[0].until_ps");
+    assert!(e.message.contains("host") && e.message.contains("does not come back"), "{e}");
     let e = with(json!({"node": "spine9", "at_ps": 0}));
     assert_eq!(e.field, "failures[0].node");
     assert!(e.message.contains("spine9") && e.message.contains("leaf0"), "{e}");

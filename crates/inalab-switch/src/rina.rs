@@ -46,6 +46,9 @@ pub struct RinaSwitchJob {
     pub members: Vec<(PortId, Endpoint)>,
     /// The next group's receiver (an agent or an autonomous worker), where AGGs go.
     pub next: Endpoint,
+    /// Every worker of the job by rank: after a failure the agent's TASKs name the next
+    /// receiver by rank.
+    pub ranks: Vec<Endpoint>,
     /// The job's region of the slot array: `(first, len)`.
     pub slots: (u32, u32),
 }
@@ -56,9 +59,14 @@ struct Tenant {
     /// By port: the member's index, or `u8::MAX`.
     member_of: Vec<u8>,
     all: u32,
+    /// The members that are alive (all but after a failure): a slot is complete with them.
+    live_bits: u32,
     next: Endpoint,
+    ranks: Vec<Endpoint>,
     first: u32,
     len: u32,
+    /// The epoch of the agent's latest TASK (the top 8 bits of `req`).
+    epoch: u8,
 }
 
 impl Tenant {
@@ -103,6 +111,8 @@ struct Counters {
     collisions: u64,
     multicast_copies: u64,
     malformed: u64,
+    epochs: u64,
+    stale_epoch: u64,
 }
 
 /// Rina's program for the ToRs of INA racks (any number of jobs, each with its own region).
@@ -182,7 +192,7 @@ impl RinaSwitch {
         let t = &self.tenants[&job];
         let k = (t.first + h.slot % t.len) as usize;
         let bit = 1u32 << member;
-        let all = t.all;
+        let all = t.live_bits;
         let s = &mut self.slots[k];
         let mine = s.used && s.job == job;
         if mine && s.q == h.slot {
@@ -267,7 +277,7 @@ fn ack_bytes(size: u32, count: u16) -> u32 {
 }
 
 impl SwitchProgram for RinaSwitch {
-    fn on_packet(&mut self, _now: Time, ctx: &dyn SwitchCtx, in_port: PortId, pkt: Packet, out: &mut Vec<SwitchAction>) {
+    fn on_packet(&mut self, now: Time, ctx: &dyn SwitchCtx, in_port: PortId, pkt: Packet, out: &mut Vec<SwitchAction>) {
         let Header::Rina(h) = pkt.header else {
             return out.push(SwitchAction::Route { pkt });
         };
@@ -276,7 +286,32 @@ impl SwitchProgram for RinaSwitch {
             return out.push(SwitchAction::Route { pkt });
         };
         let member = t.member(in_port);
+        let ahead = h.epoch().wrapping_sub(t.epoch) as i8;
         match h.kind {
+            RinaKind::Task if member == Some(0) && ahead > 0 => {
+                // A new epoch (a worker died): the rack's live members and the next receiver
+                // come with it; the old epoch's slots are dropped.
+                let full = t.all;
+                let next = t.ranks.get(h.seq as usize).copied();
+                let (Some(next), true) = (next, h.slot & !full == 0 && h.slot & 1 == 1) else {
+                    self.c.malformed += 1;
+                    return out.push(SwitchAction::Drop { pkt, reason: "rina task names no rank" });
+                };
+                let t = self.tenants.get_mut(&h.job).expect("admitted");
+                t.epoch = h.epoch();
+                t.live_bits = h.slot;
+                t.next = next;
+                let (first, len) = (t.first as usize, t.len as usize);
+                let region = &mut self.slots[first..first + len];
+                self.live -= region.iter().filter(|s| s.live).count() as u32;
+                region.iter_mut().for_each(|s| *s = Slot::default());
+                self.c.epochs += 1;
+                self.on_packet(now, ctx, in_port, pkt, out)
+            }
+            _ if ahead != 0 && matches!(h.kind, RinaKind::Task | RinaKind::Data) && member.is_some() => {
+                self.c.stale_epoch += 1;
+                out.push(SwitchAction::Drop { pkt, reason: "rina stale epoch" })
+            }
             RinaKind::Task if member == Some(0) => {
                 self.c.tasks += 1;
                 self.c.pulls += t.members.len() as u64;
@@ -325,7 +360,10 @@ impl SwitchProgram for RinaSwitch {
         }
         let all = if j.members.len() == 32 { u32::MAX } else { (1u32 << j.members.len()) - 1 };
         let first = self.place(id, first, len)?;
-        self.tenants.insert(id, Tenant { members: j.members, member_of, all, next: j.next, first, len });
+        if j.ranks.len() < j.members.len() || !j.members.iter().all(|(_, m)| j.ranks.contains(m)) || !j.ranks.contains(&j.next) {
+            return Err(AdmitError("the ranks must list every member and the next receiver".into()));
+        }
+        self.tenants.insert(id, Tenant { members: j.members, member_of, all, live_bits: all, next: j.next, ranks: j.ranks, first, len, epoch: 0 });
         Ok(())
     }
 
@@ -366,6 +404,8 @@ impl SwitchProgram for RinaSwitch {
             ("collisions", c.collisions),
             ("multicast_copies", c.multicast_copies),
             ("malformed", c.malformed),
+            ("epochs", c.epochs),
+            ("stale_epoch", c.stale_epoch),
             ("slots_in_use", self.aggregators_in_use() as u64),
         ]
     }
@@ -379,7 +419,7 @@ mod tests {
     fn switch() -> RinaSwitch {
         let mut sw = RinaSwitch::new(64);
         let ep = |h| Endpoint { host: h, port: 1 };
-        let job = RinaSwitchJob { members: vec![(0, ep(0)), (1, ep(1)), (2, ep(2))], next: ep(5), slots: (8, 16) };
+        let job = RinaSwitchJob { members: vec![(0, ep(0)), (1, ep(1)), (2, ep(2))], next: ep(5), ranks: (0..6).map(ep).collect(), slots: (8, 16) };
         sw.admit(3, Admission::new(job)).unwrap();
         sw
     }
@@ -425,7 +465,7 @@ mod tests {
     fn jobs_planned_at_one_region_are_placed_apart_and_never_summed_together() {
         let (mut sw, ctx, mut out) = (switch(), IdleCtx { node: 9, ports: 4 }, vec![]);
         let ep = |h| Endpoint { host: h, port: 2 };
-        let other = RinaSwitchJob { members: vec![(0, ep(0)), (1, ep(1)), (2, ep(2))], next: ep(6), slots: (8, 16) };
+        let other = RinaSwitchJob { members: vec![(0, ep(0)), (1, ep(1)), (2, ep(2))], next: ep(6), ranks: (0..7).map(ep).collect(), slots: (8, 16) };
         sw.admit(4, Admission::new(other.clone())).unwrap();
         assert_eq!((sw.tenants[&3].first, sw.tenants[&4].first), (8, 24), "the lowest free range");
         for m in 0..3u8 {
@@ -444,7 +484,7 @@ mod tests {
         // A released job's region is free again.
         sw.release(4);
         assert_eq!(sw.aggregators_in_use(), 1);
-        sw.admit(5, Admission::new(RinaSwitchJob { members: vec![(0, ep(0)), (1, ep(1))], next: ep(6), slots: (8, 8) })).unwrap();
+        sw.admit(5, Admission::new(RinaSwitchJob { members: vec![(0, ep(0)), (1, ep(1))], next: ep(6), ranks: (0..7).map(ep).collect(), slots: (8, 8) })).unwrap();
         assert_eq!(sw.tenants[&5].first, 0);
     }
 

@@ -90,9 +90,16 @@ impl RinaHeader {
     /// A packet an agent sends again inside its rack (the switch does not copy it on).
     pub const REPAIR: u8 = 8;
     const KNOWN_FLAGS: u8 = 0x0F;
+    /// `req` holds the ring's epoch (it changes when a worker dies) in its top 8 bits and
+    /// the request within the epoch below them.
+    pub const EPOCH_SHIFT: u32 = 24;
+    pub const REQ_MASK: u32 = (1 << Self::EPOCH_SHIFT) - 1;
 
     pub fn has(&self, flag: u8) -> bool {
         self.flags & flag != 0
+    }
+    pub fn epoch(&self) -> u8 {
+        (self.req >> Self::EPOCH_SHIFT) as u8
     }
 
     pub fn encode(&self, out: &mut Vec<u8>) {
