@@ -249,6 +249,64 @@ def test_killed_worker_fails_its_job_only(switchml):
     assert st["jobs"] == [] and st["aggregators_in_use"] == 0, st
 
 
+RINA_WORKER = r"""
+import sys, json, time, hashlib, numpy as np, inalab
+from inalab.runtime import quantization_bound
+control, job, rank, world, loops, dead = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+x = lambda r, i: np.random.default_rng([r, i]).standard_normal(5000).astype(np.float32)
+c = inalab.Client(switch=control, job=job, rank=rank, world=world, scheme="rina", join_timeout_s=30)
+print(json.dumps({"joined": rank}), flush=True)
+digests = []
+try:
+    for i in range(loops):
+        out = c.allreduce(x(rank, i))
+        xs = {r: x(r, i).astype(np.float64) for r in range(world)}
+        # The sum over all workers (finished before the failure) or over the survivors.
+        err = min(np.abs(out - sum(xs.values())).max(), np.abs(out - sum(v for r, v in xs.items() if r != dead)).max())
+        bound = quantization_bound("rina", world, max(float(np.abs(v).max()) for v in xs.values()))
+        assert err <= bound, f"allreduce {i}: error {err} above {bound}"
+        digests.append(hashlib.sha1(out.tobytes()).hexdigest()[:12])
+        time.sleep(0.002)
+    print(json.dumps({"done": rank, "digests": digests}), flush=True)
+    c.close()
+except (RuntimeError, AssertionError) as e:
+    print(json.dumps({"error": str(e)}), flush=True)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("dead", [0, 2], ids=["agent", "member"])
+def test_rina_survives_a_killed_worker_with_the_same_sums_everywhere(dead):
+    """Four Rina workers on one switch (one INA rack); one is SIGKILLed mid-run. The switch
+    tells the others, who rebuild the ring (the agent's death dissolves the rack into
+    autonomous workers, a member's shrinks it) and finish every allreduce, each result the
+    sum over all four or over the survivors and the same at every survivor."""
+    loops = 150
+    with inalab.Switch("rina", udp=ANY, control=ANY) as sw:
+        procs = [subprocess.Popen([sys.executable, "-c", RINA_WORKER, sw.control_addr, "50", str(r), "4", str(loops), str(dead)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(4)]
+        for r, p in enumerate(procs):
+            assert json.loads(p.stdout.readline()) == {"joined": r}
+        time.sleep(0.3)
+        procs[dead].send_signal(signal.SIGKILL)
+        outs = {}
+        for r, p in enumerate(procs):
+            out, err = p.communicate(timeout=90)
+            if r != dead:
+                assert p.returncode == 0, (r, out, err[-2000:])
+                outs[r] = json.loads(out.strip().splitlines()[-1])["digests"]
+            else:
+                assert p.returncode == -signal.SIGKILL, "killed mid-run, not after its last allreduce"
+        deadline = time.time() + 5
+        while sw.stats()["jobs"] and time.time() < deadline:
+            time.sleep(0.05)
+        st = sw.stats()
+    first = next(iter(outs.values()))
+    assert len(first) == loops and all(d == first for d in outs.values()), "every survivor got the same sums"
+    assert st["jobs"] == [] and st["aggregators_in_use"] == 0, st
+    assert st["program"]["epochs"] >= (0 if dead == 0 else 1), st["program"]
+
+
 def test_bad_options_name_the_field():
     with pytest.raises(ValueError, match="program"):
         inalab.Switch("sharp", udp=ANY, control=ANY)

@@ -15,8 +15,10 @@
 //!
 //! # Failure
 //! The join connection to the switch stays open. If the switch reports that another worker
-//! of the job died, or the connection drops, every pending and later request fails with a
-//! [`NetError::JobFailed`] that says why.
+//! of the job died, the protocol is told (`HostProtocol::peer_failed`): one that goes on
+//! without it (Rina) keeps the job; any other aborts the job at the switch, and every
+//! pending and later request fails with a [`NetError::JobFailed`] that says why, as when
+//! the switch fails the job or the connection drops.
 
 use crate::clock::Clock;
 use crate::control::{self, field, JobSpec};
@@ -198,7 +200,7 @@ impl Client {
             stop: AtomicBool::new(false),
             clock: Clock::new(),
         });
-        inner.st.lock().expect("client lock").parse_control();
+        inner.st.lock().expect("client lock").parse_control(inner.clock.now());
         let (tx, rx) = mpsc::channel::<(Completion, Result<Vec<f32>, NetError>)>();
         let i = inner.clone();
         let io = std::thread::Builder::new().name("inalab-client-io".into()).spawn(move || io_loop(&i, tx))?;
@@ -375,7 +377,7 @@ fn io_loop(inner: &Inner, done_tx: mpsc::Sender<(Completion, Result<Vec<f32>, Ne
             inner.waker.drain();
         }
         if ready[2] {
-            st.read_control();
+            st.read_control(inner.clock.now());
         }
         st.pump(&inner.clock);
     }
@@ -451,7 +453,7 @@ impl State {
 
     /// Reads control events (non-blocking); a `failed` event or a closed connection fails
     /// the job.
-    fn read_control(&mut self) {
+    fn read_control(&mut self, now: u64) {
         let mut buf = [0u8; 4096];
         loop {
             let Some(control) = self.control.as_mut() else { return };
@@ -462,16 +464,27 @@ impl State {
                 Err(e) => return self.fail(format!("control connection to the switch failed: {e}")),
             }
         }
-        self.parse_control();
+        self.parse_control(now);
     }
 
     /// Handles the complete control lines received so far.
-    fn parse_control(&mut self) {
+    fn parse_control(&mut self, now: u64) {
         while let Some(i) = self.control_buf.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = self.control_buf.drain(..=i).collect();
-            if let Ok(v) = serde_json::from_slice::<Value>(&line) {
-                if v["event"] == "failed" {
-                    let reason = v["reason"].as_str().unwrap_or("unknown").to_string();
+            let Ok(v) = serde_json::from_slice::<Value>(&line) else { continue };
+            let reason = v["reason"].as_str().unwrap_or("unknown").to_string();
+            if v["event"] == "failed" {
+                self.fail(reason);
+            } else if v["event"] == "peer_failed" {
+                // Another worker died: the protocol goes on without it (Rina rebuilds its
+                // ring) or the job ends for every worker.
+                let rank = v["rank"].as_u64().and_then(|r| u32::try_from(r).ok());
+                if rank.is_some_and(|r| self.proto.peer_failed(now, r)) {
+                    self.step(now);
+                } else {
+                    if let Some(c) = self.control.as_mut() {
+                        let _ = control::send_line(c, &json!({"op": "abort", "job": self.spec.job, "reason": reason}));
+                    }
                     self.fail(reason);
                 }
             }

@@ -17,9 +17,11 @@
 //! | `{"op":"ping"}` | anyone (the PS, every second) | `{"ok":true}` |
 //! | `{"op":"hello"}`, then `{"op":"auth","role":R,"nonce":N,"proof":P}` | every authenticated party, first | proves role `R`'s key ([`authenticate`], [`ServerAuth`]); `join`/`leave` need `worker`, `attach` as PS `ps`, the rest but `stats`/`ping` `switch` |
 //!
-//! Events the switch pushes on a join connection: `{"event":"failed","job":J,"reason":"..."}`
-//! when another worker of the job disconnected without `leave` (the job's aggregators are
-//! freed at once).
+//! Events the switch pushes on a join connection: `{"event":"peer_failed","job":J,"rank":R,
+//! "reason":"..."}` when another worker of the job disconnected without `leave` (a worker
+//! whose protocol cannot go on answers `{"op":"abort","job":J,"reason":"..."}`), and
+//! `{"event":"failed","job":J,"reason":"..."}` when the job failed (its aggregators are freed
+//! at once).
 //!
 //! A worker or switch that drops its connection is treated as gone: a worker that never said
 //! `leave` fails its job.

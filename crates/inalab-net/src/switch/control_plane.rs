@@ -23,6 +23,8 @@ struct Member {
     conn: TcpStream,
     node: NodeId,
     left: bool,
+    /// Its connection dropped without a `leave` (the job went on without it).
+    gone: bool,
 }
 
 struct JobState {
@@ -111,6 +113,16 @@ pub(super) fn serve(s: &Arc<Shared>, conn: TcpStream) {
                 }
                 None => err("`leave` needs a `join` first on this connection"),
             },
+            // A worker whose protocol cannot go on without a dead peer ends the job for all.
+            "abort" => match member {
+                Some((job, _)) => {
+                    let reason = msg["reason"].as_str().unwrap_or("a worker aborted the job").to_string();
+                    eprintln!("inalab switch: job {job} failed: {reason}");
+                    release(s, job, Some(&reason));
+                    ok(json!({}))
+                }
+                None => err("`abort` needs a `join` first on this connection"),
+            },
             _ => handle(s, op, &msg, &w).unwrap_or_else(err),
         };
         if op == "attach" && msg["role"] == "ps" && reply["ok"] == true {
@@ -167,7 +179,7 @@ fn ps_gone(s: &Arc<Shared>, node: NodeId) {
 /// The roles that may send `op` (`None`: anyone, authenticated or not: `stats`, `ping`).
 fn allowed(op: &str, msg: &Value) -> Option<&'static [AuthRole]> {
     match op {
-        "join" | "leave" => Some(&[AuthRole::Worker]),
+        "join" | "leave" | "abort" => Some(&[AuthRole::Worker]),
         "attach" if msg["role"] == "ps" => Some(&[AuthRole::Ps]),
         "attach" | "ps_info" | "admit" | "release" | "link" => Some(&[AuthRole::Switch]),
         _ => None,
@@ -294,7 +306,7 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
     if st.members.contains_key(&rank) {
         return Err(NetError::Config(format!("job {job}: rank {rank} already joined")));
     }
-    st.members.insert(rank, Member { rank, udp, conn: conn.try_clone()?, node: 0, left: false });
+    st.members.insert(rank, Member { rank, udp, conn: conn.try_clone()?, node: 0, left: false, gone: false });
     if st.members.len() < world {
         return Ok((job, rank));
     }
@@ -467,7 +479,7 @@ fn leave(s: &Shared, job: u32, rank: usize) {
         if let Some(m) = st.members.get_mut(&rank) {
             m.left = true;
         }
-        st.spec.is_some() && st.members.values().all(|m| m.left)
+        st.spec.is_some() && st.members.values().all(|m| m.left || m.gone)
     };
     if done {
         release(s, job, None);
@@ -475,11 +487,11 @@ fn leave(s: &Shared, job: u32, rank: usize) {
 }
 
 fn disconnected(s: &Shared, job: u32, rank: usize) {
-    let reason = {
+    let (reason, lines, all_gone, here_only) = {
         let mut cp = s.cp.lock().expect("control lock");
         let Some(st) = cp.jobs.get_mut(&job) else { return };
-        match st.members.get(&rank) {
-            Some(m) if m.left => return,
+        let reason = match st.members.get(&rank) {
+            Some(m) if m.left || m.gone => return,
             Some(m) if st.spec.is_some() => {
                 format!("worker rank {rank} (node {}, {}) disconnected from the switch's control plane without leaving", m.node, m.udp)
             }
@@ -492,8 +504,21 @@ fn disconnected(s: &Shared, job: u32, rank: usize) {
                 return;
             }
             None => return,
-        }
+        };
+        st.members.get_mut(&rank).expect("checked").gone = true;
+        // The other workers are told; each one's protocol goes on without the dead one or
+        // aborts the job (`abort`). Across switches only this switch's workers would hear of
+        // it, so a job spanning switches fails as before.
+        let here_only = st.spec.as_ref().is_some_and(|sp| sp.workers.iter().all(|w| w.rack == s.opts.node));
+        let event = json!({"event": "peer_failed", "job": job, "rank": rank, "reason": reason});
+        let lines: Vec<(TcpStream, Value)> = st.members.values().filter(|m| !m.left && !m.gone).filter_map(|m| m.conn.try_clone().ok().map(|c| (c, event.clone()))).collect();
+        let all_gone = st.members.values().all(|m| m.left || m.gone);
+        (reason, lines, all_gone, here_only)
     };
-    eprintln!("inalab switch: job {job} failed: {reason}");
-    release(s, job, Some(&reason));
+    if !here_only || all_gone {
+        eprintln!("inalab switch: job {job} failed: {reason}");
+        return release(s, job, Some(&reason));
+    }
+    eprintln!("inalab switch: job {job}: {reason}; its other workers are told");
+    send_all(lines);
 }
