@@ -289,6 +289,12 @@ class Client:
     def stats(self) -> dict:
         return json.loads(self._c.stats())
 
+    def peer_failed(self, rank: int) -> bool:
+        """Tells the job's protocol that worker ``rank`` died (a switch's control plane does this
+        by itself; a static deployment's orchestrator calls it). Returns whether the protocol
+        goes on without it (Rina rebuilds its ring); if not, every pending and later call fails."""
+        return self._c.peer_failed(int(rank))
+
     def close(self) -> None:
         """Leaves the job; the switch frees its aggregators when every worker left."""
         self._c.close()

@@ -307,3 +307,27 @@ def test_rina_sums_exactly_over_ina_and_plain_racks(shaper, programmable, groups
     # ACK every packet they receive, so on 2 shared cores the emulation is CPU-bound (+3 to
     # +47 % seen, docs/rina.md).
     assert abs(e.jct_s / sim.jobs.jct_s[0] - 1) < 2 * JCT_TOLERANCE
+
+
+def test_rina_survives_an_agent_killed_mid_allreduce(shaper):
+    # emulate-rina-agent-failure at 1 MiB x 3: rack 0's agent (h0) is killed in the middle of
+    # the second allreduce; h1 goes on as an autonomous worker (a ring of h1 and rack 1), and
+    # the job finishes over the 3 survivors with the same sums, emulated as simulated.
+    scenario = rina("tor")
+    scenario["jobs"][0]["iterations"] = 3
+    clean = inalab.simulate(scenario)
+    at = 1.5 * clean.jobs.jct_s[0] / 3
+    scenario["failures"] = [{"node": "h0", "at": f"{at:.4f}s", "detect": "50ms"}]
+    sim = inalab.simulate(scenario)
+    emu = inalab.emulate(scenario, progress=False, shaper=shaper)
+    e = emu.jobs.iloc[0]
+    print(f"\nrina agent killed ({shaper}): JCT {sim.jobs.jct_s[0] * 1e3:.1f} ms simulated, {e.jct_s * 1e3:.1f} ms emulated")
+    assert sim.jobs.finished[0] and sim.jobs.payload_errors[0] == 0
+    assert e.finished and e.iterations == 3 and e.payload_errors == 0 and e.max_error <= e.error_bound, e.failures
+    assert e.payload_checked == 3 * 3, "the three survivors' results"
+    for result in (sim, emu):
+        told = {h["name"]: h["counters"].get("failures", 0) for h in result.raw["hosts"] if h["name"] != "h0"}
+        assert told == {"h1": 1, "h2": 1, "h3": 1}, told
+    report = emu.raw["emulation"]["failures"][0]
+    assert report["node"] == "h0" and report["told_down_s"] > report["down_s"], report
+    assert abs(e.jct_s / sim.jobs.jct_s[0] - 1) < 2 * JCT_TOLERANCE

@@ -281,6 +281,21 @@ impl Client {
         self.inner.waker.wake();
     }
 
+    /// Worker `rank` of the job died (a deployment without a switch control plane, such as
+    /// an emulation's static fabric, learns it from its orchestrator): the protocol goes on
+    /// without it, or every pending and later request fails. Returns whether it goes on.
+    pub fn peer_failed(&self, rank: u32) -> bool {
+        let now = self.inner.clock.now();
+        let mut st = self.inner.st.lock().expect("client lock");
+        let goes_on = st.proto.peer_failed(now, rank);
+        if !goes_on {
+            st.fail(format!("worker rank {rank} of the job failed, and its protocol does not go on without it"));
+        }
+        drop(st);
+        self.inner.waker.wake();
+        goes_on
+    }
+
     /// Protocol and I/O counters.
     pub fn stats(&self) -> Value {
         let st = self.inner.st.lock().expect("client lock");

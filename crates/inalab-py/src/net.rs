@@ -264,6 +264,11 @@ impl PyClient {
         Ok(self.client()?.stats().to_string())
     }
 
+    /// Worker `rank` of the job died: whether the job's protocol goes on without it.
+    fn peer_failed(&self, rank: u32) -> PyResult<bool> {
+        Ok(self.client()?.peer_failed(rank))
+    }
+
     /// Leaves the job (it is released at the switch when every worker left).
     fn close(&mut self, py: Python<'_>) {
         if let Some(c) = self.0.take() {

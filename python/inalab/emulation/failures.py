@@ -12,6 +12,11 @@ on an emulated fabric (docs/emulation.md, "Failures").
   second or more on shared cores); at ``until`` its links come up and it is told to start (a
   fresh program, its jobs admitted: milliseconds), and once it serves its neighbours are told
   the port is up again (and it is told which of its own neighbours are still down).
+- A host fails (no ``until``: it does not come back): its workers' processes are killed, and
+  ``detect`` later (default 1 ms) every other worker of their jobs is told (a JSON line on its
+  stdin, which the worker hands to its client, ``Client.peer_failed``), as the simulator's
+  membership service tells them: Rina rebuilds its ring over the survivors, any other scheme
+  fails the job.
 - A link between two switches fails: both ends are told the port is down (and with ``tc``
   its veth ends are set down, dropping what it carried); at ``until`` both come back. A link of
   a host is refused: the simulator's hosts have one link, so such a failure only cuts a host
@@ -38,6 +43,8 @@ class Failure:
     until_s: Optional[float]
     node: Optional[str] = None          # a switch
     link: Optional[tuple[str, str]] = None  # two switches
+    host: Optional[str] = None          # a host, for good
+    detect_s: float = 1e-3
     # What happened, seconds after the common start.
     down_s: Optional[float] = None
     told_down_s: Optional[float] = None
@@ -46,7 +53,7 @@ class Failure:
 
     def report(self) -> dict:
         out = {"failure": self.index, "at_s": self.at_s, "until_s": self.until_s}
-        out |= {"node": self.node} if self.node else {"link": list(self.link)}
+        out |= {"node": self.node or self.host} if self.node or self.host else {"link": list(self.link)}
         for k in ("down_s", "told_down_s", "up_s", "ready_s"):
             if getattr(self, k) is not None:
                 out[k] = getattr(self, k)
@@ -72,8 +79,11 @@ def plan(spec: dict, built: dict) -> list[Failure]:
         at, until = f["at_ps"] / 1e12, (f["until_ps"] / 1e12 if f.get("until_ps") is not None else None)
         if "node" in f:
             name = f["node"]
+            if kind.get(name) == "host" and until is None:
+                out.append(Failure(i, at, None, host=name, detect_s=f.get("detect_ps", 10**9) / 1e12))
+                continue
             if kind.get(name) != "switch":
-                raise ConfigError(f"failures[{i}].node", f"{name!r} is not a switch; switches are {', '.join(switches)}")
+                raise ConfigError(f"failures[{i}].node", f"{name!r} is not a switch or a host that fails for good; switches are {', '.join(switches)}")
             out.append(Failure(i, at, until, node=name))
         else:
             a, b = f["link"]
@@ -97,7 +107,7 @@ def plan(spec: dict, built: dict) -> list[Failure]:
 
 
 def _target(f: Failure):
-    return f.node if f.node else frozenset(f.link)
+    return f.node or f.host or frozenset(f.link)
 
 
 def _overlap(x: Failure, y: Failure) -> bool:
@@ -114,9 +124,12 @@ class Executor:
 
     def __init__(self, failures: list[Failure], start_at: float, node_id: dict[str, int], neighbours: dict[str, list[str]],
                  procs, revive: Callable[[str], None], spare: Callable[[str], None], ready: Callable[[str], bool],
-                 set_links: Optional[Callable[[str, list[str], bool], None]], say):
+                 set_links: Optional[Callable[[str, list[str], bool], None]], say,
+                 workers: Optional[list[tuple[str, str, int, int]]] = None):
         self.failures, self.start_at, self.node_id, self.adj = failures, start_at, node_id, neighbours
         self.procs, self.revive, self.spare, self.ready, self.set_links, self.say = procs, revive, spare, ready, set_links, say
+        # (process name, host, job, rank) of every worker, and the ones a host failure killed.
+        self.workers, self.killed = workers or [], set()
         self.events = sorted([(f.at_s, 0, "down", f) for f in failures] + [(f.until_s, 1, "up", f) for f in failures if f.until_s is not None],
                              key=lambda e: (e[0], e[1], e[3].index))
         self.down_nodes: set[str] = set()
@@ -135,7 +148,7 @@ class Executor:
         now = time.monotonic()
         while self.events and self.start_at + self.events[0][0] <= now:
             _, _, what, f = self.events.pop(0)
-            (self._down if what == "down" else self._up)(f)
+            {"down": self._down, "up": self._up, "detect": self._tell_peers}[what](f)
         for f in list(self.starting):
             if self.ready(f.node):
                 f.ready_s = self._t()
@@ -153,7 +166,16 @@ class Executor:
         return [n for n in self.adj[s] if f"switch-{n}" in self.procs.procs]
 
     def _down(self, f: Failure) -> None:
-        if f.node:
+        if f.host:
+            for name, host, _, _ in self.workers:
+                if host == f.host:
+                    kill_group(self.procs.procs[name], wait=True)
+                    self.killed.add(name)
+            f.down_s = self._t()
+            self.events.append((f.at_s + f.detect_s, 2, "detect", f))
+            self.events.sort(key=lambda e: (e[0], e[1], e[3].index))
+            self.say(f"{f.down_s:.3f} s: host {f.host} failed (its workers killed)")
+        elif f.node:
             s = f.node
             p = self.procs.procs[f"switch-{s}"]
             kill_group(p, wait=False)
@@ -176,6 +198,17 @@ class Executor:
             if self.set_links:
                 self.set_links(a, [b], False)
             self.say(f"{f.down_s:.3f} s: link {a}-{b} failed")
+
+    def _tell_peers(self, f: Failure) -> None:
+        """The host's jobs' other workers learn which of their ranks died."""
+        dead = [(job, rank) for name, host, job, rank in self.workers if host == f.host]
+        for name, host, job, _ in self.workers:
+            if name not in self.killed:
+                for j, rank in dead:
+                    if j == job:
+                        self.procs.command(name, {"op": "peer_failed", "rank": rank})
+        f.told_down_s = self._t()
+        self.say(f"{f.told_down_s:.3f} s: the other workers of host {f.host}'s jobs told")
 
     def _up(self, f: Failure) -> None:
         f.up_s = self._t()

@@ -341,7 +341,7 @@ def _run(spec: dict, built: dict, net, procs: _Procs, logdir: Path, say, failure
         procs.wait_event(f"ps-{h}", "ready", 15)
     go = logdir / "go.json"
     go.unlink(missing_ok=True)  # a kept log directory may hold the last run's
-    workers = []
+    workers, roster = [], []
     for j, job_spec in zip(spec["jobs"], dep.specs):
         for rank, h in enumerate(j["workers"]):
             task = {"job": j["id"], "rank": rank, "world": len(j["workers"]), "scheme": j["scheme"], "spec": job_spec,
@@ -351,8 +351,10 @@ def _run(spec: dict, built: dict, net, procs: _Procs, logdir: Path, say, failure
             path = logdir / f"task-{j['id']}-{rank}.json"
             path.write_text(json.dumps(task))
             name = f"w{j['id']}-{rank}"
-            procs.start(name, h, [py, "-m", "inalab.emulation.worker", str(path)])
+            # Its stdin carries the orchestrator's word of a dead peer (a host failure).
+            procs.start(name, h, [py, "-m", "inalab.emulation.worker", str(path)], commands=True)
             workers.append(name)
+            roster.append((name, h, j["id"], rank))
     say(f"{len(dep.switches)} switches; {len(workers)} workers of {len(spec['jobs'])} jobs starting")
     for w in workers:
         procs.wait_event(w, "joined", JOIN_TIMEOUT_S)
@@ -376,7 +378,7 @@ def _run(spec: dict, built: dict, net, procs: _Procs, logdir: Path, say, failure
     executor = fail.Executor(failures, start_at, dep.node_id, adj, procs,
                              revive=revive, spare=lambda s: procs.start(f"spare-{s}", s, switch_argv[s] + ["--standby"], commands=True),
                              ready=lambda s: procs.event(f"switch-{s}", "ready") is not None,
-                             set_links=None if local else set_links, say=say)
+                             set_links=None if local else set_links, say=say, workers=roster)
     last = time.monotonic()
     while any(procs.procs[w].poll() is None for w in workers):
         due = executor.next_in()
@@ -384,10 +386,13 @@ def _run(spec: dict, built: dict, net, procs: _Procs, logdir: Path, say, failure
         executor.step()
         if time.monotonic() - last >= 2.0:
             last = time.monotonic()
-            done = sum(procs.procs[w].poll() is not None for w in workers)
-            say(f"{time.monotonic() - start_at:.1f} s: {done}/{len(workers)} workers done")
+            done = sum(procs.procs[w].poll() is not None for w in workers if w not in executor.killed)
+            dead = f" ({len(executor.killed)} failed)" if executor.killed else ""
+            say(f"{time.monotonic() - start_at:.1f} s: {done}/{len(workers) - len(executor.killed)} workers done{dead}")
     results = {}
     for w in workers:
+        if w in executor.killed:
+            continue  # its host failed: the job's result is its survivors'
         ev = procs.event(w, "done")
         if ev is None:
             raise EmulationError(f"worker {w} exited {procs.procs[w].returncode} without a result: {procs.tail(w)}")
@@ -434,7 +439,8 @@ def _result(spec, net, dep, start_at, results, counters, sw_final, ps_final) -> 
     jobs, iterations = [], []
     end_all = start_at
     for j in spec["jobs"]:
-        rs = [results[f"w{j['id']}-{r}"] for r in range(len(j["workers"]))]
+        # The survivors' results (a failed host's workers report none).
+        rs = [results[w] for r in range(len(j["workers"])) if (w := f"w{j['id']}-{r}") in results]
         t0 = start_at + j["start_ps"] / 1e12
         wl = j["workload"]
         layers = [wl["bytes"]] if wl["kind"] == "allreduce" else [l["bytes"] for l in wl["layers"]]
@@ -450,7 +456,7 @@ def _result(spec, net, dep, start_at, results, counters, sw_final, ps_final) -> 
         end_all = max(end_all, t0 + jct)
         bpi = sum(layers)
         jobs.append({
-            "id": j["id"], "name": j["name"], "scheme": j["scheme"], "workers": len(rs), "finished": finished,
+            "id": j["id"], "name": j["name"], "scheme": j["scheme"], "workers": len(j["workers"]), "finished": finished,
             "jct_s": jct, "iterations": len(ends), "mean_iteration_s": (ends[-1] - t0) / len(ends) if ends else 0.0,
             "bytes_per_iteration": bpi, "goodput_gbps": bpi * len(ends) * 8 / jct / 1e9 if jct > 0 else 0.0,
             "payload_checked": sum(len(layers) * len(ends) for _ in rs), "payload_errors": sum(r["wrong"] for r in rs),
