@@ -211,7 +211,8 @@ def test_a_failed_spine_comes_back_with_a_fresh_program(namespaces):
 
 def test_failures_emulate_cannot_carry_out_are_refused_naming_the_field():
     for failure, field in (({"link": ["h0", "leaf0"], "at": "1ms"}, "failures[0].link"),
-                           ({"node": "h0", "at": "1ms"}, "failures[0].node")):
+                           ({"node": "h0", "at": "1ms", "until": "2ms"}, "failures[0].until"),
+                           ({"node": "nowhere", "at": "1ms"}, "failures[0].node")):
         with pytest.raises(ConfigError) as e:
             inalab.emulate({**CANARY, "failures": [failure]}, progress=False)
         assert e.value.field == field, str(e.value)

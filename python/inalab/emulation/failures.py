@@ -79,11 +79,13 @@ def plan(spec: dict, built: dict) -> list[Failure]:
         at, until = f["at_ps"] / 1e12, (f["until_ps"] / 1e12 if f.get("until_ps") is not None else None)
         if "node" in f:
             name = f["node"]
-            if kind.get(name) == "host" and until is None:
+            if kind.get(name) == "host":
+                if until is not None:
+                    raise ConfigError(f"failures[{i}].until", f"{name!r} is a host, and a failed host does not come back: leave it out")
                 out.append(Failure(i, at, None, host=name, detect_s=f.get("detect_ps", 10**9) / 1e12))
                 continue
             if kind.get(name) != "switch":
-                raise ConfigError(f"failures[{i}].node", f"{name!r} is not a switch or a host that fails for good; switches are {', '.join(switches)}")
+                raise ConfigError(f"failures[{i}].node", f"{name!r} is not a switch or a host; switches are {', '.join(switches)}")
             out.append(Failure(i, at, until, node=name))
         else:
             a, b = f["link"]
