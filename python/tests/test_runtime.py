@@ -120,15 +120,22 @@ def test_fixed_point_schemes_sum_float_tensors_on_one_switch(scheme):
         assert sw.stats()["aggregators_in_use"] == 0
 
 
-def test_two_jobs_share_the_switch(switchml):
-    sizes = [50_000, 3, 20_000]
+def run_two_jobs(control: str, scheme: str, ids: tuple[int, int], sizes) -> None:
+    """Jobs ids[0] (3 workers, inputs of seed 1) and ids[1] (2 workers, seed 2) at once on the
+    switch at `control`; checks both jobs' sums."""
     a, b = {}, {}
-    ta = threading.Thread(target=run_workers, args=(switchml.control_addr, "switchml", 10, 3, sizes, 1, a))
-    tb = threading.Thread(target=run_workers, args=(switchml.control_addr, "switchml", 11, 2, sizes, 2, b))
-    ta.start(), tb.start()
-    ta.join(), tb.join()
-    check_sums(a, sizes, "switchml", seed=1)
-    check_sums(b, sizes, "switchml", seed=2)
+    threads = [threading.Thread(target=run_workers, args=(control, scheme, ids[0], 3, sizes, 1, a)),
+               threading.Thread(target=run_workers, args=(control, scheme, ids[1], 2, sizes, 2, b))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check_sums(a, sizes, scheme, seed=1)
+    check_sums(b, sizes, scheme, seed=2)
+
+
+def test_two_jobs_share_the_switch(switchml):
+    run_two_jobs(switchml.control_addr, "switchml", (10, 11), [50_000, 3, 20_000])
     assert switchml.stats()["aggregators_in_use"] == 0
 
 
@@ -137,33 +144,19 @@ def test_two_rina_jobs_share_a_tor_without_mixing_their_sums():
     # contiguous slot region tagged by the job-wide index q. Every job plans the same region
     # (the runtime admits jobs one at a time), so two jobs with equal q would meet in one slot
     # unless the switch places the second elsewhere and tags slots by job.
-    sizes = [40_000, 62, 10_000]
-    a, b = {}, {}
     with inalab.Switch("rina", udp=ANY, control=ANY, drop_probability=0.005, seed=9) as sw:
-        ta = threading.Thread(target=run_workers, args=(sw.control_addr, "rina", 40, 3, sizes, 1, a))
-        tb = threading.Thread(target=run_workers, args=(sw.control_addr, "rina", 41, 2, sizes, 2, b))
-        ta.start(), tb.start()
-        ta.join(), tb.join()
+        run_two_jobs(sw.control_addr, "rina", (40, 41), [40_000, 62, 10_000])
         st = sw.stats()
-    check_sums(a, sizes, "rina", seed=1)
-    check_sums(b, sizes, "rina", seed=2)
     assert st["program"]["aggregated"] > 0 and st["aggregators_in_use"] == 0, st
 
 
 def test_two_dsa_jobs_share_the_switch_under_loss():
     # Two jobs contend for one small array (256 KiB = 993 aggregators) while the switch drops
     # 1 % of packets: preemption, evictions to the PS and loss recovery, exact sums for both.
-    sizes = [60_000, 5, 30_000]
-    a, b = {}, {}
     with inalab.Switch("dsa", udp=ANY, control=ANY, drop_probability=0.01, seed=5, memory_bytes=256 * 1024) as sw, \
             inalab.ParameterServer(switch=sw.control_addr, udp=ANY, control=ANY):
-        ta = threading.Thread(target=run_workers, args=(sw.control_addr, "dsa", 20, 3, sizes, 1, a))
-        tb = threading.Thread(target=run_workers, args=(sw.control_addr, "dsa", 21, 2, sizes, 2, b))
-        ta.start(), tb.start()
-        ta.join(), tb.join()
+        run_two_jobs(sw.control_addr, "dsa", (20, 21), [60_000, 5, 30_000])
         st = sw.stats()
-    check_sums(a, sizes, "dsa", seed=1)
-    check_sums(b, sizes, "dsa", seed=2)
     assert st["injected_drops"] > 0 and st["aggregators_in_use"] == 0, st
     assert st["program"]["collisions"] > 0 and st["program"]["completed"] > 0, st["program"]
 
