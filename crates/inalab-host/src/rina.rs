@@ -57,6 +57,8 @@ const PROGRESS_WORDS: usize = PROGRESS_BITS / 32;
 /// Values per rank in the progress allreduce: the lowest unfinished request and the bitmap.
 const PROGRESS_VALUES: usize = 1 + PROGRESS_WORDS;
 const EPOCH_SHIFT: u32 = RinaHeader::EPOCH_SHIFT;
+/// Packets of requests or epochs not opened yet a host keeps at most.
+const MAX_EARLY_PACKETS: usize = 1 << 16;
 const REQ_MASK: u32 = RinaHeader::REQ_MASK;
 
 /// One ring position.
@@ -393,6 +395,21 @@ fn rebuild(orig: &[RinaGroup], ranks: &[Endpoint], dead: &BTreeSet<usize>) -> Ve
     }
     groups.sort_by_key(|g| g.members.iter().map(rank).min());
     groups
+}
+
+/// The request a wire `req` (24 bits, the epoch above them) names, `next` requests opened so
+/// far: the one with those low bits nearest `next` (requests in flight span far fewer than
+/// 2^23), so a job of more than 2^24 requests goes on.
+fn unwrap_req(next: u32, req: u32) -> u32 {
+    const HALF: u32 = 1 << (EPOCH_SHIFT - 1);
+    let r = (next & !REQ_MASK) | (req & REQ_MASK);
+    if r > next.saturating_add(HALF) && r > REQ_MASK {
+        r - (1 << EPOCH_SHIFT)
+    } else if r.saturating_add(HALF) < next {
+        r.saturating_add(1 << EPOCH_SHIFT)
+    } else {
+        r
+    }
 }
 
 fn flow_configs(cfg: &RinaConfig) -> (AimdConfig, AimdConfig) {
@@ -748,7 +765,8 @@ impl RinaHost {
         while self.low < self.apps.len() && self.apps[self.low].finished {
             self.low += 1;
         }
-        while self.kept_from + PROGRESS_BITS < self.low {
+        // Not during a recovery: its plan may still name this host to repair an older one.
+        while !self.recovering && !self.planning && self.kept_from + PROGRESS_BITS < self.low {
             self.apps[self.kept_from].result = None;
             self.kept_from += 1;
         }
@@ -821,6 +839,17 @@ impl RinaHost {
             let n = a.n;
             self.open(now, next, n, data);
         }
+    }
+
+    /// Keeps a packet of a request (or epoch) not opened here yet; a bounded number, so forged
+    /// ones cannot grow memory without end (the senders' windows bound genuine ones far below).
+    fn keep_early(&mut self, pkt: Packet) {
+        if self.early_packets.len() >= MAX_EARLY_PACKETS {
+            self.c.malformed += 1;
+            return;
+        }
+        self.c.early += 1;
+        self.early_packets.push(pkt);
     }
 
     /// This host's progress: the lowest unfinished request and which of the next
@@ -975,10 +1004,10 @@ impl HostProtocol for RinaHost {
         }
         if ahead > 0 {
             // From a survivor told of a failure before this host: kept for that epoch.
-            self.c.early += 1;
-            return self.early_packets.push(pkt);
+            return self.keep_early(pkt);
         }
-        let h = RinaHeader { req: h.req & REQ_MASK, ..h };
+        // The wire carries the request's low 24 bits: the one nearest the requests opened.
+        let h = RinaHeader { req: unwrap_req(self.reqs.len() as u32, h.req), ..h };
         let r = h.req as usize;
         let known = r < self.reqs.len();
         if known {
@@ -1010,10 +1039,7 @@ impl HostProtocol for RinaHost {
                 self.on_full_packet(now, r, h, &pkt, h.hop + 1);
             }
             RinaKind::Nack if known && self.role == Role::Agent => self.on_nack(h, &pkt),
-            RinaKind::Agg | RinaKind::Ag | RinaKind::Nack if !known => {
-                self.c.early += 1;
-                self.early_packets.push(pkt);
-            }
+            RinaKind::Agg | RinaKind::Ag | RinaKind::Nack if !known => self.keep_early(pkt),
             _ => self.c.malformed += 1,
         }
     }
@@ -1126,6 +1152,15 @@ mod tests {
             step_overhead_ps: 0,
             step_jitter_ps: 0,
             seed: 1,
+        }
+    }
+
+    #[test]
+    fn a_wire_request_is_the_nearest_with_its_low_24_bits() {
+        let m = 1u32 << 24;
+        let epoch = 5 << 24;
+        for (next, wire, want) in [(0, 0, 0), (3, 2, 2), (3, 7, 7), (m + 2, 1, m + 1), (m + 2, m - 1, m - 1), (m - 1, 3, m + 3), (2 * m + 9, 4, 2 * m + 4)] {
+            assert_eq!(unwrap_req(next, wire | epoch), want, "next {next}, wire {wire}");
         }
     }
 

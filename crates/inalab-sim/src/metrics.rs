@@ -26,7 +26,8 @@ impl Sim {
             let jct = to_secs(end.saturating_sub(start));
             let iters = j.iter_end.len() as u32;
             let bpi = j.bytes_per_iteration();
-            let busy = j.workers.first().map_or(0.0, |w| to_secs(w.busy_ps));
+            // The first live worker's (a dead one's time stopped with it).
+            let busy = j.workers.iter().find(|w| !w.dead).or(j.workers.first()).map_or(0.0, |w| to_secs(w.busy_ps));
             r.jobs.push(JobResult {
                 id: j.spec.id,
                 name: j.spec.name.clone(),

@@ -441,7 +441,11 @@ impl Sim {
             Ev::Pause { port, gen, on } => self.pfc_frame(port as usize, gen, on),
             Ev::Local { host } => {
                 if self.live.node_is_down(host) {
-                    return self.hosts[host as usize].local.clear();
+                    // Sent and never delivered: lost with the host.
+                    for pkt in std::mem::take(&mut self.hosts[host as usize].local) {
+                        self.failure_drop(host, Why::NodeFailed, &pkt);
+                    }
+                    return;
                 }
                 while let Some(pkt) = self.hosts[host as usize].local.pop_front() {
                     self.cons.delivered_packets += 1;

@@ -58,7 +58,7 @@ pub struct WorkerState {
     pub busy_ps: Time,
     rng: Xoshiro256PlusPlus,
     /// Its host failed: it computes and counts no more.
-    dead: bool,
+    pub dead: bool,
 }
 
 pub struct JobState {
@@ -67,9 +67,11 @@ pub struct JobState {
     layers: Vec<(u64, Time, Time)>,
     pub iterations: u32,
     pub workers: Vec<WorkerState>,
-    /// Live workers that have every result of iteration i, and how many are live.
+    /// Live workers that have every result of iteration i, how many are live, and the dead
+    /// ones' ranks in the order they died.
     iter_workers: Vec<u32>,
     live: u32,
+    died: Vec<u32>,
     pub iter_end: Vec<Time>,
     pub tensors_done: u64,
     pub finished_at: Option<Time>,
@@ -89,10 +91,9 @@ pub struct JobState {
     rate_bps: u64,
     /// The job's scheme and configuration, asked for each tensor's priority.
     scheme: Option<(&'static dyn inalab_scheme::Scheme, serde_json::Value)>,
-    /// Payload mode: expected sums by tensor id, the workers that checked them, and the
-    /// first result's digest (every worker must get the same); dropped once every live
-    /// worker checked.
-    expected: HashMap<u64, (Expected, u32, Option<u64>)>,
+    /// Payload mode: expected sums by tensor id, the ranks that checked them, and the first
+    /// result's digest (every worker must get the same); dropped once every live worker checked.
+    expected: HashMap<u64, (Expected, Vec<u32>, Option<u64>)>,
 }
 
 /// A result's fingerprint, to check that every worker got the same one.
@@ -279,6 +280,7 @@ impl Workloads {
                 workers: ws,
                 iter_workers: vec![0; iterations as usize],
                 live: job.workers.len() as u32,
+                died: vec![],
                 iter_end: vec![],
                 tensors_done: 0,
                 finished_at: None,
@@ -526,18 +528,19 @@ impl Workloads {
             let all: Vec<u32> = (0..j.workers.len() as u32).collect();
             let len = (j.layers[layer].0 / 4) as usize;
             let q = j.quantization;
-            let entry = j.expected.entry(tensor).or_insert_with(|| (Expected::new(job, &all, tensor, len, values, q), 0, None));
+            let entry = j.expected.entry(tensor).or_insert_with(|| (Expected::new(job, &all, tensor, len, values, q), vec![], None));
             j.payload_checked += 1;
-            // After a worker's failure a result may sum the survivors only (a request run again
-            // over the rebuilt ring), but every survivor must get the same one.
-            let survivors = || -> Vec<u32> { all.iter().copied().filter(|&r| !j.workers[r as usize].dead).collect() };
-            let ok = entry.0.matches(&got) || (j.live < all.len() as u32 && Expected::new(job, &survivors(), tensor, len, values, q).matches(&got));
+            // After failures a result may sum the survivors of any of them (a request run again
+            // over a rebuilt ring, and repaired after a later failure), but every worker must
+            // get the same one.
+            let survivors = |k: usize| -> Vec<u32> { all.iter().copied().filter(|r| !j.died[..k].contains(r)).collect() };
+            let ok = entry.0.matches(&got) || (1..=j.died.len()).any(|k| Expected::new(job, &survivors(k), tensor, len, values, q).matches(&got));
             let digest = payload_digest(&got);
             if !ok || *entry.2.get_or_insert(digest) != digest {
                 j.payload_errors += 1;
             }
-            entry.1 += 1;
-            if entry.1 >= j.live {
+            entry.1.push(rank);
+            if entry.1.iter().filter(|&&r| !j.workers[r as usize].dead).count() as u32 >= j.live {
                 j.expected.remove(&tensor);
             }
         }
@@ -594,6 +597,7 @@ impl Workloads {
                 }
                 w.dead = true;
                 j.live -= 1;
+                j.died.push(rank as u32);
                 for (i, &got) in w.layers_in.iter().enumerate() {
                     j.iter_workers[i] -= (got == nl) as u32;
                 }
@@ -607,10 +611,19 @@ impl Workloads {
                 }
             }
             let j = &self.jobs[job as usize];
+            // A server (a PS) of the job: no scheme goes on without it.
+            if j.spec.servers.iter().any(|s| *s == name) {
+                let why = format!("its server on {name} failed at {} ns", at / 1000);
+                self.job_failed(job, why, world);
+                continue;
+            }
             if told.is_empty() {
                 continue;
             }
-            if !goes_on || j.live == 0 {
+            if j.live == 0 {
+                let why = format!("every worker failed (the last, {} on {name}, at {} ns)", told[0], at / 1000);
+                self.job_failed(job, why, world);
+            } else if !goes_on {
                 let scheme = j.scheme.as_ref().map_or("this scheme", |(s, _)| s.name());
                 let why = format!("worker {} on {name} failed at {} ns; {scheme} does not go on without a worker", told[0], at / 1000);
                 self.job_failed(job, why, world);

@@ -202,6 +202,7 @@ fn a_failure_at_any_moment_is_survived_by_agents_members_and_autonomous_workers(
 fn f6_an_agent_dies_and_its_rack_falls_back_to_autonomous_workers() {
     let r = failure_run(json!("tor"), "h0", 15 * US, 6);
     assert_survived(&r, 6);
+    assert!(r.jobs[0].comm_busy_s > 0.0, "rank 0 died: the job's time is a live worker's");
     // Rack 0 dissolved: its ToR sees no TASK of the new epoch; rack 1's agent's TASK tells
     // leaf1 its next receiver (h1, now autonomous).
     assert_eq!((switch_counter(&r, "leaf0", "epochs"), switch_counter(&r, "leaf1", "epochs")), (0, 1));
@@ -255,4 +256,35 @@ fn a_host_failure_names_its_bad_fields() {
     assert!(e.contains("failures[0].until_ps") && e.contains("does not come back"), "{e}");
     let e = run(json!({"node": "leaf0", "at_ps": 5, "detect_ps": 9}));
     assert!(e.contains("failures[0].detect_ps") && e.contains("host's failure only"), "{e}");
+}
+
+#[test]
+fn two_failures_in_turn_give_every_survivor_the_same_sums() {
+    // A request run again over the first survivors and repaired after the second failure sums
+    // the first survivors: neither all workers nor the last survivors (found in review).
+    for (prog, first, second) in [(json!("none"), "h5", "h6"), (json!("tor"), "h0", "h1"), (json!("tor"), "h2", "h6")] {
+        for gap in [10 * US, 30 * US, 65 * US] {
+            let mut s = rina_spec(two_racks(prog.clone()), vec![rina_job(0, hosts(0..8), 20_000, 6, json!({}))]);
+            s["failures"] = json!([{"node": first, "at_ps": 15 * US, "detect_ps": 10 * US},
+                                   {"node": second, "at_ps": 15 * US + gap, "detect_ps": 10 * US}]);
+            let r = simulate(&s);
+            let j = &r.jobs[0];
+            assert!(j.finished && j.failures.is_empty(), "{prog} {first} {second} {gap}: {:?}", j.failures);
+            assert_eq!(j.payload_errors, 0, "{prog} {first} then {second}, {gap} ps apart");
+            // Each of the 6 survivors told twice; the second victim once if it lived to hear.
+            assert!((12..=13).contains(&host_counter(&r, "failures")), "{}", host_counter(&r, "failures"));
+            assert!(r.switches.iter().all(|s| s.aggregators_end == 0));
+        }
+    }
+}
+
+#[test]
+fn a_failed_server_fails_its_job_at_once() {
+    let mut s = spec(leaf_spine_100g(2, 2, 4), vec![job(0, "atp", hosts(0..7), vec!["h7".into()], json!({"kind": "allreduce", "bytes": 400_000, "iterations": 4}))], vec![]);
+    s["network"]["aggregator_memory_bytes"] = json!(1 << 20);
+    s["failures"] = json!([{"node": "h7", "at_ps": 20 * US}]);
+    let r = simulate(&s);
+    let j = &r.jobs[0];
+    assert!(!j.finished && j.failures.iter().any(|f| f.contains("its server on h7 failed at 20000 ns")), "{:?}", j.failures);
+    assert_eq!(r.stopped_by, "completed");
 }

@@ -329,6 +329,12 @@ impl SwitchProgram for RinaSwitch {
             },
             // To the agent, or (a job of one rack, whose agent acknowledges its own ToR's AGG)
             // to this switch.
+            // An ACK of another epoch: its tag may equal a live slot's of this one (tags restart
+            // with every epoch), so it must not free that slot.
+            RinaKind::Ack if ahead != 0 && (t.is_agent(&pkt) || pkt.dst == ctx.node()) => {
+                self.c.stale_epoch += 1;
+                out.push(SwitchAction::Drop { pkt, reason: "rina stale epoch" })
+            }
             RinaKind::Ack if t.is_agent(&pkt) || pkt.dst == ctx.node() => self.on_ack(h.job, h, pkt, out),
             // A finished chunk or an AllGather packet for this rack: every member gets it.
             RinaKind::Agg | RinaKind::Ag if t.is_agent(&pkt) && member.is_none() && (h.kind == RinaKind::Ag || h.has(RinaHeader::FULL)) && !h.has(RinaHeader::REPAIR) => {
@@ -486,6 +492,25 @@ mod tests {
         assert_eq!(sw.aggregators_in_use(), 1);
         sw.admit(5, Admission::new(RinaSwitchJob { members: vec![(0, ep(0)), (1, ep(1))], next: ep(6), ranks: (0..7).map(ep).collect(), slots: (8, 8) })).unwrap();
         assert_eq!(sw.tenants[&5].first, 0);
+    }
+
+    /// After a failure (a new epoch) tags restart at 0: a late ACK of the old epoch must not
+    /// free a slot of the new one that is still collecting.
+    #[test]
+    fn an_old_epoch_ack_does_not_free_a_new_epoch_slot() {
+        let (mut sw, ctx, mut out) = (switch(), IdleCtx { node: 9, ports: 4 }, vec![]);
+        let epoch1 = 1 << RinaHeader::EPOCH_SHIFT;
+        let task = RinaHeader { kind: RinaKind::Task, job: 3, req: epoch1, slot: 0b111, seq: 5, arg: 1, ..Default::default() };
+        sw.on_packet(0, &ctx, 0, Packet::new(0, 1, 9, 1, 71, Header::Rina(task)), &mut out);
+        assert_eq!(sw.c.epochs, 1);
+        let mut d = data(0, 0, vec![1; 62]);
+        let Header::Rina(h) = &mut d.header else { unreachable!() };
+        h.req = epoch1;
+        sw.on_packet(1, &ctx, 0, d, &mut out);
+        assert_eq!(sw.aggregators_in_use(), 1);
+        let stale = Packet::new(5, 1, 0, 1, 71, Header::Rina(RinaHeader { kind: RinaKind::Ack, job: 3, slot: 0, ..Default::default() }));
+        sw.on_packet(2, &ctx, 3, stale, &mut out);
+        assert_eq!((sw.aggregators_in_use(), sw.c.acks_freed, sw.c.stale_epoch), (1, 0, 1));
     }
 
     /// Forged and garbled packets from every port: counted or routed, never a panic. (A member

@@ -203,7 +203,10 @@ class Executor:
 
     def _tell_peers(self, f: Failure) -> None:
         """The host's jobs' other workers learn which of their ranks died."""
-        dead = [(job, rank) for name, host, job, rank in self.workers if host == f.host]
+        # Workers that finished and exited are named too, first: a survivor's recovery must not
+        # wait for them (a protocol told twice of a rank ignores the second).
+        done = [(job, rank) for name, _, job, rank in self.workers if name not in self.killed and self.procs.procs[name].poll() is not None]
+        dead = done + [(job, rank) for name, host, job, rank in self.workers if host == f.host]
         for name, host, job, _ in self.workers:
             if name not in self.killed:
                 for j, rank in dead:

@@ -510,8 +510,17 @@ fn disconnected(s: &Shared, job: u32, rank: usize) {
         // aborts the job (`abort`). Across switches only this switch's workers would hear of
         // it, so a job spanning switches fails as before.
         let here_only = st.spec.as_ref().is_some_and(|sp| sp.workers.iter().all(|w| w.rack == s.opts.node));
-        let event = json!({"event": "peer_failed", "job": job, "rank": rank, "reason": reason});
-        let lines: Vec<(TcpStream, Value)> = st.members.values().filter(|m| !m.left && !m.gone).filter_map(|m| m.conn.try_clone().ok().map(|c| (c, event.clone()))).collect();
+        // Workers that left (finished) are named too, first: a survivor's recovery must not
+        // wait for them (a protocol told twice of a rank ignores the second).
+        let mut ranks: Vec<usize> = st.members.values().filter(|m| m.left).map(|m| m.rank).collect();
+        ranks.push(rank);
+        let events: Vec<Value> = ranks.iter().map(|&r| json!({"event": "peer_failed", "job": job, "rank": r, "reason": reason})).collect();
+        let lines: Vec<(TcpStream, Value)> = st
+            .members
+            .values()
+            .filter(|m| !m.left && !m.gone)
+            .flat_map(|m| events.iter().filter_map(|e| m.conn.try_clone().ok().map(|c| (c, e.clone()))))
+            .collect();
         let all_gone = st.members.values().all(|m| m.left || m.gone);
         (reason, lines, all_gone, here_only)
     };
