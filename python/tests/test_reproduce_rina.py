@@ -51,3 +51,20 @@ def test_fig10_scenarios_put_the_paper_s_ina_switches_in_place():
         n = len(s["topology"]["programmable"])
         assert n == {"atp-50%": 6, "rina-50%": 4, "atp-100%": 20, "rina-100%": 20}.get(label, 0), (label, n)
         assert ("servers" in s["jobs"][0]) == label.startswith(("ps", "atp"))
+    # The dragonfly (36 routers): half of them in the planner's order; ATP does not run there.
+    for label, n in (("rina-50%", 18), ("rina-100%", 36), ("ring", 0)):
+        s = fig10_scenario(label, "64KiB", "dragonfly-4-9-2")
+        load_scenario(s)
+        assert len(s["topology"]["programmable"]) == n and len(s["jobs"][0]["workers"]) == 72, label
+
+
+def test_fig10_checks_judge_the_dragonfly_without_atp():
+    import pandas as pd
+    from inalab.reproduce.rina_packet import RinaSchemes
+
+    rows = pd.DataFrame([{"topology": t, "model": "m", "label": l, "goodput_gbps": g}
+                         for t, ls in (("fat-tree-k4", {"ps": 1, "ring": 2, "hierarchical": 3, "atp-50%": 2, "rina-50%": 4,
+                                                        "atp-100%": 4, "rina-100%": 4.2}),
+                                       ("dragonfly-4-9-2", {"ps": 1, "ring": 3, "hierarchical": 2, "rina-50%": 4, "rina-100%": 5}))
+                         for l, g in ls.items()])
+    assert RinaSchemes().checks(rows) == {"dragonfly-4-9-2 m": False, "fat-tree-k4 m": True}
