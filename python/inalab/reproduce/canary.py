@@ -146,6 +146,16 @@ def relative(df: pd.DataFrame, keys: list[str], col: str = "goodput_gbps") -> pd
                       for k, v in zip(df[keys].itertuples(index=False), df[col])], index=df.index)
 
 
+def _ring_congested(ring_congested: bool | None, flow_control: str) -> bool:
+    """Whether the ring runs with congestion (None: on PFC only; `canary-congestion`'s default).
+    On drop-tail the background's losses make a congested 512-host ring wait out a 1 ms timeout
+    at each of its 1,022 steps (about 10 minutes of simulation for under 1 Gbps); on PFC nothing
+    is lost and the congested 512-host point takes about 1.5 minutes (`canary-size`'s seven
+    205-host points 4 minutes together). `canary-fraction` leaves it off by default (False):
+    with 75-95 % of the hosts congesting, one ring point took 2.3-3.3 minutes on PFC."""
+    return flow_control == "pfc" if ring_congested is None else bool(ring_congested)
+
+
 class _CanaryFigure:
     name = ""
     claim = ""
@@ -199,10 +209,11 @@ class CanaryCongestion(_CanaryFigure):
              "degradation, is up to 2x one static tree and up to about 40 % above several; beyond 4 trees little "
              "changes. Average link utilization about 40.2 / 29.5 / 20.9 % (Canary / 4 trees / 1 tree).")
 
-    def __init__(self, trees=(1, 2, 4, 8, 16), seeds=(1,), ring_congested=False, flow_control=FLOW_CONTROL, reroute_queue=None):
+    def __init__(self, trees=(1, 2, 4, 8, 16), seeds=(1,), ring_congested=None, flow_control=FLOW_CONTROL, reroute_queue=None):
         self.schemes = ["canary", "ring"] + [f"{n} ST" for n in trees]
-        self.seeds, self.ring_congested = tuple(seeds), ring_congested
+        self.seeds = tuple(seeds)
         self._fabric(flow_control, reroute_queue)
+        self.ring_congested = _ring_congested(ring_congested, self.flow_control)
 
     def run(self, progress) -> pd.DataFrame:
         pts = [({"scheme": s, "congested": c, "seed": seed}, self.scenario(s, congested=c, seed=seed))
@@ -238,15 +249,16 @@ class CanaryCongestion(_CanaryFigure):
         u = self._table(rows, ["congested"], "util_mean")
         c = rows[rows.scheme == "canary"].groupby("congested").goodput_gbps.mean()
         st = {s: self._ratio(rows, s) for s in self.schemes if s != "canary"}
+        st = {s: v for s, v in st.items() if v == v}  # the ring only when it ran congested
         checks = self.checks(rows)
         return f"""# {self.name} (Canary Fig. 7a/7b; simulation)
 
 **Claim.** {self.claim}
 
 **Command.** `inalab reproduce {self.name}`. The paper's fat tree (32 leaves x 32 hosts, 32 spines,
-100 Gbps, 300 ns per link, spec A19), a {self.fabric_text()} (with 1 MiB drop-tail buffers every
-lost packet re-issues its block to all 511 other hosts and the run collapses), 32K
-descriptors of 1060 B per switch (spec A5), 512 allreduce hosts drawn at random (seed {", ".join(map(str, self.seeds))}), the other
+100 Gbps, 300 ns per link, spec A19), a {self.fabric_text()}; not the spec's 1 MiB drop-tail
+buffers, with which every lost packet re-issues its block to all 511 other hosts and the run
+collapses. 32K descriptors of 1060 B per switch (spec A5), 512 allreduce hosts drawn at random (seed {", ".join(map(str, self.seeds))}), the other
 512 sending 1 MiB messages at line rate to random peers among themselves (spec A18). Ring with
 the same 1081-B packets (spec A20). Static trees: spec A21 (`scheme = "static_tree"`).
 
@@ -335,8 +347,9 @@ class CanaryFraction(_CanaryFigure):
              "over four.")
 
     def __init__(self, fractions=(0.05, 0.1, 0.25, 0.5, 0.75), seeds=(1,), ring_congested=False, flow_control=FLOW_CONTROL, reroute_queue=None):
-        self.fractions, self.seeds, self.ring_congested = list(fractions), tuple(seeds), ring_congested
+        self.fractions, self.seeds = list(fractions), tuple(seeds)
         self._fabric(flow_control, reroute_queue)
+        self.ring_congested = _ring_congested(ring_congested, self.flow_control)
 
     def run(self, progress) -> pd.DataFrame:
         pts = [({"scheme": s, "fraction": f, "congested": c, "seed": seed}, self.scenario(s, fraction=f, congested=c, seed=seed))
@@ -406,9 +419,10 @@ class CanarySize(_CanaryFigure):
              "runtime is flat from 1 KiB to 256 KiB (latency-bound).")
     SIZES = ("1KiB", "4KiB", "16KiB", "64KiB", "256KiB", "1MiB", "4MiB")
 
-    def __init__(self, sizes=SIZES, seeds=(1,), ring_congested=False, flow_control=FLOW_CONTROL, reroute_queue=None):
-        self.sizes, self.seeds, self.ring_congested = list(sizes), tuple(seeds), ring_congested
+    def __init__(self, sizes=SIZES, seeds=(1,), ring_congested=None, flow_control=FLOW_CONTROL, reroute_queue=None):
+        self.sizes, self.seeds = list(sizes), tuple(seeds)
         self._fabric(flow_control, reroute_queue)
+        self.ring_congested = _ring_congested(ring_congested, self.flow_control)
 
     def run(self, progress) -> pd.DataFrame:
         from ..units import parse_size
@@ -617,7 +631,9 @@ class CanaryAblations(_CanaryFigure):
                 self.scenario("canary", congested=c, seed=seed, ina=ina, routing=routing))
                for seed in self.seeds for c in (False, True) for v, (ina, routing) in self.VARIANTS.items()
                # One leader under congestion: every block's partial sums queue behind the
-               # background on one downlink; the run did not end in 25 minutes of simulation.
+               # background on one downlink; the run did not end in 25 minutes of simulation on
+               # drop-tail, nor in 10 on PFC (uncongested it takes 479 ms simulated there).
+               # `one_leader_congested=True` runs it.
                if not (c and v == "canary, one leader" and not self.one_leader_congested)]
         pts += [({"scheme": "4 ST", "variant": "4 ST", "congested": c, "seed": seed}, self.scenario("4 ST", congested=c, seed=seed))
                 for seed in self.seeds for c in (False, True)]
@@ -642,7 +658,8 @@ class CanaryAblations(_CanaryFigure):
 
 **Command.** `inalab reproduce {self.name}`. Setup as `canary-congestion` (a {self.fabric_text()}). "ECMP": network routing
 `ecmp` and `ina.reroute_queue` = 1 TiB (the program never leaves the leader's default port);
-"one leader": `ina.leaders = "single"`.
+"one leader": `ina.leaders = "single"`, uncongested only{"" if self.one_leader_congested else
+" (congested it did not end in 25 minutes of simulation on drop-tail, nor in 10 on PFC; `one_leader_congested=True` runs it)"}.
 
 **Our result** (`holds` = {self.holds(rows)}; checks: {self.checks(rows)}):
 
