@@ -6,8 +6,8 @@
 `inalab.reproduce.canary.scenario` on an 8 x 8 leaf-spine with 8 spines (100 Gbps, 300 ns links,
 every switch programmable): the allreduce on half the hosts drawn at random, the other half
 sending 1 MiB messages at line rate to random peers among themselves, adaptive routing with a
-512 KiB threshold. `drop_tail` is the reproductions' fabric (64 MiB buffers, effectively
-lossless but deep-queued); `pfc` is `network.flow_control = "pfc"` with the defaults (xoff
+512 KiB threshold. `drop_tail` is the reproductions' earlier fabric (64 MiB buffers, effectively
+lossless but deep-queued); `pfc` (the reproductions' default now) is `network.flow_control = "pfc"` with the defaults (xoff
 64 KiB, xon 32 KiB). Printed per run: the allreduce's goodput, Canary's stragglers, PAUSE
 frames sent, the deepest switch queue, the background's delivered rate (its receivers' bytes
 over the allreduce's runtime) and the simulator's wall time.

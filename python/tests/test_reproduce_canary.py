@@ -45,6 +45,32 @@ def test_scenarios_can_run_on_a_lossless_fabric():
     assert row["finished"] and row["drops_queue"] == 0 and row["pfc_pauses"] > 0, row
 
 
+def test_figures_default_to_the_lossless_fabric_and_keep_drop_tail():
+    import pytest
+
+    from inalab.reproduce.canary import FLOW_CONTROL, PFC_REROUTE_QUEUE
+
+    assert FLOW_CONTROL == "pfc"
+    for name in ("canary-congestion", "canary-fraction", "canary-size", "canary-tenants", "canary-timeout", "canary-ablations"):
+        rep = REPRODUCTIONS[name]
+        assert rep.flow_control == "pfc" and rep.reroute_queue == PFC_REROUTE_QUEUE, name
+        assert type(rep)(flow_control="drop_tail").scenario("canary")["network"].get("flow_control") is None, name
+    rep = CanaryCongestion()
+    s = rep.scenario("canary")
+    assert s["network"]["flow_control"] == "pfc" and s["jobs"][0]["ina"] == {"reroute_queue": PFC_REROUTE_QUEUE}
+    # Only Canary's program gets the threshold; an explicit one wins (the ECMP ablation's 1 TiB).
+    assert "ina" not in rep.scenario("ring")["jobs"][0] and rep.scenario("4 ST")["jobs"][0]["ina"] == {"trees": 4}
+    assert rep.scenario("canary", ina={"reroute_queue": "1TiB"})["jobs"][0]["ina"] == {"reroute_queue": "1TiB"}
+    drop = CanaryCongestion(flow_control="drop_tail")
+    assert drop.scenario("canary")["jobs"][0]["ina"] == {} and "pfc" in rep.fabric_text() and "drop-tail" in drop.fabric_text()
+    assert CanaryCongestion(reroute_queue="512KiB").scenario("canary")["jobs"][0]["ina"] == {"reroute_queue": "512KiB"}
+    load_scenario(s)
+    # The congested ring runs by default on PFC only (no losses, so no 1 ms timeouts per step).
+    assert rep.ring_congested and not drop.ring_congested and not CanaryCongestion(ring_congested=False).ring_congested
+    with pytest.raises(ValueError, match="drop_tail, pfc"):
+        CanaryCongestion(flow_control="credit")
+
+
 def test_a_small_fig7_runs_and_is_explained(tmp_path):
     rep = CanaryCongestion(trees=(1, 4))
     rows = []
@@ -52,7 +78,7 @@ def test_a_small_fig7_runs_and_is_explained(tmp_path):
         for congested in (False, True):
             if label == "ring" and congested:
                 continue
-            r = inalab.simulate(scenario(label, congested=congested, size="256KiB", topology=SMALL))
+            r = inalab.simulate(rep.scenario(label, congested=congested, size="256KiB", topology=SMALL))  # PFC
             row = measure(r)[0]
             assert row["finished"] and row["goodput_gbps"] > 0, (label, congested, row)
             assert r.switches.aggregators_end.sum() == 0
