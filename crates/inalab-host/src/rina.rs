@@ -111,9 +111,11 @@ impl RinaConfig {
                 return Err(ConfigError(format!("group {g}: {} members; an INA rack has 2..=32, an autonomous worker is alone", grp.members.len())));
             }
         }
+        // Every rank in exactly one group (a set: jobs have up to thousands of workers).
         let listed: usize = self.groups.iter().map(|g| g.members.len()).sum();
-        if listed != self.ranks.len() || self.groups.iter().flat_map(|g| &g.members).any(|m| !self.ranks.contains(m)) {
-            return Err(ConfigError(format!("the groups list {listed} workers, not the {} ranks", self.ranks.len())));
+        let members: BTreeSet<&Endpoint> = self.groups.iter().flat_map(|g| &g.members).collect();
+        if listed != self.ranks.len() || members.len() != listed || !self.ranks.iter().all(|r| members.contains(r)) {
+            return Err(ConfigError(format!("the groups must list each of the {} ranks once; they list {listed} workers, {} distinct", self.ranks.len(), members.len())));
         }
         if self.rto_ps == 0 || self.repair_ps == 0 || self.slots == 0 || self.window_bytes == 0 {
             return Err(ConfigError("rto_ps, repair_ps, slots and window_bytes must be positive".into()));
@@ -382,7 +384,8 @@ pub struct RinaHost {
 /// autonomous workers, a rack left with one worker too, a dead worker leaves its group; groups
 /// in order of their lowest rank.
 fn rebuild(orig: &[RinaGroup], ranks: &[Endpoint], dead: &BTreeSet<usize>) -> Vec<RinaGroup> {
-    let rank = |e: &Endpoint| ranks.iter().position(|r| r == e).expect("a configured worker");
+    let by_endpoint: BTreeMap<&Endpoint, usize> = ranks.iter().enumerate().map(|(r, e)| (e, r)).collect();
+    let rank = |e: &Endpoint| by_endpoint[e];
     let mut groups = vec![];
     for g in orig {
         let live: Vec<Endpoint> = g.members.iter().copied().filter(|m| !dead.contains(&rank(m))).collect();
@@ -1153,6 +1156,15 @@ mod tests {
             step_jitter_ps: 0,
             seed: 1,
         }
+    }
+
+    #[test]
+    fn groups_must_list_each_rank_once() {
+        let ep = |h| Endpoint { host: h, port: 1 };
+        let mut c = cfg();
+        c.groups[1].members = vec![ep(1)];
+        let e = RinaHost::new(c, ep(2)).err().expect("rank 2 is in no group, rank 1 in two");
+        assert!(e.0.contains("each of the 3 ranks once") && e.0.contains("2 distinct"), "{}", e.0);
     }
 
     #[test]
