@@ -25,14 +25,7 @@ fn canary_spec(topo: Value, jobs: Vec<Value>, descriptors: u64) -> Value {
 }
 
 fn assert_exact(r: &SimResult) {
-    for j in &r.jobs {
-        assert!(j.finished, "job {} did not finish: {:?} ({})", j.id, j.failures, r.stopped_by);
-        assert_eq!(j.payload_checked, j.workers as u64 * j.iterations as u64, "job {}", j.id);
-        assert_eq!(j.payload_errors, 0, "job {}: results equal the exact sums", j.id);
-    }
-    for s in &r.switches {
-        assert_eq!(s.aggregators_end, 0, "switch {} still holds descriptors: {:?}", s.name, s.counters);
-    }
+    assert_jobs_exact(r);
 }
 
 #[test]

@@ -28,14 +28,7 @@ fn tree_spec(topo: Value, jobs: Vec<Value>, slots: u64) -> Value {
 /// Every job finished with exact sums, no slot holds a partial sum, and no block ever lost
 /// its slot to another before it finished.
 fn assert_exact(r: &SimResult) {
-    for j in &r.jobs {
-        assert!(j.finished, "job {} did not finish: {:?} ({})", j.id, j.failures, r.stopped_by);
-        assert_eq!(j.payload_checked, j.workers as u64 * j.iterations as u64, "job {}", j.id);
-        assert_eq!(j.payload_errors, 0, "job {}: results equal the exact sums", j.id);
-    }
-    for s in &r.switches {
-        assert_eq!(s.aggregators_end, 0, "switch {} still holds partial sums: {:?}", s.name, s.counters);
-    }
+    assert_jobs_exact(r);
     assert_eq!(counter(r, "overwritten_unfinished") + counter(r, "malformed") + counter(r, "unexpected"), 0);
 }
 

@@ -71,6 +71,19 @@ pub fn check_invariants(r: &SimResult) {
 }
 
 /// A switch counter summed over every switch.
+/// Every job finished, every worker checked every tensor against its exact sum, and no switch
+/// holds an aggregator (slot, descriptor) at the end: what every INA scheme's tests demand.
+pub fn assert_jobs_exact(r: &SimResult) {
+    for j in &r.jobs {
+        assert!(j.finished, "job {} did not finish: {:?} ({})", j.id, j.failures, r.stopped_by);
+        assert_eq!(j.payload_checked, j.workers as u64 * j.iterations as u64, "job {}: every worker checked every tensor", j.id);
+        assert_eq!(j.payload_errors, 0, "job {}: results equal the exact sums", j.id);
+    }
+    for s in &r.switches {
+        assert_eq!(s.aggregators_end, 0, "switch {} still holds aggregators: {:?}", s.name, s.counters);
+    }
+}
+
 pub fn counter(r: &SimResult, name: &str) -> u64 {
     r.switches.iter().map(|s| s.counters.get(name).copied().unwrap_or(0)).sum()
 }
