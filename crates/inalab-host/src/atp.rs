@@ -221,6 +221,9 @@ pub struct AtpConfig {
     pub timeout_ps: Time,
     /// Fixed-point scale of float32 requests (value x scale as i32). Default 1e8 (ATP's).
     pub scale: f64,
+    /// The ECMP key every gradient packet of the job carries (tree mode: one key for the
+    /// whole job, so that the routes to the PS form one tree); `None`: each worker's own flow.
+    pub flow: Option<u64>,
 }
 
 impl Default for AtpConfig {
@@ -237,6 +240,7 @@ impl Default for AtpConfig {
             window_rules: WindowRules::Aimd,
             timeout_ps: MS,
             scale: crate::quant::ATP_SCALE,
+            flow: None,
         }
     }
 }
@@ -519,6 +523,9 @@ impl AtpWorker {
         let size = self.cfg.header_bytes + 4 * len as u32;
         let mut pkt = Packet::new(self.local.host, self.local.port, self.ps.host, self.ps.port, size, Header::Atp(h));
         pkt.created = now;
+        if let Some(f) = self.cfg.flow {
+            pkt.flow = f;
+        }
         let req = &self.reqs[r];
         pkt.payload = match (float, &req.floats, &req.data) {
             // The fallback carries the application's own floats when it gave floats; the
@@ -827,6 +834,10 @@ pub struct AtpServerConfig {
     pub workers: Vec<Endpoint>,
     /// The PS's switch runs ATP: send one parameter packet per seq for it to multicast.
     pub multicast: bool,
+    /// Tree mode when the PS's switch does not run ATP: one parameter copy per child of the
+    /// tree's root, as (worker rank it is addressed to, ECMP key it is routed by), each copied
+    /// on by the ATP switches below. Empty: `multicast` decides.
+    pub targets: Vec<(usize, u64)>,
     /// After answering a resend, further resends of the same seq are answered at most this
     /// often (all workers resend a seq whose multicast was lost). The scheme sets 10 us,
     /// at most half the worker timeout.
@@ -855,6 +866,7 @@ impl AtpServer {
         cfg.atp.check()?;
         ensure!(cfg.workers.len() == cfg.layout.positions.len(), "the layout has {} workers, the PS {}", cfg.layout.positions.len(), cfg.workers.len());
         ensure!(!cfg.workers.is_empty() && cfg.workers.len() <= ATP_MAX_WORKERS, "an ATP PS serves 1..={ATP_MAX_WORKERS} workers");
+        ensure!(cfg.targets.iter().all(|&(r, _)| r < cfg.workers.len()), "a parameter target names a rank beyond the {} workers", cfg.workers.len());
         let n = cfg.workers.len() as u32;
         let rehasher = Rehasher::new(&cfg.atp);
         Ok(AtpServer {
@@ -879,7 +891,8 @@ impl AtpServer {
         let cs = &self.cfg.layout.contributors;
         let mut b: Bits = [0; WORDS];
         let mut set = |r: usize| b[r / 64] |= 1 << (r % 64);
-        if h.esi == 2 {
+        // `esi == 2`, or (tree mode) an intermediate node's aggregate of several contributors.
+        if h.esi == 2 || h.bitmap1.count_ones() > 1 {
             if h.bitmap1 == 0 || (h.bitmap1 as u64) >> cs.len() != 0 {
                 return None;
             }
@@ -892,7 +905,7 @@ impl AtpServer {
                 }
             }
         } else {
-            if h.bitmap1.count_ones() != 1 {
+            if h.bitmap1 == 0 {
                 return None;
             }
             match cs.get(h.bitmap1.trailing_zeros() as usize)? {
@@ -947,10 +960,19 @@ impl AtpServer {
             }
         };
         let h = AtpHeader { job: self.cfg.atp.job, seq, agg_index, bitmap0, flags, ..AtpHeader::default() };
-        let dsts: Vec<Endpoint> = if self.cfg.multicast { vec![self.cfg.workers[0]] } else { self.cfg.workers.clone() };
-        for w in dsts {
+        let dsts: Vec<(Endpoint, Option<u64>)> = if !self.cfg.targets.is_empty() {
+            self.cfg.targets.iter().map(|&(r, f)| (self.cfg.workers[r], Some(f))).collect()
+        } else if self.cfg.multicast {
+            vec![(self.cfg.workers[0], None)]
+        } else {
+            self.cfg.workers.iter().map(|&w| (w, None)).collect()
+        };
+        for (w, flow) in dsts {
             let mut p = Packet::new(self.local.host, self.local.port, w.host, w.port, size, Header::Atp(h));
             p.created = now;
+            if let Some(f) = flow {
+                p.flow = f;
+            }
             p.payload = payload.clone().map(Box::new);
             self.txq.push_back(p);
         }
@@ -1165,7 +1187,7 @@ mod tests {
         let cfg = AtpConfig { aggregators: aggs, hashing, timeout_ps: 10_000, ..AtpConfig::default() };
         let wep: Vec<Endpoint> = (0..n as u32).map(|h| ep(h, 1)).collect();
         let ws = (0..n).map(|r| AtpWorker::new(wep[r], ep(100, 2), layout.positions[r], cfg.clone()).unwrap()).collect();
-        let ps = AtpServer::new(ep(100, 2), AtpServerConfig { atp: cfg, layout, workers: wep, multicast: false, resend_holdoff_ps: 5_000 }).unwrap();
+        let ps = AtpServer::new(ep(100, 2), AtpServerConfig { atp: cfg, layout, workers: wep, multicast: false, targets: vec![], resend_holdoff_ps: 5_000 }).unwrap();
         (ws, ps)
     }
 

@@ -33,7 +33,7 @@ fn setup_with(n: usize, cfg: AtpConfig) -> (Fabric, Vec<Endpoint>) {
     for (r, &w) in wep.iter().enumerate() {
         f.add(Box::new(AtpWorker::new(w, PS, layout.positions[r], cfg.clone()).unwrap()));
     }
-    let ps_cfg = AtpServerConfig { atp: cfg, layout, workers: wep.clone(), multicast: false, resend_holdoff_ps: 5_000 };
+    let ps_cfg = AtpServerConfig { atp: cfg, layout, workers: wep.clone(), multicast: false, targets: vec![], resend_holdoff_ps: 5_000 };
     f.add(Box::new(AtpServer::new(PS, ps_cfg).unwrap()));
     (f, wep)
 }

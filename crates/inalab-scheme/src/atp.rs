@@ -10,6 +10,7 @@
 //! - the window is AIMD from `transport.init_window_bytes` / `increment_bytes`, never below one
 //!   packet.
 
+use crate::atp_tree::atp_tree;
 use crate::plan::{check_servers, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
 use crate::ring::worker_endpoints;
 use crate::transport::{TransportParams, TRANSPORT_PARAMS};
@@ -40,6 +41,16 @@ pub enum AtpHashing {
     Static,
 }
 
+/// Where a job's gradients are aggregated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AtpLevels {
+    /// ATP (§3.4): the workers' top-of-rack switches, then the PS's.
+    Tor,
+    /// Every ATP switch on the job's routes to the PS (crate::atp_tree): Rina's BOM model.
+    Tree,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AtpIna {
@@ -56,11 +67,13 @@ pub struct AtpIna {
     pub timeout_ps: u64,
     /// Fixed-point scale: values are multiplied by it before aggregation. Default 1e8 (ATP's).
     pub scale: f64,
+    /// Where gradients are aggregated. Default `Tor` (ATP's two levels).
+    pub levels: AtpLevels,
 }
 
 impl Default for AtpIna {
     fn default() -> Self {
-        AtpIna { packet_bytes: 306, header_bytes: 58, hashing: AtpHashing::Hash, slots: inalab_host::ATP_DEFAULT_SLOTS, congestion_control: true, timeout_ps: MS, scale: inalab_host::quant::ATP_SCALE }
+        AtpIna { packet_bytes: 306, header_bytes: 58, hashing: AtpHashing::Hash, slots: inalab_host::ATP_DEFAULT_SLOTS, congestion_control: true, timeout_ps: MS, scale: inalab_host::quant::ATP_SCALE, levels: AtpLevels::Tor }
     }
 }
 
@@ -72,7 +85,7 @@ pub struct AtpParams {
 }
 
 /// ATP's own parameters, after the transport's.
-const INA_PARAMS: [Param; 7] = [
+const INA_PARAMS: [Param; 8] = [
     Param { name: "ina.packet_bytes", default: "306", unit: "bytes", doc: "Bytes on the wire per gradient packet, headers included." },
     Param { name: "ina.header_bytes", default: "58", unit: "bytes", doc: "Header bytes of a gradient packet; the rest (a multiple of 4 B) carries 32-bit values." },
     Param {
@@ -95,6 +108,12 @@ const INA_PARAMS: [Param; 7] = [
     },
     Param { name: "ina.timeout_ps", default: "1000000000", unit: "ps", doc: "Worker loss-recovery timeout: a fragment (ATP) or a slot's packet (SwitchML) is resent after this long without progress." },
     Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the workers' float32 values (value x scale, rounded, as i32): error at most workers / (2 scale) per value, sums limited to (2^31 - 1) / scale." },
+    Param {
+        name: "ina.levels",
+        default: "\"tor\"",
+        unit: "",
+        doc: "Where gradients are aggregated: \"tor\" = ATP's two levels, the workers' top-of-rack switches and the PS's (§3.4); \"tree\" = every programmable switch on the job's routes to the PS, which all carry one ECMP key so they form a tree, with results copied down it (the PS-based INA of Rina's BOM model, §III-B; simulator only). Either way at most 32 level-2 contributors.",
+    },
 ];
 
 pub struct Atp;
@@ -151,12 +170,18 @@ impl Scheme for Atp {
         let ps_rack = net.tor(ps_host);
         let runs_atp = |s: NodeId| net.programmable(s);
         let layout = atp_layout(&racks, ps_rack, runs_atp).map_err(|e| PlanError::new("workers", e.0))?;
+        let stale: Time = ina.timeout_ps.saturating_mul(STALE_TIMEOUTS);
+        let port = |s: NodeId, h: NodeId| net.port_toward(s, h).unwrap_or(inalab_core::PortId::MAX);
+        let (admissions, flow, ps_targets) = match ina.levels {
+            AtpLevels::Tor => (atp_admissions(&job.workers, &racks, ps_host, ps_rack, runs_atp, port, stale), None, vec![]),
+            AtpLevels::Tree => {
+                let t = atp_tree(net, job.id, &job.workers, &racks, ps_host, ps_rack, &layout, stale)?;
+                (t.admissions, Some(t.flow), t.ps_targets)
+            }
+        };
         // The index is taken modulo the smallest pool the job's packets meet, so it is valid
-        // at both levels.
-        let mut used: Vec<NodeId> = racks.iter().copied().filter(|&r| r != ps_rack).chain([ps_rack]).filter(|&s| runs_atp(s)).collect();
-        used.sort_unstable();
-        used.dedup();
-        let pool = used.iter().map(|&s| AtpSwitchConfig::aggregators_for(net.memory_bytes(s))).min().unwrap_or(0);
+        // at every level.
+        let pool = admissions.iter().map(|&(s, _)| AtpSwitchConfig::aggregators_for(net.memory_bytes(s))).min().unwrap_or(0);
         let t = &c.transport;
         let cfg = AtpConfig {
             job: job.id,
@@ -184,6 +209,7 @@ impl Scheme for Atp {
             window_rules: WindowRules::Aimd,
             timeout_ps: ina.timeout_ps,
             scale: ina.scale,
+            flow,
         };
         let err = |e: inalab_host::ConfigError| PlanError::new("ina", e.0);
         let ps = Endpoint { host: ps_host, port: job.server_port };
@@ -196,12 +222,10 @@ impl Scheme for Atp {
             plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config });
         }
         let multicast = runs_atp(ps_rack);
-        let scfg = AtpServerConfig { atp: cfg.clone(), layout, workers: wep, multicast, resend_holdoff_ps: RESEND_HOLDOFF_PS.min(ina.timeout_ps / 2) };
+        let scfg = AtpServerConfig { atp: cfg.clone(), layout, workers: wep, multicast, targets: ps_targets, resend_holdoff_ps: RESEND_HOLDOFF_PS.min(ina.timeout_ps / 2) };
         let config = format!("{scfg:?}");
         plan.endpoints.push(PlannedEndpoint { host: ps_host, role: Role::Server { index: 0 }, proto: Box::new(AtpServer::new(ps, scfg).map_err(err)?), config });
-        let stale: Time = ina.timeout_ps.saturating_mul(STALE_TIMEOUTS);
-        let port = |s: NodeId, h: NodeId| net.port_toward(s, h).unwrap_or(inalab_core::PortId::MAX);
-        for (switch, adm) in atp_admissions(&job.workers, &racks, ps_host, ps_rack, runs_atp, port, stale) {
+        for (switch, adm) in admissions {
             plan.admissions.push(SwitchAdmission { switch, program: PROGRAM, state: Admission::new(adm), field: "workers" });
         }
         Ok(plan)

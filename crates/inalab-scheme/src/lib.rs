@@ -9,6 +9,7 @@
 //! docs/architecture.md, "Adding a scheme").
 
 mod atp;
+mod atp_tree;
 mod canary;
 mod dsa;
 mod plan;

@@ -44,6 +44,13 @@ pub trait NetView {
     fn seed(&self) -> u64 {
         0
     }
+    /// The nodes a packet with ECMP key `flow` visits from `from` (a host or a switch) to the
+    /// host `dst`, `from` and `dst` included, as the driver routes it; empty when the driver
+    /// does not know its routes. What a scheme that pins a job's packets to one key (so that
+    /// their paths form a tree) lays its tree out by.
+    fn route_path(&self, _from: NodeId, _dst: NodeId, _flow: u64) -> Vec<NodeId> {
+        vec![]
+    }
 }
 
 /// A job as every driver describes it: who takes part and the scheme's own configuration,

@@ -5,7 +5,7 @@ use crate::spec::{NetSpec, SimSpec};
 use crate::SimError;
 use inalab_core::{NodeId, PortId, Programs};
 use inalab_scheme::{JobSpec as SchemeJob, NetView, Plan, PlanError};
-use inalab_topo::Topology;
+use inalab_topo::{ecmp_pick, Routes, Topology};
 use std::collections::{BTreeMap, HashMap};
 
 /// Port numbers: job j's workers listen on 10000 + 2j, its servers on 10001 + 2j; flow f
@@ -32,6 +32,8 @@ pub struct SimView<'a> {
     programs: BTreeMap<NodeId, u64>,
     /// The scenario's seed, for a scheme's random set-up choices.
     seed: u64,
+    /// Shortest-path routes, computed when a scheme first asks for a path.
+    routes: std::cell::OnceCell<Routes>,
 }
 
 impl<'a> SimView<'a> {
@@ -46,7 +48,7 @@ impl<'a> SimView<'a> {
                 *m = sm.value;
             }
         }
-        SimView { topo, memory, shares: BTreeMap::new(), programs: BTreeMap::new(), seed: 0 }
+        SimView { topo, memory, shares: BTreeMap::new(), programs: BTreeMap::new(), seed: 0, routes: Default::default() }
     }
 
     /// The same view with the scenario's seed (0 otherwise).
@@ -95,6 +97,24 @@ impl NetView for SimView<'_> {
     }
     fn seed(&self) -> u64 {
         self.seed
+    }
+    fn route_path(&self, from: NodeId, dst: NodeId, flow: u64) -> Vec<NodeId> {
+        let routes = self.routes.get_or_init(|| Routes::compute(self.topo));
+        let t = self.topo;
+        let mut path = vec![from];
+        let mut cur = if t.is_host(from) { t.host_switch(from) } else { from };
+        if cur != from {
+            path.push(cur);
+        }
+        while cur != dst {
+            let hops = routes.next_hops(cur, dst);
+            if hops.is_empty() || path.len() > t.nodes.len() {
+                return vec![];
+            }
+            cur = t.nodes[cur as usize].ports[ecmp_pick(hops, flow, cur) as usize].peer;
+            path.push(cur);
+        }
+        path
     }
 }
 

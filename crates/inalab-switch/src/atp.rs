@@ -104,16 +104,26 @@ pub struct AtpSwitchJob {
     /// The job's PS host if it is attached to this switch (then this switch is the job's
     /// level-2 switch).
     pub ps: Option<NodeId>,
-    /// At the PS's switch: hosts outside this rack that get one routed copy of every
-    /// parameter packet (one representative worker per remote ATP rack, which multicasts
-    /// further, and every worker of a remote rack without ATP).
-    pub remote_targets: Vec<NodeId>,
+    /// At the PS's switch (and, in tree mode, at an intermediate node): hosts outside this
+    /// rack that get one routed copy of every parameter packet (one representative worker
+    /// per remote ATP rack or subtree, which multicasts further, and every worker of a remote
+    /// rack without ATP), each with the ECMP key its copy is routed by (`None`: the packet's).
+    pub remote_targets: Vec<(NodeId, Option<u64>)>,
     /// The PS sends one parameter packet per fragment for the switches to multicast (true) or
     /// one unicast per worker (false: switches only deallocate and route).
     pub multicast: bool,
     /// An aggregator this job holds is freed by another job's parameter packet once it is
     /// older than this (abandoned, §3.7): a multiple of the job's loss-recovery timeout.
     pub stale_timeout_ps: Time,
+    /// Tree mode (see the module docs): the level-2 contributors (`bitmap1` bits) this switch
+    /// aggregates as an intermediate node of the job's tree; 0 = not an intermediate node.
+    pub subtree: u32,
+    /// The level-2 fan-in set by the control plane (tree mode: this switch's children in the
+    /// job's tree); `None`: the packet's `fan_in1`, as in ATP.
+    pub fan_in2: Option<u8>,
+    /// Tree mode, at an intermediate node: a parameter packet addressed to this host (its
+    /// subtree's first worker) is this switch's to copy to `remote_targets`.
+    pub rep: Option<NodeId>,
 }
 
 /// The control plane's admissions of one ATP job: an [`AtpSwitchJob`] per switch that
@@ -147,16 +157,16 @@ pub fn atp_admissions<R: PartialEq + Copy>(
     for &rack in rack_order.iter().filter(|&&r| r != ps_rack) {
         let local: Vec<NodeId> = workers.iter().zip(racks).filter(|(_, &r)| r == rack).map(|(&w, _)| w).collect();
         if runs_atp(rack) {
-            remote_targets.push(local[0]);
+            remote_targets.push((local[0], None));
             let local_workers = local.iter().map(|&w| (port(rack, w), w)).collect();
-            out.push((rack, AtpSwitchJob { local_workers, ps: None, remote_targets: vec![], multicast, stale_timeout_ps }));
+            out.push((rack, AtpSwitchJob { local_workers, ps: None, multicast, stale_timeout_ps, ..Default::default() }));
         } else {
-            remote_targets.extend(local);
+            remote_targets.extend(local.iter().map(|&w| (w, None)));
         }
     }
     if multicast {
         let local_workers = workers.iter().zip(racks).filter(|(_, &r)| r == ps_rack).map(|(&w, _)| (port(ps_rack, w), w)).collect();
-        out.push((ps_rack, AtpSwitchJob { local_workers, ps: Some(ps), remote_targets, multicast, stale_timeout_ps }));
+        out.push((ps_rack, AtpSwitchJob { local_workers, ps: Some(ps), remote_targets, multicast, stale_timeout_ps, ..Default::default() }));
     }
     out
 }
@@ -266,9 +276,11 @@ impl AtpSwitch {
         self.cfg.aggregators
     }
 
-    fn on_gradient(&mut self, now: Time, level: u8, mut h: AtpHeader, mut pkt: Packet, out: &mut Vec<SwitchAction>) {
+    /// `fan_in2` overrides the packet's level-2 fan-in; `intermediate`: this is a tree-mode
+    /// intermediate node, whose complete aggregate goes on as a level-2 contribution (`esi` 1).
+    fn on_gradient(&mut self, now: Time, level: u8, fan_in2: Option<u8>, intermediate: bool, mut h: AtpHeader, mut pkt: Packet, out: &mut Vec<SwitchAction>) {
         let pkt_ecn = pkt.ecn || h.has(AtpHeader::FLAG_ECN);
-        let (bm, fan_in) = if level == 1 { (h.bitmap0, h.fan_in0 as u32) } else { (h.bitmap1, h.fan_in1 as u32) };
+        let (bm, fan_in) = if level == 1 { (h.bitmap0, h.fan_in0 as u32) } else { (h.bitmap1, fan_in2.unwrap_or(h.fan_in1) as u32) };
         let idx = h.agg_index as usize;
         let resend = h.has(AtpHeader::FLAG_RESEND);
         let mine = self.pool.get(idx).map(|a| a.job == h.job && a.seq == h.seq);
@@ -362,7 +374,7 @@ impl AtpSwitch {
         if a.overflow {
             h.flags |= AtpHeader::FLAG_OVERFLOW;
         }
-        h.esi = level;
+        h.esi = if intermediate { 1 } else { level };
         self.forward(h, pkt, out)
     }
 
@@ -389,20 +401,27 @@ impl AtpSwitch {
         };
         let from_ps = job.ps.is_some_and(|ps| ps == pkt.src);
         let to_local = job.local_workers.iter().any(|&(_, w)| w == pkt.dst);
-        if !from_ps && !to_local {
+        // Tree mode: the copy for this intermediate node's subtree.
+        let to_subtree = job.rep == Some(pkt.dst);
+        if !from_ps && !to_local && !to_subtree {
             return out.push(SwitchAction::Route { pkt });
         }
         let mut copies = 0;
-        for &(port, w) in &job.local_workers {
-            let mut p = pkt.clone();
-            p.dst = w;
-            out.push(SwitchAction::Forward { port, pkt: p });
-            copies += 1;
-        }
-        if from_ps {
-            for &w in &job.remote_targets {
+        if from_ps || to_local {
+            for &(port, w) in &job.local_workers {
                 let mut p = pkt.clone();
                 p.dst = w;
+                out.push(SwitchAction::Forward { port, pkt: p });
+                copies += 1;
+            }
+        }
+        if from_ps || to_subtree {
+            for &(w, flow) in &job.remote_targets {
+                let mut p = pkt.clone();
+                p.dst = w;
+                if let Some(f) = flow {
+                    p.flow = f;
+                }
                 out.push(SwitchAction::Route { pkt: p });
                 copies += 1;
             }
@@ -422,16 +441,18 @@ impl SwitchProgram for AtpSwitch {
         if h.has(AtpHeader::FLAG_ACK) {
             return self.on_parameter(now, h, pkt, out);
         }
-        let level = match self.jobs.get(&h.job) {
-            _ if h.has(AtpHeader::FLAG_FLOAT) => 0,
-            Some(j) if h.esi == 0 && j.ps.is_none() && j.local_workers.iter().any(|&(p, _)| p == in_port) => 1,
-            Some(j) if h.esi == 1 && j.ps == Some(pkt.dst) => 2,
-            _ => 0,
+        let (level, fan_in2, intermediate) = match self.jobs.get(&h.job) {
+            _ if h.has(AtpHeader::FLAG_FLOAT) => (0, None, false),
+            Some(j) if h.esi == 0 && j.ps.is_none() && j.local_workers.iter().any(|&(p, _)| p == in_port) => (1, None, false),
+            Some(j) if h.esi == 1 && j.ps == Some(pkt.dst) => (2, j.fan_in2, false),
+            // Tree mode: a level-2 contribution from this intermediate node's subtree.
+            Some(j) if h.esi == 1 && j.subtree != 0 && h.bitmap1 != 0 && h.bitmap1 & !j.subtree == 0 => (2, j.fan_in2, true),
+            _ => (0, None, false),
         };
         if level == 0 {
             return out.push(SwitchAction::Route { pkt });
         }
-        self.on_gradient(now, level, h, pkt, out)
+        self.on_gradient(now, level, fan_in2, intermediate, h, pkt, out)
     }
 
     fn admit(&mut self, job: u32, adm: Admission) -> Result<(), AdmitError> {
@@ -485,8 +506,8 @@ mod tests {
     /// PS rack (PS host 7 on port 7, local worker 3 on port 3, remote target host 50).
     fn switch(aggs: u32) -> AtpSwitch {
         let mut s = AtpSwitch::new(AtpSwitchConfig { aggregators: aggs, stale_timeout_ps: 1000 });
-        s.admit_job(1, AtpSwitchJob { local_workers: vec![(0, 0), (1, 1), (2, 2)], ps: None, remote_targets: vec![], multicast: true, stale_timeout_ps: 1000 });
-        s.admit_job(2, AtpSwitchJob { local_workers: vec![(3, 3)], ps: Some(PS), remote_targets: vec![50], multicast: true, stale_timeout_ps: 1000 });
+        s.admit_job(1, AtpSwitchJob { local_workers: vec![(0, 0), (1, 1), (2, 2)], ps: None, remote_targets: vec![], multicast: true, stale_timeout_ps: 1000, ..Default::default() });
+        s.admit_job(2, AtpSwitchJob { local_workers: vec![(3, 3)], ps: Some(PS), remote_targets: vec![(50, None)], multicast: true, stale_timeout_ps: 1000, ..Default::default() });
         s
     }
 
@@ -713,7 +734,7 @@ mod tests {
     #[test]
     fn control_plane_half_admits_releases_and_claims_its_packets() {
         let mut s = AtpSwitch::new(AtpSwitchConfig { aggregators: 4, stale_timeout_ps: 1000 });
-        let job = AtpSwitchJob { local_workers: vec![(0, 0), (1, 1), (2, 2)], ps: None, remote_targets: vec![], multicast: true, stale_timeout_ps: 1000 };
+        let job = AtpSwitchJob { local_workers: vec![(0, 0), (1, 1), (2, 2)], ps: None, remote_targets: vec![], multicast: true, stale_timeout_ps: 1000, ..Default::default() };
         SwitchProgram::admit(&mut s, 1, Admission::new(job)).unwrap();
         let err = SwitchProgram::admit(&mut s, 2, Admission::new(7u32)).unwrap_err();
         assert!(err.0.contains("atp"), "{err}");
@@ -778,5 +799,59 @@ mod tests {
         // Unknown job.
         routed(&run(&mut s, 0, 0, grad(9, 1, 0, 0, H { bitmap0: 1, fan_in0: 2, ..H::default() }, vec![1])));
         assert_eq!(s.aggregators_in_use(), 0);
+    }
+
+    /// Tree mode: an intermediate node of job 3 over contributors 0 and 2 (fan-in 2), whose
+    /// subtree's first worker is host 20; its children's first workers are 20 and 30.
+    fn intermediate() -> AtpSwitch {
+        let mut s = AtpSwitch::new(AtpSwitchConfig { aggregators: 16, stale_timeout_ps: 1000 });
+        let job = AtpSwitchJob { multicast: true, stale_timeout_ps: 1000, subtree: 0b101, fan_in2: Some(2), rep: Some(20), remote_targets: vec![(20, Some(11)), (30, Some(12))], ..Default::default() };
+        s.admit_job(3, job);
+        s
+    }
+
+    fn contribution(bitmap1: u32, flags: u8, vals: Vec<i32>) -> Packet {
+        grad(3, 9, 4, 40, H { bitmap0: 0b11, bitmap1, fan_in0: 2, fan_in1: 3, esi: 1, flags, ..H::default() }, vals)
+    }
+
+    #[test]
+    fn an_intermediate_node_adds_its_subtree_and_sends_one_contribution_on() {
+        let mut s = intermediate();
+        // Contributor 1 is not below this node: routed unchanged.
+        assert_eq!(hdr(routed(&run(&mut s, 0, 0, contribution(0b010, 0, vec![5])))).bitmap1, 0b010);
+        assert_eq!(dropped(&run(&mut s, 1, 0, contribution(0b001, 0, vec![1, 2]))), "atp_aggregated");
+        assert_eq!(dropped(&run(&mut s, 2, 0, contribution(0b001, 0, vec![1, 2]))), "atp_duplicate");
+        let out = run(&mut s, 3, 1, contribution(0b100, 0, vec![10, 20]));
+        let p = routed(&out);
+        // Still a level-2 contribution (for the next node or the PS's ToR), of both children.
+        assert_eq!((hdr(p).esi, hdr(p).bitmap1, vals(p)), (1, 0b101, vec![11, 22]));
+        assert_eq!(s.aggregators_in_use(), 1, "held until the parameter passes");
+        // A resend (possibly partial) is never added: the node's state is discarded.
+        let out = run(&mut s, 4, 0, contribution(0b001, H::FLAG_RESEND, vec![1, 2]));
+        assert_eq!(hdr(routed(&out)).esi, 1);
+        assert_eq!(s.aggregators_in_use(), 0);
+    }
+
+    #[test]
+    fn an_intermediate_node_copies_the_parameter_addressed_to_its_subtree_to_each_child() {
+        let mut s = intermediate();
+        run(&mut s, 0, 0, contribution(0b001, 0, vec![1]));
+        let param = |dst: NodeId| {
+            let mut p = Packet::new(PS, 2, dst, 1, 306, Header::Atp(H { job: 3, seq: 9, agg_index: 4, flags: H::FLAG_ACK, ..H::default() }));
+            p.flow = 99;
+            p
+        };
+        let out = run(&mut s, 1, 4, param(20));
+        let copies: Vec<(NodeId, u64)> = out
+            .iter()
+            .map(|a| match a {
+                SwitchAction::Route { pkt } => (pkt.dst, pkt.flow),
+                _ => panic!("{a:?}"),
+            })
+            .collect();
+        assert_eq!(copies, vec![(20, 11), (30, 12)], "one copy per child, each by its key");
+        assert_eq!(s.aggregators_in_use(), 0, "the parameter freed the aggregator");
+        // A parameter for another subtree passes by.
+        assert_eq!(routed(&run(&mut s, 2, 4, param(30))).flow, 99);
     }
 }

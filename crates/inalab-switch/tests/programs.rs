@@ -14,7 +14,7 @@ fn atp() -> Box<AtpSwitch> {
 }
 
 fn atp_job() -> Admission {
-    Admission::new(AtpSwitchJob { local_workers: vec![(0, 0), (1, 1)], ps: None, remote_targets: vec![], multicast: true, stale_timeout_ps: 1000 })
+    Admission::new(AtpSwitchJob { local_workers: vec![(0, 0), (1, 1)], ps: None, remote_targets: vec![], multicast: true, stale_timeout_ps: 1000, ..Default::default() })
 }
 
 fn switchml_job() -> Admission {
