@@ -17,7 +17,8 @@ def test_the_replacement_order_starts_with_the_tors_with_most_workers():
     order, workers, ps, tors = replacement_order(INCREMENTAL_TOPOLOGIES["fat-tree-k4"])
     assert (len(order), tors, ps, len(workers)) == (20, 8, "h0", 15)
     assert all(s.startswith("edge") for s in order[:8]) and order[7] == "edge0_0", "the PS's ToR has 1 worker: last"
-    assert incremental_points(20, 8) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 15, 20]
+    assert incremental_points(20, 8) == list(range(21)), "every replacement on the fat tree"
+    assert incremental_points(36, 36) == [0, 9, 18, 27, 36]
     for scheme in ("atp", "rina", "ring", "hierarchical"):
         load_scenario(make_testbed(scheme, "1 of 2", "64KiB", 1))
 
@@ -51,6 +52,8 @@ def test_fig10_scenarios_put_the_paper_s_ina_switches_in_place():
         n = len(s["topology"]["programmable"])
         assert n == {"atp-50%": 6, "rina-50%": 4, "atp-100%": 20, "rina-100%": 20}.get(label, 0), (label, n)
         assert ("servers" in s["jobs"][0]) == label.startswith(("ps", "atp"))
+        # ATP as Rina's BOM has it: every INA switch on the routes to the PS aggregates.
+        assert s["jobs"][0].get("ina") == ({"levels": "tree"} if label.startswith("atp") else None), label
     # The dragonfly (36 routers): half of them in the planner's order; ATP does not run there.
     for label, n in (("rina-50%", 18), ("rina-100%", 36), ("ring", 0)):
         s = fig10_scenario(label, "64KiB", "dragonfly-4-9-2")

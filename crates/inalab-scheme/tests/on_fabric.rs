@@ -217,3 +217,11 @@ proptest::proptest! {
         run_values(config, workers, servers, 2, len, Net { loss, memory: slots * 280 }, &value);
     }
 }
+
+#[test]
+fn atp_tree_mode_needs_a_driver_that_knows_its_routes() {
+    // This view, like the UDP runtime's, has no `route_path`: the error names the field.
+    let job = JobSpec { id: 1, workers: vec![0, 1, 4], servers: vec![7], config: json!({"scheme": "atp", "ina": {"levels": "tree"}}), worker_port: 7, server_port: 8 };
+    let e = job.scheme().unwrap().plan(&job, &View { memory: MEMORY }).err().expect("refused");
+    assert_eq!(e.field, "ina.levels", "{e}");
+}

@@ -160,9 +160,20 @@ def replacement_order(topology: dict) -> tuple[list[str], list[str], str, int]:
 
 
 def incremental_points(n_switches: int, tors: int) -> list[int]:
-    """Every ToR replacement (where Rina's ring shortens), then a few points beyond."""
-    pts = list(range(0, tors + 1)) if tors <= 12 else sorted({round(tors * f) for f in (0, .25, .5, .75, 1)})
-    return sorted(set(pts) | {round(n_switches * f) for f in (.5, .75, 1)})
+    """Every replacement on a small fabric (the fat tree's 20 switches); on a larger one the
+    quarters of its ToRs (where Rina's ring shortens) and of all its switches."""
+    if n_switches <= 24:
+        return list(range(n_switches + 1))
+    return sorted({round(tors * f) for f in (0, .25, .5, .75, 1)} | {round(n_switches * f) for f in (.5, .75, 1)})
+
+
+# ATP as Rina's BOM model has it (§III-B): every INA switch on the routes to the PS
+# aggregates (`ina.levels = "tree"`); "atp_tor" is ATP's own two ToR levels (§3.4).
+ATP_VARIANTS = {"atp": {"levels": "tree"}, "atp_tor": {"levels": "tor"}}
+
+
+def atp_job(job: dict, variant: str = "atp") -> dict:
+    return {**job, "scheme": "atp", "ina": ATP_VARIANTS[variant]}
 
 
 class RinaIncrementalPacket:
@@ -182,18 +193,20 @@ class RinaIncrementalPacket:
             topo = INCREMENTAL_TOPOLOGIES[name]
             order, workers, ps, tors = replacement_order(topo)
             for k in incremental_points(len(order), tors):
-                for scheme in ("atp", "rina") if name in ATP_TOPOLOGIES else ("rina",):
+                for scheme in ("atp", "atp_tor", "rina") if name in ATP_TOPOLOGIES else ("rina",):
                     job = {"name": scheme, "scheme": scheme, "allreduce": self.size, "iterations": self.iterations, "workers": workers}
-                    if scheme == "atp":
-                        job["servers"] = [ps]
+                    if scheme in ATP_VARIANTS:
+                        job = atp_job({**job, "servers": [ps]}, scheme)
                     sc = {"name": f"rina-incr-{name}-{k}-{scheme}", "stop": "10s", "topology": {**topo, "programmable": order[:k]}, "jobs": [job]}
-                    runs.append(({"topology": name, "replaced": k, "of": len(order), "scheme": scheme}, sc))
+                    # `series`, not `scheme`: the result's own `scheme` column says "atp" for both ATPs.
+                    runs.append(({"topology": name, "replaced": k, "of": len(order), "series": scheme}, sc))
         df = simulate_all("rina-incremental-packet", runs, progress)
-        t = df.pivot_table(index=["topology", "replaced", "of"], columns="scheme", values="goodput_gbps").reset_index()
+        t = df.pivot_table(index=["topology", "replaced", "of"], columns="series", values="goodput_gbps").reset_index()
         t.columns.name = None
-        t = t.rename(columns={"atp": "atp_gbps", "rina": "rina_gbps"})
-        if "atp_gbps" not in t:
-            t["atp_gbps"] = float("nan")
+        t = t.rename(columns={"atp": "atp_gbps", "atp_tor": "atp_tor_gbps", "rina": "rina_gbps"})
+        for c in ("atp_gbps", "atp_tor_gbps"):
+            if c not in t:
+                t[c] = float("nan")
         t["rina_over_atp"] = t["rina_gbps"] / t["atp_gbps"]  # NaN where ATP does not run
         return t
 
@@ -229,6 +242,11 @@ class RinaIncrementalPacket:
                          f"({half.rina_over_atp:.2f}x); all INA Rina {g.iloc[-1].rina_gbps:.1f} / ATP {g.iloc[-1].atp_gbps:.1f} "
                          f"({g.iloc[-1].rina_over_atp:.2f}x).")
         summary = "\n".join(lines)
+        ft = rows[rows.topology == "fat-tree-k4"].set_index("replaced")["atp_gbps"]
+
+        def at(k: int) -> str:
+            return f"{ft.get(k, float('nan')):.1f}"
+
         return f"""# rina-incremental-packet (Rina Fig. 11 at packet level)
 
 **Claim.** {self.claim}
@@ -262,19 +280,24 @@ and at 100 % Rina within 15 % of ATP):
 * Rina's groups are ToR racks only (spec A3: the paper gives non-ToR INA groups no packet-level
   mechanism), so replacing aggregation or core switches changes nothing for Rina: its curve is
   flat after the ToRs. The flow-level `rina-incremental` merges subtrees and keeps rising.
-* inalab's ATP aggregates at the workers' ToR and at the PS's ToR only (two levels), so its
-  curve moves only when those switches are replaced: not the BOM curve of the paper's Fig. 5,
-  where every INA switch on the tree aggregates. Building ATP at more levels is left to a later
-  issue.
-* ATP stays at the PS's link share (about 100 Gbps x 0.81 / 15 = 5.4 Gbps per worker) until the
-  PS's own ToR is replaced (the 8th: it has one worker besides the PS), then doubles and stays
-  flat: inalab's ATP aggregates only at the workers' ToRs and the PS's ToR, so aggregation and
-  core switches change nothing for it. At full deployment its 7 rack aggregates converge on the
-  PS ToR's two 100 Gbps uplinks; ECN halves the workers' windows (124 cuts, no drops, the same
-  with a 256 kB initial window), for 11 Gbps. Rina's ring has no such convergence point, so
-  here Rina stays 2.6x above ATP instead of meeting it: the paper's "Rina about ATP at 100 %"
-  does not hold on this fabric; building ATP's aggregation at more levels, as the paper's BOM
-  assumes, would be needed to check it (not done).
+* ATP here is the PS-based INA of the paper's BOM model (§III-B): every INA switch on the routes
+  to the PS aggregates (`ina.levels = "tree"`; all of the job's gradient packets carry one ECMP
+  key, so their routes form one tree, and results are copied down it). ATP itself aggregates at
+  the workers' and the PS's ToRs only; that curve is `atp_tor_gbps`: it moves only when the
+  PS's ToR (the 8th replaced) becomes INA, to 11 Gbps, and stays there.
+* The tree ATP curve is the BOM's late jump: near the PS's link share (100 Gbps x 0.81 / 15 =
+  5.4 Gbps) with no INA switch, a little higher with each ToR, and it moves again only when a
+  switch on the job's tree is replaced (the others carry none of its packets: the plateaus), to
+  {at(14)} Gbps at 14 of 20 switches and {at(19)} once the last switch of its tree is INA. So the
+  paper's "ATP gains only after a significant quantity of replacements" holds, and at 50 % Rina
+  leads by about 2x.
+* Does not hold: at 100 % ATP is about 2.7x Rina, where the paper has them within 15 %. With
+  every switch aggregating, ATP sends one stream per link per direction and runs near its
+  payload bound (248 of 306 B). Rina's agent forwards every finished chunk to its rack and the
+  next group, so its links carry about 2S per allreduce of S (spec §3, "no bandwidth win for
+  Rina"), in packets of the same size: half of ATP's rate at best, less with the ring's step
+  latency. The paper's near-equality needs its ATP to lose elsewhere; it gives no packet-level
+  numbers to tell where.
 """
 
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:
@@ -289,7 +312,8 @@ and at 100 % Rina within 15 % of ATP):
             g = rows[rows.topology == name].sort_values("replaced")
             ax.plot(g["replaced"], g["rina_gbps"], "o-", label="Rina")
             if g["atp_gbps"].notna().any():
-                ax.plot(g["replaced"], g["atp_gbps"], "s-", label="ATP")
+                ax.plot(g["replaced"], g["atp_gbps"], "s-", label="ATP (every INA switch)")
+                ax.plot(g["replaced"], g["atp_tor_gbps"], "^:", label="ATP (two ToR levels)")
             ax.set_xlabel("switches replaced (planner order)")
             ax.set_ylabel("goodput (Gbps)")
             ax.set_title(name)
@@ -428,6 +452,8 @@ def fig10_scenario(label: str, size: str, topology: str = "fat-tree-k4") -> dict
     job = {"name": label, "scheme": scheme, "allreduce": size, "iterations": 1}
     if scheme in ("ps", "atp"):
         job |= {"workers": workers, "servers": [ps]}
+        if scheme == "atp":
+            job = atp_job(job)
     else:
         # Every host is a worker (hierarchical allreduce needs equal racks).
         job["workers"] = [ps] + workers
@@ -481,7 +507,9 @@ hosts per router (100 Gbps, 1 us links; as `rina-incremental`). One allreduce of
 each model's gradients scaled down 16x ({', '.join(f'{m} {MODELS[m]}' for m in self.models)}; the full sizes
 take minutes per run at packet level; communication-bound, no compute). PS and ATP: the first
 host is the PS (inalab runs a PS on its own host), the others are workers; ring, hierarchical
-and Rina: every host is a worker (hierarchical allreduce needs equal racks). "50 %": on the
+and Rina: every host is a worker (hierarchical allreduce needs equal racks). ATP aggregates at
+every INA switch on the routes to its PS (`ina.levels = "tree"`, the PS-based INA of the
+paper's BOM model, §III-B), not only at ToRs as ATP itself does. "50 %": on the
 fat tree 6 INA switches for ATP and 4 for Rina in the planner's order, as the paper gives them
 (spec A4); on the dragonfly half its 36 routers. ATP does not run on the dragonfly: its PS's
 ToR would take 36 level-2 contributors (35 INA racks and the PS rack's worker), and ATP's
@@ -504,10 +532,15 @@ hierarchical <= 1.05 Rina-50 %, and where ATP runs ATP-50 % < Rina-50 %, Rina-10
   cost, which `rina-dependency-chain` shows), and its 1436-B segments carry 96 % payload against
   the INA packets' 78 %. Hierarchical allreduce is below the ring here because its rack phases
   serialize with the cross-rack ring.
-* Does not hold: Rina at 100 % is about 3x ATP at 100 %. inalab's ATP aggregates at the workers'
-  ToRs and the PS's ToR only; at full deployment the 7 rack aggregates converge on the PS ToR's
-  two uplinks and ECN halves the windows (`rina-incremental-packet`). The paper's ATP (BOM)
-  aggregates at every INA switch of the tree.
+* Does not hold: ATP at 100 % is about 2.5x Rina at 100 %, where the paper has them about
+  equal. With every switch aggregating, ATP sends one aggregated stream over each link in each
+  direction, so it runs near its payload-bound line rate (248 of 306 B: 81 Gbps). Rina's rack
+  agent forwards every finished chunk to its rack and the next group, so its links carry about
+  2S per allreduce of S (spec §3, "no bandwidth win for Rina"), in packets of the same
+  size: about half of ATP's rate at best, less with its ring's step latency. The
+  paper's near-equality needs ATP to lose elsewhere (its ATP ran with a co-located PS and,
+  per its BOM model, on trees; it gives no packet-level numbers). With ATP's own two ToR levels
+  (`ina.levels = "tor"`) ATP at 100 % stays at 11 Gbps, below Rina (`rina-incremental-packet`).
 {self._dragonfly(rows)}"""
 
     @staticmethod
