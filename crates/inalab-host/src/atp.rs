@@ -94,7 +94,7 @@ use crate::rtt::{RttConfig, RttEstimator};
 use crate::ConfigError;
 use inalab_core::time::{Time, MS};
 use inalab_core::wire::{AtpHeader, Header};
-use inalab_core::{splitmix64, AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload};
+use inalab_core::{splitmix64, AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Most workers a job can have: 32 per rack x 32 level-2 contributors.
@@ -928,6 +928,16 @@ impl AtpServer {
     /// Sends a seq's parameter. `resend` answers a worker's resend; only those are
     /// rate-limited, so the first resend after the original answer is always answered.
     fn send_answer(&mut self, now: Time, seq: u32, resend: bool) {
+        self.send_answer_to(now, seq, resend, None)
+    }
+
+    /// Parameters go to each worker from the PS (no switch copies them).
+    fn unicast(&self) -> bool {
+        !self.cfg.multicast && self.cfg.targets.is_empty()
+    }
+
+    /// `only`: in unicast mode, answer that host's worker alone.
+    fn send_answer_to(&mut self, now: Time, seq: u32, resend: bool, only: Option<NodeId>) {
         let s = self.seqs.get_mut(&seq).expect("seq");
         let Some(ans) = s.answer.clone() else { return };
         if resend {
@@ -965,7 +975,7 @@ impl AtpServer {
         } else if self.cfg.multicast {
             vec![(self.cfg.workers[0], None)]
         } else {
-            self.cfg.workers.iter().map(|&w| (w, None)).collect()
+            self.cfg.workers.iter().filter(|w| only.is_none_or(|h| w.host == h)).map(|&w| (w, None)).collect()
         };
         for (w, flow) in dsts {
             let mut p = Packet::new(self.local.host, self.local.port, w.host, w.port, size, Header::Atp(h));
@@ -984,6 +994,7 @@ impl AtpServer {
             return;
         };
         let holdoff = self.cfg.resend_holdoff_ps;
+        let unicast = self.unicast();
         let n = self.n;
         let s = self.seqs.entry(h.seq).or_default();
         if s.agg_index.is_none() {
@@ -996,9 +1007,16 @@ impl AtpServer {
         match &s.answer {
             // Waiting for floats: collect them below.
             Some(Answer::Overflow) if float => {}
-            // Already answered (a resend, or a late copy): answer again, rate-limited.
+            // Already answered (a resend, or a late copy): answer again. Sent for switches to
+            // copy, one answer serves every worker, so it is rate-limited; sent per worker, the
+            // asking worker alone gets it (answering every worker per resend made the PS's
+            // link, already the bottleneck of a unicast PS, carry n copies per resend: 60x the
+            // job's bytes on a 50 Mbps testbed).
             Some(_) => {
-                if !matches!(s.last_resent, Some(t) if now < t + holdoff) {
+                if unicast {
+                    self.params_resent += 1;
+                    self.send_answer_to(now, h.seq, true, Some(pkt.src));
+                } else if !matches!(s.last_resent, Some(t) if now < t + holdoff) {
                     self.params_resent += 1;
                     self.send_answer(now, h.seq, true);
                 }

@@ -290,3 +290,23 @@ fn probes_repair_lost_resends_without_cutting_the_window() {
     assert_eq!(host_counter(&r, "timeouts"), 0);
     assert_eq!(host_counter(&r, "window_cuts"), 0);
 }
+
+#[test]
+fn a_unicast_ps_answers_a_resend_to_the_asking_worker_only() {
+    // Rina's testbed at 50 Mbps: only rack 0's ToR runs ATP, the PS sits in rack 1 and sends
+    // each parameter to all 7 workers, so its link is the bottleneck (7 x 350 B per fragment).
+    // Answering every resend to all 7 workers made that link carry 60x the job's bytes: 200 s
+    // for what takes under 4.
+    let topo = json!({"shape": {"kind": "leaf_spine", "leaves": 2, "spines": 1, "hosts_per_leaf": 4, "switch_ports": 64,
+                                "host_rate_bps": 50_000_000u64, "fabric_rate_bps": 50_000_000u64, "link_delay_ps": US},
+                      "programmable": {"names": ["leaf0"]}});
+    let mut j = atp_job(0, hosts(0..7), "h7", 1 << 20, 2);
+    j["ina"] = json!({"packet_bytes": 350, "header_bytes": 102, "timeout_ps": 100_000 * US});
+    let mut s = atp_spec(topo, vec![j], 4096);
+    s["network"]["buffer_bytes"] = json!(1 << 20);
+    let r = simulate(&s);
+    assert_exact(&r);
+    // The PS's link: 2 MiB x 7 copies x 350 / 248 B at 50 Mbps = 3.3 s.
+    let jct = r.jobs[0].jct_s;
+    assert!(jct < 5.0, "JCT {jct:.2} s");
+}

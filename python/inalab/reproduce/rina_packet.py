@@ -10,18 +10,18 @@ from . import markdown_table, register, simulate_all
 RACKS = {"sw0": [f"w{i}" for i in range(4)], "sw1": [f"w{i}" for i in range(4, 8)]}
 
 
-def testbed(programmable: list[str]) -> dict:
+def testbed(programmable: list[str], rate: str = "100Gbps") -> dict:
     """The paper's testbed (§VI-A-2): two racks of 4 nodes, two ToRs, modelled as two ToRs
-    joined by one 100 Gbps link (spec A13); ATP's PS is a ninth host in rack 1 (inalab runs
-    a PS on its own host; the paper co-locates it)."""
+    joined by one link (spec A13), every link at ``rate`` (the paper's 100 Gbps by default);
+    ATP's PS is a ninth host in rack 1 (inalab runs a PS on its own host; the paper co-locates it)."""
     nodes = [{"name": s, "kind": "switch", "tier": 1} for s in RACKS]
-    links = [{"a": "sw0", "b": "sw1"}]
+    links = [{"a": "sw0", "b": "sw1", "rate": rate}]
     for s, hosts in RACKS.items():
         for h in hosts:
             nodes.append({"name": h, "kind": "host"})
-            links.append({"a": h, "b": s})
+            links.append({"a": h, "b": s, "rate": rate})
     nodes.append({"name": "ps", "kind": "host"})
-    links.append({"a": "ps", "b": "sw1"})
+    links.append({"a": "ps", "b": "sw1", "rate": rate})
     return {"kind": "edges", "nodes": nodes, "links": links, "programmable": programmable}
 
 
@@ -29,12 +29,26 @@ INA = {"1 of 2": ["sw0"], "2 of 2": ["sw0", "sw1"]}
 SCHEMES = ["ring", "hierarchical", "atp", "rina"]
 
 
-def testbed_scenario(scheme: str, ina: str, size: str, iterations: int) -> dict:
+# Settings for the testbed run by `inalab emulate` at megabits per second on 2 shared cores
+# (as the shipped emulate-rina-* and emulate-atp-* scenarios): timeouts above round trips of
+# milliseconds, a window for those rates, and headers of the real frame's size so that both
+# drivers charge each link the same bytes. ATP keeps its 62 values per packet, as Rina must.
+EMULATED_INA = {"rina": {"rto": "20ms", "repair": "40ms", "window": "64000B", "header": "106B"},
+                "atp": {"packet": "350B", "header": "102B", "timeout": "100ms"}}
+
+
+def testbed_scenario(scheme: str, ina: str, size: str, iterations: int, rate: str = "100Gbps", emulated: bool = False) -> dict:
+    """``emulated``: with :data:`EMULATED_INA`, for `inalab emulate` (and its simulated twin)."""
     workers = [h for hosts in RACKS.values() for h in hosts]
     job = {"name": scheme, "scheme": scheme, "allreduce": size, "iterations": iterations, "workers": workers}
     if scheme == "atp":
-        job["servers"] = ["ps"]
-    return {"name": f"rina-testbed-{scheme}", "stop": "10s", "topology": testbed(INA[ina]), "jobs": [job]}
+        # Emulated, the PS takes w7's host: `inalab emulate` runs at most 8 hosts on 2 cores.
+        job["servers"] = ["w7"] if emulated else ["ps"]
+        if emulated:
+            job["workers"] = workers[:-1]
+    if emulated and scheme in EMULATED_INA:
+        job["ina"] = EMULATED_INA[scheme]
+    return {"name": f"rina-testbed-{scheme}", "seed": 1, "stop": "600s" if emulated else "10s", "topology": testbed(INA[ina], rate), "jobs": [job]}
 
 
 class RinaTestbed:
