@@ -52,9 +52,10 @@
 //! are summed; a packet overlapping what is already summed is dropped whole (§3.6). On
 //! completion the parameter packet (`FLAG_ACK`, `FLAG_ECN` if any contributing packet was
 //! marked, the values) goes either once toward the PS's ATP switch for multicast or once per
-//! worker. Results are kept, so a resend for a completed seq is answered again: the first
-//! resend at once, further ones at most once per `resend_holdoff_ps` (every worker resends a
-//! seq whose multicast was lost, and one answer serves them all).
+//! worker. Results are kept, so a resend for a completed seq is answered again: when switches
+//! copy the answer, the first resend at once, further ones at most once per
+//! `resend_holdoff_ps` (every worker resends a seq whose multicast was lost, and one answer
+//! serves them all); when the PS sends to each worker itself, to the asking worker alone.
 //!
 //! # Dynamic hashing (§3.6)
 //! A `FLAG_COLLISION` on any packet of a seq makes the PS move that seq's slot ([`Rehasher`]):
@@ -1229,16 +1230,28 @@ mod tests {
         let param = ps.poll_transmit(2).unwrap();
         assert!(matches!(param.payload.as_deref(), Some(Payload::I32(v)) if v == &vec![3; 62]));
         ps.poll_transmit(2).unwrap(); // the copy for worker 1
-        // The first resend for the completed seq is answered at once (its worker lost the
-        // parameter), further ones at most once per holdoff.
+        // Unicast mode: every resend is answered at once, to the asking worker alone.
+        for t in [3, 4] {
+            ps.handle_packet(t, p0.clone());
+            assert_eq!(ps.poll_transmit(t).map(|p| p.dst), Some(0), "the resend's answer goes to worker 0");
+            assert!(ps.poll_transmit(t).is_none(), "and to nobody else");
+        }
+        let c: BTreeMap<_, _> = ps.counters().into_iter().collect();
+        assert_eq!((c["duplicates"], c["fragments_completed"], c["params_resent"]), (1, 1, 2));
+        // Multicast mode: one answer serves every worker, at most once per holdoff.
+        let (mut ws, ps) = setup(2, 4, Hashing::Linear);
+        let mut ps = AtpServer::new(ep(100, 2), AtpServerConfig { multicast: true, ..ps.cfg.clone() }).unwrap();
+        submit_all(&mut ws, 1, |r, _| r as i32 + 1, 62);
+        let p0 = ws[0].poll_transmit(0).unwrap();
+        ps.handle_packet(0, p0.clone());
+        ps.handle_packet(1, ws[1].poll_transmit(0).unwrap());
+        assert!(ps.poll_transmit(1).is_some() && ps.poll_transmit(1).is_none(), "one parameter for the switch to copy");
         ps.handle_packet(3, p0.clone());
         assert!(ps.poll_transmit(3).is_some(), "the first resend right after the answer");
-        ps.poll_transmit(3).unwrap(); // unicast mode: one copy per worker
         ps.handle_packet(4, p0.clone());
         assert!(ps.poll_transmit(4).is_none(), "within the holdoff");
         ps.handle_packet(5_004, p0);
         assert!(ps.poll_transmit(5_004).is_some());
-        let c: BTreeMap<_, _> = ps.counters().into_iter().collect();
         assert_eq!((c["duplicates"], c["fragments_completed"], c["params_resent"]), (1, 1, 2));
     }
 }
