@@ -71,3 +71,16 @@ def test_fig10_checks_judge_the_dragonfly_without_atp():
                                        ("dragonfly-4-9-2", {"ps": 1, "ring": 3, "hierarchical": 2, "rina-50%": 4, "rina-100%": 5}))
                          for l, g in ls.items()])
     assert RinaSchemes().checks(rows) == {"dragonfly-4-9-2 m": False, "fat-tree-k4 m": True}
+
+
+def test_the_emulated_testbed_fits_the_emulator_and_finishes_simulated():
+    import inalab
+    from inalab.emulation.run import MAX_HOSTS
+
+    for scheme in ("rina", "atp"):
+        for ina in ("1 of 2", "2 of 2"):
+            s = make_testbed(scheme, ina, "64KiB", 1, rate="50Mbps", emulated=True)
+            job = s["jobs"][0]
+            assert len(set(job["workers"]) | set(job.get("servers", []))) <= MAX_HOSTS, (scheme, ina)
+            r = inalab.simulate(s)
+            assert r.jobs.finished.all() and (r.jobs.payload_errors == 0).all(), (scheme, ina)
