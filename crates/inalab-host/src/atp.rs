@@ -976,7 +976,7 @@ impl AtpServer {
         } else if self.cfg.multicast {
             vec![(self.cfg.workers[0], None)]
         } else {
-            self.cfg.workers.iter().filter(|w| only.is_none_or(|h| w.host == h)).map(|&w| (w, None)).collect()
+            self.cfg.workers.iter().filter(|w| only.map_or(true, |h| w.host == h)).map(|&w| (w, None)).collect()
         };
         for (w, flow) in dsts {
             let mut p = Packet::new(self.local.host, self.local.port, w.host, w.port, size, Header::Atp(h));

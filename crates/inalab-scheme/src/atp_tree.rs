@@ -16,6 +16,7 @@
 //!   subtree's first worker to the first worker of each child's subtree, routed by an ECMP key
 //!   chosen here so that the copy passes through that child. Without ATP at the PS's ToR the
 //!   PS sends one copy per child of the root.
+//!
 //! The 32-bit `bitmap1` still bounds a job to 32 level-2 contributors.
 
 use crate::plan::{NetView, PlanError};

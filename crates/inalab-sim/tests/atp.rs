@@ -153,14 +153,9 @@ fn without_aggregator_memory_the_ps_does_it_all() {
 
 #[test]
 fn deterministic() {
-    let run = || {
-        let mut s = atp_spec(leaf_spine(4), vec![atp_job(0, hosts(0..8), "h8", 4 * 3_000, 2)], 8);
-        s["network"]["link_loss"] = json!([{"a": "leaf0", "b": "spine0", "prob": 0.01}]);
-        let mut r = simulate(&s);
-        r.wall_s = 0.0;
-        serde_json::to_string(&r).unwrap()
-    };
-    assert_eq!(run(), run());
+    let mut s = atp_spec(leaf_spine(4), vec![atp_job(0, hosts(0..8), "h8", 4 * 3_000, 2)], 8);
+    s["network"]["link_loss"] = json!([{"a": "leaf0", "b": "spine0", "prob": 0.01}]);
+    assert_deterministic(&s);
 }
 
 #[test]

@@ -109,14 +109,9 @@ fn a_static_slice_keeps_a_margin_so_the_window_never_wraps_onto_a_held_descripto
 
 #[test]
 fn deterministic() {
-    let run = || {
-        let mut s = canary_spec(leaf_spine_100g(4, 2, 4), vec![canary_job(0, hosts(0..16), 20_000, 2, json!({"rtx_timeout_ps": 20 * US}))], 64);
-        s["network"]["host_loss"] = json!([{"host": "h2", "prob": 0.01}]);
-        let mut r = simulate(&s);
-        r.wall_s = 0.0;
-        serde_json::to_string(&r).unwrap()
-    };
-    assert_eq!(run(), run());
+    let mut s = canary_spec(leaf_spine_100g(4, 2, 4), vec![canary_job(0, hosts(0..16), 20_000, 2, json!({"rtx_timeout_ps": 20 * US}))], 64);
+    s["network"]["host_loss"] = json!([{"host": "h2", "prob": 0.01}]);
+    assert_deterministic(&s);
 }
 
 #[test]

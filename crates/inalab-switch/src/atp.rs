@@ -171,6 +171,16 @@ pub fn atp_admissions<R: PartialEq + Copy>(
     out
 }
 
+/// Where a gradient packet is aggregated here: `level` 1 or 2; `fan_in2` overrides the
+/// packet's level-2 fan-in; `intermediate`: a tree-mode intermediate node, whose complete
+/// aggregate goes on as a level-2 contribution (`esi` 1).
+#[derive(Debug, Clone, Copy)]
+struct Level {
+    level: u8,
+    fan_in2: Option<u8>,
+    intermediate: bool,
+}
+
 #[derive(Debug, Clone)]
 struct Aggregator {
     job: u32,
@@ -276,9 +286,8 @@ impl AtpSwitch {
         self.cfg.aggregators
     }
 
-    /// `fan_in2` overrides the packet's level-2 fan-in; `intermediate`: this is a tree-mode
-    /// intermediate node, whose complete aggregate goes on as a level-2 contribution (`esi` 1).
-    fn on_gradient(&mut self, now: Time, level: u8, fan_in2: Option<u8>, intermediate: bool, mut h: AtpHeader, mut pkt: Packet, out: &mut Vec<SwitchAction>) {
+    fn on_gradient(&mut self, now: Time, at: Level, mut h: AtpHeader, mut pkt: Packet, out: &mut Vec<SwitchAction>) {
+        let Level { level, fan_in2, intermediate } = at;
         let pkt_ecn = pkt.ecn || h.has(AtpHeader::FLAG_ECN);
         let (bm, fan_in) = if level == 1 { (h.bitmap0, h.fan_in0 as u32) } else { (h.bitmap1, fan_in2.unwrap_or(h.fan_in1) as u32) };
         let idx = h.agg_index as usize;
@@ -441,18 +450,19 @@ impl SwitchProgram for AtpSwitch {
         if h.has(AtpHeader::FLAG_ACK) {
             return self.on_parameter(now, h, pkt, out);
         }
-        let (level, fan_in2, intermediate) = match self.jobs.get(&h.job) {
-            _ if h.has(AtpHeader::FLAG_FLOAT) => (0, None, false),
-            Some(j) if h.esi == 0 && j.ps.is_none() && j.local_workers.iter().any(|&(p, _)| p == in_port) => (1, None, false),
-            Some(j) if h.esi == 1 && j.ps == Some(pkt.dst) => (2, j.fan_in2, false),
+        let at = |level, fan_in2, intermediate| Some(Level { level, fan_in2, intermediate });
+        let at = match self.jobs.get(&h.job) {
+            _ if h.has(AtpHeader::FLAG_FLOAT) => None,
+            Some(j) if h.esi == 0 && j.ps.is_none() && j.local_workers.iter().any(|&(p, _)| p == in_port) => at(1, None, false),
+            Some(j) if h.esi == 1 && j.ps == Some(pkt.dst) => at(2, j.fan_in2, false),
             // Tree mode: a level-2 contribution from this intermediate node's subtree.
-            Some(j) if h.esi == 1 && j.subtree != 0 && h.bitmap1 != 0 && h.bitmap1 & !j.subtree == 0 => (2, j.fan_in2, true),
-            _ => (0, None, false),
+            Some(j) if h.esi == 1 && j.subtree != 0 && h.bitmap1 != 0 && h.bitmap1 & !j.subtree == 0 => at(2, j.fan_in2, true),
+            _ => None,
         };
-        if level == 0 {
-            return out.push(SwitchAction::Route { pkt });
+        match at {
+            Some(at) => self.on_gradient(now, at, h, pkt, out),
+            None => out.push(SwitchAction::Route { pkt }),
         }
-        self.on_gradient(now, level, fan_in2, intermediate, h, pkt, out)
     }
 
     fn admit(&mut self, job: u32, adm: Admission) -> Result<(), AdmitError> {

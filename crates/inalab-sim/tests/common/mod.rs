@@ -113,3 +113,14 @@ pub fn loss_on_every_link(leaves: u32, spines: u32, hosts_per_leaf: u32, prob: f
     }
     json!(loss)
 }
+
+/// Runs `spec` twice and checks the results are identical, wall time aside: same config and
+/// seed, same result, bit for bit.
+pub fn assert_deterministic(spec: &Value) {
+    let run = || {
+        let mut r = simulate(spec);
+        r.wall_s = 0.0;
+        serde_json::to_string(&r).unwrap()
+    };
+    assert_eq!(run(), run());
+}
