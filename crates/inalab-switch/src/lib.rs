@@ -8,7 +8,9 @@
 //! - [`DsaSwitch`]: DSA's shared array with preemption by priority and downgrading;
 //! - [`CanarySwitch`]: Canary's descriptors of dynamic trees;
 //! - [`StaticTreeSwitch`]: the static-tree allreduce baselines of Canary's evaluation (fixed
-//!   parents and children per tree, a static slot per block).
+//!   parents and children per tree, a static slot per block);
+//! - [`RinaSwitch`]: Rina's rack aggregation for the ring over groups;
+//! - [`GridSwitch`]: GRID's node-targeted aggregation with rate-synchronization control packets.
 //!
 //! Shared parts: [`Pool`], a fixed array of aggregator slots (ATP's pool; DSA, Canary and GRID
 //! keep theirs in one too).
@@ -16,6 +18,7 @@
 mod atp;
 mod canary;
 mod dsa;
+mod grid;
 mod pool;
 mod rina;
 mod static_tree;
@@ -24,6 +27,7 @@ mod switchml;
 pub use atp::{atp_admissions, AtpSwitch, AtpSwitchConfig, AtpSwitchJob, AGGREGATOR_BYTES, AGGREGATOR_VALUES};
 pub use canary::{CanarySwitch, CanarySwitchConfig, CanarySwitchJob, CANARY_DESCRIPTOR_BYTES, CANARY_MAX_PORTS, CANARY_VALUES};
 pub use dsa::{DsaIndex, DsaPolicy, DsaSwitch, DsaSwitchConfig, DsaSwitchJob, DSA_AGGREGATOR_BYTES, DSA_AGGREGATOR_VALUES, DSA_EMPTY_PACKET_BYTES};
+pub use grid::{GridIndexing, GridSwitch, GridSwitchConfig, GridSwitchJob, GRID_UNIT_BYTES, GRID_VALUES};
 pub use inalab_core::L3Forward;
 pub use pool::Pool;
 pub use rina::{rina_slots_for, RinaSwitch, RinaSwitchJob, RINA_MAX_MEMBERS, RINA_SLOT_BYTES, RINA_VALUES};

@@ -1,5 +1,5 @@
 use crate::bytes::u8_at;
-use crate::{AtpHeader, CanaryHeader, DsaHeader, RinaHeader, StaticTreeHeader, SwitchMlHeader, TransportHeader, WireError};
+use crate::{AtpHeader, CanaryHeader, DsaHeader, GridHeader, RinaHeader, StaticTreeHeader, SwitchMlHeader, TransportHeader, WireError};
 
 /// Offsets in an encoded header: a kind tag, then that kind's fixed-length body.
 mod field {
@@ -29,6 +29,8 @@ pub enum Header {
     StaticTree(StaticTreeHeader),
     /// Rina's rack aggregation, ring hops and AllGather copies.
     Rina(RinaHeader),
+    /// GRID's node-targeted gradients, results and rate-synchronization control packets.
+    Grid(GridHeader),
 }
 
 /// One byte that names the variant on the wire.
@@ -43,12 +45,14 @@ pub enum HeaderKind {
     Canary = 5,
     StaticTree = 6,
     Rina = 7,
+    /// The spec proposed 4, which DSA took first.
+    Grid = 8,
 }
 
 impl TryFrom<u8> for HeaderKind {
     type Error = WireError;
     fn try_from(v: u8) -> Result<Self, WireError> {
-        [HeaderKind::Raw, HeaderKind::Transport, HeaderKind::Atp, HeaderKind::SwitchMl, HeaderKind::Dsa, HeaderKind::Canary, HeaderKind::StaticTree, HeaderKind::Rina]
+        [HeaderKind::Raw, HeaderKind::Transport, HeaderKind::Atp, HeaderKind::SwitchMl, HeaderKind::Dsa, HeaderKind::Canary, HeaderKind::StaticTree, HeaderKind::Rina, HeaderKind::Grid]
             .into_iter()
             .find(|k| *k as u8 == v)
             .ok_or(WireError::BadValue { what: "header kind", value: v as u64 })
@@ -66,6 +70,7 @@ impl Header {
             Header::Canary(_) => HeaderKind::Canary,
             Header::StaticTree(_) => HeaderKind::StaticTree,
             Header::Rina(_) => HeaderKind::Rina,
+            Header::Grid(_) => HeaderKind::Grid,
         }
     }
 
@@ -79,6 +84,7 @@ impl Header {
             Header::Canary(h) => Some(h.tenant() as u32),
             Header::StaticTree(h) => Some(h.job as u32),
             Header::Rina(h) => Some(h.job as u32),
+            Header::Grid(h) => Some(h.job),
             Header::Raw | Header::Transport(_) => None,
         }
     }
@@ -95,6 +101,7 @@ impl Header {
                 Header::Canary(_) => CanaryHeader::LEN,
                 Header::StaticTree(_) => StaticTreeHeader::LEN,
                 Header::Rina(_) => RinaHeader::LEN,
+                Header::Grid(_) => GridHeader::LEN,
             }
     }
 
@@ -109,6 +116,7 @@ impl Header {
             Header::Canary(h) => h.encode(out),
             Header::StaticTree(h) => h.encode(out),
             Header::Rina(h) => h.encode(out),
+            Header::Grid(h) => h.encode(out),
         }
     }
 
@@ -125,6 +133,7 @@ impl Header {
             HeaderKind::Canary => Header::Canary(CanaryHeader::decode(body)?),
             HeaderKind::StaticTree => Header::StaticTree(StaticTreeHeader::decode(body)?),
             HeaderKind::Rina => Header::Rina(RinaHeader::decode(body)?),
+            HeaderKind::Grid => Header::Grid(GridHeader::decode(body)?),
         };
         let used = h.encoded_len();
         Ok((h, used))
@@ -199,6 +208,8 @@ pub(crate) mod tests {
                     Header::Rina(RinaHeader { kind: RinaKind::ALL[kind], flags, member, hop, job, step, chunk, count, req, seq, slot, arg })
                 }
             ),
+            (any::<u32>(), any::<u32>(), any::<u32>(), any::<u64>(), 0u8..=64, 0u8..64)
+                .prop_map(|(job, frag, node, bitmap, fan_in, flags)| Header::Grid(GridHeader { job, frag, node, bitmap, fan_in, flags })),
         ]
     }
 

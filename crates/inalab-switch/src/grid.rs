@@ -1,0 +1,526 @@
+//! GRID's switch program (Fang et al., §3.4 steps 2-3, §5.1-5.2; `../shared/specs/grid.md` §1.4):
+//! node-targeted aggregation. A gradient packet names the one node that may add it (`node`); a
+//! switch aggregates only packets that name it and forwards everything else untouched, along
+//! the packet's installed path.
+//!
+//! # Memory units
+//! `units` units of 64 i32 values plus metadata (valid, job, frag, count, 64-bit bitmap, ECN,
+//! saturation, timestamp): [`GRID_UNIT_BYTES`] = 256 + 24 B. A fragment's unit is
+//! `splitmix64(job << 32 | frag) % units` (the paper's Hash(fragment id) % M, with the job mixed
+//! in so that two jobs' equal fragment ids spread), or `frag % units` with
+//! [`GridIndexing::Modulo`] (spec A1).
+//!
+//! # A gradient packet that names this switch (no `RESEND`)
+//! - empty unit: store it; complete at once if its bits reach the fan-in;
+//! - the unit holds the same (job, frag): a packet whose bits overlap is a duplicate (dropped,
+//!   its ECN kept); otherwise add (saturating, `OVERFLOW` on saturation), OR the bitmap, count;
+//! - the unit holds another fragment: a collision. If that fragment was last touched at least
+//!   `stale_timeout_ps` ago it is evicted and the packet takes the unit (spec A14: a collision
+//!   resend that arrives after its fragment completed by a timeout leaves a unit nobody
+//!   completes). Otherwise the packet is dropped and a control packet (`CONTROL | COLLISION |
+//!   ECN`, ECN-marked, `control_bytes` long) goes back to its sender: GRID's rate
+//!   synchronization (§5.2), which halves the sender's window and makes it send the fragment
+//!   again;
+//! - complete (count == fan-in): the completing packet leaves with the unit's sum and bitmap
+//!   (`ECN` if any contribution was marked), still naming this switch (so the PS knows whose
+//!   group it covers), along the rest of its path to the PS, and the unit is freed.
+//!
+//! # A resend (`RESEND`, spec §1.4 step 4, after ATP's Fig. 17)
+//! If the unit holds its fragment, the packet is merged (when its bit is new) and leaves with
+//! the unit's partial sum and bitmap, freeing the unit; otherwise it goes on unchanged to the
+//! PS as an individual contribution (`COLLISION` set if another fragment held the unit). A
+//! resend never evicts, is never dropped for a collision and never starts an aggregation, so
+//! loss recovery cannot livelock against collisions.
+//!
+//! # Everything else
+//! Results, control packets, packets naming another node and packets of jobs not admitted here
+//! are routed unchanged (no unit is read or written). A packet that names this switch with bits
+//! outside the job's group or a fan-in other than the group's is forged or malformed: counted
+//! (`rejected`) and dropped.
+
+use crate::pool::Pool;
+use inalab_core::wire::{GridHeader, Header};
+use inalab_core::{splitmix64, Admission, AdmitError, Packet, Payload, PortId, SwitchAction, SwitchCtx, SwitchProgram, Time};
+use std::collections::BTreeMap;
+
+/// Values per memory unit and per gradient packet (§6.2: 64 elements, one Tofino pipeline).
+pub const GRID_VALUES: usize = 64;
+/// Register bytes per unit: 256 B of values + 24 B of metadata.
+pub const GRID_UNIT_BYTES: u64 = GRID_VALUES as u64 * 4 + 24;
+
+/// How a fragment is given its memory unit (spec A1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GridIndexing {
+    /// `splitmix64(job << 32 | frag) % units`.
+    #[default]
+    Hash,
+    /// `frag % units`: consecutive fragments on consecutive units, so the larger id collides.
+    Modulo,
+}
+
+/// Switch-wide settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GridSwitchConfig {
+    /// Memory units (`aggregator memory / GRID_UNIT_BYTES`).
+    pub units: u32,
+    pub indexing: GridIndexing,
+    /// A unit untouched this long is evicted by a colliding packet (spec A14: 2 x the workers'
+    /// timeout).
+    pub stale_timeout_ps: Time,
+    /// Bytes on the wire of a control packet (66: headers, no payload).
+    pub control_bytes: u32,
+}
+
+impl GridSwitchConfig {
+    /// Units for `memory_bytes` of aggregator memory.
+    pub fn units_for(memory_bytes: u64) -> u32 {
+        (memory_bytes / GRID_UNIT_BYTES).min(u32::MAX as u64) as u32
+    }
+}
+
+/// A job's group at this switch: the workers that name it (by their bit) and their count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GridSwitchJob {
+    pub group: u64,
+    pub fan_in: u8,
+}
+
+#[derive(Debug, Clone)]
+struct Unit {
+    job: u32,
+    frag: u32,
+    value: Vec<i32>,
+    bitmap: u64,
+    count: u8,
+    ecn: bool,
+    overflow: bool,
+    ts: Time,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Counters {
+    agg_packets: u64,
+    agg_bytes: u64,
+    completions: u64,
+    collisions: u64,
+    control_sent: u64,
+    duplicates: u64,
+    stale_evictions: u64,
+    resend_flushes: u64,
+    resend_forwards: u64,
+    overflows: u64,
+    rejected: u64,
+}
+
+/// GRID's data-plane program. See the module docs.
+pub struct GridSwitch {
+    cfg: GridSwitchConfig,
+    pool: Pool<Unit>,
+    jobs: BTreeMap<u32, GridSwitchJob>,
+    c: Counters,
+}
+
+/// Saturating element-wise add; returns whether any element saturated.
+fn saturating_add(acc: &mut [i32], v: &[i32]) -> bool {
+    let mut sat = false;
+    for (a, b) in acc.iter_mut().zip(v) {
+        let (s, o) = a.overflowing_add(*b);
+        *a = if o { a.saturating_add(*b) } else { s };
+        sat |= o;
+    }
+    sat
+}
+
+fn values(pkt: &Packet) -> Option<&[i32]> {
+    match pkt.payload.as_deref() {
+        Some(Payload::I32(v)) => Some(v),
+        _ => None,
+    }
+}
+
+impl GridSwitch {
+    pub fn new(cfg: GridSwitchConfig) -> Self {
+        GridSwitch { pool: Pool::new(cfg.units), cfg, jobs: BTreeMap::new(), c: Counters::default() }
+    }
+
+    /// Installs (or replaces) a job's group here.
+    pub fn admit_job(&mut self, job: u32, group: GridSwitchJob) {
+        self.jobs.insert(job, group);
+    }
+
+    /// Removes a job and frees every unit it holds; returns how many.
+    pub fn release_job(&mut self, job: u32) -> u32 {
+        self.jobs.remove(&job);
+        self.pool.free_where(|u| u.job == job)
+    }
+
+    fn index(&self, job: u32, frag: u32) -> usize {
+        let n = self.cfg.units.max(1) as u64;
+        (match self.cfg.indexing {
+            GridIndexing::Hash => splitmix64((job as u64) << 32 | frag as u64) % n,
+            GridIndexing::Modulo => frag as u64 % n,
+        }) as usize
+    }
+
+    /// The completing (or flushing) packet leaves with unit `u`'s sum and bitmap.
+    fn emit(&mut self, mut h: GridHeader, mut pkt: Packet, u: Unit, out: &mut Vec<SwitchAction>) {
+        if pkt.payload.is_some() {
+            pkt.payload = Some(Box::new(Payload::I32(u.value)));
+        }
+        h.bitmap = u.bitmap;
+        h.flags &= !(GridHeader::FLAG_ECN | GridHeader::FLAG_OVERFLOW);
+        if u.ecn {
+            h.flags |= GridHeader::FLAG_ECN;
+        }
+        if u.overflow {
+            h.flags |= GridHeader::FLAG_OVERFLOW;
+            self.c.overflows += 1;
+        }
+        pkt.header = Header::Grid(h);
+        out.push(SwitchAction::Route { pkt });
+    }
+
+    fn control(&mut self, now: Time, me: u32, h: &GridHeader, pkt: &Packet, out: &mut Vec<SwitchAction>) {
+        let ch = GridHeader { flags: GridHeader::FLAG_CONTROL | GridHeader::FLAG_COLLISION | GridHeader::FLAG_ECN, node: me, ..*h };
+        let mut p = Packet::new(me, 0, pkt.src, pkt.src_port, self.cfg.control_bytes, Header::Grid(ch));
+        p.ecn = true;
+        p.created = now;
+        self.c.control_sent += 1;
+        out.push(SwitchAction::Route { pkt: p });
+    }
+
+    fn on_gradient(&mut self, now: Time, me: u32, h: GridHeader, pkt: Packet, out: &mut Vec<SwitchAction>) {
+        self.c.agg_packets += 1;
+        self.c.agg_bytes += pkt.size as u64;
+        let idx = self.index(h.job, h.frag);
+        let ecn = pkt.ecn || h.has(GridHeader::FLAG_ECN);
+        let overflow = h.has(GridHeader::FLAG_OVERFLOW);
+        let mine = self.pool.get(idx).map(|u| (u.job, u.frag) == (h.job, h.frag));
+        let len = values(&pkt).map_or(0, |v| v.len());
+        if mine == Some(true) && self.pool.get(idx).is_some_and(|u| u.value.len() != len) {
+            // Another length for the same fragment: forged or malformed.
+            self.c.rejected += 1;
+            return out.push(SwitchAction::Drop { pkt, reason: "grid_rejected" });
+        }
+        if h.has(GridHeader::FLAG_RESEND) {
+            return match mine {
+                Some(true) => {
+                    let mut u = self.pool.take(idx).expect("held");
+                    if u.bitmap & h.bitmap == 0 {
+                        u.overflow |= values(&pkt).is_some_and(|v| saturating_add(&mut u.value, v)) || overflow;
+                        u.bitmap |= h.bitmap;
+                    }
+                    u.ecn |= ecn;
+                    self.c.resend_flushes += 1;
+                    self.emit(h, pkt, u, out)
+                }
+                other => {
+                    let mut h = h;
+                    if other == Some(false) {
+                        h.flags |= GridHeader::FLAG_COLLISION;
+                    }
+                    self.c.resend_forwards += 1;
+                    let mut pkt = pkt;
+                    pkt.header = Header::Grid(h);
+                    out.push(SwitchAction::Route { pkt })
+                }
+            };
+        }
+        if mine == Some(false) {
+            let stale = self.pool.get(idx).is_some_and(|u| now.saturating_sub(u.ts) >= self.cfg.stale_timeout_ps);
+            if !stale {
+                self.c.collisions += 1;
+                self.control(now, me, &h, &pkt, out);
+                return out.push(SwitchAction::Drop { pkt, reason: "grid_collision" });
+            }
+            self.pool.take(idx);
+            self.c.stale_evictions += 1;
+        }
+        let u = match self.pool.get_mut(idx) {
+            Some(u) => {
+                if u.bitmap & h.bitmap != 0 {
+                    u.ecn |= ecn;
+                    self.c.duplicates += 1;
+                    return out.push(SwitchAction::Drop { pkt, reason: "grid_duplicate" });
+                }
+                let sat = values(&pkt).is_some_and(|v| saturating_add(&mut u.value, v));
+                u.overflow |= sat || overflow;
+                u.bitmap |= h.bitmap;
+                u.count = u.bitmap.count_ones() as u8;
+                u.ecn |= ecn;
+                u.ts = now;
+                u
+            }
+            None => {
+                let value = values(&pkt).map(|v| v.to_vec()).unwrap_or_default();
+                let count = h.bitmap.count_ones() as u8;
+                self.pool.insert(idx, Unit { job: h.job, frag: h.frag, value, bitmap: h.bitmap, count, ecn, overflow, ts: now })
+            }
+        };
+        if u.count < h.fan_in {
+            // (A packet's bits never exceed the group's, so the count never passes the fan-in.)
+            return out.push(SwitchAction::Drop { pkt, reason: "grid_aggregated" });
+        }
+        let u = self.pool.take(idx).expect("held");
+        self.c.completions += 1;
+        self.emit(h, pkt, u, out)
+    }
+}
+
+impl SwitchProgram for GridSwitch {
+    fn on_packet(&mut self, now: Time, ctx: &dyn SwitchCtx, _in_port: PortId, pkt: Packet, out: &mut Vec<SwitchAction>) {
+        let me = ctx.node();
+        let Header::Grid(h) = pkt.header else {
+            return out.push(SwitchAction::Route { pkt });
+        };
+        let passing = h.has(GridHeader::FLAG_RESULT | GridHeader::FLAG_CONTROL) || h.node != me;
+        let Some(job) = self.jobs.get(&h.job).copied().filter(|_| !passing) else {
+            return out.push(SwitchAction::Route { pkt });
+        };
+        let bad_payload = match pkt.payload.as_deref() {
+            None => false,
+            Some(Payload::I32(v)) => v.len() > GRID_VALUES,
+            Some(_) => true,
+        };
+        if h.bitmap == 0 || h.bitmap & !job.group != 0 || h.fan_in != job.fan_in || bad_payload {
+            self.c.rejected += 1;
+            return out.push(SwitchAction::Drop { pkt, reason: "grid_rejected" });
+        }
+        self.on_gradient(now, me, h, pkt, out)
+    }
+
+    fn admit(&mut self, job: u32, adm: Admission) -> Result<(), AdmitError> {
+        self.admit_job(job, adm.take::<GridSwitchJob>("grid")?);
+        Ok(())
+    }
+
+    fn release(&mut self, job: u32) -> u32 {
+        self.release_job(job)
+    }
+
+    fn job_of(&self, pkt: &Packet) -> Option<u32> {
+        match &pkt.header {
+            Header::Grid(h) => Some(h.job),
+            _ => None,
+        }
+    }
+
+    fn aggregators_in_use(&self) -> u32 {
+        self.pool.in_use()
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let c = &self.c;
+        vec![
+            ("agg_packets", c.agg_packets),
+            ("agg_bytes", c.agg_bytes),
+            ("completions", c.completions),
+            ("collisions", c.collisions),
+            ("control_sent", c.control_sent),
+            ("duplicates", c.duplicates),
+            ("stale_evictions", c.stale_evictions),
+            ("resend_flushes", c.resend_flushes),
+            ("resend_forwards", c.resend_forwards),
+            ("overflows", c.overflows),
+            ("rejected", c.rejected),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use inalab_core::wire::GridHeader as H;
+    use inalab_core::NodeId;
+    use inalab_testkit::IdleCtx;
+
+    const ME: NodeId = 100;
+    const CTX: IdleCtx = IdleCtx { node: ME, ports: 8 };
+    const PS: NodeId = 50;
+
+    /// Job 1: workers 0, 1, 2 (bits 0-2) name this switch.
+    fn switch(units: u32) -> GridSwitch {
+        let mut s = GridSwitch::new(GridSwitchConfig { units, indexing: GridIndexing::Modulo, stale_timeout_ps: 1000, control_bytes: 66 });
+        s.admit_job(1, GridSwitchJob { group: 0b111, fan_in: 3 });
+        s
+    }
+
+    fn grad(job: u32, frag: u32, w: u32, node: NodeId, flags: u8, vals: Vec<i32>) -> Packet {
+        let h = H { job, frag, node, bitmap: 1 << w, fan_in: 3, flags };
+        let mut p = Packet::new(w, 7, PS, 2, 322, Header::Grid(h));
+        p.payload = Some(Box::new(Payload::I32(vals)));
+        p
+    }
+
+    fn run(s: &mut GridSwitch, now: Time, p: Packet) -> Vec<SwitchAction> {
+        let mut out = vec![];
+        s.on_packet(now, &CTX, 0, p, &mut out);
+        out
+    }
+
+    fn routed(out: &[SwitchAction]) -> (&Packet, H) {
+        match out {
+            [SwitchAction::Route { pkt }] => match pkt.header {
+                Header::Grid(h) => (pkt, h),
+                _ => panic!("not grid"),
+            },
+            _ => panic!("expected one Route, got {out:?}"),
+        }
+    }
+
+    fn dropped(out: &[SwitchAction]) -> &'static str {
+        match out.last() {
+            Some(SwitchAction::Drop { reason, .. }) => reason,
+            _ => panic!("expected a Drop, got {out:?}"),
+        }
+    }
+
+    fn vals(p: &Packet) -> Vec<i32> {
+        match p.payload.as_deref() {
+            Some(Payload::I32(v)) => v.clone(),
+            _ => panic!("no payload"),
+        }
+    }
+
+    fn counter(s: &GridSwitch, name: &str) -> u64 {
+        s.counters().into_iter().find(|(n, _)| *n == name).unwrap().1
+    }
+
+    #[test]
+    fn t1_a_packet_for_another_node_passes_untouched() {
+        let mut s = switch(8);
+        let p = grad(1, 0, 0, 200, 0, vec![1; 64]);
+        let out = run(&mut s, 0, p.clone());
+        let (q, h) = routed(&out);
+        assert_eq!((q.header.clone(), q.src, q.dst, vals(q), h.node), (p.header.clone(), p.src, p.dst, vals(&p), 200));
+        assert_eq!((counter(&s, "agg_packets"), s.aggregators_in_use()), (0, 0));
+    }
+
+    #[test]
+    fn t2_the_last_of_three_leaves_with_the_sum_and_frees_the_unit() {
+        let mut s = switch(8);
+        assert_eq!(dropped(&run(&mut s, 0, grad(1, 5, 0, ME, 0, vec![1, 2]))), "grid_aggregated");
+        assert_eq!(dropped(&run(&mut s, 1, grad(1, 5, 1, ME, 0, vec![10, 20]))), "grid_aggregated");
+        let out = run(&mut s, 2, grad(1, 5, 2, ME, 0, vec![100, 200]));
+        let (p, h) = routed(&out);
+        assert_eq!((vals(p), h.bitmap, h.node, p.dst), (vec![111, 222], 0b111, ME, PS));
+        assert_eq!((s.aggregators_in_use(), counter(&s, "completions"), counter(&s, "agg_packets")), (0, 1, 3));
+    }
+
+    #[test]
+    fn t3_a_group_of_one_completes_at_once() {
+        let mut s = switch(8);
+        s.admit_job(2, GridSwitchJob { group: 0b1, fan_in: 1 });
+        let mut p = grad(2, 0, 0, ME, 0, vec![4]);
+        if let Header::Grid(h) = &mut p.header {
+            h.fan_in = 1;
+        }
+        assert_eq!(vals(routed(&run(&mut s, 0, p)).0), vec![4]);
+        assert_eq!(s.aggregators_in_use(), 0);
+    }
+
+    #[test]
+    fn t4_a_collision_drops_the_packet_and_tells_its_sender() {
+        let mut s = switch(1);
+        run(&mut s, 0, grad(1, 0, 0, ME, 0, vec![1]));
+        let out = run(&mut s, 10, grad(1, 1, 1, ME, 0, vec![2]));
+        assert_eq!(dropped(&out), "grid_collision");
+        let SwitchAction::Route { pkt: c } = &out[0] else { panic!("{out:?}") };
+        let Header::Grid(ch) = c.header else { panic!() };
+        assert_eq!((c.src, c.dst, c.dst_port, c.size, c.ecn), (ME, 1, 7, 66, true));
+        assert_eq!((ch.frag, ch.node, ch.flags), (1, ME, H::FLAG_CONTROL | H::FLAG_COLLISION | H::FLAG_ECN));
+        assert_eq!((counter(&s, "collisions"), counter(&s, "control_sent"), s.aggregators_in_use()), (1, 1, 1));
+        // The unit is unchanged: fragment 0 still completes with its own values.
+        run(&mut s, 11, grad(1, 0, 1, ME, 0, vec![1]));
+        assert_eq!(vals(routed(&run(&mut s, 12, grad(1, 0, 2, ME, 0, vec![1]))).0), vec![3]);
+    }
+
+    #[test]
+    fn t7_a_duplicate_is_dropped_and_changes_nothing() {
+        let mut s = switch(8);
+        run(&mut s, 0, grad(1, 0, 0, ME, 0, vec![1]));
+        assert_eq!(dropped(&run(&mut s, 1, grad(1, 0, 0, ME, 0, vec![1]))), "grid_duplicate");
+        run(&mut s, 2, grad(1, 0, 1, ME, 0, vec![1]));
+        assert_eq!(vals(routed(&run(&mut s, 3, grad(1, 0, 2, ME, 0, vec![1]))).0), vec![3]);
+    }
+
+    #[test]
+    fn t8_t9_resends_flush_a_partial_unit_then_go_on_alone() {
+        let mut s = switch(8);
+        run(&mut s, 0, grad(1, 0, 0, ME, 0, vec![1]));
+        let out = run(&mut s, 5, grad(1, 0, 1, ME, H::FLAG_RESEND, vec![10]));
+        let (p, h) = routed(&out);
+        assert_eq!((vals(p), h.bitmap), (vec![11], 0b011), "the partial sum with the resend merged");
+        assert_eq!(s.aggregators_in_use(), 0);
+        let out = run(&mut s, 6, grad(1, 0, 2, ME, H::FLAG_RESEND, vec![100]));
+        let (p, h) = routed(&out);
+        assert_eq!((vals(p), h.bitmap), (vec![100], 0b100), "alone: nothing held");
+        assert_eq!((counter(&s, "resend_flushes"), counter(&s, "resend_forwards")), (1, 1));
+    }
+
+    #[test]
+    fn t12_t16_a_stale_unit_is_evicted_by_a_new_fragment_never_by_a_resend() {
+        let mut s = switch(1);
+        run(&mut s, 0, grad(1, 0, 0, ME, 0, vec![1]));
+        // A resend of another fragment, however late: forwarded with COLLISION, no eviction.
+        let (_, h) = routed(&run(&mut s, 5_000, grad(1, 1, 0, ME, H::FLAG_RESEND, vec![1])));
+        assert!(h.has(H::FLAG_COLLISION));
+        assert_eq!((s.aggregators_in_use(), counter(&s, "stale_evictions")), (1, 0));
+        // A new fragment 1000 ps after the unit's last touch takes it.
+        assert_eq!(dropped(&run(&mut s, 5_001, grad(1, 1, 0, ME, 0, vec![1]))), "grid_aggregated");
+        assert_eq!(counter(&s, "stale_evictions"), 1);
+    }
+
+    #[test]
+    fn t14_t17_unadmitted_jobs_pass_and_jobs_never_merge() {
+        let mut s = switch(1);
+        let p = grad(9, 0, 0, ME, 0, vec![1]);
+        assert_eq!(routed(&run(&mut s, 0, p.clone())).0.header, p.header);
+        assert_eq!(s.aggregators_in_use(), 0);
+        s.admit_job(2, GridSwitchJob { group: 0b111, fan_in: 3 });
+        run(&mut s, 0, grad(1, 0, 0, ME, 0, vec![1]));
+        assert_eq!(dropped(&run(&mut s, 1, grad(2, 0, 1, ME, 0, vec![1]))), "grid_collision", "same frag, other job");
+    }
+
+    #[test]
+    fn t18_saturation_sets_overflow() {
+        let mut s = switch(8);
+        run(&mut s, 0, grad(1, 0, 0, ME, 0, vec![i32::MAX]));
+        run(&mut s, 1, grad(1, 0, 1, ME, 0, vec![1]));
+        let out = run(&mut s, 2, grad(1, 0, 2, ME, 0, vec![1]));
+        let (p, h) = routed(&out);
+        assert!(h.has(H::FLAG_OVERFLOW));
+        assert_eq!((vals(p), counter(&s, "overflows")), (vec![i32::MAX], 1));
+    }
+
+    #[test]
+    fn forged_packets_are_counted_and_dropped() {
+        let mut s = switch(8);
+        let mut p = grad(1, 0, 5, ME, 0, vec![1]); // bit 5: not in the group
+        assert_eq!(dropped(&run(&mut s, 0, p.clone())), "grid_rejected");
+        p = grad(1, 0, 0, ME, 0, vec![1; 65]); // more values than a unit holds
+        assert_eq!(dropped(&run(&mut s, 0, p)), "grid_rejected");
+        run(&mut s, 0, grad(1, 1, 0, ME, 0, vec![1; 4]));
+        assert_eq!(dropped(&run(&mut s, 0, grad(1, 1, 1, ME, 0, vec![1; 3]))), "grid_rejected", "another length");
+        assert_eq!(counter(&s, "rejected"), 3);
+    }
+
+    #[test]
+    fn hostile_packets_never_panic_and_release_frees_everything() {
+        let mut s = switch(16);
+        let (mut out, mut x) = (vec![], 11u64);
+        for t in 0..50_000u64 {
+            x = splitmix64(x);
+            let h = H { job: (x % 3) as u32, frag: (x >> 8) as u32 % 40, node: if x >> 20 & 3 == 0 { 7 } else { ME }, bitmap: x >> 24 & 0xF, fan_in: (x >> 30) as u8 % 5, flags: (x >> 33) as u8 & 0x3F };
+            let mut p = Packet::new((x >> 40) as u32 % 8, 1, PS, 2, 322, Header::Grid(h));
+            if x >> 44 & 1 == 0 {
+                p.payload = Some(Box::new(Payload::I32(vec![1; (x >> 45) as usize % 70])));
+            }
+            s.on_packet(t, &CTX, 0, p, &mut out);
+            out.clear();
+        }
+        assert!(counter(&s, "rejected") > 0 && counter(&s, "completions") > 0);
+        s.release_job(1);
+        assert_eq!(s.aggregators_in_use(), 0);
+    }
+}
