@@ -1,0 +1,725 @@
+//! GRID's end hosts (Fang et al., §3.4 steps 2-5, §5.2; `../shared/specs/grid.md` §1.2, §1.5,
+//! §1.6; with `inalab_switch::GridSwitch`).
+//!
+//! # Worker ([`GridWorker`])
+//! Each allreduce is cut into fragments of 64 values; fragment ids run across the job's whole
+//! stream. Every gradient packet is addressed to the PS and names the worker's aggregation node
+//! (a switch, or the PS itself) with the worker's bit in that node's group and the group's size;
+//! the path through the node is the driver's (a fixed path per worker endpoint).
+//! - Window: [`AimdWindow`] in bytes on the wire (§5.2: +1 MTU per aggregated result while below
+//!   the threshold, then +1 MTU per window; halve and set the threshold on a control packet or a
+//!   result echoing ECN, once per window). Initial window and threshold are the scheme's.
+//! - A control packet (a collision at the node) for a fragment not yet answered halves the window
+//!   and queues the fragment to be sent again first, *without* `RESEND`: it must be aggregated
+//!   normally (§5.2, "to continue the aggregation"). A result that arrives first cancels it.
+//! - Loss (spec A6; the paper has none): a fragment unanswered for `rto_ps` is sent again with
+//!   `RESEND` (a switch holding it flushes its partial sum, otherwise it goes to the PS alone),
+//!   the window is cut once per window, and the timeout doubles per expiry up to 64x.
+//! - A request is `Done` once every fragment's result arrived (requests finish in order).
+//!
+//! # PS ([`GridServer`])
+//! Knows every node's group (which worker has which bit). Per fragment it keeps the workers
+//! covered so far, the running sum and an ECN bit; a packet overlapping what is covered is
+//! dropped whole (as ATP's PS, §3.6). When every worker is covered it keeps the result and sends
+//! it (`RESULT`, `ECN` if any contribution was marked) to each of `deliver` (every worker by
+//! default; the driver may name fewer for switches to copy). A packet for a finished fragment
+//! is answered again to its sender alone (that worker lost its result).
+
+use crate::aimd::{AimdConfig, AimdWindow};
+use crate::error::ensure;
+use crate::ConfigError;
+use inalab_core::wire::{GridHeader, Header};
+use inalab_core::time::{Time, MS};
+use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Values per gradient packet (§6.2: 64, one Tofino pipeline).
+pub const GRID_PACKET_VALUES: usize = 64;
+/// A fragment's timeout grows at most to this multiple of `rto_ps`.
+pub const MAX_BACKOFF: u32 = 64;
+
+/// A worker's place in the policy: where it aggregates and with whom.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GridTarget {
+    /// The aggregation node: a switch, or the PS host.
+    pub node: NodeId,
+    /// This worker's bit in the switch's group (0 when the node is the PS, which knows a
+    /// direct worker by its address).
+    pub position: u8,
+    /// The group's size (1 when the node is the PS).
+    pub fan_in: u8,
+}
+
+/// Settings shared by a GRID job's workers and PS.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GridConfig {
+    pub job: u32,
+    /// Bytes on the wire besides the values. Default 66 (Ethernet, IPv4, UDP and the 24-B header).
+    pub header_bytes: u32,
+    pub aimd: AimdConfig,
+    /// Loss-recovery timeout. Default 1 ms.
+    pub rto_ps: Time,
+}
+
+impl Default for GridConfig {
+    fn default() -> Self {
+        let packet = 66 + 4 * GRID_PACKET_VALUES as u64;
+        GridConfig { job: 0, header_bytes: 66, aimd: AimdConfig { min_window_bytes: packet, ..AimdConfig::default() }, rto_ps: MS }
+    }
+}
+
+impl GridConfig {
+    fn check(&self) -> Result<(), ConfigError> {
+        ensure!(self.rto_ps > 0, "rto_ps must be positive");
+        ensure!(self.aimd.min_window_bytes > 0, "the window's floor must be positive");
+        Ok(())
+    }
+}
+
+struct Tensor {
+    id: u64,
+    values: usize,
+    first: u64,
+    left: u64,
+    data: Option<Vec<i32>>,
+    result: Option<Vec<i32>>,
+}
+
+struct Flight {
+    tensor: usize,
+    /// When it is sent again (`None`: queued).
+    deadline: Option<Time>,
+    expiries: u32,
+    /// Queued again after a control packet (sent without `RESEND`).
+    collided: bool,
+}
+
+#[derive(Default)]
+struct WorkerCounters {
+    sent: u64,
+    resent: u64,
+    collision_resends: u64,
+    controls: u64,
+    results: u64,
+    duplicates: u64,
+    malformed: u64,
+}
+
+/// A GRID worker. See the module docs.
+pub struct GridWorker {
+    cfg: GridConfig,
+    me: Endpoint,
+    ps: Endpoint,
+    target: GridTarget,
+    window: AimdWindow,
+    tensors: Vec<Tensor>,
+    next_frag: u64,
+    next_send: u64,
+    flights: BTreeMap<u64, Flight>,
+    in_flight_bytes: u64,
+    deadlines: BTreeSet<(Time, u64)>,
+    /// Fragments to send again, first: (fragment, with `RESEND`).
+    again: VecDeque<(u64, bool)>,
+    events: VecDeque<HostEvent>,
+    c: WorkerCounters,
+}
+
+impl GridWorker {
+    pub fn new(me: Endpoint, ps: Endpoint, target: GridTarget, cfg: GridConfig) -> Result<Self, ConfigError> {
+        cfg.check()?;
+        ensure!(target.fan_in >= 1 && target.fan_in <= GridHeader::MAX_FAN_IN, "fan_in {} is not in 1..=64", target.fan_in);
+        ensure!(target.position < target.fan_in, "position {} is not below the fan-in {}", target.position, target.fan_in);
+        let window = AimdWindow::new(cfg.aimd.clone());
+        Ok(GridWorker {
+            cfg,
+            me,
+            ps,
+            target,
+            window,
+            tensors: vec![],
+            next_frag: 0,
+            next_send: 0,
+            flights: BTreeMap::new(),
+            in_flight_bytes: 0,
+            deadlines: BTreeSet::new(),
+            again: VecDeque::new(),
+            events: VecDeque::new(),
+            c: WorkerCounters::default(),
+        })
+    }
+
+    fn tensor_of(&self, frag: u64) -> usize {
+        self.tensors.partition_point(|t| t.first <= frag) - 1
+    }
+
+    fn span(&self, tensor: usize, frag: u64) -> (usize, usize) {
+        let t = &self.tensors[tensor];
+        let start = ((frag - t.first) as usize) * GRID_PACKET_VALUES;
+        (start, (start + GRID_PACKET_VALUES).min(t.values))
+    }
+
+    fn size(&self, tensor: usize, frag: u64) -> u32 {
+        let (s, e) = self.span(tensor, frag);
+        self.cfg.header_bytes + 4 * (e - s) as u32
+    }
+
+    /// The oldest fragment in flight (the 32-bit ids on the wire are read relative to it).
+    fn oldest(&self) -> u64 {
+        self.flights.keys().next().copied().unwrap_or(self.next_send)
+    }
+
+    fn frag_of(&self, id: u32) -> u64 {
+        let oldest = self.oldest();
+        oldest + id.wrapping_sub(oldest as u32) as u64
+    }
+
+    fn gradient(&self, tensor: usize, frag: u64, resend: bool) -> Packet {
+        let t = self.target;
+        let flags = if resend { GridHeader::FLAG_RESEND } else { 0 };
+        let h = GridHeader { job: self.cfg.job, frag: frag as u32, node: t.node, bitmap: 1 << t.position, fan_in: t.fan_in, flags };
+        let (s, e) = self.span(tensor, frag);
+        let mut p = Packet::new(self.me.host, self.me.port, self.ps.host, self.ps.port, self.size(tensor, frag), Header::Grid(h));
+        p.payload = self.tensors[tensor].data.as_ref().map(|d| Box::new(Payload::I32(d[s..e].to_vec())));
+        p
+    }
+
+    fn arm(&mut self, frag: u64, now: Time) {
+        let f = self.flights.get_mut(&frag).expect("in flight");
+        let at = now + self.cfg.rto_ps * (1u64 << f.expiries).min(MAX_BACKOFF as u64);
+        f.deadline = Some(at);
+        self.deadlines.insert((at, frag));
+    }
+
+    fn disarm(&mut self, frag: u64) {
+        if let Some(d) = self.flights.get_mut(&frag).and_then(|f| f.deadline.take()) {
+            self.deadlines.remove(&(d, frag));
+        }
+    }
+
+    fn on_result(&mut self, h: GridHeader, pkt: &Packet) {
+        let frag = self.frag_of(h.frag);
+        let Some(f) = self.flights.get(&frag) else {
+            self.c.duplicates += 1;
+            return;
+        };
+        let tensor = f.tensor;
+        let (s, e) = self.span(tensor, frag);
+        let values = match pkt.payload.as_deref() {
+            None => None,
+            Some(Payload::I32(v)) => Some(v.as_slice()),
+            Some(_) => {
+                self.c.malformed += 1;
+                return;
+            }
+        };
+        if values.map(<[i32]>::len) != self.tensors[tensor].data.as_ref().map(|_| e - s) {
+            self.c.malformed += 1;
+            return;
+        }
+        self.disarm(frag);
+        self.flights.remove(&frag);
+        self.again.retain(|&(g, _)| g != frag);
+        let size = self.size(tensor, frag) as u64;
+        self.in_flight_bytes = self.in_flight_bytes.saturating_sub(size);
+        self.window.on_ack(size, h.has(GridHeader::FLAG_ECN), self.oldest(), self.next_send);
+        self.c.results += 1;
+        let t = &mut self.tensors[tensor];
+        if let (Some(r), Some(v)) = (&mut t.result, values) {
+            r[s..e].copy_from_slice(v);
+        }
+        t.left -= 1;
+        if t.left == 0 {
+            t.data = None;
+            let data = t.result.take().map(Payload::I32);
+            self.events.push_back(HostEvent::Done { id: t.id, data });
+        }
+    }
+
+    fn on_control(&mut self, h: GridHeader) {
+        let frag = self.frag_of(h.frag);
+        // A control packet for a fragment already answered (or queued again) changes nothing.
+        let Some(f) = self.flights.get_mut(&frag).filter(|f| f.deadline.is_some()) else { return };
+        f.collided = true;
+        self.c.controls += 1;
+        self.window.on_congestion(self.next_send);
+        self.disarm(frag);
+        self.again.push_front((frag, false));
+    }
+
+    pub fn window_bytes(&self) -> u64 {
+        self.window.window()
+    }
+}
+
+impl HostProtocol for GridWorker {
+    fn endpoint(&self) -> Endpoint {
+        self.me
+    }
+
+    fn submit(&mut self, _now: Time, req: AppRequest) {
+        let AppRequest::Allreduce { id, bytes, data, .. } = req else {
+            return self.events.push_back(HostEvent::Rejected { id: 0, reason: "GRID workers only allreduce".into() });
+        };
+        let data = match data {
+            None => None,
+            Some(Payload::I32(v)) => Some(v),
+            Some(_) => return self.events.push_back(HostEvent::Rejected { id, reason: "GRID switches sum int32 values".into() }),
+        };
+        let values = data.as_ref().map_or((bytes / 4) as usize, Vec::len);
+        if values == 0 {
+            return self.events.push_back(HostEvent::Done { id, data: data.map(Payload::I32) });
+        }
+        let frags = values.div_ceil(GRID_PACKET_VALUES) as u64;
+        self.tensors.push(Tensor { id, values, first: self.next_frag, left: frags, result: data.clone(), data });
+        self.next_frag += frags;
+    }
+
+    fn handle_packet(&mut self, _now: Time, pkt: Packet) {
+        let Header::Grid(h) = pkt.header else { return };
+        if h.job != self.cfg.job {
+            return;
+        }
+        if h.has(GridHeader::FLAG_CONTROL) {
+            self.on_control(h);
+        } else if h.has(GridHeader::FLAG_RESULT) {
+            self.on_result(h, &pkt);
+        } else {
+            self.c.malformed += 1;
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Time) {
+        while let Some(&(at, frag)) = self.deadlines.first() {
+            if at > now {
+                break;
+            }
+            self.deadlines.remove(&(at, frag));
+            let f = self.flights.get_mut(&frag).expect("a deadline is a fragment in flight");
+            f.deadline = None;
+            f.expiries += 1;
+            self.window.on_congestion(self.next_send);
+            self.again.push_back((frag, true));
+        }
+    }
+
+    fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
+        // Fragments to send again go first (they are in flight already: no window check, or a
+        // collapsed window would hold back the very fragments it waits for).
+        if let Some((frag, resend)) = self.again.pop_front() {
+            let tensor = self.flights[&frag].tensor;
+            self.arm(frag, now);
+            if resend {
+                self.c.resent += 1;
+            } else {
+                self.c.collision_resends += 1;
+            }
+            return Some(self.gradient(tensor, frag, resend));
+        }
+        let frag = self.next_send;
+        if frag == self.next_frag {
+            return None;
+        }
+        let tensor = self.tensor_of(frag);
+        let size = self.size(tensor, frag) as u64;
+        // The wire's 32-bit ids are read relative to the oldest fragment in flight.
+        if self.in_flight_bytes + size > self.window.window() || frag - self.oldest() >= 1 << 30 {
+            return None;
+        }
+        self.next_send += 1;
+        self.in_flight_bytes += size;
+        self.flights.insert(frag, Flight { tensor, deadline: None, expiries: 0, collided: false });
+        self.arm(frag, now);
+        self.c.sent += 1;
+        Some(self.gradient(tensor, frag, false))
+    }
+
+    fn poll_timeout(&self) -> Option<Time> {
+        self.deadlines.first().map(|d| d.0)
+    }
+
+    fn poll_event(&mut self) -> Option<HostEvent> {
+        self.events.pop_front()
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let c = &self.c;
+        vec![
+            ("sent", c.sent),
+            ("resent", c.resent),
+            ("collision_resends", c.collision_resends),
+            ("controls", c.controls),
+            ("results", c.results),
+            ("duplicate_results", c.duplicates),
+            ("malformed", c.malformed),
+            ("window_cuts", self.window.cuts()),
+            ("collided_in_flight", self.flights.values().filter(|f| f.collided).count() as u64),
+        ]
+    }
+}
+
+/// The PS's settings beyond [`GridConfig`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct GridServerConfig {
+    pub grid: GridConfig,
+    /// Workers by rank.
+    pub workers: Vec<Endpoint>,
+    /// Every aggregating switch's group: its workers (ranks) by bit position. Workers in no
+    /// group send to the PS directly (their packets name the PS; it knows them by address).
+    pub groups: Vec<(NodeId, Vec<usize>)>,
+    /// Where each result goes (ranks); empty: every worker.
+    pub deliver: Vec<usize>,
+}
+
+struct Frag {
+    /// Values per packet of this fragment (from the first packet).
+    len: usize,
+    covered: Vec<u64>,
+    count: usize,
+    sum: Option<Vec<i32>>,
+    ecn: bool,
+    result: Option<Option<Vec<i32>>>,
+}
+
+#[derive(Default)]
+struct ServerCounters {
+    completed: u64,
+    overlaps: u64,
+    rejected: u64,
+    answered_again: u64,
+}
+
+/// GRID's PS. See the module docs.
+pub struct GridServer {
+    cfg: GridServerConfig,
+    me: Endpoint,
+    groups: BTreeMap<NodeId, Vec<usize>>,
+    frags: BTreeMap<u32, Frag>,
+    txq: VecDeque<Packet>,
+    c: ServerCounters,
+}
+
+impl GridServer {
+    pub fn new(me: Endpoint, cfg: GridServerConfig) -> Result<Self, ConfigError> {
+        cfg.grid.check()?;
+        let n = cfg.workers.len();
+        ensure!(n > 0, "a GRID PS needs workers");
+        let mut seen = vec![false; n];
+        let mut groups = BTreeMap::new();
+        for (node, ranks) in &cfg.groups {
+            ensure!(!ranks.is_empty() && ranks.len() <= GridHeader::MAX_FAN_IN as usize, "node {node}'s group has {} workers; allowed 1..=64", ranks.len());
+            for &r in ranks {
+                ensure!(r < n && !seen[r], "worker {r} is not a worker or is in two groups");
+                seen[r] = true;
+            }
+            ensure!(groups.insert(*node, ranks.clone()).is_none(), "node {node} has two groups");
+        }
+        ensure!(!groups.contains_key(&me.host), "the PS's own direct workers are not a group");
+        ensure!(cfg.deliver.iter().all(|&r| r < n), "a delivery target is not a worker");
+        Ok(GridServer { cfg, me, groups, frags: BTreeMap::new(), txq: VecDeque::new(), c: ServerCounters::default() })
+    }
+
+    /// The ranks a packet covers, or `None` if it names no group or bits outside it. A packet
+    /// naming the PS covers its sender, a worker in no switch's group.
+    fn coverage(&self, h: &GridHeader, src: NodeId) -> Option<Vec<usize>> {
+        if h.node == self.me.host {
+            let r = self.cfg.workers.iter().position(|w| w.host == src)?;
+            let grouped = self.groups.values().any(|g| g.contains(&r));
+            return (h.bitmap == 1 && !grouped).then(|| vec![r]);
+        }
+        let g = self.groups.get(&h.node)?;
+        if h.bitmap == 0 || (g.len() < 64 && h.bitmap >> g.len() != 0) {
+            return None;
+        }
+        Some((0..g.len()).filter(|&i| h.bitmap >> i & 1 == 1).map(|i| g[i]).collect())
+    }
+
+    fn answer(&mut self, frag: u32, to: &[usize]) {
+        let f = &self.frags[&frag];
+        let Some(result) = &f.result else { return };
+        let mut flags = GridHeader::FLAG_RESULT;
+        if f.ecn {
+            flags |= GridHeader::FLAG_ECN;
+        }
+        let h = GridHeader { job: self.cfg.grid.job, frag, node: self.me.host, bitmap: 0, fan_in: 0, flags };
+        let len = f.len;
+        for &r in to {
+            let w = self.cfg.workers[r];
+            let mut p = Packet::new(self.me.host, self.me.port, w.host, w.port, self.cfg.grid.header_bytes + 4 * len as u32, Header::Grid(h));
+            p.payload = result.clone().map(|v| Box::new(Payload::I32(v)));
+            self.txq.push_back(p);
+        }
+    }
+}
+
+impl HostProtocol for GridServer {
+    fn endpoint(&self) -> Endpoint {
+        self.me
+    }
+
+    fn submit(&mut self, _now: Time, req: AppRequest) {
+        // The PS serves; it submits nothing of its own.
+        let _ = req;
+    }
+
+    fn handle_packet(&mut self, _now: Time, pkt: Packet) {
+        let Header::Grid(h) = pkt.header else { return };
+        if h.job != self.cfg.grid.job || h.has(GridHeader::FLAG_RESULT | GridHeader::FLAG_CONTROL) {
+            return;
+        }
+        let values = match pkt.payload.as_deref() {
+            None => None,
+            Some(Payload::I32(v)) if v.len() <= GRID_PACKET_VALUES => Some(v.as_slice()),
+            Some(_) => {
+                self.c.rejected += 1;
+                return;
+            }
+        };
+        let Some(cov) = self.coverage(&h, pkt.src) else {
+            self.c.rejected += 1;
+            return;
+        };
+        let n = self.cfg.workers.len();
+        let len = values.map_or((pkt.size.saturating_sub(self.cfg.grid.header_bytes) / 4) as usize, <[i32]>::len);
+        let f = self.frags.entry(h.frag).or_insert_with(|| Frag { len, covered: vec![0; n.div_ceil(64)], count: 0, sum: None, ecn: false, result: None });
+        if f.result.is_some() {
+            // Its worker lost the result: answer that worker alone.
+            let asker = self.cfg.workers.iter().position(|w| w.host == pkt.src);
+            self.c.answered_again += 1;
+            if let Some(r) = asker {
+                self.answer(h.frag, &[r]);
+            }
+            return;
+        }
+        if cov.iter().any(|&r| f.covered[r / 64] >> (r % 64) & 1 == 1) {
+            self.c.overlaps += 1;
+            return;
+        }
+        if len != f.len {
+            self.c.rejected += 1;
+            return;
+        }
+        for &r in &cov {
+            f.covered[r / 64] |= 1 << (r % 64);
+        }
+        f.count += cov.len();
+        f.ecn |= pkt.ecn || h.has(GridHeader::FLAG_ECN);
+        if let Some(v) = values {
+            match &mut f.sum {
+                Some(s) => s.iter_mut().zip(v).for_each(|(a, b)| *a = a.wrapping_add(*b)),
+                None => f.sum = Some(v.to_vec()),
+            }
+        }
+        if f.count == n {
+            f.result = Some(f.sum.take());
+            self.c.completed += 1;
+            let to: Vec<usize> = if self.cfg.deliver.is_empty() { (0..n).collect() } else { self.cfg.deliver.clone() };
+            self.answer(h.frag, &to);
+        }
+    }
+
+    fn handle_timeout(&mut self, _now: Time) {}
+
+    fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
+        self.txq.pop_front().map(|mut p| {
+            p.created = now;
+            p
+        })
+    }
+
+    fn poll_timeout(&self) -> Option<Time> {
+        None
+    }
+
+    fn poll_event(&mut self) -> Option<HostEvent> {
+        None
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let c = &self.c;
+        vec![("fragments_completed", c.completed), ("ps_overlaps", c.overlaps), ("rejected", c.rejected), ("answered_again", c.answered_again)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PS: NodeId = 50;
+    const S: NodeId = 100;
+
+    fn ep(h: NodeId) -> Endpoint {
+        Endpoint { host: h, port: 9 }
+    }
+
+    fn worker(rank: NodeId, target: GridTarget) -> GridWorker {
+        GridWorker::new(ep(rank), ep(PS), target, GridConfig { job: 1, rto_ps: 1000, ..GridConfig::default() }).unwrap()
+    }
+
+    fn direct() -> GridTarget {
+        GridTarget { node: PS, position: 0, fan_in: 1 }
+    }
+
+    /// Workers 0 and 1 aggregate at switch S, worker 2 sends to the PS.
+    fn server() -> GridServer {
+        let cfg = GridServerConfig { grid: GridConfig { job: 1, ..GridConfig::default() }, workers: (0..3).map(ep).collect(), groups: vec![(S, vec![0, 1])], deliver: vec![] };
+        GridServer::new(ep(PS), cfg).unwrap()
+    }
+
+    fn header(p: &Packet) -> GridHeader {
+        match p.header {
+            Header::Grid(h) => h,
+            _ => panic!("not grid"),
+        }
+    }
+
+    fn drain<P: HostProtocol>(h: &mut P, now: Time) -> Vec<Packet> {
+        std::iter::from_fn(|| h.poll_transmit(now)).collect()
+    }
+
+    fn done(w: &mut GridWorker) -> Option<Vec<i32>> {
+        std::iter::from_fn(|| w.poll_event()).find_map(|e| match e {
+            HostEvent::Done { data: Some(Payload::I32(v)), .. } => Some(v),
+            _ => None,
+        })
+    }
+
+    fn submit(w: &mut GridWorker, v: Vec<i32>) {
+        w.submit(0, AppRequest::allreduce(1, 4 * v.len() as u64, Some(Payload::I32(v))));
+    }
+
+    /// Adds packets' values as switch S would (the PS sees one aggregate).
+    fn aggregate(a: &Packet, b: &Packet) -> Packet {
+        let mut p = a.clone();
+        let (ha, hb) = (header(a), header(b));
+        p.header = Header::Grid(GridHeader { bitmap: ha.bitmap | hb.bitmap, ..ha });
+        let (Some(Payload::I32(x)), Some(Payload::I32(y))) = (a.payload.as_deref(), b.payload.as_deref()) else { panic!() };
+        p.payload = Some(Box::new(Payload::I32(x.iter().zip(y).map(|(a, b)| a + b).collect())));
+        p
+    }
+
+    #[test]
+    fn a_switch_aggregate_and_a_direct_worker_complete_every_fragment() {
+        let t = GridTarget { node: S, position: 0, fan_in: 2 };
+        let mut ws = [worker(0, t), worker(1, GridTarget { position: 1, ..t }), worker(2, direct())];
+        let values = 200; // 4 fragments, the last of 8 values
+        for (r, w) in ws.iter_mut().enumerate() {
+            submit(w, (0..values).map(|i| (i * 10 + r) as i32).collect());
+        }
+        let mut ps = server();
+        let sent: Vec<Vec<Packet>> = ws.iter_mut().map(|w| drain(w, 0)).collect();
+        assert_eq!(sent[0].len(), 4);
+        assert_eq!((header(&sent[0][0]).node, header(&sent[0][0]).bitmap, header(&sent[2][0]).node), (S, 1, PS));
+        assert_eq!(sent[0][3].size, 66 + 4 * 8);
+        for f in 0..4 {
+            ps.handle_packet(1, aggregate(&sent[0][f], &sent[1][f]));
+            ps.handle_packet(1, sent[2][f].clone());
+        }
+        let results = drain(&mut ps, 2);
+        assert_eq!(results.len(), 4 * 3, "each result to each worker");
+        for p in results {
+            ws[p.dst as usize].handle_packet(3, p);
+        }
+        let want: Vec<i32> = (0..values).map(|i| (30 * i + 3) as i32).collect();
+        for w in &mut ws {
+            assert_eq!(done(w), Some(want.clone()));
+        }
+    }
+
+    #[test]
+    fn the_ps_drops_overlaps_and_answers_a_late_packet_to_its_sender_alone() {
+        let mut ws = [worker(0, GridTarget { node: S, position: 0, fan_in: 2 }), worker(1, GridTarget { node: S, position: 1, fan_in: 2 }), worker(2, direct())];
+        for w in ws.iter_mut() {
+            submit(w, vec![1; 64]);
+        }
+        let p: Vec<Packet> = ws.iter_mut().map(|w| drain(w, 0).remove(0)).collect();
+        let mut ps = server();
+        ps.handle_packet(0, p[0].clone());
+        ps.handle_packet(0, aggregate(&p[0], &p[1])); // overlaps worker 0: dropped whole
+        ps.handle_packet(0, p[1].clone());
+        ps.handle_packet(0, p[2].clone());
+        let r = drain(&mut ps, 0);
+        assert_eq!(r.len(), 3);
+        assert!(r.iter().all(|q| matches!(q.payload.as_deref(), Some(Payload::I32(v)) if v == &vec![3; 64])));
+        // Worker 1 lost its result and re-sends: only worker 1 is answered.
+        let mut again = p[1].clone();
+        again.header = Header::Grid(GridHeader { flags: GridHeader::FLAG_RESEND, ..header(&p[1]) });
+        ps.handle_packet(5, again);
+        assert_eq!(drain(&mut ps, 5).iter().map(|q| q.dst).collect::<Vec<_>>(), vec![1]);
+        let c: BTreeMap<_, _> = ps.counters().into_iter().collect();
+        assert_eq!((c["ps_overlaps"], c["fragments_completed"], c["answered_again"]), (1, 1, 1));
+    }
+
+    #[test]
+    fn t5_t6_a_control_packet_halves_the_window_once_and_sends_the_fragment_again_unflagged() {
+        let mut w = worker(0, GridTarget { node: S, position: 0, fan_in: 2 });
+        submit(&mut w, vec![1; 64 * 400]);
+        let sent = drain(&mut w, 0);
+        let w0 = w.window_bytes();
+        assert_eq!(sent.len() as u64, w0 / 322, "a window of full packets");
+        let control = |frag: u32| {
+            let h = GridHeader { job: 1, frag, node: S, bitmap: 1, fan_in: 2, flags: GridHeader::FLAG_CONTROL | GridHeader::FLAG_COLLISION | GridHeader::FLAG_ECN };
+            Packet::new(S, 0, 0, 9, 66, Header::Grid(h))
+        };
+        w.handle_packet(1, control(3));
+        w.handle_packet(1, control(4)); // same window: no second cut
+        assert_eq!(w.window_bytes(), w0 / 2);
+        let again = drain(&mut w, 2);
+        assert_eq!(again.iter().map(|p| (header(p).frag, header(p).flags)).collect::<Vec<_>>(), vec![(4, 0), (3, 0)], "first, without RESEND");
+        // A result for fragment 5, then a control packet for it: ignored.
+        let mut r = Packet::new(PS, 9, 0, 9, 322, Header::Grid(GridHeader { job: 1, frag: 5, node: PS, flags: GridHeader::FLAG_RESULT, ..GridHeader::default() }));
+        r.payload = Some(Box::new(Payload::I32(vec![2; 64])));
+        w.handle_packet(3, r);
+        let before = w.counters();
+        w.handle_packet(4, control(5));
+        assert_eq!(w.counters(), before);
+        assert!(drain(&mut w, 4).iter().all(|p| header(p).frag != 5));
+    }
+
+    #[test]
+    fn a_lost_fragment_is_sent_again_with_resend_after_the_timeout() {
+        let mut w = worker(0, direct());
+        submit(&mut w, vec![1; 64]);
+        assert_eq!(drain(&mut w, 0).len(), 1);
+        assert_eq!(w.poll_timeout(), Some(1000));
+        w.handle_timeout(1000);
+        let again = drain(&mut w, 1000);
+        assert_eq!(again.len(), 1);
+        assert!(header(&again[0]).has(GridHeader::FLAG_RESEND));
+        assert_eq!(w.poll_timeout(), Some(3000), "the timeout doubled");
+    }
+
+    #[test]
+    fn bad_configurations_are_refused() {
+        let bad = |groups: Vec<(NodeId, Vec<usize>)>| {
+            GridServer::new(ep(PS), GridServerConfig { grid: GridConfig::default(), workers: (0..3).map(ep).collect(), groups, deliver: vec![] }).is_err()
+        };
+        assert!(bad(vec![(S, vec![0, 0])]), "a worker twice");
+        assert!(bad(vec![(S, vec![0, 5])]), "not a worker");
+        assert!(bad(vec![(PS, vec![0])]), "the PS as a group");
+        assert!(bad(vec![(S, (0..65).collect())]), "more than 64");
+        assert!(GridWorker::new(ep(0), ep(PS), GridTarget { node: S, position: 2, fan_in: 2 }, GridConfig::default()).is_err());
+    }
+
+    #[test]
+    fn hostile_packets_never_panic() {
+        let mut ps = server();
+        let mut w = worker(0, GridTarget { node: S, position: 0, fan_in: 2 });
+        submit(&mut w, vec![1; 64 * 20]);
+        drain(&mut w, 0);
+        let mut x = 5u64;
+        for t in 0..30_000u64 {
+            x = inalab_core::splitmix64(x);
+            let h = GridHeader { job: (x % 2) as u32, frag: (x >> 4) as u32 % 30, node: [S, PS, 7][(x >> 10) as usize % 3], bitmap: x >> 12 & 0xF, fan_in: (x >> 20) as u8 % 4, flags: (x >> 24) as u8 & 0x3F };
+            let mut p = Packet::new((x >> 32) as u32 % 5, 9, PS, 9, (x >> 36) as u32 % 400, Header::Grid(h));
+            if x >> 48 & 1 == 0 {
+                p.payload = Some(Box::new(Payload::I32(vec![1; (x >> 49) as usize % 80])));
+            }
+            ps.handle_packet(t, p.clone());
+            w.handle_packet(t, p);
+            drain(&mut ps, t);
+            w.handle_timeout(t);
+            drain(&mut w, t);
+        }
+        assert!(ps.counters().iter().any(|&(n, v)| n == "rejected" && v > 0));
+    }
+}
