@@ -610,9 +610,9 @@ mod tests {
         assert_eq!(sent[0].len(), 4);
         assert_eq!((header(&sent[0][0]).node, header(&sent[0][0]).bitmap, header(&sent[2][0]).node), (S, 1, PS));
         assert_eq!(sent[0][3].size, 66 + 4 * 8);
-        for f in 0..4 {
-            ps.handle_packet(1, aggregate(&sent[0][f], &sent[1][f]));
-            ps.handle_packet(1, sent[2][f].clone());
+        for ((a, b), c) in sent[0].iter().zip(&sent[1]).zip(&sent[2]) {
+            ps.handle_packet(1, aggregate(a, b));
+            ps.handle_packet(1, c.clone());
         }
         let results = drain(&mut ps, 2);
         assert_eq!(results.len(), 4 * 3, "each result to each worker");

@@ -213,7 +213,9 @@ impl Secret {
             }
             // Written whole to a private temporary file, then linked into place only if no other
             // process got there first: readers never see half a secret.
-            let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+            // Named per call, not per process: two threads of one process (two switches in a
+            // test) creating the secret at once collided on a per-process name ("File exists").
+            let tmp = path.with_extension(format!("tmp{}-{}", std::process::id(), &key_to_hex(&random_key())[..16]));
             let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp).map_err(|e| format!("deployment secret {}: {e}", tmp.display()))?;
             std::io::Write::write_all(&mut f, format!("{}\n", key_to_hex(&random_key())).as_bytes()).map_err(|e| e.to_string())?;
             drop(f);
@@ -313,6 +315,20 @@ mod control_tests {
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
         std::fs::write(&path, "not hex").unwrap();
         assert!(Secret::from_file(&path).unwrap_err().contains("64 hex digits"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn threads_creating_the_secret_at_once_all_read_the_same_one() {
+        let dir = std::env::temp_dir().join(format!("inalab-secret-race-{}", std::process::id()));
+        for round in 0..20 {
+            let path = dir.join(format!("secret{round}"));
+            let keys: Vec<[u8; KEY_BYTES]> = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..8).map(|_| s.spawn(|| Secret::from_file(&path).map(|k| k.0))).collect();
+                hs.into_iter().map(|h| h.join().unwrap().expect("every thread reads the secret")).collect()
+            });
+            assert!(keys.windows(2).all(|w| w[0] == w[1]), "one secret for all");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
