@@ -496,7 +496,12 @@ class Job(_Model):
     transport: Transport = opt(Transport(), "Transport parameters, see [jobs.transport] (atp uses init_window and "
                                "increment for its window).", default_doc="see below")
     ina: Ina = opt(Ina(), "In-network aggregation parameters of the INA schemes (atp, switchml, dsa, canary, rina, "
-                   "static_tree), see [jobs.ina].", default_doc="see below")
+                   "static_tree, grid), see [jobs.ina].", default_doc="see below")
+    policy: Optional[Union[str, dict]] = opt(
+        None, "Scheme grid: the routing policy, a file written by `inalab plan grid --out` (or its JSON object): each "
+        "worker's aggregation node and path to the PS, by node name; its PS must be the job's server.",
+        default_doc="every worker sends to the PS", type_doc="path or table",
+    )
 
     @field_validator("model")
     @classmethod
@@ -540,6 +545,8 @@ class Job(_Model):
             raise ConfigError("transport", f"applies only to {_taking('transport')}, not {self.scheme!r}")
         if "partition" in self.model_fields_set and not schemes.takes(self.scheme, "partition_bytes"):
             raise ConfigError("partition", f"applies only to {_taking('partition_bytes')}, not {self.scheme!r}")
+        if self.policy is not None and not schemes.takes(self.scheme, "policy"):
+            raise ConfigError("policy", f"applies only to {_taking('policy')}, not {self.scheme!r}")
         return self
 
 
@@ -833,17 +840,21 @@ def _place_jobs(jobs: list[Job], background: Optional[Background], net: _Graph) 
             "workload": _workload(i, job),
             "start_ps": job.start,
             "jitter_ps": job.jitter,
-            **_scheme_config(i, job),
+            **_scheme_config(i, job, roles),
         })
     return specs
 
 
-def _scheme_config(i: int, job: Job) -> dict:
+def _scheme_config(i: int, job: Job, roles: dict) -> dict:
     """The job's scheme configuration as the registry takes it: what the user set, in base units,
     checked by the scheme and with every default filled in (``_core.normalize_config``)."""
     from . import _core
 
     out: dict = {"scheme": job.scheme}
+    if job.policy is not None:
+        from .analysis.grid import policy_for_job
+
+        out["policy"] = policy_for_job(job.policy, roles["workers"], roles["servers"], f"jobs[{i}].policy")
     if schemes.takes(job.scheme, "transport"):
         t = job.transport
         out["transport"] = {"mss_bytes": t.mss, "header_bytes": t.header, "rto_ps": t.rto,

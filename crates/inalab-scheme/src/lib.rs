@@ -12,6 +12,7 @@ mod atp;
 mod atp_tree;
 mod canary;
 mod dsa;
+mod grid;
 mod plan;
 mod ps;
 pub mod registry;

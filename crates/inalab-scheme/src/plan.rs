@@ -51,6 +51,11 @@ pub trait NetView {
     fn route_path(&self, _from: NodeId, _dst: NodeId, _flow: u64) -> Vec<NodeId> {
         vec![]
     }
+    /// The node called `name`, for a configuration that names nodes (a routing policy);
+    /// `None` when there is none or the driver does not know names.
+    fn node_named(&self, _name: &str) -> Option<NodeId> {
+        None
+    }
 }
 
 /// A job as every driver describes it: who takes part and the scheme's own configuration,
@@ -90,6 +95,9 @@ pub struct PlannedEndpoint {
 pub struct Plan {
     pub endpoints: Vec<PlannedEndpoint>,
     pub admissions: Vec<SwitchAdmission>,
+    /// Fixed paths (nodes from the endpoint's host to its peer's) for the packets an endpoint
+    /// sends, where the driver can pin them (the simulator); others route as usual.
+    pub paths: Vec<(Role, Vec<NodeId>)>,
 }
 
 /// A job's state at one switch, for the scheme's program there.

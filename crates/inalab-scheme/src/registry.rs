@@ -3,7 +3,7 @@
 use crate::plan::{JobSpec, PlanError, Scheme};
 use serde_json::Value;
 
-static SCHEMES: [&dyn Scheme; 10] = [
+static SCHEMES: [&dyn Scheme; 11] = [
     &crate::ring::Ring { hierarchical: false },
     &crate::ring::Ring { hierarchical: true },
     &crate::ps::Ps { sharded: false },
@@ -14,6 +14,7 @@ static SCHEMES: [&dyn Scheme; 10] = [
     &crate::canary::Canary,
     &crate::static_tree::StaticTree,
     &crate::rina::Rina,
+    &crate::grid::Grid,
 ];
 
 /// Every scheme, in the order users see them.

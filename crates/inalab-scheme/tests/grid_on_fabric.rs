@@ -41,11 +41,12 @@ fn run(cfg: Run) -> (u64, u64, u64) {
     if cfg.loss > 0.0 {
         f.lose(Links::All, Rule::chance(cfg.loss));
     }
-    let switch = || GridSwitch::new(GridSwitchConfig { units: cfg.units, indexing: GridIndexing::Hash, stale_timeout_ps: 2 * RTO, control_bytes: 66 });
+    let switch = || GridSwitch::new(GridSwitchConfig { units: cfg.units });
+    let job = |group, fan_in| GridSwitchJob { group, fan_in, indexing: GridIndexing::Hash, stale_timeout_ps: 2 * RTO, control_bytes: 66 };
     let mut leaf0 = switch();
-    leaf0.admit_job(1, GridSwitchJob { group: 0b1111, fan_in: 4 });
+    leaf0.admit_job(1, job(0b1111, 4));
     let mut leaf1 = switch();
-    leaf1.admit_job(1, GridSwitchJob { group: 0b11, fan_in: 2 });
+    leaf1.admit_job(1, job(0b11, 2));
     f.install(LEAF0, leaf0);
     f.install(LEAF1, leaf1);
     f.install(SPINE, switch());

@@ -98,6 +98,9 @@ impl NetView for SimView<'_> {
     fn seed(&self) -> u64 {
         self.seed
     }
+    fn node_named(&self, name: &str) -> Option<NodeId> {
+        self.topo.find(name)
+    }
     fn route_path(&self, from: NodeId, dst: NodeId, flow: u64) -> Vec<NodeId> {
         let routes = self.routes.get_or_init(|| Routes::compute(self.topo));
         let t = self.topo;

@@ -232,6 +232,7 @@ impl Workloads {
         for (j, ((job, plan), (layers, iterations, groups, send_order))) in setup.jobs.into_iter().zip(workloads).enumerate() {
             let js = &spec.jobs[j];
             let mut worker_eps = vec![0u16; job.workers.len()];
+            let mut eps_by_role = vec![];
             for ep in plan.endpoints {
                 let owner = match ep.role {
                     Role::Worker { rank } => Owner::Worker { job: job.id, rank },
@@ -242,6 +243,14 @@ impl Workloads {
                 if let Role::Worker { rank } = ep.role {
                     worker_eps[rank as usize] = e;
                 }
+                eps_by_role.push((ep.role, ep.host, e));
+            }
+            // The scheme's fixed paths (GRID's policy) for its endpoints' packets.
+            for (role, nodes) in plan.paths {
+                let Some(&(_, host, e)) = eps_by_role.iter().find(|(r, _, _)| *r == role) else { continue };
+                let names: Vec<String> = nodes.iter().map(|&n| world.topology().nodes[n as usize].name.clone()).collect();
+                let id = world.install_path(&format!("jobs[{j}].policy"), &names)?;
+                world.set_endpoint_path(host, e, id);
             }
             let nl = layers.len();
             let config = serde_json::Value::Object(js.config.clone());

@@ -63,12 +63,6 @@ pub enum GridIndexing {
 pub struct GridSwitchConfig {
     /// Memory units (`aggregator memory / GRID_UNIT_BYTES`).
     pub units: u32,
-    pub indexing: GridIndexing,
-    /// A unit untouched this long is evicted by a colliding packet (spec A14: 2 x the workers'
-    /// timeout).
-    pub stale_timeout_ps: Time,
-    /// Bytes on the wire of a control packet (66: headers, no payload).
-    pub control_bytes: u32,
 }
 
 impl GridSwitchConfig {
@@ -78,11 +72,18 @@ impl GridSwitchConfig {
     }
 }
 
-/// A job's group at this switch: the workers that name it (by their bit) and their count.
+/// A job's group at this switch: the workers that name it (by their bit) and their count, and
+/// the job's settings here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct GridSwitchJob {
     pub group: u64,
     pub fan_in: u8,
+    pub indexing: GridIndexing,
+    /// A unit of this job untouched this long is evicted by a colliding packet (spec A14: 2 x
+    /// the workers' timeout).
+    pub stale_timeout_ps: Time,
+    /// Bytes on the wire of a control packet to this job's workers (66: headers, no payload).
+    pub control_bytes: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -154,10 +155,10 @@ impl GridSwitch {
         self.pool.free_where(|u| u.job == job)
     }
 
-    fn index(&self, job: u32, frag: u32) -> usize {
+    fn index(&self, job: &GridSwitchJob, id: u32, frag: u32) -> usize {
         let n = self.cfg.units.max(1) as u64;
-        (match self.cfg.indexing {
-            GridIndexing::Hash => splitmix64((job as u64) << 32 | frag as u64) % n,
+        (match job.indexing {
+            GridIndexing::Hash => splitmix64((id as u64) << 32 | frag as u64) % n,
             GridIndexing::Modulo => frag as u64 % n,
         }) as usize
     }
@@ -180,19 +181,19 @@ impl GridSwitch {
         out.push(SwitchAction::Route { pkt });
     }
 
-    fn control(&mut self, now: Time, me: u32, h: &GridHeader, pkt: &Packet, out: &mut Vec<SwitchAction>) {
+    fn control(&mut self, now: Time, me: u32, job: &GridSwitchJob, h: &GridHeader, pkt: &Packet, out: &mut Vec<SwitchAction>) {
         let ch = GridHeader { flags: GridHeader::FLAG_CONTROL | GridHeader::FLAG_COLLISION | GridHeader::FLAG_ECN, node: me, ..*h };
-        let mut p = Packet::new(me, 0, pkt.src, pkt.src_port, self.cfg.control_bytes, Header::Grid(ch));
+        let mut p = Packet::new(me, 0, pkt.src, pkt.src_port, job.control_bytes, Header::Grid(ch));
         p.ecn = true;
         p.created = now;
         self.c.control_sent += 1;
         out.push(SwitchAction::Route { pkt: p });
     }
 
-    fn on_gradient(&mut self, now: Time, me: u32, h: GridHeader, pkt: Packet, out: &mut Vec<SwitchAction>) {
+    fn on_gradient(&mut self, now: Time, me: u32, job: GridSwitchJob, h: GridHeader, pkt: Packet, out: &mut Vec<SwitchAction>) {
         self.c.agg_packets += 1;
         self.c.agg_bytes += pkt.size as u64;
-        let idx = self.index(h.job, h.frag);
+        let idx = self.index(&job, h.job, h.frag);
         let ecn = pkt.ecn || h.has(GridHeader::FLAG_ECN);
         let overflow = h.has(GridHeader::FLAG_OVERFLOW);
         let mine = self.pool.get(idx).map(|u| (u.job, u.frag) == (h.job, h.frag));
@@ -227,10 +228,14 @@ impl GridSwitch {
             };
         }
         if mine == Some(false) {
-            let stale = self.pool.get(idx).is_some_and(|u| now.saturating_sub(u.ts) >= self.cfg.stale_timeout_ps);
+            // The holder's own job says when its unit is abandoned.
+            let stale = self.pool.get(idx).is_some_and(|u| {
+                let timeout = self.jobs.get(&u.job).map_or(job.stale_timeout_ps, |j| j.stale_timeout_ps);
+                now.saturating_sub(u.ts) >= timeout
+            });
             if !stale {
                 self.c.collisions += 1;
-                self.control(now, me, &h, &pkt, out);
+                self.control(now, me, &job, &h, &pkt, out);
                 return out.push(SwitchAction::Drop { pkt, reason: "grid_collision" });
             }
             self.pool.take(idx);
@@ -286,7 +291,7 @@ impl SwitchProgram for GridSwitch {
             self.c.rejected += 1;
             return out.push(SwitchAction::Drop { pkt, reason: "grid_rejected" });
         }
-        self.on_gradient(now, me, h, pkt, out)
+        self.on_gradient(now, me, job, h, pkt, out)
     }
 
     fn admit(&mut self, job: u32, adm: Admission) -> Result<(), AdmitError> {
@@ -340,9 +345,13 @@ mod tests {
 
     /// Job 1: workers 0, 1, 2 (bits 0-2) name this switch.
     fn switch(units: u32) -> GridSwitch {
-        let mut s = GridSwitch::new(GridSwitchConfig { units, indexing: GridIndexing::Modulo, stale_timeout_ps: 1000, control_bytes: 66 });
-        s.admit_job(1, GridSwitchJob { group: 0b111, fan_in: 3 });
+        let mut s = GridSwitch::new(GridSwitchConfig { units });
+        s.admit_job(1, job(0b111, 3));
         s
+    }
+
+    fn job(group: u64, fan_in: u8) -> GridSwitchJob {
+        GridSwitchJob { group, fan_in, indexing: GridIndexing::Modulo, stale_timeout_ps: 1000, control_bytes: 66 }
     }
 
     fn grad(job: u32, frag: u32, w: u32, node: NodeId, flags: u8, vals: Vec<i32>) -> Packet {
@@ -410,7 +419,7 @@ mod tests {
     #[test]
     fn t3_a_group_of_one_completes_at_once() {
         let mut s = switch(8);
-        s.admit_job(2, GridSwitchJob { group: 0b1, fan_in: 1 });
+        s.admit_job(2, job(0b1, 1));
         let mut p = grad(2, 0, 0, ME, 0, vec![4]);
         if let Header::Grid(h) = &mut p.header {
             h.fan_in = 1;
@@ -477,7 +486,7 @@ mod tests {
         let p = grad(9, 0, 0, ME, 0, vec![1]);
         assert_eq!(routed(&run(&mut s, 0, p.clone())).0.header, p.header);
         assert_eq!(s.aggregators_in_use(), 0);
-        s.admit_job(2, GridSwitchJob { group: 0b111, fan_in: 3 });
+        s.admit_job(2, job(0b111, 3));
         run(&mut s, 0, grad(1, 0, 0, ME, 0, vec![1]));
         assert_eq!(dropped(&run(&mut s, 1, grad(2, 0, 1, ME, 0, vec![1]))), "grid_collision", "same frag, other job");
     }

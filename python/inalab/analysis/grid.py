@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -256,3 +257,36 @@ def plan_grid_best(pb: Problem, seed: int = 1, trials: int = 1) -> GridPlan:
             best = (worst, plan)
     best[1].result.extra["rounding_trials"] = trials
     return best[1]
+
+
+def policy_for_job(policy, workers: list[str], servers: list[str], field: str = "policy") -> dict:
+    """A routing policy (``GridPlan.policy()``, or the path of a file holding it) as the ``grid``
+    scheme takes it: per worker, in the job's order, its aggregation node and its whole path to
+    the PS (the path to the node, then the node's path to the PS). Raises ConfigError naming
+    ``field`` when the policy does not fit the job."""
+    if isinstance(policy, str):
+        try:
+            policy = json.loads(Path(policy).read_text())
+        except (OSError, ValueError) as e:
+            raise ConfigError(field, f"cannot read the policy {policy!r}: {e}") from None
+    if not isinstance(policy, dict) or policy.get("kind") != "grid-routing-policy":
+        raise ConfigError(field, 'not a GRID routing policy (kind = "grid-routing-policy", from `inalab plan grid`)')
+    ps = policy.get("ps")
+    if servers != [ps]:
+        raise ConfigError(field, f"the policy's PS is {ps!r}; the job's server is {servers}")
+    by_worker = {w["worker"]: w for w in policy.get("workers", [])}
+    to_ps = {s["switch"]: s["path_to_ps"] for s in policy.get("switches", [])}
+    missing = [w for w in workers if w not in by_worker]
+    extra = sorted(set(by_worker) - set(workers))
+    if missing or extra:
+        raise ConfigError(field, f"the policy's workers differ from the job's: missing {missing}, not in the job {extra}")
+    out = []
+    for w in workers:
+        e = by_worker[w]
+        node, path = e["aggregation_node"], list(e["path"])
+        if node != ps:
+            if node not in to_ps:
+                raise ConfigError(field, f"worker {w!r} aggregates at {node!r}, which has no path_to_ps")
+            path = path + list(to_ps[node])[1:]
+        out.append({"target": node, "path": path})
+    return {"workers": out}
