@@ -26,6 +26,7 @@
 //! is answered again to its sender alone (that worker lost its result).
 
 use crate::aimd::{AimdConfig, AimdWindow};
+use crate::blocks::Blocks;
 use crate::error::ensure;
 use crate::ConfigError;
 use inalab_core::wire::{GridHeader, Header};
@@ -76,15 +77,6 @@ impl GridConfig {
     }
 }
 
-struct Tensor {
-    id: u64,
-    values: usize,
-    first: u64,
-    left: u64,
-    data: Option<Vec<i32>>,
-    result: Option<Vec<i32>>,
-}
-
 struct Flight {
     tensor: usize,
     /// When it is sent again (`None`: queued).
@@ -112,8 +104,8 @@ pub struct GridWorker {
     ps: Endpoint,
     target: GridTarget,
     window: AimdWindow,
-    tensors: Vec<Tensor>,
-    next_frag: u64,
+    /// Submitted tensors; their fragments `next_send..blocks.next` are not sent yet.
+    blocks: Blocks,
     next_send: u64,
     flights: BTreeMap<u64, Flight>,
     in_flight_bytes: u64,
@@ -136,8 +128,7 @@ impl GridWorker {
             ps,
             target,
             window,
-            tensors: vec![],
-            next_frag: 0,
+            blocks: Blocks::new(GRID_PACKET_VALUES),
             next_send: 0,
             flights: BTreeMap::new(),
             in_flight_bytes: 0,
@@ -148,18 +139,8 @@ impl GridWorker {
         })
     }
 
-    fn tensor_of(&self, frag: u64) -> usize {
-        self.tensors.partition_point(|t| t.first <= frag) - 1
-    }
-
-    fn span(&self, tensor: usize, frag: u64) -> (usize, usize) {
-        let t = &self.tensors[tensor];
-        let start = ((frag - t.first) as usize) * GRID_PACKET_VALUES;
-        (start, (start + GRID_PACKET_VALUES).min(t.values))
-    }
-
     fn size(&self, tensor: usize, frag: u64) -> u32 {
-        let (s, e) = self.span(tensor, frag);
+        let (s, e) = self.blocks.span(tensor, frag);
         self.cfg.header_bytes + 4 * (e - s) as u32
     }
 
@@ -177,9 +158,8 @@ impl GridWorker {
         let t = self.target;
         let flags = if resend { GridHeader::FLAG_RESEND } else { 0 };
         let h = GridHeader { job: self.cfg.job, frag: frag as u32, node: t.node, bitmap: 1 << t.position, fan_in: t.fan_in, flags };
-        let (s, e) = self.span(tensor, frag);
         let mut p = Packet::new(self.me.host, self.me.port, self.ps.host, self.ps.port, self.size(tensor, frag), Header::Grid(h));
-        p.payload = self.tensors[tensor].data.as_ref().map(|d| Box::new(Payload::I32(d[s..e].to_vec())));
+        p.payload = self.blocks.payload(tensor, frag);
         p
     }
 
@@ -203,7 +183,6 @@ impl GridWorker {
             return;
         };
         let tensor = f.tensor;
-        let (s, e) = self.span(tensor, frag);
         let values = match pkt.payload.as_deref() {
             None => None,
             Some(Payload::I32(v)) => Some(v.as_slice()),
@@ -212,7 +191,7 @@ impl GridWorker {
                 return;
             }
         };
-        if values.map(<[i32]>::len) != self.tensors[tensor].data.as_ref().map(|_| e - s) {
+        if !self.blocks.fits(tensor, frag, values) {
             self.c.malformed += 1;
             return;
         }
@@ -223,16 +202,7 @@ impl GridWorker {
         self.in_flight_bytes = self.in_flight_bytes.saturating_sub(size);
         self.window.on_ack(size, h.has(GridHeader::FLAG_ECN), self.oldest(), self.next_send);
         self.c.results += 1;
-        let t = &mut self.tensors[tensor];
-        if let (Some(r), Some(v)) = (&mut t.result, values) {
-            r[s..e].copy_from_slice(v);
-        }
-        t.left -= 1;
-        if t.left == 0 {
-            t.data = None;
-            let data = t.result.take().map(Payload::I32);
-            self.events.push_back(HostEvent::Done { id: t.id, data });
-        }
+        self.events.extend(self.blocks.finish(tensor, frag, values));
     }
 
     fn on_control(&mut self, h: GridHeader) {
@@ -257,21 +227,9 @@ impl HostProtocol for GridWorker {
     }
 
     fn submit(&mut self, _now: Time, req: AppRequest) {
-        let AppRequest::Allreduce { id, bytes, data, .. } = req else {
-            return self.events.push_back(HostEvent::Rejected { id: 0, reason: "GRID workers only allreduce".into() });
-        };
-        let data = match data {
-            None => None,
-            Some(Payload::I32(v)) => Some(v),
-            Some(_) => return self.events.push_back(HostEvent::Rejected { id, reason: "GRID switches sum int32 values".into() }),
-        };
-        let values = data.as_ref().map_or((bytes / 4) as usize, Vec::len);
-        if values == 0 {
-            return self.events.push_back(HostEvent::Done { id, data: data.map(Payload::I32) });
+        if let Err(e) = self.blocks.submit(req, "GRID workers") {
+            self.events.push_back(e);
         }
-        let frags = values.div_ceil(GRID_PACKET_VALUES) as u64;
-        self.tensors.push(Tensor { id, values, first: self.next_frag, left: frags, result: data.clone(), data });
-        self.next_frag += frags;
     }
 
     fn handle_packet(&mut self, _now: Time, pkt: Packet) {
@@ -316,10 +274,10 @@ impl HostProtocol for GridWorker {
             return Some(self.gradient(tensor, frag, resend));
         }
         let frag = self.next_send;
-        if frag == self.next_frag {
+        if frag == self.blocks.next {
             return None;
         }
-        let tensor = self.tensor_of(frag);
+        let tensor = self.blocks.tensor_of(frag);
         let size = self.size(tensor, frag) as u64;
         // The wire's 32-bit ids are read relative to the oldest fragment in flight.
         if self.in_flight_bytes + size > self.window.window() || frag - self.oldest() >= 1 << 30 {

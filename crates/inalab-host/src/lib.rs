@@ -28,6 +28,7 @@
 
 mod aimd;
 mod atp;
+mod blocks;
 mod canary;
 mod cc;
 mod collective;

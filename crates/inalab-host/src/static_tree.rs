@@ -13,6 +13,7 @@
 //! never sum it twice and answer from where the block is. The timeout doubles at each expiry
 //! of the same block, up to `MAX_BACKOFF` times the configured one.
 
+use crate::blocks::Blocks;
 use crate::ConfigError;
 use inalab_core::wire::{Header, StaticTreeHeader, StaticTreeKind};
 use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, Time};
@@ -56,15 +57,6 @@ impl StaticTreeConfig {
     }
 }
 
-struct Tensor {
-    id: u64,
-    values: usize,
-    first_block: u64,
-    left: u64,
-    data: Option<Vec<i32>>,
-    result: Option<Vec<i32>>,
-}
-
 /// A block sent and not yet finished.
 struct Flight {
     tensor: usize,
@@ -86,9 +78,8 @@ struct Counters {
 pub struct StaticTreeHost {
     cfg: StaticTreeConfig,
     me: Endpoint,
-    tensors: Vec<Tensor>,
-    /// Blocks of the submitted tensors: `next_send..next_block` are not sent yet.
-    next_block: u64,
+    /// Submitted tensors: blocks `next_send..blocks.next` are not sent yet.
+    blocks: Blocks,
     next_send: u64,
     flights: BTreeMap<u64, Flight>,
     deadlines: BTreeSet<(Time, u64)>,
@@ -101,23 +92,11 @@ impl StaticTreeHost {
     pub fn new(cfg: StaticTreeConfig, rank: usize) -> Result<Self, ConfigError> {
         cfg.check()?;
         let me = *cfg.workers.get(rank).ok_or_else(|| ConfigError(format!("rank {rank} is not in 0..{}", cfg.workers.len())))?;
-        Ok(StaticTreeHost { cfg, me, tensors: vec![], next_block: 0, next_send: 0, flights: BTreeMap::new(), deadlines: BTreeSet::new(), resend: VecDeque::new(), events: VecDeque::new(), c: Counters::default() })
+        Ok(StaticTreeHost { cfg, me, blocks: Blocks::new(STATIC_TREE_BLOCK_VALUES), next_send: 0, flights: BTreeMap::new(), deadlines: BTreeSet::new(), resend: VecDeque::new(), events: VecDeque::new(), c: Counters::default() })
     }
 
     fn tree_of(&self, block: u64) -> usize {
         (block % self.cfg.roots.len() as u64) as usize
-    }
-
-    /// The tensor block `block` belongs to.
-    fn tensor_of(&self, block: u64) -> usize {
-        self.tensors.partition_point(|t| t.first_block <= block) - 1
-    }
-
-    /// Values [start, end) of `block` in its tensor.
-    fn span(&self, tensor: usize, block: u64) -> (usize, usize) {
-        let t = &self.tensors[tensor];
-        let start = ((block - t.first_block) as usize) * STATIC_TREE_BLOCK_VALUES;
-        (start, (start + STATIC_TREE_BLOCK_VALUES).min(t.values))
     }
 
     /// The oldest block not finished: the window starts there.
@@ -135,10 +114,10 @@ impl StaticTreeHost {
     fn reduce(&self, tensor: usize, block: u64, rtx: bool) -> Packet {
         let tree = self.tree_of(block);
         let h = StaticTreeHeader { job: self.cfg.job, tree: tree as u8, kind: StaticTreeKind::Reduce, rtx, seq: block as u32, counter: 1 };
-        let (s, e) = self.span(tensor, block);
+        let (s, e) = self.blocks.span(tensor, block);
         let size = self.cfg.header_bytes + 4 * (e - s) as u32;
         let mut p = Packet::new(self.me.host, self.me.port, self.cfg.roots[tree], self.me.port, size, Header::StaticTree(h));
-        p.payload = self.tensors[tensor].data.as_ref().map(|d| Box::new(Payload::I32(d[s..e].to_vec())));
+        p.payload = self.blocks.payload(tensor, block);
         p
     }
 
@@ -157,7 +136,6 @@ impl StaticTreeHost {
             return;
         };
         let tensor = f.tensor;
-        let (s, e) = self.span(tensor, block);
         let values = match pkt.payload.as_deref() {
             None => None,
             Some(Payload::I32(v)) => Some(v.as_slice()),
@@ -166,8 +144,7 @@ impl StaticTreeHost {
                 return;
             }
         };
-        let t = &self.tensors[tensor];
-        let fits = h.tree as usize == self.tree_of(block) && h.counter as usize == self.cfg.workers.len() && values.map(<[i32]>::len) == t.data.as_ref().map(|_| e - s);
+        let fits = h.tree as usize == self.tree_of(block) && h.counter as usize == self.cfg.workers.len() && self.blocks.fits(tensor, block, values);
         if !fits {
             self.c.malformed += 1;
             return;
@@ -180,17 +157,7 @@ impl StaticTreeHost {
             None => self.resend.retain(|&b| b != block),
         }
         self.c.results += 1;
-        let t = &mut self.tensors[tensor];
-        if let (Some(r), Some(v)) = (&mut t.result, values) {
-            r[s..e].copy_from_slice(v);
-        }
-        t.left -= 1;
-        if t.left == 0 {
-            // The tensor's own values are not needed any more.
-            t.data = None;
-            let data = t.result.take().map(Payload::I32);
-            self.events.push_back(HostEvent::Done { id: t.id, data });
-        }
+        self.events.extend(self.blocks.finish(tensor, block, values));
     }
 }
 
@@ -200,21 +167,9 @@ impl HostProtocol for StaticTreeHost {
     }
 
     fn submit(&mut self, _now: Time, req: AppRequest) {
-        let AppRequest::Allreduce { id, bytes, data, .. } = req else {
-            return self.events.push_back(HostEvent::Rejected { id: 0, reason: "static-tree hosts only allreduce".into() });
-        };
-        let data = match data {
-            None => None,
-            Some(Payload::I32(v)) => Some(v),
-            Some(_) => return self.events.push_back(HostEvent::Rejected { id, reason: "static-tree switches sum int32 values".into() }),
-        };
-        let values = data.as_ref().map_or((bytes / 4) as usize, Vec::len);
-        if values == 0 {
-            return self.events.push_back(HostEvent::Done { id, data: data.map(Payload::I32) });
+        if let Err(e) = self.blocks.submit(req, "static-tree hosts") {
+            self.events.push_back(e);
         }
-        let blocks = values.div_ceil(STATIC_TREE_BLOCK_VALUES) as u64;
-        self.tensors.push(Tensor { id, values, first_block: self.next_block, left: blocks, result: data.clone(), data });
-        self.next_block += blocks;
     }
 
     fn handle_packet(&mut self, _now: Time, pkt: Packet) {
@@ -250,11 +205,11 @@ impl HostProtocol for StaticTreeHost {
             return Some(self.reduce(tensor, block, true));
         }
         let block = self.next_send;
-        if block == self.next_block || block >= self.oldest() + self.cfg.window_blocks as u64 {
+        if block == self.blocks.next || block >= self.oldest() + self.cfg.window_blocks as u64 {
             return None;
         }
         self.next_send += 1;
-        let tensor = self.tensor_of(block);
+        let tensor = self.blocks.tensor_of(block);
         self.flights.insert(block, Flight { tensor, deadline: None, expiries: 0 });
         self.arm(block, now);
         self.c.sent += 1;
@@ -277,7 +232,7 @@ impl HostProtocol for StaticTreeHost {
             ("results", c.results),
             ("duplicate_results", c.duplicates),
             ("malformed", c.malformed),
-            ("blocks_pending", self.flights.len() as u64 + (self.next_block - self.next_send)),
+            ("blocks_pending", self.flights.len() as u64 + (self.blocks.next - self.next_send)),
         ]
     }
 }
@@ -423,7 +378,7 @@ mod tests {
     #[test]
     fn sequence_numbers_wrap_at_32_bits() {
         let mut h = StaticTreeHost::new(cfg(2, 1, 4), 0).unwrap();
-        (h.next_block, h.next_send) = ((1 << 32) - 2, (1 << 32) - 2);
+        (h.blocks.next, h.next_send) = ((1 << 32) - 2, (1 << 32) - 2);
         h.submit(0, AppRequest::allreduce(1, 4 * 256 * 4, None));
         let seqs: Vec<u32> = drain(&mut h, 0).iter().map(|p| header(p).seq).collect();
         assert_eq!(seqs, vec![u32::MAX - 1, u32::MAX, 0, 1]);
