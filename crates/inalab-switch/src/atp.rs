@@ -67,7 +67,7 @@
 
 use inalab_core::wire::{AtpHeader, Header};
 use inalab_core::{Admission, AdmitError, NodeId, Packet, Payload, PortId, SwitchAction, SwitchCtx, SwitchProgram, Time};
-use crate::pool::Pool;
+use crate::pool::{saturating_add, Pool};
 use std::collections::BTreeMap;
 
 /// Values per aggregator: one 306 B ATP packet carries 62 x 4 B.
@@ -235,20 +235,6 @@ pub struct AtpSwitch {
     c: Counters,
 }
 
-/// Saturating element-wise add; returns whether any element saturated.
-fn saturating_add(acc: &mut [i32], v: &[i32]) -> bool {
-    let mut sat = false;
-    for (a, b) in acc.iter_mut().zip(v) {
-        match a.checked_add(*b) {
-            Some(s) => *a = s,
-            None => {
-                *a = a.saturating_add(*b);
-                sat = true;
-            }
-        }
-    }
-    sat
-}
 
 fn values(pkt: &Packet) -> Option<&[i32]> {
     match pkt.payload.as_deref() {

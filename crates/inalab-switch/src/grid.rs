@@ -38,7 +38,7 @@
 //! outside the job's group or a fan-in other than the group's is forged or malformed: counted
 //! (`rejected`) and dropped.
 
-use crate::pool::Pool;
+use crate::pool::{saturating_add, Pool};
 use inalab_core::wire::{GridHeader, Header};
 use inalab_core::{splitmix64, Admission, AdmitError, Packet, Payload, PortId, SwitchAction, SwitchCtx, SwitchProgram, Time};
 use std::collections::BTreeMap;
@@ -121,16 +121,6 @@ pub struct GridSwitch {
     c: Counters,
 }
 
-/// Saturating element-wise add; returns whether any element saturated.
-fn saturating_add(acc: &mut [i32], v: &[i32]) -> bool {
-    let mut sat = false;
-    for (a, b) in acc.iter_mut().zip(v) {
-        let (s, o) = a.overflowing_add(*b);
-        *a = if o { a.saturating_add(*b) } else { s };
-        sat |= o;
-    }
-    sat
-}
 
 fn values(pkt: &Packet) -> Option<&[i32]> {
     match pkt.payload.as_deref() {

@@ -3,6 +3,18 @@
 //! by the packet, one access per pass). ATP's shared pool uses it; DSA's, Canary's
 //! descriptors and GRID's aggregators are pools of their own slot types.
 
+/// Adds `v` into an aggregator's values element-wise, saturating as a Tofino's 32-bit ALU
+/// does; returns whether any element saturated (the programs' overflow flag).
+pub(crate) fn saturating_add(acc: &mut [i32], v: &[i32]) -> bool {
+    let mut sat = false;
+    for (a, b) in acc.iter_mut().zip(v) {
+        let (s, o) = a.overflowing_add(*b);
+        *a = if o { a.saturating_add(*b) } else { s };
+        sat |= o;
+    }
+    sat
+}
+
 /// `slots` aggregators of type `T`, with a count of those in use.
 #[derive(Debug, Clone)]
 pub struct Pool<T> {
