@@ -351,6 +351,10 @@ pub struct GridServer {
     cfg: GridServerConfig,
     me: Endpoint,
     groups: BTreeMap<NodeId, Vec<usize>>,
+    /// Rank by host, for the workers that send to the PS directly (looked up per packet).
+    direct: BTreeMap<NodeId, usize>,
+    /// Rank by host, for answering a late packet's sender.
+    rank_of: BTreeMap<NodeId, usize>,
     frags: BTreeMap<u32, Frag>,
     txq: VecDeque<Packet>,
     c: ServerCounters,
@@ -373,16 +377,16 @@ impl GridServer {
         }
         ensure!(!groups.contains_key(&me.host), "the PS's own direct workers are not a group");
         ensure!(cfg.deliver.iter().all(|&r| r < n), "a delivery target is not a worker");
-        Ok(GridServer { cfg, me, groups, frags: BTreeMap::new(), txq: VecDeque::new(), c: ServerCounters::default() })
+        let rank_of: BTreeMap<NodeId, usize> = cfg.workers.iter().enumerate().map(|(r, w)| (w.host, r)).collect();
+        let direct = rank_of.iter().filter(|&(_, &r)| !seen[r]).map(|(&h, &r)| (h, r)).collect();
+        Ok(GridServer { cfg, me, groups, direct, rank_of, frags: BTreeMap::new(), txq: VecDeque::new(), c: ServerCounters::default() })
     }
 
     /// The ranks a packet covers, or `None` if it names no group or bits outside it. A packet
     /// naming the PS covers its sender, a worker in no switch's group.
     fn coverage(&self, h: &GridHeader, src: NodeId) -> Option<Vec<usize>> {
         if h.node == self.me.host {
-            let r = self.cfg.workers.iter().position(|w| w.host == src)?;
-            let grouped = self.groups.values().any(|g| g.contains(&r));
-            return (h.bitmap == 1 && !grouped).then(|| vec![r]);
+            return self.direct.get(&src).filter(|_| h.bitmap == 1).map(|&r| vec![r]);
         }
         let g = self.groups.get(&h.node)?;
         if h.bitmap == 0 || (g.len() < 64 && h.bitmap >> g.len() != 0) {
@@ -441,7 +445,7 @@ impl HostProtocol for GridServer {
         let f = self.frags.entry(h.frag).or_insert_with(|| Frag { len, covered: vec![0; n.div_ceil(64)], count: 0, sum: None, ecn: false, result: None });
         if f.result.is_some() {
             // Its worker lost the result: answer that worker alone.
-            let asker = self.cfg.workers.iter().position(|w| w.host == pkt.src);
+            let asker = self.rank_of.get(&pkt.src).copied();
             self.c.answered_again += 1;
             if let Some(r) = asker {
                 self.answer(h.frag, &[r]);
