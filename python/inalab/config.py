@@ -358,7 +358,9 @@ class Network(_Model):
     link_loss: list[LinkLoss] = opt([], "Random loss on links.")
     host_loss: list[HostLoss] = opt([], "Random loss at hosts.")
     switch_capacity: dict[str, Rate] = opt(
-        {}, "Processing-capacity limit per switch name, e.g. {s0 = \"1Tbps\"}; unlisted switches are unlimited.",
+        {}, "Processing-capacity limit per switch name, e.g. {s0 = \"1Tbps\"} (GRID's C_s): a FIFO charged, in wire "
+            "bytes, only with the packets the switch aggregates (transit passes at line rate), ECN-marking above "
+            "ecn_threshold and dropping above buffer (drop-tail); unlisted switches are unlimited.",
         type_doc="table of rate",
     )
     aggregator_memory: Size = opt("5MB", "Aggregator memory of every programmable switch, split equally among the INA programs its jobs use there.")

@@ -18,7 +18,7 @@ mod timers;
 
 pub use host::{AppRequest, Endpoint, HostEvent, HostProtocol, TensorAttrs};
 pub use inalab_wire as wire;
-pub use packet::{flow_key, splitmix64, Packet, Payload, NO_PATH};
+pub use packet::{flow_key, splitmix64, Packet, Payload, GROUP, NO_PATH};
 pub use programs::Programs;
 pub use switch::{Admission, AdmitError, L3Forward, SwitchAction, SwitchCtx, SwitchProgram, TimerToken};
 pub use time::Time;

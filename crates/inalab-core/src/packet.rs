@@ -4,6 +4,11 @@ use inalab_wire::Header;
 /// `Packet::path` value meaning "route by the routing table".
 pub const NO_PATH: u32 = u32::MAX;
 
+/// `Packet::dst` of a packet for every receiver of its sender's multicast tree (GRID's results,
+/// spec §1.6): the driver replicates it at each node of the tree the job's set-up laid out for
+/// the sending endpoint, and every copy that reaches a host carries that host as `dst`.
+pub const GROUP: NodeId = NodeId::MAX;
+
 /// Values a packet carries in payload mode. In metadata mode packets carry none and only
 /// their sizes matter.
 #[derive(Debug, Clone, PartialEq)]

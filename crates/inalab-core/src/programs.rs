@@ -102,6 +102,11 @@ impl SwitchProgram for Programs {
         self.members.iter().find_map(|(_, p)| p.job_of(pkt))
     }
 
+    /// Asks the program the packet goes to (the same one `on_packet` picks).
+    fn processes(&self, ctx: &dyn SwitchCtx, in_port: PortId, pkt: &Packet) -> bool {
+        self.members.iter().find(|(_, p)| p.job_of(pkt).is_some()).is_some_and(|(_, p)| p.processes(ctx, in_port, pkt))
+    }
+
     fn aggregators_in_use(&self) -> u32 {
         self.members.iter().map(|(_, p)| p.aggregators_in_use()).sum()
     }

@@ -105,6 +105,12 @@ pub trait SwitchProgram: Send {
     fn job_of(&self, _pkt: &Packet) -> Option<u32> {
         None
     }
+    /// Whether `pkt` goes through the switch's processing stage (it will be aggregated here),
+    /// and so is charged to the switch's processing capacity where the driver models one
+    /// (GRID's C_s). Transit traffic is not: a Tofino forwards at line rate. Default: none.
+    fn processes(&self, _ctx: &dyn SwitchCtx, _in_port: PortId, _pkt: &Packet) -> bool {
+        false
+    }
     /// Aggregator slots in use (for occupancy metrics); 0 for programs without aggregators.
     fn aggregators_in_use(&self) -> u32 {
         0

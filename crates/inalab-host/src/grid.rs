@@ -12,9 +12,11 @@
 //! - A control packet (a collision at the node) for a fragment not yet answered halves the window
 //!   and queues the fragment to be sent again first, *without* `RESEND`: it must be aggregated
 //!   normally (§5.2, "to continue the aggregation"). A result that arrives first cancels it.
-//! - Loss (spec A6; the paper has none): a fragment unanswered for `rto_ps` is sent again with
+//! - Loss (spec A6; the paper has none): a fragment unanswered for an RTO is sent again with
 //!   `RESEND` (a switch holding it flushes its partial sum, otherwise it goes to the PS alone),
-//!   the window is cut once per window, and the timeout doubles per expiry up to 64x.
+//!   the window is cut once per window, and the timeout doubles per expiry up to 64x. The RTO
+//!   is RFC 6298's from results of fragments sent once, at least `rto_ps` (queues on a policy's
+//!   path can hold milliseconds: a fixed 1 ms made a resend storm of Fig. 1's W2-W4 on L2).
 //! - A request is `Done` once every fragment's result arrived (requests finish in order).
 //!
 //! # PS ([`GridServer`])
@@ -28,10 +30,11 @@
 use crate::aimd::{AimdConfig, AimdWindow};
 use crate::blocks::Blocks;
 use crate::error::ensure;
+use crate::rtt::{RttConfig, RttEstimator};
 use crate::ConfigError;
 use inalab_core::wire::{GridHeader, Header};
 use inalab_core::time::{Time, MS};
-use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload};
+use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, GROUP};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Values per gradient packet (§6.2: 64, one Tofino pipeline).
@@ -84,6 +87,8 @@ struct Flight {
     expiries: u32,
     /// Queued again after a control packet (sent without `RESEND`).
     collided: bool,
+    /// When it was first sent: its result is an RTT sample if it was sent once (Karn).
+    sent: Time,
 }
 
 #[derive(Default)]
@@ -104,6 +109,9 @@ pub struct GridWorker {
     ps: Endpoint,
     target: GridTarget,
     window: AimdWindow,
+    /// RFC 6298 RTT estimate: queues on a policy's paths can hold milliseconds, which a fixed
+    /// timeout would take for loss (a storm of resends).
+    rtt: RttEstimator,
     /// Submitted tensors; their fragments `next_send..blocks.next` are not sent yet.
     blocks: Blocks,
     next_send: u64,
@@ -122,7 +130,9 @@ impl GridWorker {
         ensure!(target.fan_in >= 1 && target.fan_in <= GridHeader::MAX_FAN_IN, "fan_in {} is not in 1..=64", target.fan_in);
         ensure!(target.position < target.fan_in, "position {} is not below the fan-in {}", target.position, target.fan_in);
         let window = AimdWindow::new(cfg.aimd.clone());
+        let rtt = RttEstimator::new(RttConfig { initial_rto_ps: cfg.rto_ps, min_rto_ps: cfg.rto_ps, max_rto_ps: cfg.rto_ps * 1000, ..RttConfig::default() });
         Ok(GridWorker {
+            rtt,
             cfg,
             me,
             ps,
@@ -165,7 +175,7 @@ impl GridWorker {
 
     fn arm(&mut self, frag: u64, now: Time) {
         let f = self.flights.get_mut(&frag).expect("in flight");
-        let at = now + self.cfg.rto_ps * (1u64 << f.expiries).min(MAX_BACKOFF as u64);
+        let at = now + self.rtt.rto().saturating_mul((1u64 << f.expiries.min(6)).min(MAX_BACKOFF as u64));
         f.deadline = Some(at);
         self.deadlines.insert((at, frag));
     }
@@ -176,7 +186,7 @@ impl GridWorker {
         }
     }
 
-    fn on_result(&mut self, h: GridHeader, pkt: &Packet) {
+    fn on_result(&mut self, now: Time, h: GridHeader, pkt: &Packet) {
         let frag = self.frag_of(h.frag);
         let Some(f) = self.flights.get(&frag) else {
             self.c.duplicates += 1;
@@ -196,7 +206,9 @@ impl GridWorker {
             return;
         }
         self.disarm(frag);
-        self.flights.remove(&frag);
+        if let Some(f) = self.flights.remove(&frag).filter(|f| f.expiries == 0 && !f.collided) {
+            self.rtt.sample(now.saturating_sub(f.sent));
+        }
         self.again.retain(|&(g, _)| g != frag);
         let size = self.size(tensor, frag) as u64;
         self.in_flight_bytes = self.in_flight_bytes.saturating_sub(size);
@@ -232,7 +244,7 @@ impl HostProtocol for GridWorker {
         }
     }
 
-    fn handle_packet(&mut self, _now: Time, pkt: Packet) {
+    fn handle_packet(&mut self, now: Time, pkt: Packet) {
         let Header::Grid(h) = pkt.header else { return };
         if h.job != self.cfg.job {
             return;
@@ -240,7 +252,7 @@ impl HostProtocol for GridWorker {
         if h.has(GridHeader::FLAG_CONTROL) {
             self.on_control(h);
         } else if h.has(GridHeader::FLAG_RESULT) {
-            self.on_result(h, &pkt);
+            self.on_result(now, h, &pkt);
         } else {
             self.c.malformed += 1;
         }
@@ -285,7 +297,7 @@ impl HostProtocol for GridWorker {
         }
         self.next_send += 1;
         self.in_flight_bytes += size;
-        self.flights.insert(frag, Flight { tensor, deadline: None, expiries: 0, collided: false });
+        self.flights.insert(frag, Flight { tensor, deadline: None, expiries: 0, collided: false, sent: now });
         self.arm(frag, now);
         self.c.sent += 1;
         Some(self.gradient(tensor, frag, false))
@@ -326,6 +338,9 @@ pub struct GridServerConfig {
     pub groups: Vec<(NodeId, Vec<usize>)>,
     /// Where each result goes (ranks); empty: every worker.
     pub deliver: Vec<usize>,
+    /// Send a result for every worker once, to `GROUP` (the driver's multicast tree, spec
+    /// §1.6), instead of one copy per worker (which caps each worker at B/N on the PS's link).
+    pub multicast: bool,
 }
 
 struct Frag {
@@ -377,6 +392,7 @@ impl GridServer {
         }
         ensure!(!groups.contains_key(&me.host), "the PS's own direct workers are not a group");
         ensure!(cfg.deliver.iter().all(|&r| r < n), "a delivery target is not a worker");
+        ensure!(!cfg.multicast || cfg.workers.iter().all(|w| w.port == cfg.workers[0].port), "multicast results need every worker on one port");
         let rank_of: BTreeMap<NodeId, usize> = cfg.workers.iter().enumerate().map(|(r, w)| (w.host, r)).collect();
         let direct = rank_of.iter().filter(|&(_, &r)| !seen[r]).map(|(&h, &r)| (h, r)).collect();
         Ok(GridServer { cfg, me, groups, direct, rank_of, frags: BTreeMap::new(), txq: VecDeque::new(), c: ServerCounters::default() })
@@ -403,12 +419,15 @@ impl GridServer {
             flags |= GridHeader::FLAG_ECN;
         }
         let h = GridHeader { job: self.cfg.grid.job, frag, node: self.me.host, bitmap: 0, fan_in: 0, flags };
-        let len = f.len;
+        let size = self.cfg.grid.header_bytes + 4 * f.len as u32;
+        let payload = result.clone().map(|v| Box::new(Payload::I32(v)));
+        let packet = |dst: Endpoint| Packet { payload: payload.clone(), ..Packet::new(self.me.host, self.me.port, dst.host, dst.port, size, Header::Grid(h)) };
+        if self.cfg.multicast && to.len() == self.cfg.workers.len() {
+            let group = Endpoint { host: GROUP, port: self.cfg.workers[0].port };
+            return self.txq.push_back(packet(group));
+        }
         for &r in to {
-            let w = self.cfg.workers[r];
-            let mut p = Packet::new(self.me.host, self.me.port, w.host, w.port, self.cfg.grid.header_bytes + 4 * len as u32, Header::Grid(h));
-            p.payload = result.clone().map(|v| Box::new(Payload::I32(v)));
-            self.txq.push_back(p);
+            self.txq.push_back(packet(self.cfg.workers[r]));
         }
     }
 }
@@ -523,7 +542,7 @@ mod tests {
 
     /// Workers 0 and 1 aggregate at switch S, worker 2 sends to the PS.
     fn server() -> GridServer {
-        let cfg = GridServerConfig { grid: GridConfig { job: 1, ..GridConfig::default() }, workers: (0..3).map(ep).collect(), groups: vec![(S, vec![0, 1])], deliver: vec![] };
+        let cfg = GridServerConfig { grid: GridConfig { job: 1, ..GridConfig::default() }, workers: (0..3).map(ep).collect(), groups: vec![(S, vec![0, 1])], deliver: vec![], multicast: false };
         GridServer::new(ep(PS), cfg).unwrap()
     }
 
@@ -653,7 +672,7 @@ mod tests {
     #[test]
     fn bad_configurations_are_refused() {
         let bad = |groups: Vec<(NodeId, Vec<usize>)>| {
-            GridServer::new(ep(PS), GridServerConfig { grid: GridConfig::default(), workers: (0..3).map(ep).collect(), groups, deliver: vec![] }).is_err()
+            GridServer::new(ep(PS), GridServerConfig { grid: GridConfig::default(), workers: (0..3).map(ep).collect(), groups, deliver: vec![], multicast: false }).is_err()
         };
         assert!(bad(vec![(S, vec![0, 0])]), "a worker twice");
         assert!(bad(vec![(S, vec![0, 5])]), "not a worker");

@@ -9,10 +9,10 @@
 //! - each group's switch admits the job with its group; the PS knows every group;
 //! - a worker's path is installed for its packets where the driver can (the simulator);
 //!   without a path a worker's packets follow the driver's routes, which must pass its node;
-//! - results go from the PS to every worker (unicast; the multicast tree of spec §1.6 is not
-//!   built yet).
+//! - results go from the PS to every worker once, replicated along the shortest-path tree
+//!   from the PS (spec §1.6; `ina.results = "unicast"`: one copy per worker).
 
-use crate::plan::{check_servers, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
+use crate::plan::{check_servers, parse_config, shortest_path_tree, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
 use crate::ring::worker_endpoints;
 use inalab_core::time::MS;
 use inalab_core::wire::GridHeader;
@@ -32,6 +32,13 @@ pub enum Indexing {
     Modulo,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Results {
+    Multicast,
+    Unicast,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GridIna {
@@ -42,11 +49,21 @@ pub struct GridIna {
     pub indexing: Indexing,
     pub stale_timeout_ps: u64,
     pub scale: f64,
+    pub results: Results,
 }
 
 impl Default for GridIna {
     fn default() -> Self {
-        GridIna { header_bytes: 66, rto_ps: MS, window_bytes: 60_000, increment_bytes: 1500, indexing: Indexing::Hash, stale_timeout_ps: 2 * MS, scale: inalab_host::quant::ATP_SCALE }
+        GridIna {
+            header_bytes: 66,
+            rto_ps: MS,
+            window_bytes: 60_000,
+            increment_bytes: 1500,
+            indexing: Indexing::Hash,
+            stale_timeout_ps: 2 * MS,
+            scale: inalab_host::quant::ATP_SCALE,
+            results: Results::Multicast,
+        }
     }
 }
 
@@ -74,7 +91,7 @@ pub struct GridParams {
     pub policy: GridPolicy,
 }
 
-const PARAMS: [Param; 8] = [
+const PARAMS: [Param; 9] = [
     Param { name: "ina.header_bytes", default: "66", unit: "bytes", doc: "Bytes on the wire per GRID packet besides its 64 values: Ethernet 14, IPv4 20, UDP 8 and the 24-B GRID header; a full packet is 322 B." },
     Param { name: "ina.rto_ps", default: "1000000000", unit: "ps", doc: "A fragment without its result this long is sent again with RESEND (doubling per expiry up to 64x); the paper has no loss recovery (spec A6)." },
     Param { name: "ina.window_bytes", default: "60000", unit: "bytes", doc: "Initial window (GRID §5.2 gives none; inalab's ATP default). It grows by ina.increment per result while below the threshold, then per window, and halves on a control packet or an ECN echo." },
@@ -82,6 +99,7 @@ const PARAMS: [Param; 8] = [
     Param { name: "ina.indexing", default: "\"hash\"", unit: "", doc: "A fragment's memory unit at its switch: \"hash\" = splitmix64(job, fragment) mod units (the paper's Hash(fragment id)); \"modulo\" = fragment mod units (consecutive fragments on consecutive units)." },
     Param { name: "ina.stale_timeout_ps", default: "2000000000", unit: "ps", doc: "A unit untouched this long is taken by a colliding fragment (spec A14: 2 x ina.rto)." },
     Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the workers' float32 values (switches and PS sum int32): error at most workers / (2 scale) per value." },
+    Param { name: "ina.results", default: "\"multicast\"", unit: "", doc: "How the PS returns a result: \"multicast\" = once, replicated by every switch on the shortest-path tree from the PS to the workers (spec §1.6; where the driver knows no links, as the UDP runtime, unicast); \"unicast\" = one copy per worker, which caps each worker at B/N on the PS's link." },
     Param { name: "policy.workers", default: "[]", unit: "", doc: "Per worker rank: {target = aggregation node name (a programmable switch, or the PS), path = node names from the worker to the PS through the target}; from `inalab plan grid` through the scenario's policy. [] = every worker sends to the PS." },
 ];
 
@@ -208,7 +226,15 @@ impl Scheme for Grid {
                 plan.paths.push((Role::Worker { rank: r as u32 }, path.clone()));
             }
         }
-        let scfg = GridServerConfig { grid: grid.clone(), workers: eps, groups: groups.iter().map(|(&s, g)| (s, g.clone())).collect(), deliver: vec![] };
+        let tree = match i.results {
+            Results::Multicast => shortest_path_tree(net, ps_host, &job.workers),
+            Results::Unicast => vec![],
+        };
+        let multicast = !tree.is_empty();
+        if multicast {
+            plan.trees.push((Role::Server { index: 0 }, tree));
+        }
+        let scfg = GridServerConfig { grid: grid.clone(), workers: eps, groups: groups.iter().map(|(&s, g)| (s, g.clone())).collect(), deliver: vec![], multicast };
         let config = format!("{scfg:?}");
         plan.endpoints.push(PlannedEndpoint { host: ps_host, role: Role::Server { index: 0 }, proto: Box::new(GridServer::new(ps, scfg).map_err(err)?), config });
         for (s, g) in groups {

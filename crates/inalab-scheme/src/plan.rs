@@ -98,6 +98,46 @@ pub struct Plan {
     /// Fixed paths (nodes from the endpoint's host to its peer's) for the packets an endpoint
     /// sends, where the driver can pin them (the simulator); others route as usual.
     pub paths: Vec<(Role, Vec<NodeId>)>,
+    /// Multicast trees (edges parent -> child, from the endpoint's host down to receiving
+    /// hosts) along which the driver replicates what an endpoint sends to [`inalab_core::GROUP`].
+    pub trees: Vec<(Role, Vec<(NodeId, NodeId)>)>,
+}
+
+/// The shortest-path tree from `root` (a host) to `leaves` (hosts) over the network's links,
+/// ties broken by the lowest node id (GRID's result tree, spec §1.6), pruned to the nodes on
+/// the way to a leaf; edges parent -> child. Empty when the driver does not know its links.
+pub fn shortest_path_tree(net: &dyn NetView, root: NodeId, leaves: &[NodeId]) -> Vec<(NodeId, NodeId)> {
+    use std::collections::{BTreeMap, BTreeSet, VecDeque};
+    let first = net.tor(root);
+    let mut parent: BTreeMap<NodeId, NodeId> = BTreeMap::from([(first, root)]);
+    let mut queue = VecDeque::from([first]);
+    while let Some(n) = queue.pop_front() {
+        let mut next: Vec<NodeId> = net.links(n).into_iter().map(|(_, m)| m).collect();
+        next.sort_unstable();
+        for m in next {
+            if m != root && !parent.contains_key(&m) {
+                parent.insert(m, n);
+                // Receivers do not forward (other hosts lead back only to their own switch).
+                if !leaves.contains(&m) {
+                    queue.push_back(m);
+                }
+            }
+        }
+    }
+    let mut edges = BTreeSet::new();
+    for &leaf in leaves {
+        if !parent.contains_key(&leaf) {
+            return vec![]; // the links do not reach it
+        }
+        let mut n = leaf;
+        while let Some(&p) = parent.get(&n) {
+            if !edges.insert((p, n)) {
+                break;
+            }
+            n = p;
+        }
+    }
+    edges.into_iter().collect()
 }
 
 /// A job's state at one switch, for the scheme's program there.

@@ -54,7 +54,7 @@ fn run(cfg: Run) -> (u64, u64, u64) {
     let ep = |h: NodeId| Endpoint { host: h, port: 9 };
     let workers: Vec<Endpoint> = (0..7).map(ep).collect();
     let groups = vec![(LEAF0, vec![0, 1, 2, 3]), (LEAF1, vec![4, 5])];
-    f.add(Box::new(GridServer::new(ep(PS), GridServerConfig { grid: grid.clone(), workers: workers.clone(), groups, deliver: vec![] }).unwrap()));
+    f.add(Box::new(GridServer::new(ep(PS), GridServerConfig { grid: grid.clone(), workers: workers.clone(), groups, deliver: vec![], multicast: false }).unwrap()));
     for (r, t) in targets().into_iter().enumerate() {
         f.add(Box::new(GridWorker::new(workers[r], ep(PS), t, grid.clone()).unwrap()));
     }

@@ -97,6 +97,9 @@ impl Sim {
             let ports = &self.ports[base..base + self.topo.nodes[node as usize].ports.len()];
             let mut counters: BTreeMap<String, u64> = sw.active_ref().counters().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
             counters.insert("drops_no_route".into(), sw.drops_no_route);
+            if sw.capacity_bps.is_some() {
+                counters.insert("drops_processing".into(), sw.drops_processing);
+            }
             if sw.drops_unadmitted > 0 {
                 // Only when it happened, so runs without hostile traffic keep their output.
                 counters.insert("drops_unadmitted".into(), sw.drops_unadmitted);

@@ -13,7 +13,7 @@ use crate::workload::Workloads;
 use crate::wires::Wires;
 use crate::world::{Call, Owner, World};
 use crate::{Progress, SimError};
-use inalab_core::{AppRequest, HostEvent, HostProtocol, NodeId, Packet, PortId, Programs, SwitchAction, SwitchCtx, SwitchProgram, Time, NO_PATH};
+use inalab_core::{AppRequest, HostEvent, HostProtocol, NodeId, Packet, PortId, Programs, SwitchAction, SwitchCtx, SwitchProgram, Time, GROUP, NO_PATH};
 use inalab_topo::{ecmp_pick, Routes, Topology};
 use pfc::{Pfc, NO_INGRESS};
 use rand::{Rng, SeedableRng};
@@ -26,6 +26,8 @@ pub(crate) struct Endpoint {
     pub owner: Owner,
     /// Fixed path installed for this endpoint's packets (`NO_PATH`: routing tables decide).
     pub path: u32,
+    /// Multicast tree for its packets to `GROUP` (`NO_PATH`: none; they are dropped unrouted).
+    pub tree: u32,
     /// Time of the pending `HostTimer` event, if any (later ones are stale).
     timer_armed: Option<Time>,
 }
@@ -65,6 +67,8 @@ pub(crate) struct SwitchState {
     pub rx_packets: u64,
     pub drops_program: u64,
     pub drops_no_route: u64,
+    /// Packets refused by a full processing queue (`capacity_bps`).
+    pub drops_processing: u64,
     /// INA packets from a host port for a job that host is not part of (admission filtering,
     /// as the UDP switch does).
     pub drops_unadmitted: u64,
@@ -108,6 +112,12 @@ struct FixedPath {
     ports: Vec<PortId>,
 }
 
+/// `Packet::path` ids at or above this name a multicast tree (`trees[id - TREE_BASE]`).
+const TREE_BASE: u32 = 1 << 31;
+
+/// A multicast tree: each node's children as (egress port, child).
+type Tree = std::collections::HashMap<NodeId, Vec<(PortId, NodeId)>>;
+
 pub struct Sim {
     pub(crate) name: String,
     pub(crate) seed: u64,
@@ -139,6 +149,7 @@ pub struct Sim {
     pub(crate) hosts: Vec<HostState>,
     rng: Xoshiro256PlusPlus,
     paths: Vec<FixedPath>,
+    trees: Vec<Tree>,
     actions: Vec<SwitchAction>,
     pub(crate) cons: Conservation,
     pub(crate) events: u64,
@@ -285,6 +296,7 @@ impl Sim {
                 rx_packets: 0,
                 drops_program: 0,
                 drops_no_route: 0,
+                drops_processing: 0,
                 drops_unadmitted: 0,
                 aggregators_released: 0,
                 admitted: std::collections::HashMap::new(),
@@ -348,6 +360,7 @@ impl Sim {
             hosts,
             rng: Xoshiro256PlusPlus::seed_from_u64(spec.seed),
             paths: vec![],
+            trees: vec![],
             actions: Vec::new(),
             cons: Conservation::default(),
             events: 0,
@@ -636,12 +649,27 @@ impl Sim {
         self.hosts[host as usize].eps[ep as usize].path = path;
     }
 
+    /// Installs a multicast tree (edges parent -> child between adjacent nodes) for an
+    /// endpoint's packets to `GROUP`.
+    pub(crate) fn install_tree(&mut self, field: &str, host: NodeId, ep: u16, edges: &[(NodeId, NodeId)]) -> Result<(), SimError> {
+        let mut tree = Tree::new();
+        for &(p, c) in edges {
+            let port = self.topo.port_to(p, c).ok_or_else(|| {
+                SimError::new(field, format!("multicast tree edge {:?} -> {:?} is not a link", self.topo.nodes[p as usize].name, self.topo.nodes[c as usize].name))
+            })?;
+            tree.entry(p).or_default().push((port, c));
+        }
+        self.trees.push(tree);
+        self.hosts[host as usize].eps[ep as usize].tree = TREE_BASE + (self.trees.len() - 1) as u32;
+        Ok(())
+    }
+
     // ---- hosts -------------------------------------------------------------------------
 
     pub(crate) fn add_endpoint(&mut self, host: NodeId, proto: Box<dyn HostProtocol>, owner: Owner) -> u16 {
         let port = proto.endpoint().port;
         let h = &mut self.hosts[host as usize];
-        h.eps.push(Endpoint { proto, port, owner, path: NO_PATH, timer_armed: None });
+        h.eps.push(Endpoint { proto, port, owner, path: NO_PATH, tree: NO_PATH, timer_armed: None });
         (h.eps.len() - 1) as u16
     }
 
@@ -720,7 +748,9 @@ impl Sim {
                 }
             }
             let Some((ep, mut pkt)) = got else { return };
-            if pkt.path == NO_PATH {
+            if pkt.dst == GROUP {
+                pkt.path = self.hosts[host as usize].eps[ep as usize].tree;
+            } else if pkt.path == NO_PATH {
                 pkt.path = self.hosts[host as usize].eps[ep as usize].path;
             }
             // Mark the NIC busy first: what `drain` triggers may call back into this host.
@@ -796,14 +826,6 @@ impl Sim {
         }
         let sw = &mut self.switches[si];
         sw.rx_packets += 1;
-        let ready = match sw.capacity_bps {
-            Some(rate) => {
-                let start = self.now.max(sw.proc_busy);
-                sw.proc_busy = start + inalab_core::time::serialization(pkt.size as u64, rate);
-                sw.proc_busy
-            }
-            None => self.now,
-        };
         if pkt.path != NO_PATH {
             pkt.hop = pkt.hop.saturating_add(1);
         }
@@ -822,7 +844,32 @@ impl Sim {
         let n = self.topo.nodes[node as usize].ports.len();
         let ctx = Ctx { node, now: self.now, ports: &self.ports[base..base + n], pfc: self.pfc.as_deref(), base, topo: &self.topo, routes: &self.routes, live: &self.live };
         let sw = &mut self.switches[si];
-        sw.active().on_packet(self.now, &ctx, in_port, pkt, &mut out);
+        // Processing capacity (GRID's C_s, spec A8): a FIFO server for the packets the program
+        // aggregates, marking ECN past the ECN threshold and dropping past the buffer (drop-tail
+        // only: under PFC the waiting packets stay charged to their ingress port instead).
+        let mut ready = self.now;
+        let mut refused = None;
+        match sw.capacity_bps.filter(|_| sw.active().processes(&ctx, in_port, &pkt)) {
+            Some(rate) => {
+                let waiting = sw.proc_busy.saturating_sub(self.now) as u128;
+                let backlog = (waiting * rate as u128 / (8 * inalab_core::time::S as u128)) as u64;
+                if self.pfc.is_none() && backlog + pkt.size as u64 > self.buffer {
+                    refused = Some(pkt);
+                } else {
+                    pkt.ecn |= backlog > self.ecn_threshold;
+                    sw.proc_busy = self.now.max(sw.proc_busy) + inalab_core::time::serialization(pkt.size as u64, rate);
+                    ready = sw.proc_busy;
+                    sw.active().on_packet(self.now, &ctx, in_port, pkt, &mut out);
+                }
+            }
+            None => sw.active().on_packet(self.now, &ctx, in_port, pkt, &mut out),
+        }
+        if let Some(pkt) = refused {
+            self.switches[si].drops_processing += 1;
+            self.dropped(&pkt);
+            self.actions = out;
+            return;
+        }
         if self.topo.nodes[node as usize].programmable {
             let used = sw.active().aggregators_in_use();
             sw.agg_peak = sw.agg_peak.max(used);
@@ -849,6 +896,11 @@ impl Sim {
                     outs += 1;
                     out_bytes += pkt.size as i64;
                     self.egress(node, port, pkt, ready);
+                }
+                SwitchAction::Route { pkt } if pkt.dst == GROUP && pkt.path >= TREE_BASE && pkt.path != NO_PATH => {
+                    let (k, bytes) = self.replicate(node, pkt, ready);
+                    outs += k;
+                    out_bytes += bytes;
                 }
                 SwitchAction::Route { pkt } => {
                     outs += 1;
@@ -888,6 +940,30 @@ impl Sim {
         let ins = if in_size > 0 { 1 } else { 0 };
         self.cons.created_packets += outs - ins;
         self.cons.created_bytes += out_bytes - in_size;
+    }
+
+    /// Sends a copy of a `GROUP` packet to each of this node's children on its tree (copies to
+    /// hosts addressed to them); none where the node is not on it. Returns (copies, bytes).
+    fn replicate(&mut self, node: NodeId, pkt: Packet, ready: Time) -> (i64, i64) {
+        let t = (pkt.path - TREE_BASE) as usize;
+        let k = self.trees.get(t).and_then(|tree| tree.get(&node)).map_or(0, Vec::len);
+        if k == 0 {
+            let si = (node - self.topo.hosts) as usize;
+            self.switches[si].drops_no_route += 1;
+            self.dropped(&pkt);
+            return (1, pkt.size as i64);
+        }
+        let size = pkt.size as i64;
+        let mut pkt = Some(pkt);
+        for i in 0..k {
+            let (port, child) = self.trees[t][&node][i];
+            let mut copy = if i + 1 == k { pkt.take().expect("last copy") } else { pkt.clone().expect("copy") };
+            if self.topo.is_host(child) {
+                copy.dst = child;
+            }
+            self.egress(node, port, copy, ready);
+        }
+        (k as i64, size * k as i64)
     }
 
     /// The egress port toward `pkt.dst`: the packet's fixed path if it has one, else ECMP or
@@ -1060,5 +1136,8 @@ impl World for Sim {
     }
     fn set_endpoint_path(&mut self, host: NodeId, ep: u16, path: u32) {
         Sim::set_endpoint_path(self, host, ep, path)
+    }
+    fn install_tree(&mut self, field: &str, host: NodeId, ep: u16, edges: &[(NodeId, NodeId)]) -> Result<(), SimError> {
+        Sim::install_tree(self, field, host, ep, edges)
     }
 }

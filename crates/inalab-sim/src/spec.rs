@@ -67,7 +67,10 @@ pub struct NetSpec {
     pub link_loss: Vec<LinkLoss>,
     #[serde(default)]
     pub host_loss: Vec<HostLoss>,
-    /// Per-switch processing-capacity limits (GRID); unlisted switches are unlimited.
+    /// Per-switch processing-capacity limits (GRID's C_s), bits/s of the wire bytes of the
+    /// packets a switch's program aggregates (`SwitchProgram::processes`); transit is not
+    /// charged. Its queue marks ECN above `ecn_threshold_bytes` and, under drop-tail, drops
+    /// above `buffer_bytes`. Unlisted switches are unlimited.
     #[serde(default)]
     pub switch_capacity: Vec<SwitchValue>,
     /// Aggregator memory of every programmable switch, bytes (split equally among the INA

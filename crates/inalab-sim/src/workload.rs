@@ -252,6 +252,10 @@ impl Workloads {
                 let id = world.install_path(&format!("jobs[{j}].policy"), &names)?;
                 world.set_endpoint_path(host, e, id);
             }
+            for (role, edges) in plan.trees {
+                let Some(&(_, host, e)) = eps_by_role.iter().find(|(r, _, _)| *r == role) else { continue };
+                world.install_tree(&format!("jobs[{j}]"), host, e, &edges)?;
+            }
             let nl = layers.len();
             let config = serde_json::Value::Object(js.config.clone());
             let scheme = inalab_scheme::scheme_of(&config).ok();

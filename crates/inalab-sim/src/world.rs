@@ -48,6 +48,8 @@ pub(crate) trait World {
     /// Installs a fixed path (node names); errors name `field`.
     fn install_path(&mut self, field: &str, names: &[String]) -> Result<u32, SimError>;
     fn set_endpoint_path(&mut self, host: NodeId, ep: u16, path: u32);
+    /// Installs the multicast tree an endpoint's packets to `GROUP` follow.
+    fn install_tree(&mut self, field: &str, host: NodeId, ep: u16, edges: &[(NodeId, NodeId)]) -> Result<(), SimError>;
 }
 
 /// What the world tells the workloads.

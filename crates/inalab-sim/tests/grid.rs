@@ -65,6 +65,44 @@ fn each_packet_is_aggregated_only_at_its_named_node() {
 }
 
 #[test]
+fn results_are_multicast_once_on_the_ps_tree_unless_unicast_is_asked() {
+    let frags = 2000u64.div_ceil(64) * 2;
+    let ps_out = |r: &SimResult| r.links.iter().filter(|l| l.src == "h7").map(|l| l.tx_packets).sum::<u64>();
+    let r = simulate(&grid_spec(policy(), 2000, 2, 4096, json!({})));
+    assert_jobs_exact(&r);
+    assert_eq!(ps_out(&r), frags, "one result per fragment leaves the PS");
+    // Every worker's access link carries each result once: replicated at leaf1 and spine.
+    for h in 0..7 {
+        let down = r.links.iter().find(|l| l.dst == format!("h{h}")).unwrap();
+        assert_eq!(down.tx_packets, frags + switch_counter(&r, "leaf0", "control_sent"), "h{h}");
+    }
+    let r = simulate(&grid_spec(policy(), 2000, 2, 4096, json!({"results": "unicast"})));
+    assert_jobs_exact(&r);
+    assert_eq!(ps_out(&r), 7 * frags);
+}
+
+#[test]
+fn processing_capacity_limits_what_a_switch_aggregates_not_what_it_carries() {
+    let jct = |caps: Value| {
+        let mut s = grid_spec(policy(), 500_000, 1, 4096, json!({}));
+        s["network"]["switch_capacity"] = caps;
+        let r = simulate(&s);
+        assert_jobs_exact(&r);
+        (r.jobs[0].jct_s, switch_counter(&r, "leaf0", "agg_bytes"))
+    };
+    let (free, _) = jct(json!([]));
+    // spine0 carries leaf0's aggregates and aggregates nothing: 1 Gbps of capacity costs nothing.
+    let (transit, _) = jct(json!([{"switch": "spine0", "value": 1_000_000_000u64}]));
+    assert_eq!(transit, free);
+    // leaf0 aggregates four workers (400 Gbps offered; the PS link lets 33 per worker through):
+    // at 50 Gbps the job takes about 3x longer,
+    // and leaf0 aggregates no faster than its capacity.
+    let (slow, bytes) = jct(json!([{"switch": "leaf0", "value": 50_000_000_000u64}]));
+    assert!(slow > 2.5 * free, "{slow} s against {free} s");
+    assert!(bytes as f64 * 8.0 / slow <= 50e9, "{} Gbps aggregated", bytes as f64 * 8.0 / slow / 1e9);
+}
+
+#[test]
 fn without_a_policy_every_worker_sends_to_the_ps() {
     let r = simulate(&grid_spec(json!({}), 1000, 2, 4096, json!({})));
     assert_jobs_exact(&r);

@@ -80,13 +80,50 @@ fn an_incast_loses_nothing_and_runs_at_the_bottleneck_rate() {
     assert_eq!(r.switches[0].counters["pfc_pauses_sent"], r.hosts.iter().map(|h| h.counters["pfc_pauses_received"]).sum::<u64>());
 }
 
+/// Routes every packet and says it processes all of them (charged to the switch's capacity);
+/// counts the packets that reach it ECN-marked.
+#[derive(Default)]
+struct ProcessAll {
+    marked: Arc<Mutex<u64>>,
+}
+
+impl SwitchProgram for ProcessAll {
+    fn on_packet(&mut self, _now: Time, _ctx: &dyn SwitchCtx, _in_port: PortId, pkt: Packet, out: &mut Vec<SwitchAction>) {
+        *self.marked.lock().unwrap() += pkt.ecn as u64;
+        out.push(SwitchAction::Route { pkt });
+    }
+    fn processes(&self, _ctx: &dyn SwitchCtx, _in_port: PortId, _pkt: &Packet) -> bool {
+        true
+    }
+}
+
+fn capacity_run(spec: Value, program: Option<Box<dyn SwitchProgram>>) -> inalab_sim::SimResult {
+    let spec = inalab_sim::parse_spec(&spec.to_string()).unwrap();
+    let mut sim = inalab_sim::Sim::new(&spec).unwrap();
+    if let Some(p) = program {
+        let s0: NodeId = sim.topology().find("s0").unwrap();
+        sim.set_program(s0, p);
+    }
+    sim.run(None);
+    let r = sim.finish();
+    check_invariants(&r);
+    r
+}
+
+fn capacity_star(flow_control: bool) -> Value {
+    let mut s = spec(star(5, US), vec![], (1..5).map(|i| flow(i, 0, FLOW)).collect());
+    if flow_control {
+        s = pfc(s);
+    }
+    s["network"]["switch_capacity"] = json!([{"switch": "s0", "value": G100 / 2}]);
+    s
+}
+
 #[test]
 fn a_capacity_limited_switch_pauses_its_senders_too() {
     // s0 processes 50 Gbps (GRID's limit): packets wait for processing before their egress
     // queue, charged to their ingress port all the while, so the backlog is paused, not lost.
-    let mut s = pfc(spec(star(5, US), vec![], (1..5).map(|i| flow(i, 0, FLOW)).collect()));
-    s["network"]["switch_capacity"] = json!([{"switch": "s0", "value": G100 / 2}]);
-    let r = simulate(&s);
+    let r = capacity_run(capacity_star(true), Some(Box::new(ProcessAll::default())));
     assert_eq!(r.stopped_by, "completed");
     assert!(r.flows.iter().all(|f| f.bytes_received == FLOW));
     let last = r.flows.iter().map(|f| f.last_rx_s).fold(0.0, f64::max);
@@ -96,6 +133,31 @@ fn a_capacity_limited_switch_pauses_its_senders_too() {
         let l = link(&r, &format!("h{i}"), "s0");
         assert!(l.pfc_pauses.unwrap() > 0 && l.pfc_max_ingress_bytes.unwrap() <= ingress_bound(US), "{l:?}");
     }
+}
+
+#[test]
+fn processing_capacity_is_charged_only_to_what_the_program_processes() {
+    // Plain forwarding is transit (spec A8): the same incast runs at the sink's 100 Gbps.
+    let r = capacity_run(capacity_star(false), None);
+    let last = r.flows.iter().map(|f| f.last_rx_s).fold(0.0, f64::max);
+    let gbps = (4 * FLOW) as f64 * 8.0 / last / 1e9;
+    assert!(gbps > 95.0, "{gbps} Gbps: transit was charged");
+    assert_eq!(r.switches[0].counters["drops_processing"], 0);
+}
+
+#[test]
+fn a_drop_tail_processing_queue_marks_then_drops() {
+    // Four 100 Gbps senders into a 50 Gbps processing stage: its queue passes the ECN
+    // threshold (marks) and the buffer (drops), instead of growing without bound.
+    let program = ProcessAll::default();
+    let marked = program.marked.clone();
+    let mut s = capacity_star(false);
+    s["network"]["buffer_bytes"] = json!(256 << 10);
+    s["network"]["ecn_threshold_bytes"] = json!(64 << 10);
+    let r = capacity_run(s, Some(Box::new(program)));
+    let drops = r.switches[0].counters["drops_processing"];
+    assert!(drops > 100, "{drops} packets refused by the processing queue");
+    assert!(*marked.lock().unwrap() > 100, "{} packets marked", marked.lock().unwrap());
 }
 
 #[test]

@@ -244,6 +244,19 @@ fn values(pkt: &Packet) -> Option<&[i32]> {
 }
 
 impl AtpSwitch {
+
+    /// The level at which this switch aggregates a gradient packet, or `None` to forward it.
+    fn level(&self, in_port: PortId, h: &AtpHeader, dst: NodeId) -> Option<Level> {
+        let at = |level, fan_in2, intermediate| Some(Level { level, fan_in2, intermediate });
+        match self.jobs.get(&h.job) {
+            _ if h.has(AtpHeader::FLAG_FLOAT) => None,
+            Some(j) if h.esi == 0 && j.ps.is_none() && j.local_workers.iter().any(|&(p, _)| p == in_port) => at(1, None, false),
+            Some(j) if h.esi == 1 && j.ps == Some(dst) => at(2, j.fan_in2, false),
+            // Tree mode: a level-2 contribution from this intermediate node's subtree.
+            Some(j) if h.esi == 1 && j.subtree != 0 && h.bitmap1 != 0 && h.bitmap1 & !j.subtree == 0 => at(2, j.fan_in2, true),
+            _ => None,
+        }
+    }
     pub fn new(cfg: AtpSwitchConfig) -> Self {
         AtpSwitch { pool: Pool::new(cfg.aggregators), cfg, jobs: BTreeMap::new(), c: Counters::default() }
     }
@@ -436,19 +449,15 @@ impl SwitchProgram for AtpSwitch {
         if h.has(AtpHeader::FLAG_ACK) {
             return self.on_parameter(now, h, pkt, out);
         }
-        let at = |level, fan_in2, intermediate| Some(Level { level, fan_in2, intermediate });
-        let at = match self.jobs.get(&h.job) {
-            _ if h.has(AtpHeader::FLAG_FLOAT) => None,
-            Some(j) if h.esi == 0 && j.ps.is_none() && j.local_workers.iter().any(|&(p, _)| p == in_port) => at(1, None, false),
-            Some(j) if h.esi == 1 && j.ps == Some(pkt.dst) => at(2, j.fan_in2, false),
-            // Tree mode: a level-2 contribution from this intermediate node's subtree.
-            Some(j) if h.esi == 1 && j.subtree != 0 && h.bitmap1 != 0 && h.bitmap1 & !j.subtree == 0 => at(2, j.fan_in2, true),
-            _ => None,
-        };
-        match at {
+        match self.level(in_port, &h, pkt.dst) {
             Some(at) => self.on_gradient(now, at, h, pkt, out),
             None => out.push(SwitchAction::Route { pkt }),
         }
+    }
+
+    /// ATP's aggregation is what uses a switch's processing capacity (the flow model's C_s).
+    fn processes(&self, _ctx: &dyn SwitchCtx, in_port: PortId, pkt: &Packet) -> bool {
+        matches!(&pkt.header, Header::Atp(h) if !h.has(AtpHeader::FLAG_ACK) && self.level(in_port, h, pkt.dst).is_some())
     }
 
     fn admit(&mut self, job: u32, adm: Admission) -> Result<(), AdmitError> {

@@ -293,6 +293,17 @@ impl SwitchProgram for GridSwitch {
         self.release_job(job)
     }
 
+    /// Only packets this switch aggregates (they name it and their job is admitted) use C_s
+    /// (spec A8): transit, results and control packets pass at line rate.
+    fn processes(&self, ctx: &dyn SwitchCtx, _in_port: PortId, pkt: &Packet) -> bool {
+        match &pkt.header {
+            Header::Grid(h) => {
+                h.node == ctx.node() && !h.has(GridHeader::FLAG_RESULT | GridHeader::FLAG_CONTROL) && self.jobs.contains_key(&h.job)
+            }
+            _ => false,
+        }
+    }
+
     fn job_of(&self, pkt: &Packet) -> Option<u32> {
         match &pkt.header {
             Header::Grid(h) => Some(h.job),
