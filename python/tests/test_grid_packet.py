@@ -54,3 +54,36 @@ def test_the_policy_must_fit_the_job():
         load_scenario(scenario({"workers": []})).to_spec()
     with pytest.raises(ConfigError, match="policy"):
         load_scenario(scenario(policy, scheme="atp"))
+
+
+def rounded_policy(seed: int) -> dict:
+    from inalab.analysis.grid import plan_grid
+
+    return plan_grid(load_analysis("grid-fig1").problem(), seed).policy()
+
+
+@pytest.mark.parametrize("seed", [1, 41])
+def test_a_policy_with_two_workers_on_one_link_delivers_its_feasible_rate(seed):
+    """R-GRIA seeds 1 and 41 send two or three of S2's group over L2 (feasible 1.5 and 1.0 Gbps):
+    the slowed members make the others' fragments wait at S2 and at the PS. Before the worker's
+    RTT-based timeout, its window-limited resends and the switch's tombstones, this ran into a
+    resend storm that did not finish in 10 s."""
+    policy = rounded_policy(seed)
+    sc = scenario(policy, allreduce="16MiB", iterations=1)
+    sc["payload"] = False
+    sc["network"] = {"switch_capacity": {s: "9Gbps" for s in ("S1", "S2", "S3")}}
+    j = inalab.simulate(sc).jobs.iloc[0]
+    assert j.finished
+    wire_gbps = j.bytes_per_iteration * 8 * 322 / 256 / j.jct_s / 1e9
+    assert wire_gbps >= 0.85 * policy["feasible_rate_gbps"], (wire_gbps, policy["feasible_rate_gbps"])
+
+
+def test_a_congested_policy_sums_exactly_under_loss():
+    sc = scenario(rounded_policy(1), allreduce="1MiB", iterations=2)
+    links = [("S1", "S2"), ("S2", "S3"), ("S1", "S3"), ("S3", "PS"), ("W2", "S1"), ("W5", "S2")]
+    sc["network"] = {"switch_capacity": {s: "9Gbps" for s in ("S1", "S2", "S3")},
+                     "link_loss": [{"a": a, "b": b, "prob": 0.005} for a, b in links]}
+    r = inalab.simulate(sc)
+    j = r.jobs.iloc[0]
+    assert j.finished and j.payload_checked == 16 and j.payload_errors == 0
+    assert sum(c.get("resend_flushes", 0) + c.get("passed_alone", 0) for c in r.switches.counters) > 0

@@ -117,6 +117,18 @@ impl AimdWindow {
     /// A congestion signal detected by the caller (ECN, three out-of-order/duplicate ACKs,
     /// timeout). Halves the window unless a cut is already in force for the data in flight;
     /// `seq_now` is the caller's next sequence to send. Returns whether it cut.
+    /// A retransmission timeout (RFC 5681 §3.1): the threshold halves, and the window restarts
+    /// from its minimum in slow start, so that the resends of a whole window do not flood the
+    /// path that delayed it. Counts as a cut.
+    pub fn on_timeout(&mut self, seq_now: u64) {
+        let flight = self.cwnd;
+        self.ssthresh = (flight / 2).max(self.cfg.min_window_bytes);
+        self.cwnd = self.cfg.min_window_bytes;
+        self.ca_acked = 0;
+        self.cut_seq = Some(seq_now);
+        self.cuts += 1;
+    }
+
     pub fn on_congestion(&mut self, seq_now: u64) -> bool {
         if self.cut_seq.is_some() {
             return false;
@@ -147,6 +159,17 @@ mod tests {
         let w = AimdWindow::new(AimdConfig::default());
         assert_eq!(w.window(), 60_000);
         assert_eq!(w.ssthresh(), u64::MAX);
+    }
+
+    #[test]
+    fn a_timeout_restarts_from_the_minimum_with_half_the_window_as_threshold() {
+        let mut w = window(60_000, u64::MAX);
+        w.on_timeout(5);
+        assert_eq!((w.window(), w.ssthresh(), w.cuts()), (1500, 30_000, 1));
+        // Slow start up to the threshold again, and no further cut before seq 5 is acked.
+        assert!(!w.on_congestion(6));
+        w.on_ack(300, false, 5, 6);
+        assert_eq!(w.window(), 3000);
     }
 
     #[test]

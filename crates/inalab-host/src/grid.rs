@@ -9,14 +9,22 @@
 //! - Window: [`AimdWindow`] in bytes on the wire (§5.2: +1 MTU per aggregated result while below
 //!   the threshold, then +1 MTU per window; halve and set the threshold on a control packet or a
 //!   result echoing ECN, once per window). Initial window and threshold are the scheme's.
+//!   "Once per window" ends when a fragment sent after the cut is answered (results come out
+//!   of order: waiting for the oldest kept a worker whose oldest waited on a slow group from
+//!   ever cutting again).
 //! - A control packet (a collision at the node) for a fragment not yet answered halves the window
-//!   and queues the fragment to be sent again first, *without* `RESEND`: it must be aggregated
-//!   normally (§5.2, "to continue the aggregation"). A result that arrives first cancels it.
-//! - Loss (spec A6; the paper has none): a fragment unanswered for an RTO is sent again with
-//!   `RESEND` (a switch holding it flushes its partial sum, otherwise it goes to the PS alone),
-//!   the window is cut once per window, and the timeout doubles per expiry up to 64x. The RTO
-//!   is RFC 6298's from results of fragments sent once, at least `rto_ps` (queues on a policy's
-//!   path can hold milliseconds: a fixed 1 ms made a resend storm of Fig. 1's W2-W4 on L2).
+//!   and, half a smoothed RTT later, sends the fragment again ahead of the window, *without*
+//!   `RESEND`: it must be aggregated normally (§5.2, "to continue the aggregation"). Sent at
+//!   once it met the same holder round trip after round trip (the holder waits for its group's
+//!   slowest member), and each meeting cut the window again. A result first cancels it.
+//! - Loss (spec A6; the paper has none): a fragment unanswered for an RTO is taken for lost and
+//!   sent again with `RESEND` when the window has room for it (a switch holding it merges it;
+//!   see `GridSwitch`). The RTO is RFC 6298's, from results of fragments sent once (Karn), at
+//!   least `rto_ps`, backed off once per RTO up to 64 `rto_ps` until a sample; each timeout
+//!   restarts the window from one packet (RFC 5681). On Fig. 1 with two workers sharing a link
+//!   (1.5 Gbps each), a fixed 1 ms RTO, resends outside the window and halving on timeouts
+//!   together made a resend storm that never drained (the other workers' fragments wait at the
+//!   PS for that pair, and their RTT outgrew every RTO).
 //! - A request is `Done` once every fragment's result arrived (requests finish in order).
 //!
 //! # PS ([`GridServer`])
@@ -87,8 +95,13 @@ struct Flight {
     expiries: u32,
     /// Queued again after a control packet (sent without `RESEND`).
     collided: bool,
+    /// Dropped for a collision and waiting (its deadline) before it is sent again.
+    parked: bool,
     /// When it was first sent: its result is an RTT sample if it was sent once (Karn).
     sent: Time,
+    /// Its bytes count in the window's flight: not once it timed out (taken for lost) until it
+    /// is sent again.
+    counted: bool,
 }
 
 #[derive(Default)]
@@ -112,14 +125,19 @@ pub struct GridWorker {
     /// RFC 6298 RTT estimate: queues on a policy's paths can hold milliseconds, which a fixed
     /// timeout would take for loss (a storm of resends).
     rtt: RttEstimator,
+    /// When the RTO was last backed off.
+    backed_off: Time,
     /// Submitted tensors; their fragments `next_send..blocks.next` are not sent yet.
     blocks: Blocks,
     next_send: u64,
     flights: BTreeMap<u64, Flight>,
     in_flight_bytes: u64,
     deadlines: BTreeSet<(Time, u64)>,
-    /// Fragments to send again, first: (fragment, with `RESEND`).
-    again: VecDeque<(u64, bool)>,
+    /// Fragments a switch dropped for a collision, to send again first (without `RESEND`).
+    again: VecDeque<u64>,
+    /// Fragments that timed out, to send again with `RESEND`, oldest first (the one every other
+    /// worker's window waits on) as the window has room.
+    lost: BTreeSet<u64>,
     events: VecDeque<HostEvent>,
     c: WorkerCounters,
 }
@@ -130,9 +148,11 @@ impl GridWorker {
         ensure!(target.fan_in >= 1 && target.fan_in <= GridHeader::MAX_FAN_IN, "fan_in {} is not in 1..=64", target.fan_in);
         ensure!(target.position < target.fan_in, "position {} is not below the fan-in {}", target.position, target.fan_in);
         let window = AimdWindow::new(cfg.aimd.clone());
-        let rtt = RttEstimator::new(RttConfig { initial_rto_ps: cfg.rto_ps, min_rto_ps: cfg.rto_ps, max_rto_ps: cfg.rto_ps * 1000, ..RttConfig::default() });
+        let max_rto_ps = cfg.rto_ps.saturating_mul(MAX_BACKOFF as u64);
+        let rtt = RttEstimator::new(RttConfig { initial_rto_ps: cfg.rto_ps, min_rto_ps: cfg.rto_ps, max_rto_ps, ..RttConfig::default() });
         Ok(GridWorker {
             rtt,
+            backed_off: 0,
             cfg,
             me,
             ps,
@@ -144,6 +164,7 @@ impl GridWorker {
             in_flight_bytes: 0,
             deadlines: BTreeSet::new(),
             again: VecDeque::new(),
+            lost: BTreeSet::new(),
             events: VecDeque::new(),
             c: WorkerCounters::default(),
         })
@@ -174,8 +195,9 @@ impl GridWorker {
     }
 
     fn arm(&mut self, frag: u64, now: Time) {
+        // The worker's one backed-off RTO (RFC 6298), not a per-fragment doubling on top of it.
         let f = self.flights.get_mut(&frag).expect("in flight");
-        let at = now + self.rtt.rto().saturating_mul((1u64 << f.expiries.min(6)).min(MAX_BACKOFF as u64));
+        let at = now + self.rtt.rto();
         f.deadline = Some(at);
         self.deadlines.insert((at, frag));
     }
@@ -206,26 +228,47 @@ impl GridWorker {
             return;
         }
         self.disarm(frag);
-        if let Some(f) = self.flights.remove(&frag).filter(|f| f.expiries == 0 && !f.collided) {
+        let f = self.flights.remove(&frag).expect("in flight");
+        // Karn: a fragment sent again after a timeout gives no sample (which copy is this the
+        // answer to?); one a switch dropped for a collision does, from its resend.
+        if f.expiries == 0 {
             self.rtt.sample(now.saturating_sub(f.sent));
+        } else {
+            self.rtt.on_progress();
         }
-        self.again.retain(|&(g, _)| g != frag);
+        self.again.retain(|&g| g != frag);
+        self.lost.remove(&frag);
         let size = self.size(tensor, frag) as u64;
-        self.in_flight_bytes = self.in_flight_bytes.saturating_sub(size);
-        self.window.on_ack(size, h.has(GridHeader::FLAG_ECN), self.oldest(), self.next_send);
+        if f.counted {
+            self.in_flight_bytes -= size;
+        }
+        // Once per window means: until a fragment sent after the cut is answered. Not until
+        // the oldest is: results come out of order, and a worker whose oldest fragment waits
+        // for a slow group would never cut again (its window kept the marked queue full while
+        // the others, cut every round trip, fell to one packet).
+        self.window.on_ack(size, h.has(GridHeader::FLAG_ECN), frag + 1, self.next_send);
         self.c.results += 1;
         self.events.extend(self.blocks.finish(tensor, frag, values));
     }
 
-    fn on_control(&mut self, h: GridHeader) {
+    fn on_control(&mut self, now: Time, h: GridHeader) {
         let frag = self.frag_of(h.frag);
-        // A control packet for a fragment already answered (or queued again) changes nothing.
-        let Some(f) = self.flights.get_mut(&frag).filter(|f| f.deadline.is_some()) else { return };
+        // A control packet for a fragment already answered, queued again or waiting changes
+        // nothing.
+        let Some(f) = self.flights.get_mut(&frag).filter(|f| f.deadline.is_some() && !f.parked) else { return };
         f.collided = true;
         self.c.controls += 1;
         self.window.on_congestion(self.next_send);
         self.disarm(frag);
-        self.again.push_front((frag, false));
+        // The unit stays held until its fragment's slowest member arrives: sent again at once,
+        // the fragment met the same holder round trip after round trip (and halved the window
+        // each time, down to one packet). It waits half a smoothed RTT (a result's wait for the
+        // slowest contribution) first.
+        let wait = self.rtt.srtt().map_or(self.cfg.rto_ps, |s| s / 2).max(1);
+        let f = self.flights.get_mut(&frag).expect("in flight");
+        f.parked = true;
+        f.deadline = Some(now + wait);
+        self.deadlines.insert((now + wait, frag));
     }
 
     pub fn window_bytes(&self) -> u64 {
@@ -250,7 +293,7 @@ impl HostProtocol for GridWorker {
             return;
         }
         if h.has(GridHeader::FLAG_CONTROL) {
-            self.on_control(h);
+            self.on_control(now, h);
         } else if h.has(GridHeader::FLAG_RESULT) {
             self.on_result(now, h, &pkt);
         } else {
@@ -259,6 +302,7 @@ impl HostProtocol for GridWorker {
     }
 
     fn handle_timeout(&mut self, now: Time) {
+        let mut expired = false;
         while let Some(&(at, frag)) = self.deadlines.first() {
             if at > now {
                 break;
@@ -266,24 +310,59 @@ impl HostProtocol for GridWorker {
             self.deadlines.remove(&(at, frag));
             let f = self.flights.get_mut(&frag).expect("a deadline is a fragment in flight");
             f.deadline = None;
+            if std::mem::take(&mut f.parked) {
+                self.again.push_back(frag);
+                continue;
+            }
+            expired = true;
             f.expiries += 1;
-            self.window.on_congestion(self.next_send);
-            self.again.push_back((frag, true));
+            let (tensor, counted) = (f.tensor, std::mem::take(&mut f.counted));
+            if counted {
+                self.in_flight_bytes -= self.size(tensor, frag) as u64;
+            }
+            self.lost.insert(frag);
+        }
+        if expired && now >= self.backed_off + self.rtt.rto() {
+            // Once per RTO, as the back-off below: the window restarts from one packet (TCP's
+            // rule). Halving it left a worker whose window waited on a slow group resending
+            // the whole window every RTO into the path that slowed that group.
+            self.window.on_timeout(self.next_send);
+            // RFC 6298 5.5, once per RTO (a window's fragments expire one by one): fragments
+            // sent from now on wait the backed-off RTO as well, until a fragment sent once is
+            // answered. Without it no sample ever came again once the RTT (the wait at the PS
+            // for the slowest group) outgrew the RTO: every fragment timed out, and Karn's rule
+            // discarded every answer.
+            self.backed_off = now;
+            self.rtt.on_timeout();
         }
     }
 
     fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
-        // Fragments to send again go first (they are in flight already: no window check, or a
-        // collapsed window would hold back the very fragments it waits for).
-        if let Some((frag, resend)) = self.again.pop_front() {
-            let tensor = self.flights[&frag].tensor;
+        // Fragments to send again go first. One a switch dropped for a collision is still
+        // counted in flight and goes at once (a halved window would hold back the very fragment
+        // its group waits for); one that timed out waits for room in the window like a new one,
+        // so that a queue that delays every fragment past its RTO (the fast workers' wait at
+        // the PS for a congested group) does not double its own load with resends.
+        if let Some(frag) = self.again.pop_front() {
+            let f = self.flights.get_mut(&frag).expect("in flight");
+            f.sent = now;
+            let tensor = f.tensor;
             self.arm(frag, now);
-            if resend {
-                self.c.resent += 1;
-            } else {
-                self.c.collision_resends += 1;
+            self.c.collision_resends += 1;
+            return Some(self.gradient(tensor, frag, false));
+        }
+        if let Some(&frag) = self.lost.first() {
+            let tensor = self.flights[&frag].tensor;
+            let size = self.size(tensor, frag) as u64;
+            if self.in_flight_bytes + size > self.window.window() {
+                return None;
             }
-            return Some(self.gradient(tensor, frag, resend));
+            self.lost.pop_first();
+            self.in_flight_bytes += size;
+            self.flights.get_mut(&frag).expect("in flight").counted = true;
+            self.arm(frag, now);
+            self.c.resent += 1;
+            return Some(self.gradient(tensor, frag, true));
         }
         let frag = self.next_send;
         if frag == self.blocks.next {
@@ -297,7 +376,7 @@ impl HostProtocol for GridWorker {
         }
         self.next_send += 1;
         self.in_flight_bytes += size;
-        self.flights.insert(frag, Flight { tensor, deadline: None, expiries: 0, collided: false, sent: now });
+        self.flights.insert(frag, Flight { tensor, deadline: None, expiries: 0, collided: false, parked: false, sent: now, counted: true });
         self.arm(frag, now);
         self.c.sent += 1;
         Some(self.gradient(tensor, frag, false))
@@ -641,19 +720,27 @@ mod tests {
             let h = GridHeader { job: 1, frag, node: S, bitmap: 1, fan_in: 2, flags: GridHeader::FLAG_CONTROL | GridHeader::FLAG_COLLISION | GridHeader::FLAG_ECN };
             Packet::new(S, 0, 0, 9, 66, Header::Grid(h))
         };
-        w.handle_packet(1, control(3));
-        w.handle_packet(1, control(4)); // same window: no second cut
+        let result = |frag: u32| {
+            let mut r = Packet::new(PS, 9, 0, 9, 322, Header::Grid(GridHeader { job: 1, frag, node: PS, flags: GridHeader::FLAG_RESULT, ..GridHeader::default() }));
+            r.payload = Some(Box::new(Payload::I32(vec![2; 64])));
+            r
+        };
+        w.handle_packet(100, result(0)); // an RTT sample of 100 ps
+        let w0 = w0 + 1500;
+        w.handle_packet(101, control(3));
+        w.handle_packet(101, control(4)); // same window: no second cut
         assert_eq!(w.window_bytes(), w0 / 2);
-        let again = drain(&mut w, 2);
-        assert_eq!(again.iter().map(|p| (header(p).frag, header(p).flags)).collect::<Vec<_>>(), vec![(4, 0), (3, 0)], "first, without RESEND");
+        assert!(drain(&mut w, 102).is_empty(), "parked for half the smoothed RTT");
+        assert_eq!(w.poll_timeout(), Some(151));
+        w.handle_timeout(151);
+        let again = drain(&mut w, 151);
+        assert_eq!(again.iter().map(|p| (header(p).frag, header(p).flags)).collect::<Vec<_>>(), vec![(3, 0), (4, 0)], "first, without RESEND");
         // A result for fragment 5, then a control packet for it: ignored.
-        let mut r = Packet::new(PS, 9, 0, 9, 322, Header::Grid(GridHeader { job: 1, frag: 5, node: PS, flags: GridHeader::FLAG_RESULT, ..GridHeader::default() }));
-        r.payload = Some(Box::new(Payload::I32(vec![2; 64])));
-        w.handle_packet(3, r);
+        w.handle_packet(160, result(5));
         let before = w.counters();
-        w.handle_packet(4, control(5));
+        w.handle_packet(161, control(5));
         assert_eq!(w.counters(), before);
-        assert!(drain(&mut w, 4).iter().all(|p| header(p).frag != 5));
+        assert!(drain(&mut w, 161).iter().all(|p| header(p).frag != 5));
     }
 
     #[test]

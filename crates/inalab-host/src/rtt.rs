@@ -67,6 +67,13 @@ impl RttEstimator {
         self.backoffs = self.backoffs.saturating_add(1);
     }
 
+    /// New data was acknowledged, from a retransmission (no sample, by Karn's rule): the path
+    /// works again, so the back-off ends (as Linux does on an ACK of new data) and the RTO is
+    /// the last estimate's.
+    pub fn on_progress(&mut self) {
+        self.backoffs = 0;
+    }
+
     /// The current RTO, ps.
     pub fn rto(&self) -> Time {
         let factor = 1u64.checked_shl(self.backoffs).unwrap_or(u64::MAX);
@@ -104,6 +111,17 @@ mod tests {
         e.sample(80 * US);
         // RTTVAR = (3 x 20 + 40) / 4 = 25; SRTT = (7 x 40 + 80) / 8 = 45; RTO = 45 + 100.
         assert_eq!((e.srtt(), e.rto()), (Some(45 * US), 145 * US));
+    }
+
+    #[test]
+    fn progress_ends_the_back_off_and_keeps_the_estimate() {
+        let mut e = est();
+        e.sample(40 * US);
+        e.on_timeout();
+        e.on_timeout();
+        assert_eq!(e.rto(), 480 * US);
+        e.on_progress();
+        assert_eq!((e.srtt(), e.rto()), (Some(40 * US), 120 * US));
     }
 
     #[test]

@@ -26,11 +26,14 @@
 //!   group it covers), along the rest of its path to the PS, and the unit is freed.
 //!
 //! # A resend (`RESEND`, spec §1.4 step 4, after ATP's Fig. 17)
-//! If the unit holds its fragment, the packet is merged (when its bit is new) and leaves with
-//! the unit's partial sum and bitmap, freeing the unit; otherwise it goes on unchanged to the
-//! PS as an individual contribution (`COLLISION` set if another fragment held the unit). A
-//! resend never evicts, is never dropped for a collision and never starts an aggregation, so
-//! loss recovery cannot livelock against collisions.
+//! If the unit holds its fragment, the packet is merged (when its bit is new); a unit that is
+//! then complete leaves as usual, one untouched for `stale_timeout_ps` leaves with its partial
+//! sum and bitmap (a flush), and a live one keeps waiting (choice: the spec flushes at once,
+//! which left the members still on their way a unit nobody completes: on Fig. 1 a worker slowed
+//! by a shared link timed out, flushed, and every fragment then cost the others a timeout).
+//! Otherwise it goes on unchanged to the PS as an individual contribution (`COLLISION` set if
+//! another fragment held the unit). A resend never evicts, is never dropped for a collision
+//! and never starts an aggregation, so loss recovery cannot livelock against collisions.
 //!
 //! # Everything else
 //! Results, control packets, packets naming another node and packets of jobs not admitted here
@@ -96,6 +99,16 @@ struct Unit {
     ecn: bool,
     overflow: bool,
     ts: Time,
+    /// A tombstone: the fragment left early (a flush, or a resend that found the unit empty)
+    /// with `bitmap`'s members; the rest of its group passes on to the PS alone instead of
+    /// waiting here for bits that will never come. Any other fragment may take the unit.
+    left: bool,
+}
+
+impl Unit {
+    fn left(job: u32, frag: u32, bitmap: u64, now: Time) -> Unit {
+        Unit { job, frag, value: vec![], bitmap, count: 0, ecn: false, overflow: false, ts: now, left: true }
+    }
 }
 
 #[derive(Debug, Default, Clone)]
@@ -109,6 +122,7 @@ struct Counters {
     stale_evictions: u64,
     resend_flushes: u64,
     resend_forwards: u64,
+    passed_alone: u64,
     overflows: u64,
     rejected: u64,
 }
@@ -186,6 +200,23 @@ impl GridSwitch {
         let idx = self.index(&job, h.job, h.frag);
         let ecn = pkt.ecn || h.has(GridHeader::FLAG_ECN);
         let overflow = h.has(GridHeader::FLAG_OVERFLOW);
+        if self.pool.get(idx).is_some_and(|u| u.left && (u.job, u.frag) != (h.job, h.frag)) {
+            self.pool.take(idx);
+        }
+        if let Some(u) = self.pool.get_mut(idx).filter(|u| u.left) {
+            let first = u.bitmap & h.bitmap == 0;
+            if !first && !h.has(GridHeader::FLAG_RESEND) {
+                self.c.duplicates += 1;
+                return out.push(SwitchAction::Drop { pkt, reason: "grid_duplicate" });
+            }
+            // (A resend goes on even when its bit left before: the flush may have been lost.)
+            u.bitmap |= h.bitmap;
+            if u.bitmap == job.group {
+                self.pool.take(idx);
+            }
+            self.c.passed_alone += 1;
+            return out.push(SwitchAction::Route { pkt });
+        }
         let mine = self.pool.get(idx).map(|u| (u.job, u.frag) == (h.job, h.frag));
         let len = values(&pkt).map_or(0, |v| v.len());
         if mine == Some(true) && self.pool.get(idx).is_some_and(|u| u.value.len() != len) {
@@ -196,19 +227,37 @@ impl GridSwitch {
         if h.has(GridHeader::FLAG_RESEND) {
             return match mine {
                 Some(true) => {
-                    let mut u = self.pool.take(idx).expect("held");
-                    if u.bitmap & h.bitmap == 0 {
+                    let u = self.pool.get_mut(idx).expect("held");
+                    let stale = now.saturating_sub(u.ts) >= job.stale_timeout_ps;
+                    let new = u.bitmap & h.bitmap == 0;
+                    if new {
                         u.overflow |= values(&pkt).is_some_and(|v| saturating_add(&mut u.value, v)) || overflow;
                         u.bitmap |= h.bitmap;
+                        u.count = u.bitmap.count_ones() as u8;
+                        u.ts = now;
                     }
                     u.ecn |= ecn;
-                    self.c.resend_flushes += 1;
+                    let complete = u.count >= h.fan_in;
+                    if !complete && !stale {
+                        // The unit is alive: the members it lacks are on their way (or will
+                        // resend). Flushing it now would leave them a unit nobody completes.
+                        return out.push(SwitchAction::Drop { pkt, reason: if new { "grid_aggregated" } else { "grid_duplicate" } });
+                    }
+                    let u = self.pool.take(idx).expect("held");
+                    if complete {
+                        self.c.completions += 1;
+                    } else {
+                        self.c.resend_flushes += 1;
+                        self.pool.insert(idx, Unit::left(h.job, h.frag, u.bitmap, now));
+                    }
                     self.emit(h, pkt, u, out)
                 }
                 other => {
                     let mut h = h;
-                    if other == Some(false) {
-                        h.flags |= GridHeader::FLAG_COLLISION;
+                    match other {
+                        Some(_) => h.flags |= GridHeader::FLAG_COLLISION,
+                        // Its group may gather here later: they must not wait for this bit.
+                        None => _ = self.pool.insert(idx, Unit::left(h.job, h.frag, h.bitmap, now)),
                     }
                     self.c.resend_forwards += 1;
                     let mut pkt = pkt;
@@ -249,7 +298,7 @@ impl GridSwitch {
             None => {
                 let value = values(&pkt).map(|v| v.to_vec()).unwrap_or_default();
                 let count = h.bitmap.count_ones() as u8;
-                self.pool.insert(idx, Unit { job: h.job, frag: h.frag, value, bitmap: h.bitmap, count, ecn, overflow, ts: now })
+                self.pool.insert(idx, Unit { job: h.job, frag: h.frag, value, bitmap: h.bitmap, count, ecn, overflow, ts: now, left: false })
             }
         };
         if u.count < h.fan_in {
@@ -327,6 +376,7 @@ impl SwitchProgram for GridSwitch {
             ("stale_evictions", c.stale_evictions),
             ("resend_flushes", c.resend_flushes),
             ("resend_forwards", c.resend_forwards),
+            ("passed_alone", c.passed_alone),
             ("overflows", c.overflows),
             ("rejected", c.rejected),
         ]
@@ -455,17 +505,36 @@ mod tests {
     }
 
     #[test]
-    fn t8_t9_resends_flush_a_partial_unit_then_go_on_alone() {
+    fn t8_t9_resends_join_a_live_unit_flush_a_stale_one_then_go_on_alone() {
         let mut s = switch(8);
         run(&mut s, 0, grad(1, 0, 0, ME, 0, vec![1]));
-        let out = run(&mut s, 5, grad(1, 0, 1, ME, H::FLAG_RESEND, vec![10]));
+        // A live unit (touched 5 ps ago; stale after 1000): merged, or a duplicate, and kept.
+        assert_eq!(dropped(&run(&mut s, 5, grad(1, 0, 1, ME, H::FLAG_RESEND, vec![10]))), "grid_aggregated");
+        assert_eq!(dropped(&run(&mut s, 6, grad(1, 0, 0, ME, H::FLAG_RESEND, vec![1]))), "grid_duplicate");
+        assert_eq!(s.aggregators_in_use(), 1);
+        // Untouched for the stale timeout: a resend flushes the partial sum.
+        let out = run(&mut s, 1005, grad(1, 0, 1, ME, H::FLAG_RESEND, vec![10]));
         let (p, h) = routed(&out);
-        assert_eq!((vals(p), h.bitmap), (vec![11], 0b011), "the partial sum with the resend merged");
+        assert_eq!((vals(p), h.bitmap), (vec![11], 0b011), "the partial sum, the resend not added twice");
+        // The unit keeps a tombstone: the member still missing passes on alone, and frees it.
+        assert_eq!(s.aggregators_in_use(), 1);
+        let out = run(&mut s, 1006, grad(1, 0, 2, ME, 0, vec![100]));
+        let (p, h) = routed(&out);
+        assert_eq!((vals(p), h.bitmap), (vec![100], 0b100), "alone: its group left");
         assert_eq!(s.aggregators_in_use(), 0);
-        let out = run(&mut s, 6, grad(1, 0, 2, ME, H::FLAG_RESEND, vec![100]));
+        assert_eq!((counter(&s, "resend_flushes"), counter(&s, "passed_alone")), (1, 1));
+        // A resend that finds the unit empty goes on alone and leaves a tombstone; a new
+        // fragment takes that unit at once.
+        let out = run(&mut s, 1500, grad(1, 0, 2, ME, H::FLAG_RESEND, vec![7]));
         let (p, h) = routed(&out);
-        assert_eq!((vals(p), h.bitmap), (vec![100], 0b100), "alone: nothing held");
-        assert_eq!((counter(&s, "resend_flushes"), counter(&s, "resend_forwards")), (1, 1));
+        assert_eq!((vals(p), h.bitmap, counter(&s, "resend_forwards")), (vec![7], 0b100, 1));
+        assert_eq!(dropped(&run(&mut s, 1501, grad(1, 8, 0, ME, 0, vec![1]))), "grid_aggregated");
+        // A resend that completes a unit completes it.
+        run(&mut s, 2000, grad(1, 1, 0, ME, 0, vec![1]));
+        run(&mut s, 2001, grad(1, 1, 1, ME, 0, vec![1]));
+        let out = run(&mut s, 2002, grad(1, 1, 2, ME, H::FLAG_RESEND, vec![1]));
+        let (p, h) = routed(&out);
+        assert_eq!((vals(p), h.bitmap, counter(&s, "completions")), (vec![3], 0b111, 1));
     }
 
     #[test]
