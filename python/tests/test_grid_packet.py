@@ -87,3 +87,32 @@ def test_a_congested_policy_sums_exactly_under_loss():
     j = r.jobs.iloc[0]
     assert j.finished and j.payload_checked == 16 and j.payload_errors == 0
     assert sum(c.get("resend_flushes", 0) + c.get("passed_alone", 0) for c in r.switches.counters) > 0
+
+
+def test_baseline_policies_carry_the_flow_model_s_choices():
+    from inalab.analysis.grid import baseline_policy
+
+    pb = load_analysis("grid-fig1").problem()
+    sml = baseline_policy(pb, "switchml")
+    assert {w["worker"]: w["aggregation_node"] for w in sml["workers"]} == {
+        "W1": "S1", "W2": "S1", "W3": "S1", "W4": "S1", "W5": "S2", "W6": "S2", "W7": "S3", "W8": "S3"}
+    ger = baseline_policy(pb, "geryon")
+    assert all(w["aggregation_node"] == "PS" for w in ger["workers"])
+    # Geryon's flow, decomposed: three of S1's workers over L1, W4 over L2 and L3 (the paper's).
+    assert sorted(tuple(w["path"][1:-1]) for w in ger["workers"][:4]) == [("S1", "S2", "S3")] + [("S1", "S3")] * 3
+    with pytest.raises(ConfigError, match="allowed values: switchml, geryon"):
+        baseline_policy(pb, "ring")
+
+
+def test_fig1_on_packets_orders_grid_atp_and_geryon(tmp_path):
+    from inalab.reproduce import REPRODUCTIONS
+    from inalab.reproduce.grid_packet import GridMotivatingPacket
+
+    assert "grid-motivating-packet" in REPRODUCTIONS
+    rep = GridMotivatingPacket(size="4MiB")
+    rows = rep.run(lambda _msg: None)
+    assert rows.finished.all()
+    rate = rows.set_index("policy").rate_gbps
+    best = rep.best(rows).rate_gbps
+    assert best >= 0.85 * 3 and best >= 2.5 * rate["on GRID's data plane"].min() and best >= 1.15 * rate["ATP's data plane (2 levels)"]
+    assert "Where and why" in rep.explain(rows) and rep.plot(rows, tmp_path / "f.png").exists()

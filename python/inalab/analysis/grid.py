@@ -259,6 +259,49 @@ def plan_grid_best(pb: Problem, seed: int = 1, trials: int = 1) -> GridPlan:
     return best[1]
 
 
+def baseline_policy(pb: Problem, scheme: str) -> dict:
+    """A baseline as a policy for GRID's data plane (spec §1.7.6: the same packets, switches and
+    congestion control, so that only where gradients go differs):
+
+    * ``"switchml"`` (SwitchML "accelerated", GRID §6.1): a worker aggregates at its ToR if that
+      is programmable, else at the PS; default routes (the flow model's);
+    * ``"geryon"``: no aggregation; each worker sends to the PS on one path, taken from the
+      flow-level Geryon plan by decomposing its flow (each worker in turn follows the link
+      carrying the most flow left; a worker's rate is then taken off that path).
+
+    ``feasible_rate_gbps`` is the flow model's rate of that scheme."""
+    from .flow_model import geryon, switchml
+
+    n = pb.name
+    if scheme == "switchml":
+        res = switchml(pb)
+        tor_of = {w: pb.net.default_path(w, pb.ps, salt=w)[1] for w in pb.workers}
+        node = {w: tor_of[w] if tor_of[w] in pb.capacity else pb.ps for w in pb.workers}
+        workers = [{"worker": n(w), "aggregation_node": n(node[w]), "path": [n(w), n(node[w])]} for w in pb.workers]
+        tors = sorted({v for v in node.values() if v != pb.ps})
+        switches = [{"switch": n(s), "workers": sorted(n(w) for w in pb.workers if node[w] == s),
+                     "path_to_ps": [n(x) for x in pb.net.default_path(s, pb.ps, salt=s)]} for s in tors]
+    elif scheme == "geryon":
+        res = geryon(pb)
+        left = dict(res.link_load)
+        workers = []
+        for w in pb.workers:
+            path = [w]
+            while path[-1] != pb.ps:
+                out = [(f, v) for (u, v), f in left.items() if u == path[-1] and v not in path]
+                if not out:
+                    raise ValueError(f"Geryon's flow has no path from {n(w)} to the PS")
+                path.append(max(out)[1])
+            for e in zip(path, path[1:]):
+                left[e] = left[e] - res.rate
+            workers.append({"worker": n(w), "aggregation_node": n(pb.ps), "path": [n(x) for x in path]})
+        switches = []
+    else:
+        raise ConfigError("scheme", f"no baseline policy for {scheme!r}; allowed values: switchml, geryon")
+    return {"kind": "grid-routing-policy", "version": 1, "ps": n(pb.ps), "baseline": scheme,
+            "rate_gbps": res.rate, "feasible_rate_gbps": res.rate, "workers": workers, "switches": switches}
+
+
 def policy_for_job(policy, workers: list[str], servers: list[str], field: str = "policy") -> dict:
     """A routing policy (``GridPlan.policy()``, or the path of a file holding it) as the ``grid``
     scheme takes it: per worker, in the job's order, its aggregation node and its whole path to

@@ -90,4 +90,4 @@ def markdown_table(rows: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
     return "\n".join(lines)
 
 
-from . import atp_congestion, atp_dynamic_static, atp_hash_vs_linear, atp_loss, atp_multi_rack, atp_single_job, dsa_jct, dsa_policy_ablation, canary, grid_large_scale, grid_motivating, rina_incremental, rina_packet  # noqa: E402,F401  (registers them)
+from . import atp_congestion, atp_dynamic_static, atp_hash_vs_linear, atp_loss, atp_multi_rack, atp_single_job, dsa_jct, dsa_policy_ablation, canary, grid_large_scale, grid_motivating, grid_packet, rina_incremental, rina_packet  # noqa: E402,F401  (registers them)

@@ -1,0 +1,182 @@
+"""GRID at packet level: Fig. 1 carried out on packets (issue 18), the flow model's rates checked
+against what the data plane delivers."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from . import markdown_table, register, simulate_all
+
+FIG1_WORKERS = [f"W{i}" for i in range(1, 9)]
+# Bytes on the wire per GRID packet and of its values: what a worker's useful rate is counted in.
+GRID_PACKET, GRID_VALUES = 322, 256
+
+
+def fig1_topology() -> dict:
+    import tomllib
+
+    from ..analysis.scenario import shipped_analyses
+
+    return tomllib.loads(shipped_analyses()["grid-fig1"].read_text())["topology"]
+
+
+def fig1_scenario(scheme: str, policy: dict | None, size: str, ina: dict | None = None) -> dict:
+    """Fig. 1's network (3 Gbps links, a 9 Gbps PS link, switches processing 9 Gbps of what they
+    aggregate) with one job of 8 workers; ``policy`` for the ``grid`` data plane."""
+    job = {"name": scheme, "scheme": scheme, "allreduce": size, "iterations": 1, "workers": FIG1_WORKERS,
+           "servers": ["PS"]}
+    if policy is not None:
+        job["policy"] = policy
+    if ina:
+        job["ina"] = ina
+    return {"name": f"grid-fig1-packet-{scheme}", "seed": 1, "payload": False, "stop": "20s",
+            "topology": fig1_topology(), "network": {"switch_capacity": {s: "9Gbps" for s in ("S1", "S2", "S3")}},
+            "jobs": [job]}
+
+
+def rounding_classes(seeds=range(1, 61)) -> dict[float, dict]:
+    """R-GRIA's roundings of Fig. 1 by feasible rate: the first seed's policy of each class."""
+    from ..analysis import load_analysis
+    from ..analysis.grid import plan_grid
+
+    pb = load_analysis("grid-fig1").problem()
+    out: dict[float, dict] = {}
+    for seed in seeds:
+        p = plan_grid(pb, seed).policy()
+        out.setdefault(round(p["feasible_rate_gbps"], 4), p)
+    return dict(sorted(out.items()))
+
+
+def measure_rates(r) -> list[dict]:
+    """One row per job: completion, and the workers' sending rates (Gbps): ``send_gbps`` the
+    slowest worker's access-link bytes over the job's time (what iftop shows, resends included),
+    ``useful_gbps`` the gradient's own packets (GRID's 322-B packets of 256 B of values)."""
+    j = r.jobs.iloc[0]
+    up = r.links[r.links.src.isin(FIG1_WORKERS)]
+    send = float((up.tx_bytes * 8 / j.jct_s / 1e9).min()) if j.finished else 0.0
+    useful = j.bytes_per_iteration * 8 * GRID_PACKET / GRID_VALUES / j.jct_s / 1e9 if j.finished else 0.0
+    resent = sum(c.get("resent", 0) for c in r.hosts.counters)
+    return [{"finished": bool(j.finished), "jct_s": float(j.jct_s), "send_gbps": send, "useful_gbps": float(useful),
+             "resent": int(resent)}]
+
+
+class GridMotivatingPacket:
+    name = "grid-motivating-packet"
+    claim = ("GRID Fig. 1 on packets: with 1 PS (9 Gbps ingress), 8 workers, 3 programmable switches "
+             "(9 Gbps) and 3 Gbps links, GRID's routing policy lets every worker send at 3 Gbps, against "
+             "2.43 with ATP and 1 with Geryon; each R-GRIA rounding delivers its feasible rate.")
+
+    def __init__(self, size: str = "16MiB"):
+        self.size = size
+
+    def runs(self) -> list[tuple[dict, dict]]:
+        from ..analysis import load_analysis
+        from ..analysis.grid import baseline_policy
+
+        pb = load_analysis("grid-fig1").problem()
+        runs = []
+        for feasible, p in rounding_classes().items():
+            runs.append(({"scheme": "grid", "policy": f"R-GRIA seed {p['seed']}", "feasible_gbps": feasible},
+                         fig1_scenario("grid", p, self.size)))
+        for base in ("switchml", "geryon"):
+            p = baseline_policy(pb, base)
+            runs.append(({"scheme": base, "policy": "on GRID's data plane", "feasible_gbps": p["feasible_rate_gbps"]},
+                         fig1_scenario("grid", p, self.size)))
+        from ..analysis.flow_model import atp
+
+        runs.append(({"scheme": "atp", "policy": "ATP's data plane (2 levels)", "feasible_gbps": float(atp(pb).rate)},
+                     fig1_scenario("atp", None, self.size)))
+        return runs
+
+    def run(self, progress) -> pd.DataFrame:
+        df = simulate_all(self.name, self.runs(), progress, measure=measure_rates)
+        df = df[["scheme", "policy", "feasible_gbps", "finished", "jct_s", "send_gbps", "useful_gbps", "resent"]].copy()
+        grid_rows = df.scheme != "atp"
+        df["rate_gbps"] = df.useful_gbps.where(grid_rows, df.send_gbps)
+        df["vs_feasible"] = df.rate_gbps / df.feasible_gbps
+        return df.reset_index(drop=True)
+
+    @staticmethod
+    def best(rows: pd.DataFrame) -> pd.Series:
+        g = rows[rows.scheme == "grid"]
+        return g.loc[g.feasible_gbps.idxmax()]
+
+    # Tolerances (issue 18): GRID's best policy at least 0.85 x 3 Gbps, 2.5x Geryon and 1.15x ATP;
+    # every rounding class within 15 % of its flow-level feasible rate.
+    def holds(self, rows: pd.DataFrame) -> bool:
+        if not rows.finished.all():
+            return False
+        best = self.best(rows).rate_gbps
+        rate = rows.set_index("scheme").rate_gbps
+        classes = rows[rows.scheme == "grid"]
+        return bool(best >= 0.85 * 3.0 and best / rate["geryon"] >= 2.5 and best / rate["atp"] >= 1.15
+                    and (abs(classes.vs_feasible - 1) <= 0.15).all())
+
+    def explain(self, rows: pd.DataFrame) -> str:
+        best = self.best(rows)
+        rate = rows.set_index("scheme").rate_gbps
+        classes = rows[rows.scheme == "grid"]
+        within = ", ".join(f"{r.feasible_gbps:g}: {r.vs_feasible:.2f}" for r in classes.itertuples())
+        show = rows.astype(object).where(rows.notna(), "-")
+        return f"""# {self.name} (GRID Fig. 1 at packet level)
+
+**Claim.** {self.claim}
+
+**Command.** `inalab reproduce {self.name}` (Fig. 1's network from
+`python/inalab/scenarios/analysis/grid-fig1.toml`, one allreduce of {self.size} per worker, metadata
+mode; `switch_capacity` 9 Gbps at S1-S3, charged only to the packets a switch aggregates).
+
+**Our result** (`holds` = {self.holds(rows)}). `rate_gbps` is a worker's useful sending rate: the
+gradient's own packets (322 B on the wire per 256 B of values) over the allreduce's time, the
+same for every worker since each waits for the global sum; for ATP, whose packets differ, the
+slowest worker's access-link bytes (`send_gbps`, resends included). `feasible_gbps` is the flow
+model's rate of the same policy (`inalab plan grid`, `inalab analyze grid-fig1`).
+
+{markdown_table(show)}
+
+* GRID's best rounding: **{best.rate_gbps:.2f} Gbps** ({best.rate_gbps / 3:.0%} of 3), {best.rate_gbps / rate['geryon']:.2f}x
+  Geryon (needs 2.5) and {best.rate_gbps / rate['atp']:.2f}x ATP (needs 1.15).
+* Each rounding class against its feasible rate (feasible: achieved / feasible): {within}
+  (tolerance 15 %).
+
+**Where and why they differ.**
+
+* The flow model's rates are fluid. On packets the classes whose policy sends two or three of
+  S2's group over L2 (S1-S2) fall short of their feasible rate by the AIMD saw-tooth of the
+  pair sharing L2 and by the resends of the first round trips (slow start overshoots the
+  3 Gbps link before the first ECN echo; the `resent` column). The uncongested classes deliver
+  their rate to the percent.
+* ATP lands below the flow model's 2.4375 ({rate['atp']:.2f}): the flow model lets S1's
+  aggregation overflow to S3 once S1's 9 Gbps are used (2.25 + 0.75 / 4), while inalab's ATP
+  data plane has no capacity-triggered bypass: S1's processing queue marks ECN and the job
+  settles near S1's 9 / 4 = 2.25 Gbps per worker.
+* SwitchML and Geryon run on GRID's data plane with their own routing (spec §1.7.6): the
+  same packets, windows and result multicast, so only where gradients go differs. Geryon's
+  per-worker paths decompose its flow (W4 over S1-S2-S3, as the paper draws it).
+* GRID's windows are the paper's (+1 MTU per 322-B result in slow start: 4.7x per round trip);
+  the loss recovery, the RTO and the tombstones that keep it live are inalab's (docs/grid.md).
+"""
+
+    def plot(self, rows: pd.DataFrame, path: Path) -> Path:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 3.3))
+        labels = [f"{r.scheme}\n{r.policy.replace('R-GRIA ', '')}" for r in rows.itertuples()]
+        x = range(len(rows))
+        ax.bar([i - 0.2 for i in x], rows.feasible_gbps, 0.4, label="flow model (feasible)")
+        ax.bar([i + 0.2 for i in x], rows.rate_gbps, 0.4, label="packets")
+        ax.set_xticks(list(x), labels, fontsize=7)
+        ax.set_ylabel("worker rate (Gbps)")
+        ax.set_title("GRID Fig. 1 at packet level")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        return path
+
+
+register(GridMotivatingPacket())
