@@ -487,7 +487,8 @@ class Job(_Model):
         default_doc="ps, atp: the next free host", type_doc=_HOSTS_TYPE,
     )
     start: Duration = opt("0s", "Simulated time at which the job starts.")
-    jitter: Duration = opt("0s", "Each backward layer's compute is stretched by U(0, jitter).")
+    jitter: Duration = opt("0s", "Each backward layer's compute is stretched by U(0, jitter); with allreduce, each "
+                           "worker starts each allreduce U(0, jitter) late (stragglers).")
     send_order: Optional[list[str]] = opt(
         None, "The model's layer names in the order their gradients go to the allreduce; each waits until its "
         'backward pass ran and every one before it went (DSA §VII-B sends ["layer2.part0", "layer1.part0", '
@@ -523,8 +524,6 @@ class Job(_Model):
             raise ConfigError("allreduce", f"must be a positive multiple of 4 B (float32 values), got {self.allreduce} B")
         if self.allreduce is not None and "compute_scale" in self.model_fields_set:
             raise ConfigError("compute_scale", "applies only to model workloads (allreduce has no compute)")
-        if self.allreduce is not None and "jitter" in self.model_fields_set:
-            raise ConfigError("jitter", "applies only to model workloads (allreduce has no compute)")
         if self.send_order is not None:
             if self.allreduce is not None:
                 raise ConfigError("send_order", "applies only to model workloads (allreduce has one tensor)")

@@ -116,3 +116,15 @@ def test_fig1_on_packets_orders_grid_atp_and_geryon(tmp_path):
     best = rep.best(rows).rate_gbps
     assert best >= 0.85 * 3 and best >= 2.5 * rate["on GRID's data plane"].min() and best >= 1.15 * rate["ATP's data plane (2 levels)"]
     assert "Where and why" in rep.explain(rows) and rep.plot(rows, tmp_path / "f.png").exists()
+
+
+def test_rate_sync_keeps_aggregating_where_dropping_alone_waits_for_timeouts(tmp_path):
+    from inalab.reproduce.grid_packet import GridRateSync
+
+    rep = GridRateSync(size="1MiB", iterations=2, units=(256,))
+    rows = rep.run(lambda _msg: None)
+    assert rows.finished.all() and len(rows) == 4
+    on, off = rep._at(rows, 256, "200us", True), rep._at(rows, 256, "200us", False)
+    assert on.controls > 0 and off.controls == 0 and off.collisions > 0
+    assert off.rto_resends > 10 * max(on.rto_resends, 1) and off.switch_agg_gbps < 0.6 * on.switch_agg_gbps, rows
+    assert "control packets" in rep.explain(rows) and rep.plot(rows, tmp_path / "r.png").exists()

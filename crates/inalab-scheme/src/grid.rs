@@ -50,6 +50,7 @@ pub struct GridIna {
     pub stale_timeout_ps: u64,
     pub scale: f64,
     pub results: Results,
+    pub control_packets: bool,
 }
 
 impl Default for GridIna {
@@ -63,6 +64,7 @@ impl Default for GridIna {
             stale_timeout_ps: 2 * MS,
             scale: inalab_host::quant::ATP_SCALE,
             results: Results::Multicast,
+            control_packets: true,
         }
     }
 }
@@ -91,7 +93,7 @@ pub struct GridParams {
     pub policy: GridPolicy,
 }
 
-const PARAMS: [Param; 9] = [
+const PARAMS: [Param; 10] = [
     Param { name: "ina.header_bytes", default: "66", unit: "bytes", doc: "Bytes on the wire per GRID packet besides its 64 values: Ethernet 14, IPv4 20, UDP 8 and the 24-B GRID header; a full packet is 322 B." },
     Param { name: "ina.rto_ps", default: "1000000000", unit: "ps", doc: "A fragment without its result this long is sent again with RESEND (doubling per expiry up to 64x); the paper has no loss recovery (spec A6)." },
     Param { name: "ina.window_bytes", default: "60000", unit: "bytes", doc: "Initial window (GRID §5.2 gives none; inalab's ATP default). It grows by ina.increment per result while below the threshold, then per window, and halves on a control packet or an ECN echo." },
@@ -100,6 +102,7 @@ const PARAMS: [Param; 9] = [
     Param { name: "ina.stale_timeout_ps", default: "2000000000", unit: "ps", doc: "A unit untouched this long is taken by a colliding fragment (spec A14: 2 x ina.rto)." },
     Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the workers' float32 values (switches and PS sum int32): error at most workers / (2 scale) per value." },
     Param { name: "ina.results", default: "\"multicast\"", unit: "", doc: "How the PS returns a result: \"multicast\" = once, replicated by every switch on the shortest-path tree from the PS to the workers (spec §1.6; where the driver knows no links, as the UDP runtime, unicast); \"unicast\" = one copy per worker, which caps each worker at B/N on the PS's link." },
+    Param { name: "ina.control_packets", default: "true", unit: "", doc: "A switch whose unit is held by another fragment drops the packet and sends its sender a control packet (GRID §5.2's rate synchronization: halve, send again); false: it only drops, and the sender recovers by its timeout (the ablation)." },
     Param { name: "policy.workers", default: "[]", unit: "", doc: "Per worker rank: {target = aggregation node name (a programmable switch, or the PS), path = node names from the worker to the PS through the target}; from `inalab plan grid` through the scenario's policy. [] = every worker sends to the PS." },
 ];
 
@@ -243,7 +246,7 @@ impl Scheme for Grid {
                 Indexing::Hash => GridIndexing::Hash,
                 Indexing::Modulo => GridIndexing::Modulo,
             };
-            let state = Admission::new(GridSwitchJob { group, fan_in: g.len() as u8, indexing, stale_timeout_ps: i.stale_timeout_ps, control_bytes: i.header_bytes });
+            let state = Admission::new(GridSwitchJob { group, fan_in: g.len() as u8, indexing, stale_timeout_ps: i.stale_timeout_ps, control_bytes: i.control_packets.then_some(i.header_bytes) });
             plan.admissions.push(SwitchAdmission { switch: s, program: PROGRAM, state, field: "policy.workers" });
         }
         Ok(plan)

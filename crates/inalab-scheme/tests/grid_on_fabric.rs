@@ -42,7 +42,7 @@ fn run(cfg: Run) -> (u64, u64, u64) {
         f.lose(Links::All, Rule::chance(cfg.loss));
     }
     let switch = || GridSwitch::new(GridSwitchConfig { units: cfg.units });
-    let job = |group, fan_in| GridSwitchJob { group, fan_in, indexing: GridIndexing::Hash, stale_timeout_ps: 2 * RTO, control_bytes: 66 };
+    let job = |group, fan_in| GridSwitchJob { group, fan_in, indexing: GridIndexing::Hash, stale_timeout_ps: 2 * RTO, control_bytes: Some(66) };
     let mut leaf0 = switch();
     leaf0.admit_job(1, job(0b1111, 4));
     let mut leaf1 = switch();

@@ -85,8 +85,10 @@ pub struct GridSwitchJob {
     /// A unit of this job untouched this long is evicted by a colliding packet (spec A14: 2 x
     /// the workers' timeout).
     pub stale_timeout_ps: Time,
-    /// Bytes on the wire of a control packet to this job's workers (66: headers, no payload).
-    pub control_bytes: u32,
+    /// Bytes on the wire of the control packet a collision sends its sender (66: headers, no
+    /// payload); `None`: none is sent, the packet is only dropped and its sender recovers by
+    /// its timeout (the rate-synchronization ablation).
+    pub control_bytes: Option<u32>,
 }
 
 #[derive(Debug, Clone)]
@@ -187,7 +189,8 @@ impl GridSwitch {
 
     fn control(&mut self, now: Time, me: u32, job: &GridSwitchJob, h: &GridHeader, pkt: &Packet, out: &mut Vec<SwitchAction>) {
         let ch = GridHeader { flags: GridHeader::FLAG_CONTROL | GridHeader::FLAG_COLLISION | GridHeader::FLAG_ECN, node: me, ..*h };
-        let mut p = Packet::new(me, 0, pkt.src, pkt.src_port, job.control_bytes, Header::Grid(ch));
+        let Some(bytes) = job.control_bytes else { return };
+        let mut p = Packet::new(me, 0, pkt.src, pkt.src_port, bytes, Header::Grid(ch));
         p.ecn = true;
         p.created = now;
         self.c.control_sent += 1;
@@ -402,7 +405,7 @@ mod tests {
     }
 
     fn job(group: u64, fan_in: u8) -> GridSwitchJob {
-        GridSwitchJob { group, fan_in, indexing: GridIndexing::Modulo, stale_timeout_ps: 1000, control_bytes: 66 }
+        GridSwitchJob { group, fan_in, indexing: GridIndexing::Modulo, stale_timeout_ps: 1000, control_bytes: Some(66) }
     }
 
     fn grad(job: u32, frag: u32, w: u32, node: NodeId, flags: u8, vals: Vec<i32>) -> Packet {
@@ -493,6 +496,16 @@ mod tests {
         // The unit is unchanged: fragment 0 still completes with its own values.
         run(&mut s, 11, grad(1, 0, 1, ME, 0, vec![1]));
         assert_eq!(vals(routed(&run(&mut s, 12, grad(1, 0, 2, ME, 0, vec![1]))).0), vec![3]);
+    }
+
+    #[test]
+    fn without_control_packets_a_collision_only_drops() {
+        let mut s = GridSwitch::new(GridSwitchConfig { units: 1 });
+        s.admit_job(1, GridSwitchJob { control_bytes: None, ..job(0b111, 3) });
+        run(&mut s, 0, grad(1, 0, 0, ME, 0, vec![1]));
+        let out = run(&mut s, 1, grad(1, 1, 0, ME, 0, vec![1]));
+        assert_eq!((out.len(), dropped(&out)), (1, "grid_collision"));
+        assert_eq!((counter(&s, "collisions"), counter(&s, "control_sent")), (1, 0));
     }
 
     #[test]
