@@ -12,7 +12,7 @@ fn programs() -> Programs {
     let switch = SwitchSpec { node: 1, memory_bytes: 20_000 };
     let mut progs = Programs::new();
     for name in ["switchml", "atp"] {
-        let me = JobSpec { job: 0, config: serde_json::Value::Null, workers: vec![], servers: vec![], switches: vec![switch.clone()], key: String::new() };
+        let me = JobSpec { job: 0, config: serde_json::Value::Null, workers: vec![], servers: vec![], switches: vec![switch.clone()], key: String::new(), network: None };
         let view = RuntimeView::new(&me, Some(1), &|_| None);
         let scheme = inalab_scheme::by_name(name).unwrap();
         progs.install(scheme.name(), scheme.program(1, &view).unwrap()).unwrap();
@@ -22,7 +22,7 @@ fn programs() -> Programs {
         let config = scheme.normalize(&json!({"scheme": name, "ina": {"timeout_ps": 1_000_000_000u64, "pool_slots": 8}})).or_else(|_| scheme.normalize(&json!({"scheme": name}))).unwrap();
         let workers = (0..3).map(|r| WorkerSpec { node: 65537 + r, udp: "127.0.0.1:1".parse().unwrap(), rack: 1 }).collect();
         let servers = if name == "atp" { vec![ServerSpec { node: 2, rack: 1 }] } else { vec![] };
-        let spec = JobSpec { job, config, workers, servers, switches: vec![switch.clone()], key: String::new() };
+        let spec = JobSpec { job, config, workers, servers, switches: vec![switch.clone()], key: String::new(), network: None };
         let plan = spec.plan(Some(1), &|n| (n >= 65537).then(|| (n - 65537) as u16)).unwrap();
         for adm in plan.admissions.into_iter().filter(|a| a.switch == 1) {
             progs.admit_at(adm.program, job, adm.state).unwrap();

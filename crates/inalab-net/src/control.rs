@@ -32,6 +32,7 @@ use inalab_core::{HostProtocol, NodeId, PortId};
 use inalab_scheme::{scheme_of, JobSpec as SchemeJob, NetView, Plan, PlanError, Role, Scheme};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
@@ -91,6 +92,21 @@ pub struct JobSpec {
     /// The job's frame key, hex ([`crate::auth`]): every datagram of the job carries a tag made
     /// with it, which every receiver checks.
     pub key: String,
+    /// The deployment's network where the deployer knows it (a static fabric: `inalab
+    /// emulate`): node names and links, which a scheme's set-up may read (a routing policy that
+    /// names nodes, a multicast tree over the links). Default none: names and links unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkSpec>,
+}
+
+/// A deployment's nodes by name and its links, as a job's spec carries them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkSpec {
+    /// Node ids by name (hosts and switches).
+    pub names: BTreeMap<String, NodeId>,
+    /// Links between two nodes, each once.
+    pub links: Vec<[NodeId; 2]>,
 }
 
 impl JobSpec {
@@ -140,7 +156,8 @@ pub fn plan_err(e: PlanError) -> NetError {
 }
 
 /// The network as a job's spec describes it: every switch in it is programmable, hosts are
-/// known by their rack, and ports only at the switch that asks.
+/// known by their rack, and ports only at the switch that asks; node names and links where the
+/// spec carries its network ([`NetworkSpec`]).
 pub struct RuntimeView<'a> {
     spec: &'a JobSpec,
     me: Option<NodeId>,
@@ -168,7 +185,18 @@ impl NetView for RuntimeView<'_> {
         self.spec.switches.iter().find(|s| s.node == switch).map_or(0, |s| s.memory_bytes)
     }
     fn name(&self, node: NodeId) -> String {
-        format!("node {node}")
+        let named = self.spec.network.as_ref().and_then(|n| n.names.iter().find(|(_, &id)| id == node));
+        named.map_or_else(|| format!("node {node}"), |(name, _)| name.clone())
+    }
+    fn node_named(&self, name: &str) -> Option<NodeId> {
+        self.spec.network.as_ref()?.names.get(name).copied()
+    }
+    /// The spec's links of `switch`: at the switch that asks, with its ports toward its
+    /// neighbours; elsewhere the port is the link's place among the switch's links.
+    fn links(&self, switch: NodeId) -> Vec<(PortId, NodeId)> {
+        let Some(net) = &self.spec.network else { return vec![] };
+        let peers = net.links.iter().filter_map(|&[a, b]| if a == switch { Some(b) } else if b == switch { Some(a) } else { None });
+        peers.enumerate().map(|(k, peer)| (self.port_toward(switch, peer).unwrap_or(k as PortId), peer)).collect()
     }
     /// A runtime switch admits jobs one at a time, so nothing is split among future jobs.
     fn share(&self, _job: u32, _key: &str) -> (u32, u32) {

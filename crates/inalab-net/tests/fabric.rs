@@ -29,6 +29,7 @@ fn deploy(config: serde_json::Value, ps: bool) -> (Vec<SwitchHandle>, JobSpec, O
         servers: if ps { vec![ServerSpec { node: 105, rack: 2 }] } else { vec![] },
         switches: vec![SwitchSpec { node: 1, memory_bytes: 1_000_000 }, SwitchSpec { node: 2, memory_bytes: 1_000_000 }],
         key: "ab".repeat(32),
+        network: None,
     };
     let port = |node: u32, kind: &str, udp: SocketAddr| FabricPort { node, kind: kind.into(), udp, rate_bps: None };
     let route = |dst: u32, via: u32| FabricRoute { src: None, dst, via: vec![via] };
@@ -132,6 +133,7 @@ fn canary_leaf_spine(ina: serde_json::Value) -> (Vec<SwitchHandle>, JobSpec) {
         servers: vec![],
         switches: (1..=4).map(|node| SwitchSpec { node, memory_bytes: 1_000_000 }).collect(),
         key: "cd".repeat(32),
+        network: None,
     };
     let port = |node: u32, kind: &str| FabricPort { node, kind: kind.into(), udp: a[if node > 100 { 4 + node as usize - 101 } else { node as usize - 1 }], rate_bps: None };
     let via = |dst: u32, via: Vec<u32>| FabricRoute { src: None, dst, via };
@@ -260,4 +262,118 @@ fn a_spine_dying_mid_allreduce_is_routed_around_and_canary_sums_exactly() {
     assert!(err.contains("no neighbour"), "{err}");
     let err = ask(json!({"op": "link", "peer": dead_node, "up": false}), None).unwrap_err().to_string();
     assert!(err.contains("switch"), "{err}");
+}
+
+/// GRID on a static fabric that carries its network (names and links): switches S1 (1) and S2
+/// (2) linked, W1 (101) and W2 (102) on S1, W3 (103), W4 (104) and the PS (105) on S2. W1 and
+/// W2 aggregate at S1; W3 aggregates at S1 too, over a path that passes S2 twice (W3 S2 S1 S2
+/// PS: S2 tells the two visits apart by the port they come in on); W4 sends to the PS. The PS
+/// multicasts each result once down the shortest-path tree (S2 copies to S1, W3 and W4; S1 to
+/// W1 and W2). `memory_bytes` per switch: few units make fragments collide at S1, whose control
+/// packets go back to their senders (W3's across S2).
+fn grid_fabric(memory_bytes: u64) -> (Vec<SwitchHandle>, JobSpec, PsHandle) {
+    let a = addrs(7); // S1, S2, W1..W4, PS
+    let names: std::collections::BTreeMap<String, u32> =
+        [("S1", 1), ("S2", 2), ("W1", 101), ("W2", 102), ("W3", 103), ("W4", 104), ("PS", 105)].into_iter().map(|(n, id)| (n.to_string(), id)).collect();
+    let path = |target: &str, p: &[&str]| json!({"target": target, "path": p});
+    let config = json!({"scheme": "grid", "ina": {"rto_ps": 20_000_000_000u64, "stale_timeout_ps": 40_000_000_000u64},
+        "policy": {"workers": [path("S1", &["W1", "S1", "S2", "PS"]), path("S1", &["W2", "S1", "S2", "PS"]),
+                               path("S1", &["W3", "S2", "S1", "S2", "PS"]), path("PS", &["W4", "S2", "PS"])]}});
+    let spec = JobSpec {
+        job: 1,
+        config,
+        workers: (0..4).map(|i| WorkerSpec { node: 101 + i as u32, udp: a[2 + i], rack: if i < 2 { 1 } else { 2 } }).collect(),
+        servers: vec![ServerSpec { node: 105, rack: 2 }],
+        switches: vec![SwitchSpec { node: 1, memory_bytes }, SwitchSpec { node: 2, memory_bytes }],
+        key: "ef".repeat(32),
+        network: Some(inalab_net::control::NetworkSpec { names, links: vec![[1, 2], [101, 1], [102, 1], [103, 2], [104, 2], [105, 2]] }),
+    };
+    let port = |node: u32, kind: &str, udp: SocketAddr| FabricPort { node, kind: kind.into(), udp, rate_bps: None };
+    let route = |dst: u32, via: u32| FabricRoute { src: None, dst, via: vec![via] };
+    let f1 = SwitchFabric {
+        ports: vec![port(101, "worker", a[2]), port(102, "worker", a[3]), port(2, "switch", a[1])],
+        routes: vec![route(103, 2), route(104, 2), route(105, 2)],
+        jobs: vec![spec.clone()],
+    };
+    let f2 = SwitchFabric {
+        ports: vec![port(103, "worker", a[4]), port(104, "worker", a[5]), port(1, "switch", a[0]), port(105, "ps", a[6])],
+        routes: vec![route(101, 1), route(102, 1)],
+        jobs: vec![spec.clone()],
+    };
+    let start = |node: u32, udp: SocketAddr, f: SwitchFabric| {
+        let opts = SwitchOptions { node, udp, control: "127.0.0.1:0".parse().unwrap(), fabric: Some(f), memory_bytes, ..SwitchOptions::new(&["grid"]) };
+        SwitchHandle::start(opts).unwrap()
+    };
+    let switches = vec![start(1, a[0], f1), start(2, a[1], f2)];
+    let fabric = HostFabric { gateway: a[1], jobs: vec![spec.clone()] };
+    let ps = PsHandle::start(PsOptions { node: 105, udp: a[6], control: "127.0.0.1:0".parse().unwrap(), fabric: Some(fabric), ..PsOptions::default() }).unwrap();
+    (switches, spec, ps)
+}
+
+/// Runs 3 allreduces of `n` values on the GRID fabric, checks the sums; the workers' stats.
+fn grid_run(switches: &[SwitchHandle], spec: &JobSpec, n: usize) -> Vec<serde_json::Value> {
+    let gateways = [switches[0].udp_addr, switches[1].udp_addr];
+    let workers: Vec<_> = (0..4)
+        .map(|rank| {
+            let spec = spec.clone();
+            std::thread::spawn(move || {
+                let c = Client::from_spec(spec, rank, gateways[rank / 2], None).unwrap();
+                for k in 0..3 {
+                    let out = c.allreduce((0..n).map(|i| ((i + rank + k) % 5) as f32).collect()).unwrap();
+                    for (i, x) in out.iter().enumerate() {
+                        // At most 16: GRID's fixed point (scale 1e8) holds +/-21.47.
+                        let want: usize = (0..4).map(|r| (i + r + k) % 5).sum();
+                        assert!((x - want as f32).abs() < 1e-6, "allreduce {k}, value {i}: {x} != {want}");
+                    }
+                }
+                let st = c.stats();
+                c.close();
+                st
+            })
+        })
+        .collect();
+    workers.into_iter().map(|w| w.join().unwrap()).collect()
+}
+
+#[test]
+fn grid_follows_its_policy_paths_and_multicasts_each_result_once() {
+    let (switches, spec, ps) = grid_fabric(1_000_000);
+    let n = 5_000;
+    let stats = grid_run(&switches, &spec, n);
+    let (s1, s2, pst) = (switches[0].stats(), switches[1].stats(), ps.stats());
+    // S1 sums W1, W2 and W3 (which reached it through S2); S2 sums nothing.
+    assert!(s1["program"]["agg_packets"].as_u64().unwrap() >= 3 * 3 * (n as u64).div_ceil(64), "{s1}");
+    assert_eq!(s2["program"]["agg_packets"].as_u64(), Some(0), "{s2}");
+    for st in [&s1, &s2] {
+        assert_eq!((st["no_route"].as_u64(), st["unadmitted"].as_u64(), st["forged"].clone()), (Some(0), Some(0), json!({})), "{st}");
+        assert_eq!(st["aggregators_in_use"].as_u64(), Some(0), "{st}");
+    }
+    // One result per fragment leaves the PS (unicast would be 4); the switches copy it.
+    let frags = 3 * (n as u64).div_ceil(64);
+    let completed = pst["jobs"]["1"]["fragments_completed"].as_u64().unwrap();
+    let again = pst["jobs"]["1"]["answered_again"].as_u64().unwrap();
+    assert_eq!(completed, frags, "{pst}");
+    assert_eq!(pst["io"]["datagrams_sent"].as_u64().unwrap(), completed + again, "{pst}");
+    assert_eq!(s2["multicast_copies"].as_u64(), Some(3 * frags), "{s2}");
+    assert_eq!(s1["multicast_copies"].as_u64(), Some(2 * frags), "{s1}");
+    for st in &stats {
+        assert!(st["protocol"]["results"].as_u64().unwrap() >= frags, "{st}");
+    }
+}
+
+#[test]
+fn grid_collisions_send_control_packets_back_to_their_senders_across_switches() {
+    // 8 units at S1 (280 B each): the windows' fragments collide there.
+    let (switches, spec, _ps) = grid_fabric(8 * 280);
+    let stats = grid_run(&switches, &spec, 20_000);
+    let s1 = switches[0].stats();
+    assert!(s1["program"]["control_sent"].as_u64().unwrap() > 0, "{s1}");
+    // W3's control packets came back over S2.
+    let controls: Vec<u64> = stats.iter().map(|s| s["protocol"]["controls"].as_u64().unwrap()).collect();
+    assert!(controls[2] > 0 && controls[..3].iter().sum::<u64>() > 0, "{controls:?}");
+    assert_eq!(controls[3], 0, "W4 aggregates at the PS: {controls:?}");
+    for sw in &switches {
+        let st = sw.stats();
+        assert_eq!((st["no_route"].as_u64(), st["aggregators_in_use"].as_u64()), (Some(0), Some(0)), "{st}");
+    }
 }

@@ -3,7 +3,7 @@
 //! configurations, the same admissions at every switch, and programs sized alike).
 
 use inalab_core::NodeId;
-use inalab_net::control::{JobSpec, RuntimeView, ServerSpec, SwitchSpec, WorkerSpec, PROTOCOL_PORT};
+use inalab_net::control::{JobSpec, NetworkSpec, RuntimeView, ServerSpec, SwitchSpec, WorkerSpec, PROTOCOL_PORT};
 use inalab_scheme::{JobSpec as SchemeJob, NetView, Plan};
 use inalab_sim::setup::{scheme_jobs, SimView};
 use serde_json::{json, Value};
@@ -69,12 +69,19 @@ fn check_on(jobs: Vec<Value>, programmable: &str) {
         servers: job.servers.iter().map(|&s| ServerSpec { node: s, rack: rack(s) }).collect(),
         switches,
         key: String::new(),
+        // The deployment's names and links, as `inalab emulate` gives them.
+        network: Some(NetworkSpec {
+            names: topo.nodes.iter().enumerate().map(|(i, n)| (n.name.clone(), i as NodeId)).collect(),
+            links: topo.links.iter().map(|l| [l.a, l.b]).collect(),
+        }),
     };
     let rt_job = rt.scheme_job();
     assert_eq!((&rt_job.workers, &rt_job.servers), (&job.workers, &job.servers));
     // The runtime's own path: a host (worker, PS) plans with no ports, a switch with its own.
     let host_plan = rt.plan(None, &|_| None).expect("the runtime plans the job");
     assert_eq!(describe(&host_plan).0, sim_eps, "host endpoints and their configurations");
+    assert_eq!(host_plan.paths, sim_plan.paths, "fixed paths");
+    assert_eq!(host_plan.trees, sim_plan.trees, "multicast trees");
     assert!(!sim_eps.is_empty());
     let mut rt_adms = vec![];
     for s in topo.switches() {
@@ -106,6 +113,16 @@ fn dsa_with_its_ps_in_another_rack_plans_alike() {
 #[test]
 fn canary_on_every_switch_plans_alike() {
     check_on(vec![job(json!({"scheme": "canary", "ina": {"table": "static"}}), &["h0", "h1", "h4", "h6"], &[])], "all");
+}
+
+#[test]
+fn grid_with_its_policy_paths_and_result_tree_plans_alike() {
+    // h0 and h1 aggregate at leaf0; h4 at leaf0 too, over a path that passes leaf1 and spine0
+    // twice; the PS h5 multicasts its results (the tree needs the network's links).
+    let path = |target: &str, p: &[&str]| json!({"target": target, "path": p});
+    let policy = json!({"workers": [path("leaf0", &["h0", "leaf0", "spine0", "leaf1", "h5"]), path("leaf0", &["h1", "leaf0", "spine0", "leaf1", "h5"]),
+                                    path("leaf0", &["h4", "leaf1", "spine0", "leaf0", "spine0", "leaf1", "h5"])]});
+    check(vec![job(json!({"scheme": "grid", "policy": policy}), &["h0", "h1", "h4"], &["h5"])]);
 }
 
 #[test]

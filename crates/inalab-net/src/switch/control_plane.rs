@@ -8,8 +8,8 @@
 use super::{stats, PortKind, Shared};
 use crate::control::{self, err, field, ok, plan_err, AuthRole, JobSpec, ServerAuth, ServerSpec, SwitchSpec, WorkerSpec, CONTROL_TIMEOUT};
 use crate::NetError;
-use inalab_core::{NodeId, SwitchProgram};
-use inalab_scheme::Servers;
+use inalab_core::{NodeId, PortId, SwitchProgram};
+use inalab_scheme::{Role, Servers};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::BufReader;
@@ -363,7 +363,7 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
 
 fn build_spec(s: &Shared, job: u32, config: Value, workers: Vec<WorkerSpec>) -> Result<JobSpec, NetError> {
     let key = crate::auth::key_to_hex(&crate::auth::random_key());
-    let mut spec = JobSpec { job, config, workers, servers: vec![], switches: vec![s.opts.switch_spec()], key };
+    let mut spec = JobSpec { job, config, workers, servers: vec![], switches: vec![s.opts.switch_spec()], key, network: None };
     if spec.scheme()?.servers() != Servers::None {
         let info = ps_info(s)?;
         spec.servers = vec![ServerSpec { node: field(&info, "ps")?, rack: field(&info, "rack")? }];
@@ -427,13 +427,68 @@ pub(super) fn admit_here(s: &Shared, spec: &JobSpec) -> Result<(), NetError> {
             dp.ports[p as usize].jobs.push(spec.job);
         }
     }
-    let port_of = |node: NodeId| local.iter().find(|(n, _)| *n == node).map(|x| x.1);
+    // A neighbour's port (a host attached here, or a switch).
+    let neighbour = |node: NodeId| dp.routes.get(&node).copied().filter(|&p| dp.ports[p as usize].node == node && dp.ports[p as usize].live);
+    let port_of = |node: NodeId| local.iter().find(|(n, _)| *n == node).map(|x| x.1).or_else(|| neighbour(node));
     let plan = spec.plan(Some(me), &port_of)?;
+    let (paths, trees) = plan_routes(spec, &plan, me, &neighbour)?;
     for adm in plan.admissions.into_iter().filter(|a| a.switch == me) {
         dp.program.admit_at(adm.program, spec.job, adm.state).map_err(|e| NetError::Config(format!("field `config.{}`: {e}", adm.field)))?;
     }
+    dp.paths.extend(paths.into_iter().map(|(k, p)| (k, (spec.job, p))));
+    dp.trees.extend(trees.into_iter().map(|(src, c)| ((spec.job, src), c)));
     dp.keys.insert(spec.job, mac);
     Ok(())
+}
+
+/// This switch's part of a plan's fixed paths and multicast trees (a scheme's routing, e.g.
+/// GRID's policy and result tree): for each visit of a path here, (source, destination,
+/// ingress port) -> egress port; for each tree through here, its sender -> the children (a
+/// host's copy addressed to it). A path or tree that leads here from, or on to, a node that is
+/// no neighbour is an error.
+#[allow(clippy::type_complexity)]
+fn plan_routes(
+    spec: &JobSpec,
+    plan: &inalab_scheme::Plan,
+    me: NodeId,
+    neighbour: &dyn Fn(NodeId) -> Option<PortId>,
+) -> Result<(Vec<((NodeId, NodeId, PortId), PortId)>, Vec<(NodeId, Vec<(PortId, Option<NodeId>)>)>), NetError> {
+    let host_of = |role: Role| match role {
+        Role::Worker { rank } => spec.workers.get(rank as usize).map(|w| w.node),
+        Role::Server { index } => spec.servers.get(index as usize).map(|s| s.node),
+    };
+    let port = |what: &str, n: NodeId| {
+        neighbour(n).ok_or_else(|| NetError::Config(format!("job {}: {what} passes switch {me} next to node {n}, which is not its neighbour", spec.job)))
+    };
+    let mut paths: BTreeMap<(NodeId, NodeId, PortId), PortId> = BTreeMap::new();
+    for (role, nodes) in &plan.paths {
+        let (Some(&src), Some(&dst)) = (nodes.first(), nodes.last()) else { continue };
+        let what = format!("the fixed path of {role:?}");
+        for (i, w) in nodes.windows(3).enumerate() {
+            if w[1] != me {
+                continue;
+            }
+            let (from, to) = (port(&what, w[0])?, port(&what, w[2])?);
+            if paths.insert((src, dst, from), to).is_some_and(|old| old != to) {
+                return Err(NetError::Config(format!("job {}: {what} enters switch {me} from node {} twice and leaves it differently (hop {})", spec.job, w[0], i + 1)));
+            }
+        }
+    }
+    let mut trees = vec![];
+    for (role, edges) in &plan.trees {
+        let Some(src) = host_of(*role) else { continue };
+        let what = format!("the multicast tree of {role:?}");
+        let hosts: Vec<NodeId> = spec.workers.iter().map(|w| w.node).chain(spec.servers.iter().map(|s| s.node)).collect();
+        let children = edges
+            .iter()
+            .filter(|(p, _)| *p == me)
+            .map(|&(_, c)| Ok((port(&what, c)?, hosts.contains(&c).then_some(c))))
+            .collect::<Result<Vec<_>, NetError>>()?;
+        if !children.is_empty() {
+            trees.push((src, children));
+        }
+    }
+    Ok((paths.into_iter().collect(), trees))
 }
 
 /// Removes a job here and at the switches and PS it was passed to. `reason`: the job failed.
@@ -455,6 +510,8 @@ fn release(s: &Shared, job: u32, reason: Option<&str>) {
     let mut dp = s.dp.lock().expect("data plane lock");
     dp.program.release(job);
     dp.keys.remove(&job);
+    dp.paths.retain(|_, (j, _)| *j != job);
+    dp.trees.retain(|(j, _), _| *j != job);
     dp.ports.iter_mut().for_each(|p| p.jobs.retain(|&j| j != job));
     let Some(spec) = spec else { return };
     for w in &spec.workers {

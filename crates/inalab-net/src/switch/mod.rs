@@ -14,6 +14,16 @@
 //! `drop_probability` drops that share of incoming packets at random (seeded), to test loss
 //! recovery on a real network.
 //!
+//! # Fixed paths and multicast trees
+//! Where a job's spec carries its network (names and links: a static fabric), a scheme's plan
+//! may pin an endpoint's packets to a path (`Plan::paths`, GRID's policy) and replicate what an
+//! endpoint sends to `inalab_core::GROUP` along a tree (`Plan::trees`, GRID's results). Each
+//! switch installs its own part at admission: a path's visits here by (source, destination,
+//! ingress port), so a path that passes a switch twice leaves it the right way each time
+//! (these routes come before all others); a tree's children here, a copy to a host addressed
+//! to it, one to a switch still to `GROUP` (counted in `multicast_copies`). The driver never
+//! asks which scheme a path or tree is for.
+//!
 //! # Links
 //! A port's link may be reported down ([`SwitchHandle::set_link`], the `link` control request:
 //! what a switch's hardware learns from a lost carrier, or an operator). Routing then skips
@@ -39,7 +49,7 @@ use crate::pace::{Pacer, ShapedQueue, WIRE_OVERHEAD_BYTES};
 use inalab_topo::ecmp_pick;
 use crate::udp::{wait, TxBatch, Udp};
 use crate::NetError;
-use inalab_core::{frame, NodeId, Packet, PortId, Programs, SwitchAction, SwitchCtx, SwitchProgram, Time, TimerToken};
+use inalab_core::{frame, NodeId, Packet, PortId, Programs, SwitchAction, SwitchCtx, SwitchProgram, Time, TimerToken, GROUP};
 use inalab_scheme::Overrides;
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -130,7 +140,7 @@ impl SwitchOptions {
 
     /// The programs named in `programs`, each sized for this switch.
     fn build_programs(&self) -> Result<Programs, NetError> {
-        let me = JobSpec { job: 0, config: Value::Null, workers: vec![], servers: vec![], switches: vec![self.switch_spec()], key: String::new() };
+        let me = JobSpec { job: 0, config: Value::Null, workers: vec![], servers: vec![], switches: vec![self.switch_spec()], key: String::new(), network: None };
         let view = control::RuntimeView::new(&me, Some(self.node), &|_| None);
         let mut programs = Programs::new();
         for name in &self.programs {
@@ -237,6 +247,8 @@ struct Counters {
     link_down: u64,
     injected_drops: u64,
     ecn_marked: u64,
+    /// Copies of packets to `GROUP` sent down their multicast tree.
+    multicast_copies: u64,
     /// Datagrams without a valid tag, by reason: `short`, `no_key` (no admitted job's key for
     /// the job the header names, or no job at all), `bad_tag`.
     forged: BTreeMap<&'static str, u64>,
@@ -305,6 +317,17 @@ struct DataPlane {
     ecmp_all: HashMap<NodeId, Vec<PortId>>,
     /// A static fabric's pinned routes: (source, destination) -> port.
     pinned: HashMap<(NodeId, NodeId), PortId>,
+    /// Admitted jobs' fixed paths (a scheme's plan pins an endpoint's packets to them), at this
+    /// switch: (source, destination, ingress port) -> (job, egress port). The ingress port
+    /// tells the visits of a path that passes here twice apart. They take precedence over
+    /// every other route.
+    paths: HashMap<(NodeId, NodeId, PortId), (u32, PortId)>,
+    /// Admitted jobs' multicast trees at this switch: (job, sending host) -> the children, each
+    /// a port and, for a host, the node a copy is addressed to (what goes to a switch stays
+    /// addressed to `GROUP`).
+    trees: HashMap<(u32, NodeId), Vec<(PortId, Option<NodeId>)>>,
+    /// The port of the packet being handled (`None` in timers).
+    in_port: Option<PortId>,
     /// Jobs of the nodes (a static fabric's workers and servers): the key of frames whose
     /// header names no job (host-to-host transport segments).
     node_jobs: HashMap<NodeId, u32>,
@@ -509,7 +532,9 @@ impl DataPlane {
         }
         let ctx = Ctx { node: self.node, ports: &self.ports, routes: &self.routes, ecmp: &self.ecmp, up: self.default_route, now };
         self.program.on_packet(now, &ctx, port, pkt, &mut self.actions);
+        self.in_port = Some(port);
         self.apply();
+        self.in_port = None;
     }
 
     fn apply(&mut self) {
@@ -517,6 +542,7 @@ impl DataPlane {
         for a in actions.drain(..) {
             match a {
                 SwitchAction::Forward { port, pkt } => self.egress(port, &pkt),
+                SwitchAction::Route { pkt } if pkt.dst == GROUP => self.replicate(pkt),
                 SwitchAction::Route { pkt } => {
                     if pkt.dst == self.node {
                         self.c.unadmitted += 1;
@@ -568,6 +594,28 @@ impl DataPlane {
         }
     }
 
+    /// A packet to `GROUP`: a copy to each of this switch's children on the tree of its job
+    /// and sender (copies to hosts addressed to them); `no_route` where there is none.
+    fn replicate(&mut self, pkt: Packet) {
+        let children = self.frame_job(&pkt.header, pkt.src).and_then(|j| self.trees.get(&(j, pkt.src)));
+        let Some(children) = children.filter(|c| !c.is_empty()).cloned() else {
+            self.c.no_route += 1;
+            return;
+        };
+        let to_switches: Vec<PortId> = children.iter().filter(|c| c.1.is_none()).map(|c| c.0).collect();
+        self.c.multicast_copies += children.len() as u64;
+        if !to_switches.is_empty() {
+            self.egress_many(&to_switches, &pkt);
+        }
+        for (port, host) in children {
+            if let Some(h) = host {
+                let mut copy = pkt.clone();
+                copy.dst = h;
+                self.egress(port, &copy);
+            }
+        }
+    }
+
     /// One packet to several ports: encoded and tagged once (the bytes are the same for every
     /// port), then copied.
     fn egress_many(&mut self, ports: &[PortId], pkt: &Packet) {
@@ -594,6 +642,10 @@ impl DataPlane {
     /// (by the flow's hash, as the simulator's ECMP), or the upstream switch's. A pinned flow
     /// whose port's link is down takes the live next hops, as the simulator's ECMP does.
     fn route(&self, pkt: &Packet) -> Option<PortId> {
+        let fixed = self.in_port.and_then(|i| self.paths.get(&(pkt.src, pkt.dst, i)));
+        if let Some(&(_, p)) = fixed.filter(|(_, p)| self.ports[*p as usize].link_up) {
+            return Some(p);
+        }
         if let Some(&p) = self.routes.get(&pkt.dst) {
             return Some(p);
         }
@@ -664,6 +716,7 @@ impl DataPlane {
             "received": c.received, "forwarded": c.forwarded, "malformed": c.malformed,
             "unknown_source": c.unknown_source, "spoofed": c.spoofed, "unadmitted": c.unadmitted,
             "no_route": c.no_route, "dead_port": c.dead_port, "link_down": c.link_down, "injected_drops": c.injected_drops, "ecn_marked": c.ecn_marked,
+            "multicast_copies": c.multicast_copies,
             "forged": c.forged, "unsealed": c.unsealed, "outside_job": c.outside_job,
             "program_drops": c.program_drops, "last_malformed": c.last_malformed,
             "program": program,
@@ -714,6 +767,9 @@ impl SwitchHandle {
             ecmp: HashMap::new(),
             ecmp_all: HashMap::new(),
             pinned: HashMap::new(),
+            paths: HashMap::new(),
+            trees: HashMap::new(),
+            in_port: None,
             node_jobs: HashMap::new(),
             keys: HashMap::new(),
             default_route: None,
