@@ -232,6 +232,9 @@ impl Port {
     }
 }
 
+/// A child on a multicast tree: its port, and for a host the node a copy is addressed to.
+type TreeChild = (PortId, Option<NodeId>);
+
 /// Driver counters (the program keeps its own).
 #[derive(Debug, Default, Clone)]
 struct Counters {
@@ -325,7 +328,7 @@ struct DataPlane {
     /// Admitted jobs' multicast trees at this switch: (job, sending host) -> the children, each
     /// a port and, for a host, the node a copy is addressed to (what goes to a switch stays
     /// addressed to `GROUP`).
-    trees: HashMap<(u32, NodeId), Vec<(PortId, Option<NodeId>)>>,
+    trees: HashMap<(u32, NodeId), Vec<TreeChild>>,
     /// The port of the packet being handled (`None` in timers).
     in_port: Option<PortId>,
     /// Jobs of the nodes (a static fabric's workers and servers): the key of frames whose
