@@ -957,6 +957,11 @@ def read_source(source: Union[str, Path, dict], shipped: dict[str, Path], what: 
         raise ConfigError("scenario", f"cannot read {str(path)!r}: {e.strerror}") from None
     data = _parse_toml(text, str(path))
     data.setdefault("name", path.stem)
+    # A job's policy file named relative to the scenario file (a shipped scenario's beside it).
+    for job in data.get("jobs", []) if isinstance(data.get("jobs"), list) else []:
+        policy = job.get("policy") if isinstance(job, dict) else None
+        if isinstance(policy, str) and not Path(policy).is_absolute() and (path.parent / policy).exists():
+            job["policy"] = str(path.parent / policy)
     return data
 
 

@@ -17,7 +17,11 @@ view), so that no process needs a rendezvous.
   hash, same ports), so that emulated and simulated flows cross the same links; the node ids
   differ between the two, so hashing alone would not.
 - A job's spec names its workers (node, UDP address, ToR switch), servers, the programmable
-  switches (with the scenario's aggregator memory) and a fresh frame key.
+  switches (with the scenario's aggregator memory), a fresh frame key, and the network (every
+  switch's and used host's name and node id, the links between them): what a scheme whose
+  configuration names nodes resolves (a routing policy's paths, which each switch then pins by
+  source, destination and ingress port, taking precedence over the pinned ECMP flows) and what
+  a multicast tree is laid over (the runtime's replication of packets to ``GROUP``).
 """
 from __future__ import annotations
 
@@ -104,11 +108,15 @@ def deploy(spec: dict, built: dict, used: list[str], address) -> Deployment:
     for h in used:
         dep.udp[h, tor[h]] = address(h, tor[h], PS_PORT if h in servers else WORKER_PORT)
 
+    in_use = set(used) | set(switches)
+    network = {"names": {n: node_id[n] for n in switches + used},
+               "links": [[node_id[built["nodes"][l["a"]]["name"]], node_id[built["nodes"][l["b"]]["name"]]] for l in built["links"]
+                         if {built["nodes"][l["a"]]["name"], built["nodes"][l["b"]]["name"]} <= in_use]}
     memory = {s: spec["network"]["aggregator_memory_bytes"] for s in switches}
     for m in spec["network"]["switch_memory"]:
         memory[m["switch"]] = m["value"]
     for j in spec["jobs"]:
-        config = {k: v for k, v in j.items() if k in ("scheme", "ina", "transport", "partition_bytes")}
+        config = {k: v for k, v in j.items() if k in ("scheme", "ina", "transport", "partition_bytes", "policy")}
         dep.specs.append({
             "job": j["id"] + 1,
             "config": config,
@@ -116,6 +124,7 @@ def deploy(spec: dict, built: dict, used: list[str], address) -> Deployment:
             "servers": [{"node": node_id[h], "rack": node_id[tor[h]]} for h in j["servers"]],
             "switches": [{"node": node_id[s], "memory_bytes": memory[s]} for s in switches if programmable[s]],
             "key": os.urandom(32).hex(),
+            "network": network,
         })
 
     dist = {n: _distances(adj, n, kind) for n in used + switches}
