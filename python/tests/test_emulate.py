@@ -366,6 +366,8 @@ def test_grid_runs_its_policy_paths_with_results_multicast_once(shaper):
     for name, st in sw.items():
         assert st["program"]["agg_packets"] > 0, (name, st["program"])
         assert st["no_route"] == 0 and st["unadmitted"] == 0 and sum(st["forged"].values()) == 0, (name, st)
+        # Nothing held at the end: what a fragment left at a switch is freed by its result.
+        assert st["aggregators_in_use"] == 0, (name, st)
     ps = emu.raw["emulation"]["ps"]["PS"]
     grid = ps["jobs"]["1"]
     # Multicast: one datagram per result out of the PS (unicast would be 8); S3 copies each to

@@ -125,6 +125,7 @@ struct Counters {
     resend_flushes: u64,
     resend_forwards: u64,
     passed_alone: u64,
+    freed_by_result: u64,
     overflows: u64,
     rejected: u64,
 }
@@ -133,10 +134,11 @@ struct Counters {
 pub struct GridSwitch {
     cfg: GridSwitchConfig,
     pool: Pool<Unit>,
+    /// Units holding a tombstone: free for any fragment, so not counted as in use.
+    tombstones: u32,
     jobs: BTreeMap<u32, GridSwitchJob>,
     c: Counters,
 }
-
 
 fn values(pkt: &Packet) -> Option<&[i32]> {
     match pkt.payload.as_deref() {
@@ -147,7 +149,7 @@ fn values(pkt: &Packet) -> Option<&[i32]> {
 
 impl GridSwitch {
     pub fn new(cfg: GridSwitchConfig) -> Self {
-        GridSwitch { pool: Pool::new(cfg.units), cfg, jobs: BTreeMap::new(), c: Counters::default() }
+        GridSwitch { pool: Pool::new(cfg.units), tombstones: 0, cfg, jobs: BTreeMap::new(), c: Counters::default() }
     }
 
     /// Installs (or replaces) a job's group here.
@@ -155,18 +157,51 @@ impl GridSwitch {
         self.jobs.insert(job, group);
     }
 
-    /// Removes a job and frees every unit it holds; returns how many.
+    /// Removes a job and frees every unit it holds; returns how many (tombstones not counted).
     pub fn release_job(&mut self, job: u32) -> u32 {
         self.jobs.remove(&job);
-        self.pool.free_where(|u| u.job == job)
+        let before = self.aggregators_in_use();
+        self.pool.free_where(|u| u.job == job);
+        self.tombstones = self.pool.in_use() - self.held_live();
+        before - self.aggregators_in_use()
     }
 
-    fn index(&self, job: &GridSwitchJob, id: u32, frag: u32) -> usize {
+    fn held_live(&self) -> u32 {
+        (0..self.cfg.units as usize).filter(|&i| self.pool.get(i).is_some_and(|u| !u.left)).count() as u32
+    }
+
+    fn take(&mut self, idx: usize) -> Option<Unit> {
+        let u = self.pool.take(idx);
+        self.tombstones -= u.as_ref().is_some_and(|u| u.left) as u32;
+        u
+    }
+
+    fn put(&mut self, idx: usize, u: Unit) -> &mut Unit {
+        self.tombstones += u.left as u32;
+        self.pool.insert(idx, u)
+    }
+
+    fn index(&self, job: &GridSwitchJob, me: u32, id: u32, frag: u32) -> usize {
         let n = self.cfg.units.max(1) as u64;
         (match job.indexing {
-            GridIndexing::Hash => splitmix64((id as u64) << 32 | frag as u64) % n,
+            // Salted by the switch: unsalted, two fragments that share a unit share it at every
+            // switch, and collide at all of a job's aggregation nodes at once.
+            GridIndexing::Hash => splitmix64((id as u64) << 32 | frag as u64 ^ splitmix64(me as u64)) % n,
             GridIndexing::Modulo => frag as u64 % n,
         }) as usize
+    }
+
+    /// A result on its way down: its fragment is complete at the PS, so what this switch still
+    /// holds of it (a partial sum whose members went on alone, a tombstone) is freed. Not every
+    /// node a fragment visited lies on the result tree (spec A14), so this is an addition to the
+    /// stale eviction, not a replacement.
+    fn on_result(&mut self, me: u32, h: &GridHeader) {
+        let Some(job) = self.jobs.get(&h.job).copied() else { return };
+        let idx = self.index(&job, me, h.job, h.frag);
+        if self.pool.get(idx).is_some_and(|u| (u.job, u.frag) == (h.job, h.frag)) {
+            self.take(idx);
+            self.c.freed_by_result += 1;
+        }
     }
 
     /// The completing (or flushing) packet leaves with unit `u`'s sum and bitmap.
@@ -200,11 +235,11 @@ impl GridSwitch {
     fn on_gradient(&mut self, now: Time, me: u32, job: GridSwitchJob, h: GridHeader, pkt: Packet, out: &mut Vec<SwitchAction>) {
         self.c.agg_packets += 1;
         self.c.agg_bytes += pkt.size as u64;
-        let idx = self.index(&job, h.job, h.frag);
+        let idx = self.index(&job, me, h.job, h.frag);
         let ecn = pkt.ecn || h.has(GridHeader::FLAG_ECN);
         let overflow = h.has(GridHeader::FLAG_OVERFLOW);
         if self.pool.get(idx).is_some_and(|u| u.left && (u.job, u.frag) != (h.job, h.frag)) {
-            self.pool.take(idx);
+            self.take(idx);
         }
         if let Some(u) = self.pool.get_mut(idx).filter(|u| u.left) {
             let first = u.bitmap & h.bitmap == 0;
@@ -215,7 +250,7 @@ impl GridSwitch {
             // (A resend goes on even when its bit left before: the flush may have been lost.)
             u.bitmap |= h.bitmap;
             if u.bitmap == job.group {
-                self.pool.take(idx);
+                self.take(idx);
             }
             self.c.passed_alone += 1;
             return out.push(SwitchAction::Route { pkt });
@@ -246,12 +281,12 @@ impl GridSwitch {
                         // resend). Flushing it now would leave them a unit nobody completes.
                         return out.push(SwitchAction::Drop { pkt, reason: if new { "grid_aggregated" } else { "grid_duplicate" } });
                     }
-                    let u = self.pool.take(idx).expect("held");
+                    let u = self.take(idx).expect("held");
                     if complete {
                         self.c.completions += 1;
                     } else {
                         self.c.resend_flushes += 1;
-                        self.pool.insert(idx, Unit::left(h.job, h.frag, u.bitmap, now));
+                        self.put(idx, Unit::left(h.job, h.frag, u.bitmap, now));
                     }
                     self.emit(h, pkt, u, out)
                 }
@@ -260,7 +295,7 @@ impl GridSwitch {
                     match other {
                         Some(_) => h.flags |= GridHeader::FLAG_COLLISION,
                         // Its group may gather here later: they must not wait for this bit.
-                        None => _ = self.pool.insert(idx, Unit::left(h.job, h.frag, h.bitmap, now)),
+                        None => _ = self.put(idx, Unit::left(h.job, h.frag, h.bitmap, now)),
                     }
                     self.c.resend_forwards += 1;
                     let mut pkt = pkt;
@@ -280,7 +315,7 @@ impl GridSwitch {
                 self.control(now, me, &job, &h, &pkt, out);
                 return out.push(SwitchAction::Drop { pkt, reason: "grid_collision" });
             }
-            self.pool.take(idx);
+            self.take(idx);
             self.c.stale_evictions += 1;
         }
         let u = match self.pool.get_mut(idx) {
@@ -301,14 +336,14 @@ impl GridSwitch {
             None => {
                 let value = values(&pkt).map(|v| v.to_vec()).unwrap_or_default();
                 let count = h.bitmap.count_ones() as u8;
-                self.pool.insert(idx, Unit { job: h.job, frag: h.frag, value, bitmap: h.bitmap, count, ecn, overflow, ts: now, left: false })
+                self.put(idx, Unit { job: h.job, frag: h.frag, value, bitmap: h.bitmap, count, ecn, overflow, ts: now, left: false })
             }
         };
         if u.count < h.fan_in {
             // (A packet's bits never exceed the group's, so the count never passes the fan-in.)
             return out.push(SwitchAction::Drop { pkt, reason: "grid_aggregated" });
         }
-        let u = self.pool.take(idx).expect("held");
+        let u = self.take(idx).expect("held");
         self.c.completions += 1;
         self.emit(h, pkt, u, out)
     }
@@ -320,6 +355,9 @@ impl SwitchProgram for GridSwitch {
         let Header::Grid(h) = pkt.header else {
             return out.push(SwitchAction::Route { pkt });
         };
+        if h.has(GridHeader::FLAG_RESULT) {
+            self.on_result(me, &h);
+        }
         let passing = h.has(GridHeader::FLAG_RESULT | GridHeader::FLAG_CONTROL) || h.node != me;
         let Some(job) = self.jobs.get(&h.job).copied().filter(|_| !passing) else {
             return out.push(SwitchAction::Route { pkt });
@@ -364,7 +402,7 @@ impl SwitchProgram for GridSwitch {
     }
 
     fn aggregators_in_use(&self) -> u32 {
-        self.pool.in_use()
+        self.pool.in_use() - self.tombstones
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
@@ -380,6 +418,7 @@ impl SwitchProgram for GridSwitch {
             ("resend_flushes", c.resend_flushes),
             ("resend_forwards", c.resend_forwards),
             ("passed_alone", c.passed_alone),
+            ("freed_by_result", c.freed_by_result),
             ("overflows", c.overflows),
             ("rejected", c.rejected),
         ]
@@ -499,6 +538,41 @@ mod tests {
     }
 
     #[test]
+    fn hashed_units_are_salted_by_the_switch() {
+        // Unsalted, a pair of fragments that shared a unit at one switch shared it at every
+        // switch (at 100 Gbps, 7 aggregation nodes of a fat tree stalled together).
+        let s = switch(64);
+        let j = GridSwitchJob { indexing: GridIndexing::Hash, ..job(0b111, 3) };
+        let (mut here, mut both) = (0, 0);
+        for f in 0..400u32 {
+            for g in f + 1..400 {
+                if s.index(&j, 1, 1, f) == s.index(&j, 1, 1, g) {
+                    here += 1;
+                    both += (s.index(&j, 2, 1, f) == s.index(&j, 2, 1, g)) as u32;
+                }
+            }
+        }
+        assert!(here > 1000 && both * 16 < here, "{both} of {here} pairs collide at both switches");
+    }
+
+    #[test]
+    fn a_result_passing_by_frees_what_is_left_of_its_fragment() {
+        let mut s = switch(8);
+        run(&mut s, 0, grad(1, 0, 0, ME, 0, vec![1]));
+        assert_eq!(s.aggregators_in_use(), 1);
+        // Another fragment's result changes nothing; fragment 0's frees its partial unit.
+        let result = |frag| {
+            let h = H { job: 1, frag, node: PS, bitmap: 0, fan_in: 0, flags: H::FLAG_RESULT };
+            Packet::new(PS, 2, 0, 7, 322, Header::Grid(h))
+        };
+        assert!(matches!(run(&mut s, 1, result(1))[..], [SwitchAction::Route { .. }]));
+        assert_eq!(s.aggregators_in_use(), 1);
+        assert!(matches!(run(&mut s, 2, result(0))[..], [SwitchAction::Route { .. }]));
+        assert_eq!((s.aggregators_in_use(), counter(&s, "freed_by_result")), (0, 1));
+        assert_eq!(s.release_job(1), 0);
+    }
+
+    #[test]
     fn without_control_packets_a_collision_only_drops() {
         let mut s = GridSwitch::new(GridSwitchConfig { units: 1 });
         s.admit_job(1, GridSwitchJob { control_bytes: None, ..job(0b111, 3) });
@@ -529,8 +603,9 @@ mod tests {
         let out = run(&mut s, 1005, grad(1, 0, 1, ME, H::FLAG_RESEND, vec![10]));
         let (p, h) = routed(&out);
         assert_eq!((vals(p), h.bitmap), (vec![11], 0b011), "the partial sum, the resend not added twice");
-        // The unit keeps a tombstone: the member still missing passes on alone, and frees it.
-        assert_eq!(s.aggregators_in_use(), 1);
+        // The unit keeps a tombstone (free for any fragment: not in use): the member still
+        // missing passes on alone.
+        assert_eq!(s.aggregators_in_use(), 0);
         let out = run(&mut s, 1006, grad(1, 0, 2, ME, 0, vec![100]));
         let (p, h) = routed(&out);
         assert_eq!((vals(p), h.bitmap), (vec![100], 0b100), "alone: its group left");
