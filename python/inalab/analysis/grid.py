@@ -275,9 +275,10 @@ def baseline_policy(pb: Problem, scheme: str) -> dict:
     n = pb.name
     if scheme == "switchml":
         res = switchml(pb)
-        tor_of = {w: pb.net.default_path(w, pb.ps, salt=w)[1] for w in pb.workers}
-        node = {w: tor_of[w] if tor_of[w] in pb.capacity else pb.ps for w in pb.workers}
-        workers = [{"worker": n(w), "aggregation_node": n(node[w]), "path": [n(w), n(node[w])]} for w in pb.workers]
+        route = {w: pb.net.default_path(w, pb.ps, salt=w) for w in pb.workers}
+        node = {w: route[w][1] if route[w][1] in pb.capacity else pb.ps for w in pb.workers}
+        workers = [{"worker": n(w), "aggregation_node": n(node[w]),
+                    "path": [n(x) for x in (route[w][:2] if node[w] != pb.ps else route[w])]} for w in pb.workers]
         tors = sorted({v for v in node.values() if v != pb.ps})
         switches = [{"switch": n(s), "workers": sorted(n(w) for w in pb.workers if node[w] == s),
                      "path_to_ps": [n(x) for x in pb.net.default_path(s, pb.ps, salt=s)]} for s in tors]

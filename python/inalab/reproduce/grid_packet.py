@@ -9,8 +9,9 @@ import pandas as pd
 from . import markdown_table, register, simulate_all
 
 FIG1_WORKERS = [f"W{i}" for i in range(1, 9)]
-# Bytes on the wire per GRID packet and of its values: what a worker's useful rate is counted in.
-GRID_PACKET, GRID_VALUES = 322, 256
+# Wire bytes per byte of values, by data plane: GRID's 322-B packets carry 256 B of values,
+# ATP's 306-B packets 248 B. A worker's useful rate is its goodput in wire bytes.
+WIRE_PER_VALUE = {"grid": 322 / 256, "atp": 306 / 248}
 
 
 def fig1_topology() -> dict:
@@ -49,16 +50,29 @@ def rounding_classes(seeds=range(1, 61)) -> dict[float, dict]:
 
 
 def measure_rates(r) -> list[dict]:
-    """One row per job: completion, and the workers' sending rates (Gbps): ``send_gbps`` the
-    slowest worker's access-link bytes over the job's time (what iftop shows, resends included),
-    ``useful_gbps`` the gradient's own packets (GRID's 322-B packets of 256 B of values)."""
+    """One row per job: completion, goodput, ``send_gbps`` the slowest worker's access-link
+    bytes over the job's time (what iftop shows, resends included), ``ps_in_gbps`` the PS's
+    ingress (GRID's "PS aggregation rate") and the workers' RTO resends."""
     j = r.jobs.iloc[0]
-    up = r.links[r.links.src.isin(FIG1_WORKERS)]
-    send = float((up.tx_bytes * 8 / j.jct_s / 1e9).min()) if j.finished else 0.0
-    useful = j.bytes_per_iteration * 8 * GRID_PACKET / GRID_VALUES / j.jct_s / 1e9 if j.finished else 0.0
-    resent = sum(c.get("resent", 0) for c in r.hosts.counters)
-    return [{"finished": bool(j.finished), "jct_s": float(j.jct_s), "send_gbps": send, "useful_gbps": float(useful),
-             "resent": int(resent)}]
+    # The PS is the host that completes fragments (GRID's and ATP's count them); the workers are
+    # the other hosts that send.
+    ps = next(h.name for h in r.hosts.itertuples() if "fragments_completed" in h.counters)
+    up = r.links[r.links.src.isin(set(r.hosts.name) - {ps}) & (r.links.tx_bytes > 0)]
+    done = bool(j.finished)
+    rate = lambda b: float(b * 8 / j.jct_s / 1e9) if done else 0.0  # noqa: E731
+    return [{"finished": done, "jct_s": float(j.jct_s), "goodput_gbps": float(j.goodput_gbps) if done else 0.0,
+             "send_gbps": rate(up.tx_bytes.min()), "ps_in_gbps": rate(r.links[r.links.dst == ps].tx_bytes.sum()),
+             "resent": int(sum(c.get("resent", 0) for c in r.hosts.counters))}]
+
+
+def with_rates(df: pd.DataFrame) -> pd.DataFrame:
+    """``rate_gbps``: a worker's useful sending rate (its goodput in wire bytes of its data
+    plane), the same for every worker since each waits for the global sum; ``vs_feasible``
+    against the flow model's rate of the same policy."""
+    df = df.copy()
+    df["rate_gbps"] = df.goodput_gbps * df.scheme.map(lambda s: WIRE_PER_VALUE["atp" if s == "atp" else "grid"])
+    df["vs_feasible"] = df.rate_gbps / df.feasible_gbps
+    return df.reset_index(drop=True)
 
 
 class GridMotivatingPacket:
@@ -91,11 +105,7 @@ class GridMotivatingPacket:
 
     def run(self, progress) -> pd.DataFrame:
         df = simulate_all(self.name, self.runs(), progress, measure=measure_rates)
-        df = df[["scheme", "policy", "feasible_gbps", "finished", "jct_s", "send_gbps", "useful_gbps", "resent"]].copy()
-        grid_rows = df.scheme != "atp"
-        df["rate_gbps"] = df.useful_gbps.where(grid_rows, df.send_gbps)
-        df["vs_feasible"] = df.rate_gbps / df.feasible_gbps
-        return df.reset_index(drop=True)
+        return with_rates(df[["scheme", "policy", "feasible_gbps", "finished", "jct_s", "goodput_gbps", "send_gbps", "resent"]])
 
     @staticmethod
     def best(rows: pd.DataFrame) -> pd.Series:
@@ -118,6 +128,10 @@ class GridMotivatingPacket:
         rate = rows.set_index("scheme").rate_gbps
         classes = rows[rows.scheme == "grid"]
         within = ", ".join(f"{r.feasible_gbps:g}: {r.vs_feasible:.2f}" for r in classes.itertuples())
+        short = classes[abs(classes.vs_feasible - 1) > 0.15]
+        verdict = ("every class is within it" if short.empty else "**does not hold** for " + ", ".join(
+            f"the {r.feasible_gbps:g} Gbps class ({r.vs_feasible:.2f})" for r in short.itertuples())
+            + ": see the first point below")
         show = rows.astype(object).where(rows.notna(), "-")
         return f"""# {self.name} (GRID Fig. 1 at packet level)
 
@@ -127,18 +141,18 @@ class GridMotivatingPacket:
 `python/inalab/scenarios/analysis/grid-fig1.toml`, one allreduce of {self.size} per worker, metadata
 mode; `switch_capacity` 9 Gbps at S1-S3, charged only to the packets a switch aggregates).
 
-**Our result** (`holds` = {self.holds(rows)}). `rate_gbps` is a worker's useful sending rate: the
-gradient's own packets (322 B on the wire per 256 B of values) over the allreduce's time, the
-same for every worker since each waits for the global sum; for ATP, whose packets differ, the
-slowest worker's access-link bytes (`send_gbps`, resends included). `feasible_gbps` is the flow
-model's rate of the same policy (`inalab plan grid`, `inalab analyze grid-fig1`).
+**Our result** (`holds` = {self.holds(rows)}). `rate_gbps` is a worker's useful sending rate: its
+goodput in wire bytes (GRID's packets carry 256 B of values in 322 B, ATP's 248 in 306), the same
+for every worker since each waits for the global sum; `send_gbps` is the slowest worker's
+access-link bytes (what iftop shows, resends included). `feasible_gbps` is the flow model's rate
+of the same policy (`inalab plan grid`, `inalab analyze grid-fig1`).
 
 {markdown_table(show)}
 
 * GRID's best rounding: **{best.rate_gbps:.2f} Gbps** ({best.rate_gbps / 3:.0%} of 3), {best.rate_gbps / rate['geryon']:.2f}x
   Geryon (needs 2.5) and {best.rate_gbps / rate['atp']:.2f}x ATP (needs 1.15).
 * Each rounding class against its feasible rate (feasible: achieved / feasible): {within}
-  (tolerance 15 %).
+  (tolerance 15 %): {verdict}.
 
 **Where and why they differ.**
 
@@ -146,7 +160,8 @@ model's rate of the same policy (`inalab plan grid`, `inalab analyze grid-fig1`)
   S2's group over L2 (S1-S2) fall short of their feasible rate by the AIMD saw-tooth of the
   pair sharing L2 and by the resends of the first round trips (slow start overshoots the
   3 Gbps link before the first ECN echo; the `resent` column). The uncongested classes deliver
-  their rate to the percent.
+  their rate to the percent. The margin of the 1.5 Gbps class is thin: it was 0.86 before the
+  unit hash was salted by switch (which moved which fragments collide at S2) and 0.83 after.
 * ATP lands below the flow model's 2.4375 ({rate['atp']:.2f}): the flow model lets S1's
   aggregation overflow to S3 once S1's 9 Gbps are used (2.25 + 0.75 / 4), while inalab's ATP
   data plane has no capacity-triggered bypass: S1's processing queue marks ECN and the job
@@ -297,3 +312,156 @@ for its RTO).
 
 
 register(GridRateSync())
+
+
+def analysis_packet_scenario(analysis: dict, scheme: str, policy: dict | None, size: str, ina: dict | None = None) -> dict:
+    """The simulation scenario of a flow-level analysis scenario (``inalab analyze``): the same
+    topology, programmable switches and their capacities (``switch_capacity``, charged to what
+    each aggregates), workers and PS, with one allreduce of ``size``."""
+    from ..analysis import load_analysis
+
+    pb = load_analysis(analysis).problem()
+    n = pb.name
+    topology = dict(analysis["topology"], programmable=[n(s) for s in pb.capacity])
+    job = {"name": scheme, "scheme": scheme, "allreduce": size, "iterations": 1, "workers": [n(w) for w in pb.workers],
+           "servers": [n(pb.ps)]}
+    if policy is not None:
+        job["policy"] = policy
+    if ina:
+        job["ina"] = ina
+    return {"name": f"{analysis['name']}-packet-{scheme}", "seed": 1, "payload": False, "stop": "20s", "topology": topology,
+            "network": {"switch_capacity": {n(s): f"{float(c)}Gbps" for s, c in pb.capacity.items()}}, "jobs": [job]}
+
+
+class GridFatTreePacket:
+    """Figs. 11-16 spot checks on packets: the paper's are algorithm simulations (R-GRIA's outputs
+    summed); here each policy runs on the data plane."""
+
+    name = "grid-fat-tree-packet"
+    claim = ("GRID Figs. 11-16 (192-server fat tree, 100 Gbps links and PS ingress, 40 workers): with 20 % of the "
+             "switches programmable GRID sends fastest, then ATP, SwitchML and Geryon (GRID/ATP about 1.4 in the "
+             "flow model, 2.35 in the paper at 100 workers); with programmable ToRs GRID ties ATP in the flow model "
+             "(the paper has 1.19x).")
+
+    def __init__(self, workers: int = 40, size: str = "16MiB", seed: int = 1):
+        self.workers, self.size, self.seed = workers, size, seed
+
+    def runs(self) -> list[tuple[dict, dict]]:
+        from ..analysis import analyze, load_analysis
+        from ..analysis.grid import baseline_policy, plan_grid_best
+        from .grid_large_scale import GridLargeScale
+
+        runs = []
+        for scen in ("a", "b"):
+            d = GridLargeScale(seed=self.seed).scenario("fat-tree", scen, self.workers)
+            a = analyze(d)
+            pb = load_analysis(d).problem()
+            flow = a.summary.set_index("scheme")
+            grid, best = a.plan.policy(), plan_grid_best(pb, self.seed, 20).policy()
+            plans = {"grid": grid, "switchml": baseline_policy(pb, "switchml"), "geryon": baseline_policy(pb, "geryon")}
+            # The best of 20 roundings (spec §3's cheap ablation) when it is another assignment.
+            if best["workers"] != grid["workers"]:
+                plans["grid (best of 20)"] = best
+            for label, p in plans.items():
+                runs.append(({"scenario": scen, "scheme": label, "feasible_gbps": float(p["feasible_rate_gbps"])},
+                             analysis_packet_scenario(d, "grid", p, self.size)))
+            # ATP aggregating at every programmable switch on its routes (ina.levels = "tree"), as the
+            # flow model's ATP takes the first one with spare capacity, then the next.
+            runs.append(({"scenario": scen, "scheme": "atp", "feasible_gbps": float(flow.rate_gbps["atp"])},
+                         analysis_packet_scenario(d, "atp", None, self.size, {"levels": "tree"})))
+        return runs
+
+    def run(self, progress) -> pd.DataFrame:
+        df = simulate_all(self.name, self.runs(), progress, measure=measure_rates)
+        cols = ["scenario", "scheme", "feasible_gbps", "finished", "jct_s", "goodput_gbps", "send_gbps", "ps_in_gbps", "resent"]
+        return with_rates(df[cols].sort_values(["scenario", "feasible_gbps"], ascending=[True, False]))
+
+    # Tolerances (issue 18): in (b) GRID > ATP > SwitchML > Geryon with GRID/ATP at least 1.2 (the
+    # flow model's 1.44, less 15 %); every run within 15 % of its flow-level feasible rate; the PS's
+    # ingress at most its 100 Gbps (the LP's lambda asks for 600).
+    def holds(self, rows: pd.DataFrame) -> bool:
+        b = rows[rows.scenario == "b"].set_index("scheme").rate_gbps
+        order = b["grid"] > b["atp"] > b["switchml"] > b["geryon"]
+        return bool(rows.finished.all() and order and b["grid"] / b["atp"] >= 1.2
+                    and (abs(rows.vs_feasible - 1) <= 0.15).all() and (rows.ps_in_gbps <= 100.0 + 1e-6).all())
+
+    def explain(self, rows: pd.DataFrame) -> str:
+        show = rows.astype(object).where(rows.notna(), "-")
+        t = {s: rows[rows.scenario == s].set_index("scheme").rate_gbps for s in ("a", "b")}
+        off = rows[abs(rows.vs_feasible - 1) > 0.15]
+        misses = ", ".join(f"({r.scenario}) {r.scheme} {r.vs_feasible:.2f}" for r in off.itertuples()) or "none"
+        best20 = ("R-GRIA's best of 20 roundings (rows `grid (best of 20)`) is another assignment"
+                  if (rows.scheme == "grid (best of 20)").any() else
+                  "R-GRIA's best of 20 roundings is seed 1's assignment in both scenarios (no extra row)")
+        return f"""# {self.name} (GRID Figs. 11-16 spot checks at packet level)
+
+**Claim.** {self.claim}
+
+**Command.** `inalab reproduce {self.name}`: `grid-large-scale`'s fat tree (k = 8, 6 hosts per edge switch:
+192 servers, 100 Gbps links), {self.workers} workers (the first hosts) and the PS on the last host,
+switch capacities drawn from [100 Gbps, 3.2 Tbps] with seed {self.seed}; (a) every ToR programmable, (b) 20 %
+of all switches, drawn with the same seed. Each scheme's policy from the flow level (`inalab analyze`):
+GRID's R-GRIA rounding (and the best of 20), SwitchML and Geryon as policies on GRID's data plane,
+ATP on its own (aggregating at every programmable switch on its routes). One allreduce of {self.size}
+per worker, metadata mode.
+
+**Our result** (`holds` = {self.holds(rows)}; `rate_gbps` is a worker's goodput in wire bytes,
+`feasible_gbps` the flow model's rate of the same policy, `ps_in_gbps` the PS's achieved ingress):
+
+{markdown_table(show)}
+
+* (b): GRID {t['b']['grid']:.1f}, ATP {t['b']['atp']:.1f}, SwitchML {t['b']['switchml']:.1f}, Geryon {t['b']['geryon']:.1f} Gbps;
+  GRID/ATP = {t['b']['grid'] / t['b']['atp']:.2f} (flow model 1.44, paper 2.35 at 100 workers; tolerance 1.2).
+* (a): GRID {t['a']['grid']:.1f}, ATP {t['a']['atp']:.1f} Gbps (flow model: a tie, paper 1.19x).
+* Runs off their feasible rate by more than 15 %: {misses}.
+* {best20}.
+
+**Where and why they differ.**
+
+* The paper's Figs. 11-16 sum R-GRIA's outputs: its rates are the LP's lambda, which overloads the
+  PS ingress and links up to 6x here (`grid-large-scale`); no data plane can deliver them. The
+  flow model's *feasible* rate (lambda divided by the worst violation) is what we hold the packet
+  runs to, and the PS's achieved ingress stays below its 100 Gbps.
+* **GRID in (a) does not hold** (about 0.4 of its feasible rate, where SwitchML and ATP reach
+  0.96). R-GRIA's rounding sends most workers to *another* rack's ToR (h1 to edge1_2 over a core
+  switch) to spread aggregation over the drawn capacities. Traced on one worker at 4 MiB: the
+  job spends its first ~14 ms with windows collapsed to a few packets by timeouts (fragments of
+  up to 7 workers from different racks meet at each node, collide in the hashed units, and wait
+  on each other; the RTO is at least 1 ms against round trips of ~100 us), then runs near
+  11 Gbps. Salting the unit hash by switch (two fragments no longer collide at every node at
+  once) took that run from 28.8 to 18 ms; modulo indexing (6.7 ms) or no control packets
+  (7.2 ms) do better still, which says the collision handling, not the routing, is what costs.
+  Not fixed.
+* GRID in (b) reaches about 0.8 of its feasible rate and still leads; its start-up has the same
+  costs on fewer nodes.
+* ATP in (b) reaches about 0.7 of the flow model's rate. inalab's ATP (tree mode here)
+  aggregates at every programmable switch on the job's one ECMP tree and has no
+  capacity-triggered bypass, while the flow model's ATP takes the first programmable switch
+  with spare capacity and overflows to the next. We did not trace which switch sets its pace.
+* The paper's worker counts and placement are not given (spec A12): the workers are the first
+  hosts, so they fill whole racks; a different placement changes the absolute numbers.
+"""
+
+    def plot(self, rows: pd.DataFrame, path: Path) -> Path:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, 2, figsize=(8, 3.3), sharey=True)
+        for ax, scen in zip(axes, ("a", "b")):
+            sub = rows[rows.scenario == scen]
+            x = range(len(sub))
+            ax.bar([i - 0.2 for i in x], sub.feasible_gbps, 0.4, label="flow model (feasible)")
+            ax.bar([i + 0.2 for i in x], sub.rate_gbps, 0.4, label="packets")
+            ax.set_xticks(list(x), sub.scheme, fontsize=7, rotation=20)
+            ax.set_title(f"fat tree, scenario ({scen})")
+        axes[0].set_ylabel("worker rate (Gbps)")
+        axes[0].legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        return path
+
+
+register(GridFatTreePacket())
