@@ -502,7 +502,9 @@ class Job(_Model):
                    "static_tree, grid), see [jobs.ina].", default_doc="see below")
     policy: Optional[Union[str, dict]] = opt(
         None, "Scheme grid: the routing policy, a file written by `inalab plan grid --out` (or its JSON object): each "
-        "worker's aggregation node and path to the PS, by node name; its PS must be the job's server.",
+        "worker's aggregation node and path to the PS, by node name; its PS must be the job's server. \"auto\": "
+        "planned at set-up by GRID's LP and one R-GRIA rounding with the scenario's seed, from the topology, "
+        "network.switch_capacity (unlisted programmable switches: the sum of their link rates) and the PS's links.",
         default_doc="every worker sends to the PS", type_doc="path or table",
     )
 
@@ -641,9 +643,18 @@ class Scenario(_Model):
     def to_spec(self) -> dict:
         """The exact ``SimSpec`` JSON object for ``inalab._core.simulate``."""
         topology = self.topology.to_spec()
-        net = _Graph(build_topology(topology))
+        built = build_topology(topology)
+        net = _Graph(built)
         jobs = _place_jobs(self.jobs, self.background, net)
         n = self.network
+        for i, (job, js) in enumerate(zip(self.jobs, jobs)):
+            if job.policy == "auto":
+                from .analysis.grid import auto_policy, policy_for_job
+
+                if len(js["servers"]) != 1:
+                    raise ConfigError(f"jobs[{i}].servers", "policy = \"auto\" plans for one PS")
+                planned = auto_policy(built, js["workers"], js["servers"][0], n.switch_capacity, self.seed)
+                js["policy"] = policy_for_job(planned, js["workers"], js["servers"], f"jobs[{i}].policy")
         spec = {
             "name": self.name,
             "seed": self.seed,
@@ -852,7 +863,7 @@ def _scheme_config(i: int, job: Job, roles: dict) -> dict:
     from . import _core
 
     out: dict = {"scheme": job.scheme}
-    if job.policy is not None:
+    if job.policy is not None and job.policy != "auto":  # "auto" is planned in to_spec
         from .analysis.grid import policy_for_job
 
         out["policy"] = policy_for_job(job.policy, roles["workers"], roles["servers"], f"jobs[{i}].policy")

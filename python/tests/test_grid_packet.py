@@ -145,3 +145,17 @@ def test_an_analysis_scenario_becomes_its_packet_twin():
     assert len(job["workers"]) == 40 and job["servers"] == [pb.name(pb.ps)] and pb.name(pb.ps) not in job["workers"]
     r = inalab.simulate(sc)
     assert r.jobs.finished.all()
+
+
+def test_policy_auto_plans_at_set_up_as_inalab_plan_grid_would():
+    sc = scenario("auto")
+    sc["network"] = {"switch_capacity": {s: "9Gbps" for s in ("S1", "S2", "S3")}}
+    spec = load_scenario(sc).to_spec()
+    # The scenario's seed (1) and Fig. 1's capacities: the analysis's seed-1 rounding.
+    expected = rounded_policy(1)
+    targets = {w["worker"]: w["aggregation_node"] for w in expected["workers"]}
+    assert [w["target"] for w in spec["jobs"][0]["policy"]["workers"]] == [targets[w] for w in WORKERS]
+    r = inalab.simulate(sc)
+    assert r.jobs.finished.all() and r.jobs.payload_errors.sum() == 0 and r.jobs.payload_checked.sum() == 16
+    with pytest.raises(ConfigError, match="policy"):
+        load_scenario(scenario("auto", scheme="atp"))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -301,6 +302,26 @@ def baseline_policy(pb: Problem, scheme: str) -> dict:
         raise ConfigError("scheme", f"no baseline policy for {scheme!r}; allowed values: switchml, geryon")
     return {"kind": "grid-routing-policy", "version": 1, "ps": n(pb.ps), "baseline": scheme,
             "rate_gbps": res.rate, "feasible_rate_gbps": res.rate, "workers": workers, "switches": switches}
+
+
+def auto_policy(built: dict, workers: list[str], ps: str, capacity_bps: dict[str, int], seed: int) -> dict:
+    """GRID's policy for a simulation scenario's job (``policy = "auto"``), computed at set-up as
+    ``inalab plan grid`` would: the scenario's built topology, the PS's ingress its links' sum,
+    a programmable switch's processing capacity its ``network.switch_capacity`` (unlisted: the
+    sum of its link rates, all it could receive), one R-GRIA rounding with the scenario's seed."""
+    from .network import GBPS, Net
+
+    net = Net(built)
+    names = net.names
+    caps = {}
+    for s in range(len(names)):
+        if net.programmable[s] and not net.is_host[s]:
+            cap = capacity_bps.get(names[s])
+            caps[s] = Fraction(cap, GBPS) if cap else sum((net.cap[(u, s)] for u in net.adj[s]), Fraction(0))
+    p = net.index[ps]
+    ingress = sum((net.cap[(u, p)] for u in net.adj[p]), Fraction(0))
+    pb = Problem(net, [net.index[w] for w in workers], p, ingress, caps)
+    return plan_grid(pb, seed).policy()
 
 
 def policy_for_job(policy, workers: list[str], servers: list[str], field: str = "policy") -> dict:
