@@ -60,7 +60,10 @@ impl Default for GridIna {
             rto_ps: MS,
             window_bytes: 60_000,
             increment_bytes: 1500,
-            indexing: Indexing::Hash,
+            // Modulo, not the paper's hash (spec A1 chose hash): measured on Fig. 1's wiring at
+            // 100 Gbps, a hashed unit held by a younger fragment stalls an older one whose
+            // members wait on it (0.5 against 39 Gbps of goodput); see docs/grid.md.
+            indexing: Indexing::Modulo,
             stale_timeout_ps: 2 * MS,
             scale: inalab_host::quant::ATP_SCALE,
             results: Results::Multicast,
@@ -98,7 +101,7 @@ const PARAMS: [Param; 10] = [
     Param { name: "ina.rto_ps", default: "1000000000", unit: "ps", doc: "A fragment without its result this long is sent again with RESEND (doubling per expiry up to 64x); the paper has no loss recovery (spec A6)." },
     Param { name: "ina.window_bytes", default: "60000", unit: "bytes", doc: "Initial window (GRID §5.2 gives none; inalab's ATP default). It grows by ina.increment per result while below the threshold, then per window, and halves on a control packet or an ECN echo." },
     Param { name: "ina.increment_bytes", default: "1500", unit: "bytes", doc: "Window increase per result (one MTU, §5.2)." },
-    Param { name: "ina.indexing", default: "\"hash\"", unit: "", doc: "A fragment's memory unit at its switch: \"hash\" = splitmix64(job, fragment) mod units (the paper's Hash(fragment id)); \"modulo\" = fragment mod units (consecutive fragments on consecutive units)." },
+    Param { name: "ina.indexing", default: "\"modulo\"", unit: "", doc: "A fragment's memory unit at its switch: \"modulo\" = fragment mod units (consecutive fragments on consecutive units, so a collision always meets an older fragment: §5.1's 'the larger id is throttled'); \"hash\" = splitmix64(job, fragment, switch) mod units (the paper's Hash(fragment id); a younger holder can stall an older fragment, see docs/grid.md)." },
     Param { name: "ina.stale_timeout_ps", default: "2000000000", unit: "ps", doc: "A unit untouched this long is taken by a colliding fragment (spec A14: 2 x ina.rto)." },
     Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the workers' float32 values (switches and PS sum int32): error at most workers / (2 scale) per value." },
     Param { name: "ina.results", default: "\"multicast\"", unit: "", doc: "How the PS returns a result: \"multicast\" = once, replicated by every switch on the shortest-path tree from the PS to the workers (spec §1.6; where the driver knows no links, as the UDP runtime, unicast); \"unicast\" = one copy per worker, which caps each worker at B/N on the PS's link." },

@@ -6,9 +6,11 @@
 //! # Memory units
 //! `units` units of 64 i32 values plus metadata (valid, job, frag, count, 64-bit bitmap, ECN,
 //! saturation, timestamp): [`GRID_UNIT_BYTES`] = 256 + 24 B. A fragment's unit is
-//! `splitmix64(job << 32 | frag) % units` (the paper's Hash(fragment id) % M, with the job mixed
-//! in so that two jobs' equal fragment ids spread), or `frag % units` with
-//! [`GridIndexing::Modulo`] (spec A1).
+//! `(frag + splitmix64(job)) % units` with [`GridIndexing::Modulo`] (the scheme's default:
+//! consecutive fragments on consecutive units, so a collision always meets an older fragment,
+//! §5.1's "the larger id is throttled"; the job's offset keeps two jobs' equal ids apart), or
+//! `splitmix64((job << 32 | frag) ^ splitmix64(switch)) % units` with [`GridIndexing::Hash`]
+//! (the paper's Hash(fragment id) % M, salted by the switch; spec A1).
 //!
 //! # A gradient packet that names this switch (no `RESEND`)
 //! - empty unit: store it; complete at once if its bits reach the fan-in;
@@ -54,10 +56,11 @@ pub const GRID_UNIT_BYTES: u64 = GRID_VALUES as u64 * 4 + 24;
 /// How a fragment is given its memory unit (spec A1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum GridIndexing {
-    /// `splitmix64(job << 32 | frag) % units`.
+    /// `splitmix64((job << 32 | frag) ^ splitmix64(switch)) % units`.
     #[default]
     Hash,
-    /// `frag % units`: consecutive fragments on consecutive units, so the larger id collides.
+    /// `(frag + splitmix64(job)) % units`: consecutive fragments on consecutive units, so the
+    /// larger id collides.
     Modulo,
 }
 
@@ -187,7 +190,8 @@ impl GridSwitch {
             // Salted by the switch: unsalted, two fragments that share a unit share it at every
             // switch, and collide at all of a job's aggregation nodes at once.
             GridIndexing::Hash => splitmix64((id as u64) << 32 | frag as u64 ^ splitmix64(me as u64)) % n,
-            GridIndexing::Modulo => frag as u64 % n,
+            // Offset by the job, so that two jobs' equal fragment ids do not meet at every unit.
+            GridIndexing::Modulo => (frag as u64).wrapping_add(splitmix64(id as u64)) % n,
         }) as usize
     }
 

@@ -157,11 +157,11 @@ of the same policy (`inalab plan grid`, `inalab analyze grid-fig1`).
 **Where and why they differ.**
 
 * The flow model's rates are fluid. On packets the classes whose policy sends two or three of
-  S2's group over L2 (S1-S2) fall short of their feasible rate by the AIMD saw-tooth of the
-  pair sharing L2 and by the resends of the first round trips (slow start overshoots the
-  3 Gbps link before the first ECN echo; the `resent` column). The uncongested classes deliver
-  their rate to the percent. The margin of the 1.5 Gbps class is thin: it was 0.86 before the
-  unit hash was salted by switch (which moved which fragments collide at S2) and 0.83 after.
+  S2's group over L2 (S1-S2) lose a little to the AIMD saw-tooth of the pair sharing L2 and to
+  the resends of the first round trips (slow start overshoots the 3 Gbps link before the first
+  ECN echo; the `resent` column). With the paper's hashed units (`ina.indexing = "hash"`) the
+  same classes reached only 0.83-0.92: a unit held by a younger fragment stalls an older one
+  (docs/grid.md), which is why modulo indexing is inalab's default.
 * ATP lands below the flow model's 2.4375 ({rate['atp']:.2f}): the flow model lets S1's
   aggregation overflow to S3 once S1's 9 Gbps are used (2.25 + 0.75 / 4), while inalab's ATP
   data plane has no capacity-triggered bypass: S1's processing queue marks ECN and the job
@@ -230,7 +230,9 @@ class GridRateSync:
         for units in self.units:
             for jitter in ("0s", self.jitter):
                 for control in (True, False):
-                    sc = fig1_scenario("grid", policy, self.size, {"control_packets": control})
+                    # Hashed units: with the default modulo indexing a window shorter than the
+                    # units never collides, and there is nothing to synchronize.
+                    sc = fig1_scenario("grid", policy, self.size, {"control_packets": control, "indexing": "hash"})
                     sc["jobs"][0].update(iterations=self.iterations, jitter=jitter)
                     sc["network"]["aggregator_memory"] = f"{units * 280}B"
                     runs.append(({"units": units, "jitter": jitter, "control_packets": control}, sc))
@@ -268,7 +270,7 @@ class GridRateSync:
 **Command.** `inalab reproduce {self.name}`: Fig. 1's network (3 Gbps links) with R-GRIA's feasible
 3 Gbps policy, {self.iterations} allreduces of {self.size}; each switch has `units` memory units of
 64 values (280 B each: {m} is the spec's small memory, 17,857 inalab's 5 MB default), hashed by
-fragment; each worker starts each allreduce U(0, `jitter`) late;
+fragment (`ina.indexing = "hash"`: under the default modulo indexing these windows never collide); each worker starts each allreduce U(0, `jitter`) late;
 `ina.control_packets` on or off (off: a collision only drops the packet, and its sender waits
 for its RTO).
 
@@ -422,18 +424,14 @@ per worker, metadata mode.
   PS ingress and links up to 6x here (`grid-large-scale`); no data plane can deliver them. The
   flow model's *feasible* rate (lambda divided by the worst violation) is what we hold the packet
   runs to, and the PS's achieved ingress stays below its 100 Gbps.
-* **GRID in (a) does not hold** (about 0.4 of its feasible rate, where SwitchML and ATP reach
-  0.96). R-GRIA's rounding sends most workers to *another* rack's ToR (h1 to edge1_2 over a core
-  switch) to spread aggregation over the drawn capacities. Traced on one worker at 4 MiB: the
-  job spends its first ~14 ms with windows collapsed to a few packets by timeouts (fragments of
-  up to 7 workers from different racks meet at each node, collide in the hashed units, and wait
-  on each other; the RTO is at least 1 ms against round trips of ~100 us), then runs near
-  11 Gbps. Salting the unit hash by switch (two fragments no longer collide at every node at
-  once) took that run from 28.8 to 18 ms; modulo indexing (6.7 ms) or no control packets
-  (7.2 ms) do better still, which says the collision handling, not the routing, is what costs.
-  Not fixed.
-* GRID in (b) reaches about 0.8 of its feasible rate and still leads; its start-up has the same
-  costs on fewer nodes.
+* **GRID in (a) does not hold** (0.73 of its feasible rate, where SwitchML and ATP reach 0.96).
+  R-GRIA's rounding sends most workers to *another* rack's ToR (h1 to edge1_2 over a core switch)
+  to spread aggregation over the drawn capacities, so up to 7 workers from different racks, at
+  different distances, meet at each node. With the paper's hashed units it was 0.29: a unit
+  held by a younger fragment stalled an older one whose members waited on it, until the stale
+  timeout (2 ms) or an RTO; salting the hash by switch gave 0.39 and modulo indexing (the
+  default now) 0.73. What remains was not traced further.
+* GRID in (b) reaches 0.94 of its feasible rate and leads.
 * ATP in (b) reaches about 0.7 of the flow model's rate. inalab's ATP (tree mode here)
   aggregates at every programmable switch on the job's one ECMP tree and has no
   capacity-triggered bypass, while the flow model's ATP takes the first programmable switch
