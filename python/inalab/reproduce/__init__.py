@@ -81,6 +81,26 @@ def simulate_all(label: str, runs: list[tuple[dict, dict]], progress: Progress, 
     return done.drop(columns=["point", "status", "error", "wall_s"])
 
 
+def subplots(*args, **kwargs):
+    """``matplotlib.pyplot.subplots`` on the file-only Agg backend (a reproduction never opens a window)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(*args, **kwargs)
+
+
+def save_figure(fig, path: Path) -> Path:
+    """Lays the figure out, writes it to ``path`` (PNG, 120 dpi) and frees it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def markdown_table(rows: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
     cols = list(rows.columns)
     lines = ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]

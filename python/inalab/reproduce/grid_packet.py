@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import markdown_table, register, simulate_all
+from . import markdown_table, register, save_figure, simulate_all, subplots
 
 FIG1_WORKERS = [f"W{i}" for i in range(1, 9)]
 # Wire bytes per byte of values, by data plane: GRID's 322-B packets carry 256 B of values,
@@ -174,24 +174,20 @@ of the same policy (`inalab plan grid`, `inalab analyze grid-fig1`).
 """
 
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(7, 3.3))
-        labels = [f"{r.scheme}\n{r.policy.replace('R-GRIA ', '')}" for r in rows.itertuples()]
-        x = range(len(rows))
-        ax.bar([i - 0.2 for i in x], rows.feasible_gbps, 0.4, label="flow model (feasible)")
-        ax.bar([i + 0.2 for i in x], rows.rate_gbps, 0.4, label="packets")
-        ax.set_xticks(list(x), labels, fontsize=7)
-        ax.set_ylabel("worker rate (Gbps)")
+        fig, ax = subplots(figsize=(7, 3.3))
+        flow_against_packets(ax, rows, [f"{r.scheme}\n{r.policy.replace('R-GRIA ', '')}" for r in rows.itertuples()])
         ax.set_title("GRID Fig. 1 at packet level")
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        return path
+        return save_figure(fig, path)
+
+
+def flow_against_packets(ax, rows: pd.DataFrame, labels: list[str]) -> None:
+    """Each run's flow-level feasible rate beside its packet-level rate."""
+    x = range(len(rows))
+    ax.bar([i - 0.2 for i in x], rows.feasible_gbps, 0.4, label="flow model (feasible)")
+    ax.bar([i + 0.2 for i in x], rows.rate_gbps, 0.4, label="packets")
+    ax.set_xticks(list(x), labels, fontsize=7)
+    ax.set_ylabel("worker rate (Gbps)")
 
 
 register(GridMotivatingPacket())
@@ -296,21 +292,13 @@ for its RTO).
 """
 
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(6, 3.3))
+        fig, ax = subplots(figsize=(6, 3.3))
         labels = [f"{r.units} units\n{r.jitter} {'ctl' if r.control_packets else 'no ctl'}" for r in rows.itertuples()]
         ax.bar(range(len(rows)), rows.switch_agg_gbps)
         ax.set_xticks(range(len(rows)), labels, fontsize=7)
         ax.set_ylabel("switch aggregation (Gbps)")
         ax.set_title("GRID rate synchronization: control packets on and off")
-        fig.tight_layout()
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        return path
+        return save_figure(fig, path)
 
 
 register(GridRateSync())
@@ -441,25 +429,14 @@ per worker, metadata mode.
 """
 
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, axes = plt.subplots(1, 2, figsize=(8, 3.3), sharey=True)
+        fig, axes = subplots(1, 2, figsize=(8, 3.3), sharey=True)
         for ax, scen in zip(axes, ("a", "b")):
             sub = rows[rows.scenario == scen]
-            x = range(len(sub))
-            ax.bar([i - 0.2 for i in x], sub.feasible_gbps, 0.4, label="flow model (feasible)")
-            ax.bar([i + 0.2 for i in x], sub.rate_gbps, 0.4, label="packets")
-            ax.set_xticks(list(x), sub.scheme, fontsize=7, rotation=20)
+            flow_against_packets(ax, sub, list(sub.scheme))
             ax.set_title(f"fat tree, scenario ({scen})")
-        axes[0].set_ylabel("worker rate (Gbps)")
+        axes[1].set_ylabel("")
         axes[0].legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        return path
+        return save_figure(fig, path)
 
 
 register(GridFatTreePacket())
