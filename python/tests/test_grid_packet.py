@@ -179,3 +179,15 @@ def test_at_100_gbps_the_default_units_deliver_the_feasible_rate():
     j = inalab.simulate(analysis_packet_scenario(d, "grid", policy, "8MiB")).jobs.iloc[0]
     wire_gbps = j.goodput_gbps * 322 / 256
     assert j.finished and wire_gbps >= 0.8 * policy["feasible_rate_gbps"], (wire_gbps, policy["feasible_rate_gbps"])
+
+
+def test_a_scaled_down_testbed_runs_every_scheme_at_2_and_8_workers(tmp_path):
+    from inalab.reproduce.grid_packet import GridTestbed
+
+    rep = GridTestbed(models=("inception_v3",), workers=(2, 8), scale=0.02)
+    rows = rep.run(lambda _msg: None)
+    assert rows.finished.all() and len(rows) == 8
+    t = rep._at8(rows, "inception_v3")
+    # GRID's routing beats Geryon's by its feasible ratio (50 against 12.5), within the data plane's 15 %.
+    assert t.rate_gbps["grid"] >= 0.85 * 4 * t.rate_gbps["geryon"], t
+    assert "two levels" in rep.explain(rows) and rep.plot(rows, tmp_path / "t.png").exists()
