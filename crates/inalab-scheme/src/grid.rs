@@ -126,8 +126,11 @@ fn parse(config: &Value) -> Result<GridParams, PlanError> {
     Ok(c)
 }
 
-/// Each rank's aggregation node (None: the PS) and path (empty: routed), checked.
-fn resolve(job: &JobSpec, net: &dyn NetView, policy: &GridPolicy, ps: NodeId) -> Result<Vec<(Option<NodeId>, Vec<NodeId>)>, PlanError> {
+/// Per rank: its aggregation node (None: the PS) and its path (empty: routed).
+type Resolved = Vec<(Option<NodeId>, Vec<NodeId>)>;
+
+/// Each rank's aggregation node and path, checked.
+fn resolve(job: &JobSpec, net: &dyn NetView, policy: &GridPolicy, ps: NodeId) -> Result<Resolved, PlanError> {
     if policy.workers.is_empty() {
         return Ok(vec![(None, vec![]); job.workers.len()]);
     }

@@ -5,7 +5,7 @@
 //! closes before `leave` fails the job: the other workers get a `failed` event and the job's
 //! aggregators are freed at every switch and the PS. Protocol: [`crate::control`].
 
-use super::{stats, PortKind, Shared};
+use super::{stats, PortKind, Shared, Tree};
 use crate::control::{self, err, field, ok, plan_err, AuthRole, JobSpec, ServerAuth, ServerSpec, SwitchSpec, WorkerSpec, CONTROL_TIMEOUT};
 use crate::NetError;
 use inalab_core::{NodeId, PortId, SwitchProgram};
@@ -436,23 +436,21 @@ pub(super) fn admit_here(s: &Shared, spec: &JobSpec) -> Result<(), NetError> {
         dp.program.admit_at(adm.program, spec.job, adm.state).map_err(|e| NetError::Config(format!("field `config.{}`: {e}", adm.field)))?;
     }
     dp.paths.extend(paths.into_iter().map(|(k, p)| (k, (spec.job, p))));
-    dp.trees.extend(trees.into_iter().map(|(src, c)| ((spec.job, src), c)));
+    dp.trees.extend(trees.into_iter().map(|(src, t)| ((spec.job, src), Arc::new(t))));
     dp.keys.insert(spec.job, mac);
     Ok(())
 }
+
+/// A switch's part of a plan's routes: fixed-path visits ((source, destination, ingress port) ->
+/// egress port) and multicast trees by sending host.
+type PlanRoutes = (Vec<((NodeId, NodeId, PortId), PortId)>, Vec<(NodeId, Tree)>);
 
 /// This switch's part of a plan's fixed paths and multicast trees (a scheme's routing, e.g.
 /// GRID's policy and result tree): for each visit of a path here, (source, destination,
 /// ingress port) -> egress port; for each tree through here, its sender -> the children (a
 /// host's copy addressed to it). A path or tree that leads here from, or on to, a node that is
 /// no neighbour is an error.
-#[allow(clippy::type_complexity)]
-fn plan_routes(
-    spec: &JobSpec,
-    plan: &inalab_scheme::Plan,
-    me: NodeId,
-    neighbour: &dyn Fn(NodeId) -> Option<PortId>,
-) -> Result<(Vec<((NodeId, NodeId, PortId), PortId)>, Vec<(NodeId, Vec<(PortId, Option<NodeId>)>)>), NetError> {
+fn plan_routes(spec: &JobSpec, plan: &inalab_scheme::Plan, me: NodeId, neighbour: &dyn Fn(NodeId) -> Option<PortId>) -> Result<PlanRoutes, NetError> {
     let host_of = |role: Role| match role {
         Role::Worker { rank } => spec.workers.get(rank as usize).map(|w| w.node),
         Role::Server { index } => spec.servers.get(index as usize).map(|s| s.node),
@@ -478,14 +476,17 @@ fn plan_routes(
     for (role, edges) in &plan.trees {
         let Some(src) = host_of(*role) else { continue };
         let what = format!("the multicast tree of {role:?}");
-        let hosts: Vec<NodeId> = spec.workers.iter().map(|w| w.node).chain(spec.servers.iter().map(|s| s.node)).collect();
-        let children = edges
-            .iter()
-            .filter(|(p, _)| *p == me)
-            .map(|&(_, c)| Ok((port(&what, c)?, hosts.contains(&c).then_some(c))))
-            .collect::<Result<Vec<_>, NetError>>()?;
-        if !children.is_empty() {
-            trees.push((src, children));
+        let mut tree = Tree::default();
+        for &(_, c) in edges.iter().filter(|(p, _)| *p == me) {
+            let p = port(&what, c)?;
+            if spec.workers.iter().any(|w| w.node == c) || spec.servers.iter().any(|s| s.node == c) {
+                tree.hosts.push((p, c));
+            } else {
+                tree.switches.push(p);
+            }
+        }
+        if !tree.switches.is_empty() || !tree.hosts.is_empty() {
+            trees.push((src, tree));
         }
     }
     Ok((paths.into_iter().collect(), trees))

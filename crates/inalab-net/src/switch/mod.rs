@@ -232,8 +232,14 @@ impl Port {
     }
 }
 
-/// A child on a multicast tree: its port, and for a host the node a copy is addressed to.
-type TreeChild = (PortId, Option<NodeId>);
+/// A job's multicast tree at this switch: the ports toward child switches (one encoding for
+/// all of them, the copy still addressed to `GROUP`), and the child hosts with their ports.
+/// Shared, so that a result takes a reference, not a copy of the lists.
+#[derive(Debug, Default)]
+struct Tree {
+    switches: Vec<PortId>,
+    hosts: Vec<(PortId, NodeId)>,
+}
 
 /// Driver counters (the program keeps its own).
 #[derive(Debug, Default, Clone)]
@@ -328,7 +334,7 @@ struct DataPlane {
     /// Admitted jobs' multicast trees at this switch: (job, sending host) -> the children, each
     /// a port and, for a host, the node a copy is addressed to (what goes to a switch stays
     /// addressed to `GROUP`).
-    trees: HashMap<(u32, NodeId), Vec<TreeChild>>,
+    trees: HashMap<(u32, NodeId), Arc<Tree>>,
     /// The port of the packet being handled (`None` in timers).
     in_port: Option<PortId>,
     /// Jobs of the nodes (a static fabric's workers and servers): the key of frames whose
@@ -600,22 +606,19 @@ impl DataPlane {
     /// A packet to `GROUP`: a copy to each of this switch's children on the tree of its job
     /// and sender (copies to hosts addressed to them); `no_route` where there is none.
     fn replicate(&mut self, pkt: Packet) {
-        let children = self.frame_job(&pkt.header, pkt.src).and_then(|j| self.trees.get(&(j, pkt.src)));
-        let Some(children) = children.filter(|c| !c.is_empty()).cloned() else {
+        let tree = self.frame_job(&pkt.header, pkt.src).and_then(|j| self.trees.get(&(j, pkt.src)));
+        let Some(tree) = tree.cloned() else {
             self.c.no_route += 1;
             return;
         };
-        let to_switches: Vec<PortId> = children.iter().filter(|c| c.1.is_none()).map(|c| c.0).collect();
-        self.c.multicast_copies += children.len() as u64;
-        if !to_switches.is_empty() {
-            self.egress_many(&to_switches, &pkt);
+        self.c.multicast_copies += (tree.switches.len() + tree.hosts.len()) as u64;
+        if !tree.switches.is_empty() {
+            self.egress_many(&tree.switches, &pkt);
         }
-        for (port, host) in children {
-            if let Some(h) = host {
-                let mut copy = pkt.clone();
-                copy.dst = h;
-                self.egress(port, &copy);
-            }
+        let mut copy = pkt;
+        for &(port, host) in &tree.hosts {
+            copy.dst = host;
+            self.egress(port, &copy);
         }
     }
 
@@ -645,7 +648,8 @@ impl DataPlane {
     /// (by the flow's hash, as the simulator's ECMP), or the upstream switch's. A pinned flow
     /// whose port's link is down takes the live next hops, as the simulator's ECMP does.
     fn route(&self, pkt: &Packet) -> Option<PortId> {
-        let fixed = self.in_port.and_then(|i| self.paths.get(&(pkt.src, pkt.dst, i)));
+        // (Most switches pin no path: skip the lookup on their hot path.)
+        let fixed = self.in_port.filter(|_| !self.paths.is_empty()).and_then(|i| self.paths.get(&(pkt.src, pkt.dst, i)));
         if let Some(&(_, p)) = fixed.filter(|(_, p)| self.ports[*p as usize].link_up) {
             return Some(p);
         }
