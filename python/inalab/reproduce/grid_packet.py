@@ -14,26 +14,23 @@ FIG1_WORKERS = [f"W{i}" for i in range(1, 9)]
 WIRE_PER_VALUE = {"grid": 322 / 256, "atp": 306 / 248}
 
 
-def fig1_topology() -> dict:
+def fig1_analysis() -> dict:
+    """The shipped flow-level scenario of Fig. 1 (`grid-fig1`), as a dict."""
     import tomllib
 
     from ..analysis.scenario import shipped_analyses
 
-    return tomllib.loads(shipped_analyses()["grid-fig1"].read_text())["topology"]
+    return tomllib.loads(shipped_analyses()["grid-fig1"].read_text())
+
+
+def fig1_topology() -> dict:
+    return fig1_analysis()["topology"]
 
 
 def fig1_scenario(scheme: str, policy: dict | None, size: str, ina: dict | None = None) -> dict:
     """Fig. 1's network (3 Gbps links, a 9 Gbps PS link, switches processing 9 Gbps of what they
     aggregate) with one job of 8 workers; ``policy`` for the ``grid`` data plane."""
-    job = {"name": scheme, "scheme": scheme, "allreduce": size, "iterations": 1, "workers": FIG1_WORKERS,
-           "servers": ["PS"]}
-    if policy is not None:
-        job["policy"] = policy
-    if ina:
-        job["ina"] = ina
-    return {"name": f"grid-fig1-packet-{scheme}", "seed": 1, "payload": False, "stop": "20s",
-            "topology": fig1_topology(), "network": {"switch_capacity": {s: "9Gbps" for s in ("S1", "S2", "S3")}},
-            "jobs": [job]}
+    return analysis_packet_scenario(fig1_analysis(), scheme, policy, size, ina)
 
 
 def rounding_classes(seeds=range(1, 61)) -> dict[float, dict]:
