@@ -395,6 +395,36 @@ def test_grid_runs_its_policy_paths_with_results_multicast_once(shaper):
     assert acted <= sent and (sent == 0 or acted > 0), (sent, acted)
 
 
+def test_atp_on_fig1_is_paced_by_s1s_processing_capacity(namespaces):
+    """The shipped emulate-grid-fig1-atp (small allreduce): S1 aggregates four workers through
+    its 90 Mbps of processing (the scenario's `switch_capacity`, charged by the software switch
+    to what it aggregates), so the job cannot end before S1 has served every aggregated packet
+    back to back, where the links alone would let it end sooner; sums exact, nothing held."""
+    import tomllib
+
+    from inalab.config import shipped_scenarios
+
+    sc = tomllib.loads(shipped_scenarios()["emulate-grid-fig1-atp"].read_text())
+    sc["jobs"][0].update(allreduce="256KiB", iterations=2)
+    sim = inalab.simulate(sc)
+    emu = inalab.emulate(sc, progress=False)
+    e = emu.jobs.iloc[0]
+    print(f"\natp fig. 1: JCT {sim.jobs.jct_s[0] * 1e3:.1f} ms simulated, {e.jct_s * 1e3:.1f} ms emulated")
+    assert e.finished and e.payload_errors == 0 and e.max_error <= e.error_bound, e.failures
+    sw = emu.raw["emulation"]["switches"]
+    s1 = sw["S1"]
+    # S1's datagrams are all one size (a worker's packet and its result alike).
+    worker_port = next(p for p in s1["ports"] if p["kind"] == "worker")
+    wire = worker_port["sent_bytes"] / worker_port["sent"]
+    floor = s1["program"]["aggregated"] * wire * 8 / 90e6
+    link_only = 2 * 256 * 1024 * wire / 256 * 8 / 30e6  # a worker's own link, were S1 unlimited
+    assert floor > 1.2 * link_only and e.jct_s >= floor, (e.jct_s, floor, link_only)
+    assert s1["ecn_marked"] > 0, s1
+    for name, st in sw.items():
+        assert st["aggregators_in_use"] == 0 and st["processing_drops"] == 0 and st["no_route"] == 0, (name, st)
+    assert abs(e.jct_s / sim.jobs.jct_s[0] - 1) < JCT_TOLERANCE
+
+
 def test_nine_hosts_run_only_where_the_links_are_slow():
     """Fig. 1 at its own 3 Gbps is refused (9 hosts need the links in use to sum to at most
     1 Gbps on 2 cores), naming the field; at 30 Mbps it passes the checks (run above)."""

@@ -46,6 +46,25 @@ pub struct SwitchFabric {
     pub routes: Vec<FabricRoute>,
     /// Jobs admitted at start (each switch installs its own part of each).
     pub jobs: Vec<JobSpec>,
+    /// The switch's processing capacity (the simulator's `network.switch_capacity`). Default
+    /// none: unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processing: Option<Processing>,
+}
+
+/// Processing capacity (GRID's C_s): the packets a switch program aggregates
+/// (`SwitchProgram::processes`) wait in one FIFO served at `rate_bps`, charged their bytes on
+/// the wire; a packet that finds more than `ecn_threshold_bytes` waiting is ECN-marked, one
+/// that would take the queue past `buffer_bytes` is dropped. As the simulator's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Processing {
+    /// Bits per second.
+    pub rate_bps: u64,
+    /// Bytes.
+    pub buffer_bytes: u64,
+    /// Bytes.
+    pub ecn_threshold_bytes: u64,
 }
 
 /// A PS's part of a static deployment: its switch's data-plane address and its jobs.

@@ -5,7 +5,7 @@
 
 use inalab_net::client::Client;
 use inalab_net::control::{JobSpec, ServerSpec, SwitchSpec, WorkerSpec};
-use inalab_net::fabric::{FabricPort, FabricRoute, HostFabric, SwitchFabric};
+use inalab_net::fabric::{FabricPort, FabricRoute, HostFabric, Processing, SwitchFabric};
 use inalab_net::ps::{PsHandle, PsOptions};
 use inalab_net::switch::{SwitchHandle, SwitchOptions};
 use serde_json::json;
@@ -33,9 +33,9 @@ fn deploy(config: serde_json::Value, ps: bool) -> (Vec<SwitchHandle>, JobSpec, O
     };
     let port = |node: u32, kind: &str, udp: SocketAddr| FabricPort { node, kind: kind.into(), udp, rate_bps: None };
     let route = |dst: u32, via: u32| FabricRoute { src: None, dst, via: vec![via] };
-    let mut f1 = SwitchFabric { ports: vec![port(101, "worker", a[2]), port(102, "worker", a[3]), port(2, "switch", a[1])], routes: vec![], jobs: vec![spec.clone()] };
+    let mut f1 = SwitchFabric { ports: vec![port(101, "worker", a[2]), port(102, "worker", a[3]), port(2, "switch", a[1])], routes: vec![], jobs: vec![spec.clone()], processing: None };
     f1.routes = vec![route(103, 2), route(104, 2), route(105, 2)];
-    let mut f2 = SwitchFabric { ports: vec![port(103, "worker", a[4]), port(104, "worker", a[5]), port(1, "switch", a[0])], routes: vec![], jobs: vec![spec.clone()] };
+    let mut f2 = SwitchFabric { ports: vec![port(103, "worker", a[4]), port(104, "worker", a[5]), port(1, "switch", a[0])], routes: vec![], jobs: vec![spec.clone()], processing: None };
     f2.routes = vec![route(101, 1), route(102, 1)];
     if ps {
         f2.ports.push(port(105, "ps", a[6]));
@@ -107,7 +107,7 @@ fn atp_aggregates_at_two_levels_of_a_static_fabric() {
 
 #[test]
 fn a_route_through_a_stranger_is_refused() {
-    let f = SwitchFabric { ports: vec![], routes: vec![FabricRoute { src: None, dst: 7, via: vec![9] }], jobs: vec![] };
+    let f = SwitchFabric { ports: vec![], routes: vec![FabricRoute { src: None, dst: 7, via: vec![9] }], jobs: vec![], processing: None };
     let opts = SwitchOptions { udp: "127.0.0.1:0".parse().unwrap(), control: "127.0.0.1:0".parse().unwrap(), fabric: Some(f), ..SwitchOptions::new(&["switchml"]) };
     let err = SwitchHandle::start(opts).err().expect("refused").to_string();
     assert!(err.contains("no neighbour"), "{err}");
@@ -115,6 +115,7 @@ fn a_route_through_a_stranger_is_refused() {
         ports: vec![FabricPort { node: 9, kind: "switch".into(), udp: "127.0.0.1:9".parse().unwrap(), rate_bps: None }],
         routes: vec![FabricRoute { src: Some(3), dst: 7, via: vec![9, 9] }],
         jobs: vec![],
+        processing: None,
     };
     let opts = SwitchOptions { udp: "127.0.0.1:0".parse().unwrap(), control: "127.0.0.1:0".parse().unwrap(), fabric: Some(pinned), ..SwitchOptions::new(&["switchml"]) };
     let err = SwitchHandle::start(opts).err().expect("refused").to_string();
@@ -143,12 +144,14 @@ fn canary_leaf_spine(ina: serde_json::Value) -> (Vec<SwitchHandle>, JobSpec) {
             ports: vec![port(mine[0], "worker"), port(mine[1], "worker"), port(3, "switch"), port(4, "switch")],
             routes: vec![via(other[0], vec![3, 4]), via(other[1], vec![3, 4]), via(3 - me, vec![3, 4])],
             jobs: vec![spec.clone()],
+            processing: None,
         }
     };
     let spine = || SwitchFabric {
         ports: vec![port(1, "switch"), port(2, "switch")],
         routes: vec![via(101, vec![1]), via(102, vec![1]), via(103, vec![2]), via(104, vec![2])],
         jobs: vec![spec.clone()],
+        processing: None,
     };
     let start = |node: u32, f: SwitchFabric| {
         let opts = SwitchOptions { node, udp: a[node as usize - 1], control: "127.0.0.1:0".parse().unwrap(), fabric: Some(f), memory_bytes: 1_000_000, ..SwitchOptions::new(&["canary"]) };
@@ -271,7 +274,8 @@ fn a_spine_dying_mid_allreduce_is_routed_around_and_canary_sums_exactly() {
 /// multicasts each result once down the shortest-path tree (S2 copies to S1, W3 and W4; S1 to
 /// W1 and W2). `memory_bytes` per switch: few units make fragments collide at S1, whose control
 /// packets go back to their senders (W3's across S2).
-fn grid_fabric(memory_bytes: u64) -> (Vec<SwitchHandle>, JobSpec, PsHandle) {
+/// S1 with `processing` capacity, if any.
+fn grid_fabric(memory_bytes: u64, processing: Option<Processing>) -> (Vec<SwitchHandle>, JobSpec, PsHandle) {
     let a = addrs(7); // S1, S2, W1..W4, PS
     let names: std::collections::BTreeMap<String, u32> =
         [("S1", 1), ("S2", 2), ("W1", 101), ("W2", 102), ("W3", 103), ("W4", 104), ("PS", 105)].into_iter().map(|(n, id)| (n.to_string(), id)).collect();
@@ -294,11 +298,13 @@ fn grid_fabric(memory_bytes: u64) -> (Vec<SwitchHandle>, JobSpec, PsHandle) {
         ports: vec![port(101, "worker", a[2]), port(102, "worker", a[3]), port(2, "switch", a[1])],
         routes: vec![route(103, 2), route(104, 2), route(105, 2)],
         jobs: vec![spec.clone()],
+        processing,
     };
     let f2 = SwitchFabric {
         ports: vec![port(103, "worker", a[4]), port(104, "worker", a[5]), port(1, "switch", a[0]), port(105, "ps", a[6])],
         routes: vec![route(101, 1), route(102, 1)],
         jobs: vec![spec.clone()],
+        processing: None,
     };
     let start = |node: u32, udp: SocketAddr, f: SwitchFabric| {
         let opts = SwitchOptions { node, udp, control: "127.0.0.1:0".parse().unwrap(), fabric: Some(f), memory_bytes, ..SwitchOptions::new(&["grid"]) };
@@ -337,7 +343,7 @@ fn grid_run(switches: &[SwitchHandle], spec: &JobSpec, n: usize) -> Vec<serde_js
 
 #[test]
 fn grid_follows_its_policy_paths_and_multicasts_each_result_once() {
-    let (switches, spec, ps) = grid_fabric(1_000_000);
+    let (switches, spec, ps) = grid_fabric(1_000_000, None);
     let n = 5_000;
     let stats = grid_run(&switches, &spec, n);
     let (s1, s2, pst) = (switches[0].stats(), switches[1].stats(), ps.stats());
@@ -364,7 +370,7 @@ fn grid_follows_its_policy_paths_and_multicasts_each_result_once() {
 #[test]
 fn grid_collisions_send_control_packets_back_to_their_senders_across_switches() {
     // 8 units at S1 (280 B each): the windows' fragments collide there.
-    let (switches, spec, _ps) = grid_fabric(8 * 280);
+    let (switches, spec, _ps) = grid_fabric(8 * 280, None);
     let stats = grid_run(&switches, &spec, 20_000);
     let s1 = switches[0].stats();
     assert!(s1["program"]["control_sent"].as_u64().unwrap() > 0, "{s1}");
@@ -375,5 +381,29 @@ fn grid_collisions_send_control_packets_back_to_their_senders_across_switches() 
     for sw in &switches {
         let st = sw.stats();
         assert_eq!((st["no_route"].as_u64(), st["aggregators_in_use"].as_u64()), (Some(0), Some(0)), "{st}");
+    }
+}
+
+#[test]
+fn processing_capacity_paces_what_a_switch_aggregates_and_marks_its_queue() {
+    // S1 aggregates W1-W3 through a 4 Mbps FIFO that marks ECN past 8 kB and drops past 32 kB.
+    let rate_bps = 4_000_000;
+    let cap = Processing { rate_bps, buffer_bytes: 32_000, ecn_threshold_bytes: 8_000 };
+    let (switches, spec, _ps) = grid_fabric(1_000_000, Some(cap));
+    let t = std::time::Instant::now();
+    grid_run(&switches, &spec, 5_000);
+    let elapsed = t.elapsed().as_secs_f64();
+    let s1 = switches[0].stats();
+    // Every aggregated packet (64 values, 256 B, plus headers) took its turn in the FIFO: the
+    // run cannot be shorter than serving them back to back.
+    let aggregated = s1["program"]["agg_packets"].as_u64().unwrap();
+    let floor = aggregated as f64 * (256 + 42) as f64 * 8.0 / rate_bps as f64;
+    assert!(elapsed >= floor, "{elapsed:.3} s for {aggregated} packets at {rate_bps} b/s (at least {floor:.3} s): {s1}");
+    assert!(s1["ecn_marked"].as_u64().unwrap() > 0, "{s1}");
+    // S2 has no capacity set.
+    let s2 = switches[1].stats();
+    assert_eq!(s2["processing_drops"].as_u64(), Some(0), "{s2}");
+    for st in [&s1, &s2] {
+        assert_eq!(st["aggregators_in_use"].as_u64(), Some(0), "{st}");
     }
 }

@@ -115,6 +115,7 @@ def deploy(spec: dict, built: dict, used: list[str], address) -> Deployment:
     memory = {s: spec["network"]["aggregator_memory_bytes"] for s in switches}
     for m in spec["network"]["switch_memory"]:
         memory[m["switch"]] = m["value"]
+    capacity = {c["switch"]: c["value"] for c in spec["network"]["switch_capacity"]}
     for j in spec["jobs"]:
         config = {k: v for k, v in j.items() if k in ("scheme", "ina", "transport", "partition_bytes", "policy")}
         dep.specs.append({
@@ -149,4 +150,8 @@ def deploy(spec: dict, built: dict, used: list[str], address) -> Deployment:
             routes.append({"dst": node_id[n], "via": [node_id[p] for p in via]})
         routes += [{"src": node_id[r["src"]], "dst": node_id[r["dst"]], "via": [node_id[r["via"]]]} for r in pinned.get(s, [])]
         dep.fabrics[s] = {"ports": ports, "routes": routes, "jobs": dep.specs}
+        if s in capacity:
+            # Charged by the switch to what it aggregates, with the network's queue limits.
+            dep.fabrics[s]["processing"] = {"rate_bps": capacity[s], "buffer_bytes": spec["network"]["buffer_bytes"],
+                                            "ecn_threshold_bytes": spec["network"]["ecn_threshold_bytes"]}
     return dep

@@ -44,7 +44,7 @@ use crate::clock::Clock;
 use crate::control::{self, field, JobSpec, SwitchSpec, CONTROL_TIMEOUT};
 use control_plane::{admit_here, serve, ControlState};
 use crate::service::{accept_loop, shut_down};
-use crate::fabric::SwitchFabric;
+use crate::fabric::{Processing, SwitchFabric};
 use crate::pace::{Pacer, ShapedQueue, WIRE_OVERHEAD_BYTES};
 use inalab_topo::ecmp_pick;
 use crate::udp::{wait, TxBatch, Udp};
@@ -55,7 +55,7 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde_json::{json, Value};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -258,6 +258,8 @@ struct Counters {
     ecn_marked: u64,
     /// Copies of packets to `GROUP` sent down their multicast tree.
     multicast_copies: u64,
+    /// Packets a full processing queue refused ([`Processing`]).
+    processing_drops: u64,
     /// Datagrams without a valid tag, by reason: `short`, `no_key` (no admitted job's key for
     /// the job the header names, or no job at all), `bad_tag`.
     forged: BTreeMap<&'static str, u64>,
@@ -354,6 +356,12 @@ struct DataPlane {
     scratch: Vec<u8>,
     /// Ports shape their own egress ([`SwitchOptions::shaping`]).
     shaping: Option<PortShaping>,
+    /// Processing capacity ([`SwitchFabric::processing`]): its settings and its FIFO, served
+    /// at its rate.
+    processing: Option<(Processing, Pacer)>,
+    /// What the program did with each processed packet, held until the FIFO has served it:
+    /// (when, ingress port, actions), in order of that time.
+    processed: VecDeque<(Time, PortId, Vec<SwitchAction>)>,
     /// The clock at the packet or timer being handled (when a shaped datagram is queued).
     now: Time,
     c: Counters,
@@ -414,6 +422,12 @@ impl DataPlane {
                 }
             }
         }
+        if let Some(p) = f.processing {
+            if p.rate_bps == 0 || p.buffer_bytes == 0 {
+                return Err(NetError::Config(format!("fabric: processing.rate_bps and processing.buffer_bytes must be positive, got {p:?}")));
+            }
+            self.processing = Some((p, Pacer::new(p.rate_bps)));
+        }
         for spec in &f.jobs {
             for n in spec.workers.iter().map(|w| w.node).chain(spec.servers.iter().map(|s| s.node)) {
                 self.node_jobs.insert(n, spec.job);
@@ -472,6 +486,7 @@ impl DataPlane {
         }
         let now = clock.now();
         self.now = now;
+        self.release_processed(now);
         while let Some(&Reverse((at, _, token))) = self.timers.peek() {
             if at > now {
                 break;
@@ -490,7 +505,7 @@ impl DataPlane {
         self.udp.as_ref().expect("socket present between polls")
     }
 
-    fn ingress(&mut self, now: Time, addr: SocketAddr, bytes: &[u8], congested: bool) {
+    fn ingress(&mut self, now: Time, addr: SocketAddr, bytes: &[u8], mut congested: bool) {
         self.c.received += 1;
         let Some(&port) = self.by_addr.get(&addr) else {
             self.c.unknown_source += 1;
@@ -535,15 +550,51 @@ impl DataPlane {
             self.c.injected_drops += 1;
             return;
         }
+        let ctx = Ctx { node: self.node, ports: &self.ports, routes: &self.routes, ecmp: &self.ecmp, up: self.default_route, now };
+        // Processing capacity: the packet takes its turn in the FIFO, and what the program does
+        // with it leaves when the FIFO has served it (as the simulator's `ready`).
+        let mut ready = None;
+        if let Some((cap, fifo)) = self.processing.as_mut().filter(|_| self.program.processes(&ctx, port, &pkt)) {
+            let backlog = fifo.backlog_bytes(now);
+            if backlog + bytes.len() as u64 + WIRE_OVERHEAD_BYTES > cap.buffer_bytes {
+                self.c.processing_drops += 1;
+                return;
+            }
+            congested |= backlog > cap.ecn_threshold_bytes;
+            ready = Some(fifo.admit(now, bytes.len()));
+        }
         if congested {
             self.c.ecn_marked += 1;
             pkt.ecn = true;
         }
-        let ctx = Ctx { node: self.node, ports: &self.ports, routes: &self.routes, ecmp: &self.ecmp, up: self.default_route, now };
         self.program.on_packet(now, &ctx, port, pkt, &mut self.actions);
+        match ready {
+            Some(at) if at > now => {
+                let actions = std::mem::take(&mut self.actions);
+                self.processed.push_back((at, port, actions));
+            }
+            _ => self.apply_from(port),
+        }
+    }
+
+    /// Applies the program's actions on a packet that came in on `port`.
+    fn apply_from(&mut self, port: PortId) {
         self.in_port = Some(port);
         self.apply();
         self.in_port = None;
+    }
+
+    /// Carries out the actions on every processed packet whose time has come.
+    fn release_processed(&mut self, now: Time) {
+        while self.processed.front().is_some_and(|(at, _, _)| *at <= now) {
+            let (_, port, actions) = self.processed.pop_front().expect("front checked");
+            let spare = std::mem::replace(&mut self.actions, actions);
+            self.apply_from(port);
+            // Keep the emptied vector with the larger capacity for the next packet.
+            if spare.capacity() > self.actions.capacity() {
+                self.actions = spare;
+            }
+        }
     }
 
     fn apply(&mut self) {
@@ -707,9 +758,10 @@ impl DataPlane {
         }
     }
 
-    /// When the next shaped datagram is due.
+    /// When the next shaped datagram or processed packet is due.
     fn next_due(&self) -> Option<Time> {
-        self.ports.iter().filter_map(|p| p.shaper.as_ref()?.next_due()).min()
+        let processed = self.processed.front().map(|(at, _, _)| *at);
+        self.ports.iter().filter_map(|p| p.shaper.as_ref()?.next_due()).chain(processed).min()
     }
 
     fn stats(&self) -> Value {
@@ -723,7 +775,7 @@ impl DataPlane {
             "received": c.received, "forwarded": c.forwarded, "malformed": c.malformed,
             "unknown_source": c.unknown_source, "spoofed": c.spoofed, "unadmitted": c.unadmitted,
             "no_route": c.no_route, "dead_port": c.dead_port, "link_down": c.link_down, "injected_drops": c.injected_drops, "ecn_marked": c.ecn_marked,
-            "multicast_copies": c.multicast_copies,
+            "multicast_copies": c.multicast_copies, "processing_drops": c.processing_drops,
             "forged": c.forged, "unsealed": c.unsealed, "outside_job": c.outside_job,
             "program_drops": c.program_drops, "last_malformed": c.last_malformed,
             "program": program,
@@ -788,6 +840,8 @@ impl SwitchHandle {
             tx: TxBatch::default(),
             scratch: vec![],
             shaping: opts.shaping,
+            processing: None,
+            processed: VecDeque::new(),
             now: 0,
             c: Counters::default(),
         };
