@@ -23,7 +23,7 @@
 //! Values already given as i32 (the simulator's payload mode) are taken as quantized and pass
 //! through; results then come back as i32.
 
-use crate::quant::{block_exponent, from_fixed, switchml_scale, switchml_to_fixed, ZERO_BLOCK_EXPONENT};
+use crate::quant::{finite_block_exponent, from_fixed, switchml_scale, switchml_to_fixed, ZERO_BLOCK_EXPONENT};
 use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload, TensorAttrs, Time};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -166,8 +166,7 @@ impl Quantized {
         while !self.exponent_busy {
             let Some((id, bytes, data, attrs)) = self.waiting.pop_front() else { return };
             let mine = match &data {
-                Some(Payload::F32(v)) if v.iter().any(|x| !x.is_finite()) => REJECT_MARK,
-                Some(Payload::F32(v)) => block_exponent(v) as i32 + EXP_BIAS,
+                Some(Payload::F32(v)) => finite_block_exponent(v).map_or(REJECT_MARK, |e| e as i32 + EXP_BIAS),
                 _ => EXP_BIAS,
             };
             let exps = data.is_some().then(|| {

@@ -132,10 +132,15 @@ pub fn emit(envelope: &Envelope, header: &Header, values: Option<Values<'_>>, ou
     prefix[field::payload::KIND] = kind as u8;
     prefix[field::payload::COUNT].copy_from_slice(&(count as u16).to_be_bytes());
     out.extend_from_slice(&prefix);
+    // Sized once and filled word by word: a plain copy on a little-endian machine, where
+    // pushing value by value checked the capacity 2,048 times per datagram.
+    let start = out.len();
+    out.resize(start + count * VALUE_LEN, 0);
+    let words = out[start..].chunks_exact_mut(VALUE_LEN);
     match values {
         None => {}
-        Some(Values::I32(v)) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Some(Values::F32(v)) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Some(Values::I32(v)) => words.zip(v).for_each(|(w, x)| w.copy_from_slice(&x.to_le_bytes())),
+        Some(Values::F32(v)) => words.zip(v).for_each(|(w, x)| w.copy_from_slice(&x.to_le_bytes())),
     }
 }
 
