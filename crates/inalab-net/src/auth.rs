@@ -3,8 +3,14 @@
 //! Each job gets a random 256-bit key when its rendezvous completes (the switch draws it from
 //! the OS); the key travels in the job's [`crate::control::JobSpec`] to every switch, the PS
 //! and the workers. Every datagram of the job is its frame followed by a 16-byte tag, the first
-//! 128 bits of HMAC-SHA256 over the whole frame (envelope, header, values) under the job's key
-//! (RustCrypto's `hmac` and `sha2`; SHA-NI makes it about 0.3 us for a 306-byte frame). Every
+//! 128 bits of a keyed PRF over the whole frame (envelope, header, values) under the job's key:
+//! HMAC-SHA256 (RustCrypto's `hmac` and `sha2`; SHA-NI makes it about 0.27 us for a 306-byte
+//! frame) for frames under [`WIDE_FRAME_BYTES`], BLAKE3's keyed hash (the `blake3` crate, its
+//! authors') for longer ones, under a key derived from the job's. Measured on this machine
+//! (AMD EPYC, SHA-NI, AVX2): at 8 KiB HMAC-SHA256 takes 5.3 us a frame (1.55 GB/s), BLAKE3 2.3
+//! (3.6 GB/s: it hashes the 1 KiB chunks side by side), while below 4 KiB BLAKE3 is the slower
+//! (0.37 against 0.27 us at 306 B). Tagging every datagram is the runtime's largest CPU cost
+//! with 8 KiB datagrams (a third of all CPU in a 4-worker allreduce with HMAC alone). Every
 //! receiver (switch, PS, worker) checks the tag, in constant time, before anything else reads the
 //! frame: a datagram without a valid tag for the job its header names is counted by reason and
 //! dropped. Each hop that rewrites a frame (a switch summing, multicasting) tags what it sends.
@@ -16,11 +22,17 @@
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+use subtle::ConstantTimeEq;
 
 /// Bytes of the tag after every frame.
 pub const TAG_BYTES: usize = 16;
 /// Bytes of a job key.
 pub const KEY_BYTES: usize = 32;
+/// Frames of at least this many bytes are tagged with BLAKE3, shorter ones with HMAC-SHA256
+/// (the length is the frame's own, so sender and receiver agree).
+pub const WIDE_FRAME_BYTES: usize = 4096;
+/// BLAKE3's key derivation context for the wide-frame key (a key per purpose).
+const WIDE_KEY_CONTEXT: &str = "inalab 2026-11-24 frame tag, frames of 4096 bytes or more";
 
 /// A fresh random job key from the operating system.
 pub fn random_key() -> [u8; KEY_BYTES] {
@@ -56,31 +68,45 @@ pub enum Forged {
     BadTag,
 }
 
-/// One job's frame authenticator: the keyed HMAC state, cloned for every frame.
+/// One job's frame authenticator: the keyed HMAC state, cloned for every frame, and the
+/// wide frames' BLAKE3 key.
 #[derive(Clone)]
 pub struct FrameMac {
     keyed: Hmac<Sha256>,
+    wide: [u8; KEY_BYTES],
 }
 
 impl FrameMac {
     pub fn new(key: &[u8; KEY_BYTES]) -> Self {
-        FrameMac { keyed: Hmac::new_from_slice(key).expect("HMAC takes any key length") }
+        FrameMac { keyed: Hmac::new_from_slice(key).expect("HMAC takes any key length"), wide: blake3::derive_key(WIDE_KEY_CONTEXT, key) }
+    }
+
+    fn tag(&self, frame: &[u8]) -> [u8; TAG_BYTES] {
+        let mut tag = [0u8; TAG_BYTES];
+        if frame.len() >= WIDE_FRAME_BYTES {
+            tag.copy_from_slice(&blake3::keyed_hash(&self.wide, frame).as_bytes()[..TAG_BYTES]);
+        } else {
+            let mut m = self.keyed.clone();
+            m.update(frame);
+            tag.copy_from_slice(&m.finalize().into_bytes()[..TAG_BYTES]);
+        }
+        tag
     }
 
     /// Appends the tag of `buf[start..]` (one frame just written there) to `buf`.
     pub fn seal(&self, buf: &mut Vec<u8>, start: usize) {
-        let mut m = self.keyed.clone();
-        m.update(&buf[start..]);
-        let tag = m.finalize().into_bytes();
-        buf.extend_from_slice(&tag[..TAG_BYTES]);
+        let tag = self.tag(&buf[start..]);
+        buf.extend_from_slice(&tag);
     }
 
-    /// The frame of `datagram` if its tag is right.
+    /// The frame of `datagram` if its tag is right (compared in constant time).
     pub fn open<'a>(&self, datagram: &'a [u8]) -> Result<&'a [u8], Forged> {
         let (frame, tag) = split(datagram)?;
-        let mut m = self.keyed.clone();
-        m.update(frame);
-        m.verify_truncated_left(tag).map(|_| frame).map_err(|_| Forged::BadTag)
+        if bool::from(self.tag(frame)[..].ct_eq(tag)) {
+            Ok(frame)
+        } else {
+            Err(Forged::BadTag)
+        }
     }
 }
 
@@ -113,17 +139,39 @@ mod tests {
     }
 
     #[test]
+    fn wide_frames_are_tagged_by_blake3_under_a_derived_key() {
+        let key = [0x0bu8; KEY_BYTES];
+        let frame: Vec<u8> = (0..WIDE_FRAME_BYTES).map(|i| i as u8).collect();
+        let mut buf = frame.clone();
+        FrameMac::new(&key).seal(&mut buf, 0);
+        let derived = blake3::derive_key(WIDE_KEY_CONTEXT, &key);
+        assert_eq!(&buf[frame.len()..], &blake3::keyed_hash(&derived, &frame).as_bytes()[..TAG_BYTES]);
+        // One byte shorter: HMAC-SHA256.
+        let mut short = frame[..WIDE_FRAME_BYTES - 1].to_vec();
+        FrameMac::new(&key).seal(&mut short, 0);
+        let mut reference = Hmac::<Sha256>::new_from_slice(&key).unwrap();
+        reference.update(&frame[..WIDE_FRAME_BYTES - 1]);
+        assert_eq!(&short[WIDE_FRAME_BYTES - 1..], &reference.finalize().into_bytes()[..TAG_BYTES]);
+    }
+
+    #[test]
     fn a_changed_bit_a_wrong_key_or_a_short_datagram_is_refused() {
         let (k1, k2) = (random_key(), random_key());
+        for frame in [b"frame bytes".to_vec(), vec![7u8; WIDE_FRAME_BYTES + 100]] {
+            let mut d = frame.clone();
+            FrameMac::new(&k1).seal(&mut d, 0);
+            assert_eq!(FrameMac::new(&k1).open(&d), Ok(&frame[..]));
+            assert_eq!(FrameMac::new(&k2).open(&d), Err(Forged::BadTag));
+            for i in (0..d.len()).step_by(1 + d.len() / 64).chain([d.len() - 1]) {
+                let mut bad = d.clone();
+                bad[i] ^= 1;
+                assert_eq!(FrameMac::new(&k1).open(&bad), Err(Forged::BadTag), "bit flipped in byte {i} of {}", d.len());
+            }
+            // A tag cut off (or a wide frame cut to a short one) is no frame.
+            assert_eq!(FrameMac::new(&k1).open(&d[..d.len() - 1]), Err(Forged::BadTag));
+        }
         let mut d = b"frame bytes".to_vec();
         FrameMac::new(&k1).seal(&mut d, 0);
-        assert_eq!(FrameMac::new(&k1).open(&d), Ok(&b"frame bytes"[..]));
-        assert_eq!(FrameMac::new(&k2).open(&d), Err(Forged::BadTag));
-        for i in 0..d.len() {
-            let mut bad = d.clone();
-            bad[i] ^= 1;
-            assert_eq!(FrameMac::new(&k1).open(&bad), Err(Forged::BadTag), "bit flipped in byte {i}");
-        }
         assert_eq!(FrameMac::new(&k1).open(&d[..15]), Err(Forged::Short));
     }
 
