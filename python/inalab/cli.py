@@ -402,6 +402,8 @@ def switch(
     node: Annotated[int, typer.Option(help="Node id, 1-65535, unique among the switches and PS.")] = 1,
     memory_bytes: Annotated[int, typer.Option(help="Aggregator memory, bytes.")] = 5_000_000,
     pool_slots: Annotated[int, typer.Option(help="Switch pool of a job that sets none (SwitchML slots per job).")] = 128,
+    packet_values: Annotated[int, typer.Option(help="Values per datagram of a job that sets no ina.packet_bytes (SwitchML, ATP); "
+                                               "0: the scheme's default, a Tofino's. Mind the MTU across machines (docs/runtime.md).")] = 2048,
     drop_probability: Annotated[float, typer.Option(help="Share of incoming packets dropped at random (0-1).")] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed of the random drops.")] = 1,
     upstream: Annotated[Optional[str], typer.Option(help="Control address of the next switch toward the PS (ATP chains).")] = None,
@@ -420,7 +422,8 @@ def switch(
 
     f = _read_json(fabric, "--fabric")
     _serve("switch", lambda: Switch(program, udp, control, node, memory_bytes, pool_slots, drop_probability, seed,
-                                    upstream, timeout_us, link_rate, link_delay_us, buffer_bytes, f), as_json, every, commands, standby)
+                                    upstream, timeout_us, link_rate, link_delay_us, buffer_bytes, f, packet_values), as_json, every,
+                                    commands, standby)
 
 
 def _read_json(path: Optional[Path], option: str) -> Optional[dict]:

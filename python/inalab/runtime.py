@@ -77,6 +77,9 @@ class Switch(_Service):
     ``node`` 1 (unique per switch and PS of a deployment, 1..65535), ``memory_bytes`` 5 MB of
     aggregator memory per program (ATP: 272 B per aggregator, SwitchML: 280 B per slot),
     ``pool_slots`` 128 (switch pool of a job that sets none: SwitchML slots per job),
+    ``packet_values`` 2048 (values per datagram of a job that sets no ``ina.packet_bytes``, for
+    SwitchML and ATP; 0 = the scheme's default, a Tofino's 32 and 62: see docs/runtime.md on
+    the MTU),
     ``drop_probability`` 0 (share of incoming packets dropped at random, seeded by ``seed`` 1),
     ``upstream`` none (control address of the next switch toward the PS, for ATP chains),
     ``timeout_us`` 20000 (loss-recovery timeout of a job that sets none, µs). ``link_rate``
@@ -109,6 +112,7 @@ class Switch(_Service):
         link_delay_us: float = 0.0,
         buffer_bytes: int = 1 << 20,
         fabric: Optional[dict] = None,
+        packet_values: int = 2048,
     ):
         programs = [p.strip() for p in program.split(",")]
         for p in programs:
@@ -125,11 +129,13 @@ class Switch(_Service):
                 raise ValueError(f"{name}: must be positive, got {v}")
         if seed < 0:
             raise ValueError(f"seed: must be a non-negative integer, got {seed}")
+        if not 0 <= packet_values <= 16_000:
+            raise ValueError(f"packet_values: must be 0 (the scheme's default) to 16000 (a 64 KiB datagram), got {packet_values}")
         self.program = program
         self._h = _core.Switch(
             programs, udp, control, node, memory_bytes, pool_slots, drop_probability, seed, upstream, timeout_us,
             None if link_rate is None else int(link_rate), float(link_delay_us), int(buffer_bytes),
-            None if fabric is None else json.dumps(fabric),
+            None if fabric is None else json.dumps(fabric), int(packet_values),
         )
 
     def set_link(self, peer: int, up: bool) -> None:

@@ -17,10 +17,15 @@
 //!
 //! # Loss recovery
 //!
-//! Each slot has one packet outstanding and one timer of `timeout_ps`, started when the
-//! packet leaves the NIC; at expiry the packet is sent again with `FLAG_RETRANSMIT` (the
-//! switch answers it from the completed copy if only the result was lost). There is no
-//! retry limit, as in SwitchML.
+//! Each slot has one packet outstanding and one timer, started when the packet leaves the
+//! NIC; at expiry the packet is sent again with `FLAG_RETRANSMIT` (the switch answers it from
+//! the completed copy if only the result was lost). There is no retry limit, as in SwitchML.
+//! The timer is RFC 6298's RTO ([`crate::RttEstimator`]) from the round trips of slots sent
+//! once (Karn's rule), never below `timeout_ps`, backed off once per RTO (up to 64x) and
+//! reset by progress. SwitchML's fixed 1 ms is the floor: where round trips stay below it
+//! (a Tofino, the simulator's data centers) nothing changes; where a pool of large packets
+//! queues for tens of milliseconds (software switches on shared cores) a fixed timeout
+//! resent whole windows that were only waiting (24,500 spurious retransmissions per run).
 //!
 //! # Defaults
 //!
@@ -42,11 +47,15 @@
 //! - The chunk field is the stream chunk number modulo 2^32.
 
 use crate::error::ensure;
+use crate::rtt::{RttConfig, RttEstimator};
 use crate::ConfigError;
-use inalab_core::time::{Time, MS};
+use inalab_core::time::{Time, MS, US};
 use inalab_core::wire::{Header, SwitchMlHeader};
 use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload};
 use std::collections::{BTreeMap, VecDeque};
+
+/// The RTO's ceiling, in multiples of `timeout_ps`.
+const MAX_BACKOFF: Time = 64;
 
 /// SwitchML worker parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +102,8 @@ struct Slot {
     queued: bool,
     /// Bumped at every send; timer entries of older sends are stale.
     gen: u64,
+    /// When the outstanding chunk was last sent.
+    sent_at: Time,
 }
 
 struct Req {
@@ -115,9 +126,13 @@ pub struct SwitchMlWorker {
     reqs: BTreeMap<u64, Req>,
     /// Slots with a packet to send, FIFO.
     txq: VecDeque<u32>,
-    /// (deadline, slot, gen) in send order; deadlines never decrease. The front is kept
-    /// valid (its gen current) after every input.
+    /// (deadline, slot, gen) in send order; deadlines never decrease (a shorter RTO waits
+    /// for the deadline before it). The front is kept valid (its gen current) after every input.
     timers: VecDeque<(Time, u32, u64)>,
+    rtt: RttEstimator,
+    /// When the RTO was last backed off: a timeout of a packet sent before then is part of
+    /// the same loss and does not back it off again.
+    backed_off_at: Option<Time>,
     events: VecDeque<HostEvent>,
     packets_sent: u64,
     retransmissions: u64,
@@ -138,6 +153,12 @@ impl SwitchMlWorker {
             cfg.header_bytes
         );
         let slots = (0..cfg.pool_slots as u64).map(|s| Slot { next: s, ..Slot::default() }).collect();
+        let rtt = RttEstimator::new(RttConfig {
+            initial_rto_ps: cfg.timeout_ps,
+            min_rto_ps: cfg.timeout_ps,
+            max_rto_ps: cfg.timeout_ps.saturating_mul(MAX_BACKOFF),
+            granularity_ps: US.min(cfg.timeout_ps),
+        });
         Ok(SwitchMlWorker {
             local,
             vpp: cfg.values_per_packet() as u64,
@@ -147,6 +168,8 @@ impl SwitchMlWorker {
             reqs: BTreeMap::new(),
             txq: VecDeque::new(),
             timers: VecDeque::new(),
+            rtt,
+            backed_off_at: None,
             events: VecDeque::new(),
             packets_sent: 0,
             retransmissions: 0,
@@ -183,7 +206,7 @@ impl SwitchMlWorker {
         }
     }
 
-    fn on_result(&mut self, h: &SwitchMlHeader, payload: Option<&Payload>) {
+    fn on_result(&mut self, now: Time, h: &SwitchMlHeader, payload: Option<&Payload>) {
         let pool = self.pool();
         let Some(slot) = self.slots.get_mut(h.slot as usize) else {
             self.stale_results += 1;
@@ -195,11 +218,20 @@ impl SwitchMlWorker {
         };
         slot.chunk = None;
         slot.next = g + pool;
+        if slot.sends == 1 {
+            self.rtt.sample(now.saturating_sub(slot.sent_at));
+        } else {
+            self.rtt.on_progress();
+        }
         let (&first, req) = self.reqs.range_mut(..=g).next_back().expect("a request owns every outstanding chunk");
         let start = ((g - first) * self.vpp) as usize;
-        if let (Some(data), Some(Payload::I32(v))) = (req.data.as_mut(), payload) {
+        if let (Some(data), Some(p @ Payload::I32(v))) = (req.data.as_mut(), payload) {
             let want = (req.values as usize - start).min(self.vpp as usize).min(v.len());
-            data.copy_at(start, &Payload::I32(v[..want].to_vec()));
+            if want == v.len() {
+                data.copy_at(start, p);
+            } else {
+                data.copy_at(start, &Payload::I32(v[..want].to_vec()));
+            }
         }
         req.left -= 1;
         if req.left == 0 {
@@ -256,11 +288,11 @@ impl HostProtocol for SwitchMlWorker {
         }
     }
 
-    fn handle_packet(&mut self, _now: Time, pkt: Packet) {
+    fn handle_packet(&mut self, now: Time, pkt: Packet) {
         match &pkt.header {
             Header::SwitchMl(h) if h.job == self.cfg.job && h.flags & SwitchMlHeader::FLAG_RESULT != 0 => {
                 let h = *h;
-                self.on_result(&h, pkt.payload.as_deref());
+                self.on_result(now, &h, pkt.payload.as_deref());
             }
             _ => self.stale_results += 1,
         }
@@ -277,6 +309,10 @@ impl HostProtocol for SwitchMlWorker {
                 self.timeouts += 1;
                 slot.queued = true;
                 self.txq.push_back(s);
+                if self.backed_off_at.map_or(true, |b| slot.sent_at >= b) {
+                    self.rtt.on_timeout();
+                    self.backed_off_at = Some(now);
+                }
             }
         }
         self.prune_timers();
@@ -291,6 +327,7 @@ impl HostProtocol for SwitchMlWorker {
             let retransmit = slot.sends > 0;
             slot.sends += 1;
             slot.gen += 1;
+            slot.sent_at = now;
             let gen = slot.gen;
             let h = SwitchMlHeader {
                 job: self.cfg.job,
@@ -310,7 +347,8 @@ impl HostProtocol for SwitchMlWorker {
                 let end = (start + self.vpp as usize).min(d.len());
                 pkt.payload = Some(Box::new(d.slice(start, end)));
             }
-            self.timers.push_back((now + self.cfg.timeout_ps, s, gen));
+            let deadline = (now + self.rtt.rto()).max(self.timers.back().map_or(0, |t| t.0));
+            self.timers.push_back((deadline, s, gen));
             self.packets_sent += 1;
             self.retransmissions += retransmit as u64;
             self.prune_timers();
@@ -335,5 +373,73 @@ impl HostProtocol for SwitchMlWorker {
             ("timeouts", self.timeouts),
             ("stale_results", self.stale_results),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SW: Endpoint = Endpoint { host: 9, port: 1 };
+
+    fn worker(pool: u32) -> SwitchMlWorker {
+        let cfg = SwitchMlConfig { pool_slots: pool, timeout_ps: MS, ..SwitchMlConfig::new(1, 0, SW) };
+        let mut w = SwitchMlWorker::new(Endpoint { host: 0, port: 1 }, cfg).unwrap();
+        w.submit(0, AppRequest::Allreduce { id: 1, bytes: 4 * 32 * 8, data: None, attrs: Default::default() });
+        w
+    }
+
+    fn send_all(w: &mut SwitchMlWorker, now: Time) -> Vec<SwitchMlHeader> {
+        std::iter::from_fn(|| w.poll_transmit(now))
+            .map(|p| match p.header {
+                Header::SwitchMl(h) => h,
+                h => panic!("{h:?}"),
+            })
+            .collect()
+    }
+
+    fn answer(w: &mut SwitchMlWorker, now: Time, h: SwitchMlHeader) {
+        let h = SwitchMlHeader { flags: SwitchMlHeader::FLAG_RESULT, ..h };
+        w.handle_packet(now, Packet::new(SW.host, SW.port, 0, 1, 180, Header::SwitchMl(h)));
+    }
+
+    #[test]
+    fn the_timeout_follows_measured_round_trips_above_its_floor() {
+        let mut w = worker(2);
+        let sent = send_all(&mut w, 0);
+        assert_eq!((sent.len(), w.poll_timeout()), (2, Some(MS)), "the first RTO is timeout_ps");
+        // Two round trips of 0.8 ms: SRTT 0.8, RTTVAR 0.4 then 0.3, RTO = 0.8 + 4 x 0.3 = 2 ms.
+        for h in sent {
+            answer(&mut w, 800 * US, h);
+        }
+        let sent = send_all(&mut w, 800 * US);
+        assert_eq!(w.poll_timeout(), Some(800 * US + 2000 * US));
+        // 1.7 ms later the results come: a fixed 1 ms would have resent both.
+        w.handle_timeout(2500 * US);
+        for h in sent {
+            answer(&mut w, 2500 * US, h);
+        }
+        assert_eq!((w.timeouts, w.retransmissions), (0, 0));
+    }
+
+    #[test]
+    fn slots_timing_out_together_back_off_once() {
+        let mut w = worker(4);
+        assert_eq!(send_all(&mut w, 0).len(), 4);
+        w.handle_timeout(MS);
+        assert_eq!(w.timeouts, 4);
+        let resent = send_all(&mut w, MS);
+        assert!(resent.iter().all(|h| h.flags & SwitchMlHeader::FLAG_RETRANSMIT != 0));
+        // One back-off for the four: 2 ms, not 16.
+        assert_eq!(w.poll_timeout(), Some(MS + 2 * MS));
+        // Their next timeout is a new loss: backed off again.
+        w.handle_timeout(3 * MS);
+        send_all(&mut w, 3 * MS);
+        assert_eq!(w.poll_timeout(), Some(3 * MS + 4 * MS));
+        // A result from a retransmission ends the back-off (no sample, by Karn's rule).
+        answer(&mut w, 4 * MS, resent[0]);
+        let next = send_all(&mut w, 4 * MS);
+        assert_eq!(next.len(), 1);
+        assert_eq!(w.timers.back().map(|t| t.0), Some((4 * MS + MS).max(3 * MS + 4 * MS)));
     }
 }

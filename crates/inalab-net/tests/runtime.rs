@@ -11,7 +11,12 @@ fn any_port() -> SocketAddr {
 }
 
 fn switch(program: &'static str, drop_probability: f64) -> SwitchHandle {
-    let opts = SwitchOptions { udp: any_port(), control: any_port(), drop_probability, ..SwitchOptions::new(&[program]) };
+    switch_with(program, drop_probability, SwitchOptions::new(&[program]).packet_values)
+}
+
+/// With `packet_values` values per datagram for jobs that set none (0: the Tofino's sizes).
+fn switch_with(program: &'static str, drop_probability: f64, packet_values: u32) -> SwitchHandle {
+    let opts = SwitchOptions { udp: any_port(), control: any_port(), drop_probability, packet_values, ..SwitchOptions::new(&[program]) };
     SwitchHandle::start(opts).unwrap()
 }
 
@@ -76,11 +81,41 @@ fn atp_sums_match() {
 
 #[test]
 fn switchml_recovers_from_loss() {
-    let sw = switch("switchml", 0.01);
-    let sizes = [50_000, 3];
-    let res = run_job(sw.control_addr, "switchml", 1, 3, &sizes);
-    check(&res, &sizes, 1e-5);
-    assert!(sw.stats()["injected_drops"].as_u64().unwrap() > 0);
+    // The runtime's 2,048 values per datagram and the Tofino's 32, each losing 1 % at the switch.
+    for (values, sizes) in [(2048, [600_000, 3]), (0, [50_000, 3])] {
+        let sw = switch_with("switchml", 0.01, values);
+        let res = run_job(sw.control_addr, "switchml", 1, 3, &sizes);
+        check(&res, &sizes, 1e-5);
+        let st = sw.stats();
+        assert!(st["injected_drops"].as_u64().unwrap() > 0, "{values} values per datagram: {st}");
+        assert_eq!(st["aggregators_in_use"], 0, "{st}");
+    }
+}
+
+#[test]
+fn the_runtime_sends_wide_datagrams_unless_a_job_asks_for_a_tofinos() {
+    for (values, config, want) in [(2048, serde_json::json!({}), 2048), (0, serde_json::json!({}), 32), (2048, serde_json::json!({"packet_bytes": 180}), 32)] {
+        let sw = switch_with("switchml", 0.0, values);
+        let threads: Vec<_> = (0..2)
+            .map(|rank| {
+                let (sw, config) = (sw.control_addr, config.clone());
+                std::thread::spawn(move || {
+                    let config = serde_json::json!({"scheme": "switchml", "ina": config});
+                    let opts = ClientOptions { switch: sw, job: 5, rank, world: 2, config, join_timeout: Duration::from_secs(20), secret: None, job_secret: None, link_rate_bps: None };
+                    let c = Client::connect(opts).unwrap();
+                    c.allreduce(input(rank, 20_000)).unwrap();
+                    let st = c.stats();
+                    c.close();
+                    st
+                })
+            })
+            .collect();
+        for st in threads.into_iter().map(|t| t.join().unwrap()) {
+            // 20,000 values in packets of `want`, after the exponent round's one packet.
+            let sent = st["protocol"]["packets_sent"].as_u64().unwrap() - st["protocol"]["retransmissions"].as_u64().unwrap();
+            assert_eq!(sent, 1 + 20_000u64.div_ceil(want), "{values} values per datagram, job's ina {config}: {st}");
+        }
+    }
 }
 
 

@@ -55,7 +55,7 @@ pub struct Switch(Option<SwitchHandle>);
 #[pymethods]
 impl Switch {
     #[new]
-    #[pyo3(signature = (programs, udp, control, node, memory_bytes, pool_slots, drop_probability, seed, upstream, timeout_us, link_rate_bps=None, link_delay_us=0.0, buffer_bytes=1048576, fabric_json=None))]
+    #[pyo3(signature = (programs, udp, control, node, memory_bytes, pool_slots, drop_probability, seed, upstream, timeout_us, link_rate_bps=None, link_delay_us=0.0, buffer_bytes=1048576, fabric_json=None, packet_values=2048))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         programs: Vec<String>,
@@ -72,6 +72,7 @@ impl Switch {
         link_delay_us: f64,
         buffer_bytes: u64,
         fabric_json: Option<&str>,
+        packet_values: u32,
     ) -> PyResult<Switch> {
         let opts = SwitchOptions {
             programs,
@@ -80,6 +81,7 @@ impl Switch {
             control: addr("control", control)?,
             memory_bytes,
             pool_slots,
+            packet_values,
             drop_probability,
             seed,
             upstream: upstream.map(|u| addr("upstream", u)).transpose()?,

@@ -137,6 +137,9 @@ impl Scheme for Atp {
     fn params(&self) -> Vec<Param> {
         TRANSPORT_PARAMS.iter().chain(&INA_PARAMS).copied().collect()
     }
+    fn any_packet_values(&self) -> bool {
+        true
+    }
     fn servers(&self) -> Servers {
         Servers::ExactlyOne
     }

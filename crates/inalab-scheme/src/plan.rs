@@ -195,7 +195,8 @@ pub enum Servers {
 }
 
 /// Settings a driver imposes on every job unless the job sets them itself (the UDP runtime's
-/// loss-recovery timeout and per-job switch pool, tuned for software switches).
+/// loss-recovery timeout, per-job switch pool and values per packet, tuned for software
+/// switches).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Overrides {
     /// For `ina.timeout_ps`.
@@ -203,6 +204,10 @@ pub struct Overrides {
     /// For `ina.pool_slots` when the job leaves it out or gives 0 ("an equal share", which a
     /// driver that admits jobs one at a time cannot compute).
     pub pool_slots: Option<u32>,
+    /// Values per packet, for schemes that take any ([`Scheme::any_packet_values`]): a job
+    /// that gives no `ina.packet_bytes` gets its header plus 4 B per value (the UDP runtime's
+    /// large datagrams; a Tofino's sizes are the defaults).
+    pub packet_values: Option<u32>,
 }
 
 impl Overrides {
@@ -250,7 +255,19 @@ pub trait Scheme: Sync {
                 set_path(&mut config, name, value.into());
             }
         }
+        let header = self.params().into_iter().find(|p| p.name == "ina.header_bytes");
+        if let (Some(values), None, Some(header), true) = (o.packet_values, config.pointer("/ina/packet_bytes"), header, self.any_packet_values()) {
+            // The job's header, else the default's (checked by `normalize` below).
+            let header = config.pointer("/ina/header_bytes").and_then(Value::as_u64).or_else(|| header.default.parse().ok()).unwrap_or(0);
+            set_path(&mut config, "ina.packet_bytes", (header + 4 * values as u64).into());
+        }
         self.normalize(&config)
+    }
+    /// Whether a packet may carry any number of values (`ina.packet_bytes` and
+    /// `ina.header_bytes` set it; a packet wider than the hardware's takes several of its
+    /// aggregators), so that [`Overrides::packet_values`] applies.
+    fn any_packet_values(&self) -> bool {
+        false
     }
     /// How the scheme's workers quantize (their endpoints in a plan are wrapped in
     /// `inalab_host::Quantized` with it).

@@ -42,7 +42,7 @@ pub struct SwitchMlParams {
 const PARAMS: [Param; 4] = [
     Param { name: "ina.packet_bytes", default: "180", unit: "bytes", doc: "Bytes on the wire per gradient packet, headers included." },
     Param { name: "ina.header_bytes", default: "52", unit: "bytes", doc: "Header bytes of a gradient packet; the rest (a multiple of 4 B) carries 32-bit values." },
-    Param { name: "ina.timeout_ps", default: "1000000000", unit: "ps", doc: "Worker loss-recovery timeout: a fragment (ATP) or a slot's packet (SwitchML) is resent after this long without progress." },
+    Param { name: "ina.timeout_ps", default: "1000000000", unit: "ps", doc: "Worker loss-recovery timeout: a slot's packet is resent after this long without its result, until round trips are measured; then the RTO follows them (RFC 6298, this value its floor) and backs off up to 64x." },
     Param { name: "ina.pool_slots", default: "0", unit: "slots", doc: "Slots of the job's static switch pool, 0 = an equal share of the switch among the jobs of the scheme there." },
 ];
 
@@ -61,6 +61,9 @@ impl Scheme for SwitchMl {
     }
     fn params(&self) -> Vec<Param> {
         PARAMS.to_vec()
+    }
+    fn any_packet_values(&self) -> bool {
+        true
     }
     fn servers(&self) -> Servers {
         Servers::None

@@ -52,7 +52,7 @@ fn errors_name_the_field_and_the_allowed_values() {
 #[test]
 fn a_drivers_overrides_fill_only_what_the_job_left_out() {
     let sml = by_name("switchml").unwrap();
-    let o = Overrides { timeout_ps: Some(20_000_000_000), pool_slots: Some(128) };
+    let o = Overrides { timeout_ps: Some(20_000_000_000), pool_slots: Some(128), packet_values: None };
     let filled = sml.apply(&json!({"scheme": "switchml", "ina": {"pool_slots": 16}}), &o).unwrap();
     assert_eq!(filled["ina"]["pool_slots"], 16, "the job's own value stays");
     assert_eq!(filled["ina"]["timeout_ps"], 20_000_000_000u64, "the driver's fills the gap");
@@ -62,4 +62,21 @@ fn a_drivers_overrides_fill_only_what_the_job_left_out() {
     assert_eq!((atp["ina"]["timeout_ps"].as_u64(), atp["ina"].get("pool_slots")), (Some(5), None), "ATP has no pool parameter");
     let ring = by_name("ring").unwrap().apply(&json!({"scheme": "ring"}), &o).unwrap();
     assert_eq!(ring, by_name("ring").unwrap().normalize(&json!({"scheme": "ring"})).unwrap(), "ring takes neither");
+}
+
+#[test]
+fn a_drivers_values_per_packet_size_the_packets_of_schemes_that_take_any() {
+    let o = Overrides { packet_values: Some(2048), ..Overrides::default() };
+    let sml = by_name("switchml").unwrap();
+    let filled = sml.apply(&json!({"scheme": "switchml"}), &o).unwrap();
+    assert_eq!(filled["ina"]["packet_bytes"], 52 + 4 * 2048, "the default header plus 2,048 values");
+    let own_header = sml.apply(&json!({"scheme": "switchml", "ina": {"header_bytes": 95}}), &o).unwrap();
+    assert_eq!(own_header["ina"]["packet_bytes"], 95 + 4 * 2048, "the job's header");
+    let own = sml.apply(&json!({"scheme": "switchml", "ina": {"packet_bytes": 180}}), &o).unwrap();
+    assert_eq!(own["ina"]["packet_bytes"], 180, "the job's packet stays (a Tofino's, here)");
+    let atp = by_name("atp").unwrap().apply(&json!({"scheme": "atp"}), &o).unwrap();
+    assert_eq!(atp["ina"]["packet_bytes"], 58 + 4 * 2048);
+    // DSA's aggregators hold a fixed number of values: its packets keep their size.
+    let dsa = by_name("dsa").unwrap();
+    assert_eq!(dsa.apply(&json!({"scheme": "dsa"}), &o).unwrap(), dsa.normalize(&json!({"scheme": "dsa"})).unwrap());
 }

@@ -81,6 +81,13 @@ pub struct SwitchOptions {
     /// pools: SwitchML). Default 128: a pool of a few hundred packets in flight is what a
     /// software switch's socket buffers carry without loss.
     pub pool_slots: u32,
+    /// Values per datagram of a job that sets no `ina.packet_bytes`, for the schemes that take
+    /// any number (SwitchML, ATP); 0: the scheme's own default (a Tofino's: 32 and 62 values). Default 2048 (8 KiB of values): a datagram costs the
+    /// kernel and the switch about the same whatever its size, so small ones cap a software
+    /// switch at a tenth of what it moves with these. Up to the path's MTU without IP
+    /// fragmentation: on loopback (64 KiB) and jumbo-frame links (9000 B) 2048 fit; on a
+    /// 1500-B network use 352.
+    pub packet_values: u32,
     /// Share of incoming packets dropped at random (0 to 1). Default 0.
     pub drop_probability: f64,
     /// Seed of the drop decisions. Default 1.
@@ -119,6 +126,7 @@ impl SwitchOptions {
             programs: programs.iter().map(|p| p.to_string()).collect(),
             memory_bytes: 5_000_000,
             pool_slots: 128,
+            packet_values: 2048,
             drop_probability: 0.0,
             seed: 1,
             upstream: None,
@@ -130,7 +138,11 @@ impl SwitchOptions {
     }
 
     fn overrides(&self) -> Overrides {
-        Overrides { timeout_ps: Some(self.timeout_us * inalab_core::time::US), pool_slots: Some(self.pool_slots) }
+        Overrides {
+            timeout_ps: Some(self.timeout_us * inalab_core::time::US),
+            pool_slots: Some(self.pool_slots),
+            packet_values: (self.packet_values > 0).then_some(self.packet_values),
+        }
     }
 
     /// This switch as a job's spec lists it, with the memory one of its programs gets.
