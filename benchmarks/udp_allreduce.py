@@ -72,6 +72,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 BARRIER_TIMEOUT_S = 600.0
+EMULATED_GLOO_TIMEOUT_S = 180  # all of gloo's runs over emulated links
 CLI = [sys.executable, "-m", "inalab"]
 
 
@@ -105,35 +106,20 @@ def _protocol(st: dict) -> dict:
 
 
 def worker_main(rank: int, world: int, cfg: dict, barrier, results) -> None:
-    """One worker process: each inalab scheme, then gloo, each timed between barriers."""
+    """One worker process: joins every inalab scheme's job and gloo once, then per repetition
+    times each of them in turn (interleaved), between barriers."""
     try:
         import inalab
         from inalab.runtime import quantization_bound
 
         a = tensor_for(rank, cfg["floats"], cfg["seed"])
-        exp, max_abs = None, None
-        for i, (label, scheme, control) in enumerate(cfg["switches"]):
+        exp, max_abs = expected_sum(world, cfg["floats"], cfg["seed"])
+        clients = []
+        for i, (label, scheme, control, job_config) in enumerate(cfg["switches"]):
             c = inalab.Client(switch=control, job=cfg["job_base"] + i, rank=rank, world=world,
-                              scheme=scheme, join_timeout_s=300.0)
-            for _ in range(cfg["warmup"]):
-                c.allreduce(a)
-            p0 = _protocol(c.stats())
-            barrier.wait(BARRIER_TIMEOUT_S)  # A: warm-up done, parent reads switch counters
-            barrier.wait(BARRIER_TIMEOUT_S)  # B: go
-            t0, u0 = time.perf_counter(), time.process_time()
-            for _ in range(cfg["iters"]):
-                out = c.allreduce(a)
-            t1, u1 = time.perf_counter(), time.process_time()
-            barrier.wait(BARRIER_TIMEOUT_S)  # C: all done, parent reads switch counters
-            p1 = _protocol(c.stats())
-            c.close()
-            if exp is None:
-                exp, max_abs = expected_sum(world, cfg["floats"], cfg["seed"])
-            err = float(np.max(np.abs(out.astype(np.float64) - exp)))
+                              scheme=scheme, config=job_config, join_timeout_s=300.0)
             tol = 1.5 * float(quantization_bound(scheme, world, max_abs))
-            results.put({"rank": rank, "kind": label, "t0": t0, "t1": t1, "cpu_s": u1 - u0, "max_err": err, "tol": tol,
-                         "proto": {k: p1[k] - p0.get(k, 0) for k in p1}})
-
+            clients.append((label, c.allreduce, c, tol))
         if cfg["gloo"]:
             os.environ.setdefault("OMP_NUM_THREADS", "1")
             from datetime import timedelta
@@ -146,23 +132,42 @@ def worker_main(rank: int, world: int, cfg: dict, barrier, results) -> None:
                                     world_size=world, timeout=timedelta(seconds=300))
             src = torch.from_numpy(a)
             buf = src.clone()
-            for _ in range(cfg["warmup"]):
+
+            def gloo(_a):
+                # Refilled before every call (a 4 MiB copy, timed: inalab also returns a new array).
                 buf.copy_(src)
                 dist.all_reduce(buf)
-            barrier.wait(BARRIER_TIMEOUT_S)  # A
-            barrier.wait(BARRIER_TIMEOUT_S)  # B
-            t0, u0 = time.perf_counter(), time.process_time()
-            for _ in range(cfg["iters"]):
-                buf.copy_(src)
-                dist.all_reduce(buf)
-            t1, u1 = time.perf_counter(), time.process_time()
-            barrier.wait(BARRIER_TIMEOUT_S)  # C
+                return buf.numpy()
+
+            clients.append(("gloo", gloo, None, 1e-5 * world))
+        # Set-up (torch's modules above all) moves out of the collector's way: with it tracked,
+        # collections during the timed loops cost the workers about 5 % of the machine's CPU.
+        import gc
+
+        gc.collect()
+        gc.freeze()
+        for rep in range(cfg["reps"]):
+            for label, allreduce, c, tol in clients:
+                if rep == 0:
+                    for _ in range(cfg["warmup"]):
+                        allreduce(a)
+                p0 = _protocol(c.stats()) if c else {}
+                barrier.wait(BARRIER_TIMEOUT_S)  # A: ready, parent reads switch counters
+                barrier.wait(BARRIER_TIMEOUT_S)  # B: go
+                t0, u0 = time.perf_counter(), time.process_time()
+                for _ in range(cfg["iters"]):
+                    out = allreduce(a)
+                t1, u1 = time.perf_counter(), time.process_time()
+                barrier.wait(BARRIER_TIMEOUT_S)  # C: all done, parent reads switch counters
+                p1 = _protocol(c.stats()) if c else {}
+                err = float(np.max(np.abs(out.astype(np.float64) - exp)))
+                results.put({"rank": rank, "kind": label, "rep": rep, "t0": t0, "t1": t1, "cpu_s": u1 - u0, "max_err": err,
+                             "tol": tol, "proto": {k: p1[k] - p0.get(k, 0) for k in p1}})
+        for _, _, c, _ in clients:
+            if c:
+                c.close()
+        if cfg["gloo"]:
             dist.destroy_process_group()
-            if exp is None:
-                exp, max_abs = expected_sum(world, cfg["floats"], cfg["seed"])
-            err = float(np.max(np.abs(buf.numpy().astype(np.float64) - exp)))
-            results.put({"rank": rank, "kind": "gloo", "t0": t0, "t1": t1, "cpu_s": u1 - u0, "max_err": err, "tol": 1e-5 * world,
-                         "proto": {}})
     except BaseException as e:  # noqa: BLE001 - report everything to the parent, then die
         results.put({"rank": rank, "error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()})
         try:
@@ -239,18 +244,25 @@ class Node:
                 self.proc.wait()
 
 
-def parse_scheme(spec: str, args) -> tuple[str, dict]:
-    """``switchml`` / ``atp``, optionally with switch options: ``switchml:timeout_us=100000:pool_slots=512``."""
+def parse_scheme(spec: str, args) -> tuple[str, dict, dict]:
+    """``switchml`` / ``atp``, optionally with switch options (``pool_slots``, ``timeout_us``) and
+    the job's ``ina`` parameters (any other key, e.g. ``packet_bytes``):
+    ``switchml:timeout_us=100000:pool_slots=512:packet_bytes=180``. Returns the program, the
+    switch options and the job's configuration."""
     program, *kvs = spec.split(":")
     if program not in ("switchml", "atp"):
         raise ValueError(f"{spec!r}: {program!r} is not switchml or atp")
     opts = {"pool_slots": args.pool_slots, "timeout_us": args.timeout_us}
+    ina = {}
     for kv in kvs:
         k, _, v = kv.partition("=")
-        if k not in opts or not v.isdigit() or int(v) <= 0:
-            raise ValueError(f"{spec!r}: {kv!r} is not pool_slots=N or timeout_us=N (N > 0)")
-        opts[k] = int(v)
-    return program, opts
+        if not k or not v.isdigit() or int(v) <= 0:
+            raise ValueError(f"{spec!r}: {kv!r} is not KEY=N (N > 0; KEY pool_slots, timeout_us or a job's ina parameter)")
+        if k in opts:
+            opts[k] = int(v)
+        else:
+            ina[k] = int(v)
+    return program, opts, ({"ina": ina} if ina else {})
 
 
 def switch_default(name: str):
@@ -306,12 +318,12 @@ def counters(st: dict) -> dict:
             **{f"program_{k}": v for k, v in (st.get("program") or {}).items() if isinstance(v, (int, float))}}
 
 
-def run_world(world: int, args, switches: dict[str, list[Node]], job_base: int) -> list[dict]:
+def run_world(world: int, args, switches: dict[str, list[Node]], job_configs: dict[str, dict], job_base: int) -> list[dict]:
     kinds = list(switches) + (["gloo"] if args.gloo else [])
     cfg = {
         "floats": args.floats, "iters": args.iters, "warmup": args.warmup, "seed": args.seed, "gloo": args.gloo,
-        "switches": [(s, s.split(":")[0], nodes[0].control) for s, nodes in switches.items()], "job_base": job_base,
-        "gloo_port": free_port(),
+        "switches": [(s, s.split(":")[0], nodes[0].control, job_configs[s]) for s, nodes in switches.items()],
+        "job_base": job_base, "gloo_port": free_port(), "reps": args.reps,
     }
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(world + 1)
@@ -322,25 +334,28 @@ def run_world(world: int, args, switches: dict[str, list[Node]], job_base: int) 
         p.start()
     rows = []
     try:
-        for kind in kinds:
-            nodes = switches.get(kind, [])
-            log(f"{world} workers, {kind}: warm-up ({args.warmup} allreduces of {args.floats:,} floats)")
-            wait(barrier, results)  # A
-            s0 = [counters(n.stats()) for n in nodes]
-            c0 = [n.cpu() for n in nodes]
-            k0 = udp_snmp()
-            log(f"{world} workers, {kind}: timing {args.iters} allreduces")
-            wait(barrier, results)  # B
-            wait(barrier, results)  # C
-            s1 = [counters(n.stats()) for n in nodes]
-            c1 = [n.cpu() for n in nodes]
-            k1 = udp_snmp()
-            got = [get_result(results, procs) for _ in range(world)]
-            rows.append(make_row(kind, world, args, got, s0, s1, c0, c1))
-            rows[-1]["udp_rcvbuf_errors"] = k1.get("RcvbufErrors", 0) - k0.get("RcvbufErrors", 0)
-            r = rows[-1]
-            log(f"{world} workers, {kind}: {r['time_s'] * 1e3:.1f} ms per allreduce, {r['goodput_gbs']:.3f} GB/s"
-                + (f", switch {r['switch_mpps_rx'] + r['switch_mpps_tx']:.3f} Mpps" if nodes else ""))
+        for rep in range(args.reps):
+            for kind in kinds:
+                nodes = switches.get(kind, [])
+                if rep == 0:
+                    log(f"{world} workers, {kind}: warm-up ({args.warmup} allreduces of {args.floats:,} floats)")
+                wait(barrier, results)  # A
+                s0 = [counters(n.stats()) for n in nodes]
+                c0 = [n.cpu() for n in nodes]
+                k0 = udp_snmp()
+                wait(barrier, results)  # B
+                wait(barrier, results)  # C
+                s1 = [counters(n.stats()) for n in nodes]
+                c1 = [n.cpu() for n in nodes]
+                k1 = udp_snmp()
+                got = [get_result(results, procs) for _ in range(world)]
+                rows.append(make_row(kind, world, args, got, s0, s1, c0, c1))
+                r = rows[-1]
+                r["rep"] = rep
+                r["udp_rcvbuf_errors"] = k1.get("RcvbufErrors", 0) - k0.get("RcvbufErrors", 0)
+                log(f"{world} workers, {kind}, run {rep + 1} of {args.reps}: {r['time_s'] * 1e3:.1f} ms per allreduce, "
+                    f"{r['cpu_ms']:.1f} CPU-ms, {r['goodput_gbs']:.3f} GB/s"
+                    + (f", switch {r['switch_mpps_rx'] + r['switch_mpps_tx']:.3f} Mpps" if nodes else ""))
         for p in procs:
             p.join(timeout=60)
     finally:
@@ -395,7 +410,12 @@ def make_row(kind, world, args, got, s0, s1, c0, c1) -> dict:
         "time_s": per, "goodput_gbs": nbytes / per / 1e9, "max_err": max(g["max_err"] for g in got),
         "tol": min(g["tol"] for g in got),
         "workers_cpu_share": sum(g["cpu_s"] for g in got) / span,
+        # CPU per allreduce of every process taking part: the workers (all their threads) and,
+        # below, the switch and ATP's PS.
+        "workers_cpu_ms": sum(g["cpu_s"] for g in got) / args.iters * 1e3,
+        "switch_cpu_ms": sum(c1[i] - c0[i] for i in range(len(c0))) / args.iters * 1e3,
     }
+    row["cpu_ms"] = row["workers_cpu_ms"] + row["switch_cpu_ms"]
     # Workers' protocol counters over the timed loop, summed over ranks (SwitchML: packets_sent,
     # retransmissions, timeouts, stale_results; ATP: fragments_sent, resends, timeouts,
     # window_cuts, ...; io_*: the client's socket counters).
@@ -425,6 +445,47 @@ def make_row(kind, world, args, got, s0, s1, c0, c1) -> dict:
             dp = {k: s1[1][k] - s0[1][k] for k in ("rx", "tx")}
             row.update({"ps_rx": dp["rx"], "ps_tx": dp["tx"], "ps_cpu_s": c1[1] - c0[1]})
     return row
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Per scheme and worker count, over the repetitions: time per allreduce (min, median),
+    goodput and CPU-ms per allreduce (median; workers, switch + PS, all), and the ratios of the
+    medians to gloo's of the same worker count (``time_vs_gloo``, ``cpu_vs_gloo``)."""
+    med = lambda xs: float(np.median(xs))  # noqa: E731
+    out: dict = {}
+    for kind in dict.fromkeys(r["kind"] for r in rows):
+        for w in dict.fromkeys(r["workers"] for r in rows):
+            rs = [r for r in rows if r["kind"] == kind and r["workers"] == w]
+            if rs:
+                out.setdefault(kind, {})[str(w)] = {
+                    "runs": len(rs), "time_ms_min": min(r["time_s"] for r in rs) * 1e3, "time_ms_median": med([r["time_s"] for r in rs]) * 1e3,
+                    "goodput_gbs_median": med([r["goodput_gbs"] for r in rs]),
+                    "cpu_ms_median": med([r["cpu_ms"] for r in rs]), "workers_cpu_ms_median": med([r["workers_cpu_ms"] for r in rs]),
+                    "switch_cpu_ms_median": med([r["switch_cpu_ms"] for r in rs]),
+                    "retransmissions": sum(r.get("retransmissions", 0) for r in rs),
+                }
+    for kind, by in out.items():
+        for w, v in by.items():
+            g = out.get("gloo", {}).get(w)
+            if g and kind != "gloo":
+                v["time_vs_gloo"] = v["time_ms_median"] / g["time_ms_median"]
+                v["cpu_vs_gloo"] = v["cpu_ms_median"] / g["cpu_ms_median"]
+    return out
+
+
+def fmt_summary(summary: dict) -> str:
+    cols = ["workers", "backend", "runs", "time/AR ms min", "median", "GB/s", "CPU-ms/AR workers", "switch+PS", "all",
+            "rtx", "time vs gloo", "CPU vs gloo"]
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for kind, by in summary.items():
+        for w, v in by.items():
+            ratio = lambda k: f"{v[k]:.2f}x" if k in v else ""  # noqa: E731
+            out.append("| " + " | ".join([w, kind, str(v["runs"]), f"{v['time_ms_min']:.1f}", f"{v['time_ms_median']:.1f}",
+                                          f"{v['goodput_gbs_median']:.3f}", f"{v['workers_cpu_ms_median']:.1f}",
+                                          f"{v['switch_cpu_ms_median']:.1f}", f"{v['cpu_ms_median']:.1f}",
+                                          str(v["retransmissions"]) if kind != "gloo" else "", ratio("time_vs_gloo"),
+                                          ratio("cpu_vs_gloo")]) + " |")
+    return "\n".join(out)
 
 
 def fmt_table(rows: list[dict]) -> str:
@@ -509,15 +570,161 @@ def cpu_model() -> str:
     return "unknown CPU"
 
 
+# ------------------------------------------------------------------------ emulated links
+
+
+def gloo_worker(cfg: dict) -> None:
+    """One gloo rank in its network namespace (``--gloo-worker JSON``): ``reps`` timed runs of
+    ``iters`` allreduces after ``warmup``, each started at a barrier; prints one JSON line with
+    the start and end of each run (CLOCK_MONOTONIC, which namespaces share) and the error."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    rank, world = cfg["rank"], cfg["world"]
+    dist.init_process_group("gloo", init_method=f"tcp://{cfg['master']}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=EMULATED_GLOO_TIMEOUT_S))
+    a = tensor_for(rank, cfg["floats"], cfg["seed"])
+    src = torch.from_numpy(a)
+    buf = src.clone()
+    runs = []
+    for rep in range(cfg["reps"]):
+        for _ in range(cfg["warmup"] if rep == 0 else 0):
+            buf.copy_(src)
+            dist.all_reduce(buf)
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(cfg["iters"]):
+            buf.copy_(src)
+            dist.all_reduce(buf)
+        runs.append((t0, time.perf_counter()))
+    exp, _ = expected_sum(world, cfg["floats"], cfg["seed"])
+    err = float(np.max(np.abs(buf.numpy().astype(np.float64) - exp)))
+    dist.destroy_process_group()
+    print(json.dumps({"rank": rank, "runs": runs, "max_err": err}), flush=True)
+
+
+def emulated_scenario(world: int, rate: str, args) -> dict:
+    """The shipped emulate-switchml-star (SwitchML on one switch, 8 KiB datagrams on 9000-B MTU
+    links, the real frame's overhead charged) with ``world`` workers, the links at ``rate``, one
+    allreduce of the benchmark's tensor per iteration (``warmup + iters``)."""
+    import tomllib
+
+    from inalab.config import shipped_scenarios
+
+    sc = tomllib.loads(shipped_scenarios()["emulate-switchml-star"].read_text())
+    sc["name"] = f"udp-allreduce-{world}-{rate}"
+    sc["topology"].update(hosts=world, link_rate=rate)
+    sc["jobs"][0].update(workers=world, allreduce=f"{args.floats * 4}B", iterations=args.warmup + args.iters)
+    return sc
+
+
+def run_gloo_emulated(world: int, rate_bps: int, args) -> list[float]:
+    """gloo over a star of ``world`` namespaces whose links are shaped as ``inalab emulate``
+    shapes them (the same ``Fabric``; the switch's namespace forwards IP, so TCP crosses the
+    same two shaped links a datagram does). Time per allreduce of each run, seconds."""
+    from inalab.emulation import fabric as fab
+
+    hosts = [f"h{i}" for i in range(world)]
+    links = [{"a": h, "b": "s0", "rate_bps": rate_bps, "delay_ps": 1_000_000} for h in hosts]
+    net = fab.Fabric(nodes=["s0", *hosts], links=links, buffer_bytes=1 << 20, mtu=9000, netem=fab.has_netem())
+    try:
+        net.up()
+        fab._run(*net.exec("s0", ["sysctl", "-qw", "net.ipv4.ip_forward=1"]))
+        for h in hosts:
+            fab._run("ip", "-n", net.ns(h), "route", "add", "default", "via", net.end("s0", h).ip)
+        master = f"{net.end('h0', 's0').ip}:29500"
+        procs = []
+        for r, h in enumerate(hosts):
+            cfg = {"rank": r, "world": world, "master": master, "floats": args.floats, "seed": args.seed, "warmup": args.warmup,
+                   "iters": args.iters, "reps": args.reps}
+            # gloo advertises the address of the interface it is told to use (else its host
+            # name's, which other namespaces cannot reach).
+            env = {**os.environ, "GLOO_SOCKET_IFNAME": net.end(h, "s0").ifname}
+            procs.append(subprocess.Popen(net.exec(h, [sys.executable, __file__, "--gloo-worker", json.dumps(cfg)]),
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+        out = []
+        for p in procs:
+            try:
+                so, se = p.communicate(timeout=EMULATED_GLOO_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                raise RuntimeError(f"gloo over the emulated links did not finish within {EMULATED_GLOO_TIMEOUT_S} s")
+            if p.returncode != 0:
+                raise RuntimeError(f"gloo worker exited {p.returncode}: {se.strip()[-2000:]}")
+            out.append(json.loads(so.strip().splitlines()[-1]))
+        bad = [o for o in out if not o["max_err"] <= 1e-5 * world]
+        if bad:
+            raise SystemExit(f"RESULT MISMATCH (gloo, emulated, {world} workers): {bad}")
+        return [(max(o["runs"][k][1] for o in out) - min(o["runs"][k][0] for o in out)) / args.iters
+                for k in range(args.reps)]
+    finally:
+        net.down()
+
+
+def emulated(args, worlds: list[int]) -> dict:
+    """``--emulate RATE``: per worker count, SwitchML through ``inalab emulate`` (``--reps``
+    runs), gloo over the same shaped links, and the simulator's prediction for the scenario;
+    times per allreduce and their ratios."""
+    import inalab
+    from inalab.units import parse_rate
+
+    rate_bps = int(parse_rate(args.emulate))
+    out = {}
+    for world in worlds:
+        sc = emulated_scenario(world, args.emulate, args)
+        sim = inalab.simulate(sc).jobs.iloc[0]
+        ina = []
+        for rep in range(args.reps):
+            log(f"emulated {args.emulate}, {world} workers: SwitchML run {rep + 1} of {args.reps}")
+            e = inalab.emulate(sc, progress=False).jobs.iloc[0]
+            if not (e.finished and e.payload_errors == 0):
+                raise SystemExit(f"emulated SwitchML ({world} workers) did not finish with exact sums: {e.to_dict()}")
+            ina.append(float(e.mean_iteration_s))
+        log(f"emulated {args.emulate}, {world} workers: gloo, {args.reps} runs")
+        gloo = run_gloo_emulated(world, rate_bps, args)
+        size = args.floats * 4
+        med = lambda xs: float(np.median(xs))  # noqa: E731
+        out[str(world)] = {
+            "link_bps": rate_bps, "sim_ms": float(sim.mean_iteration_s) * 1e3,
+            "ina_ms_min": min(ina) * 1e3, "ina_ms_median": med(ina) * 1e3, "gloo_ms_min": min(gloo) * 1e3,
+            "gloo_ms_median": med(gloo) * 1e3,
+            # Wire-rate floors: INA sends and receives the tensor once per worker, a ring
+            # 2(n-1)/n times (payload only, no headers).
+            "ina_floor_ms": size * 8 / rate_bps * 1e3, "ring_floor_ms": 2 * (world - 1) / world * size * 8 / rate_bps * 1e3,
+            "time_vs_gloo": med(ina) / med(gloo), "vs_sim": med(ina) / float(sim.mean_iteration_s),
+        }
+    return out
+
+
+def fmt_emulated(rows: dict) -> str:
+    cols = ["workers", "link", "SwitchML ms min", "median", "gloo ms min", "median", "simulated ms", "floors INA / ring ms",
+            "time vs gloo", "vs simulated"]
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for w, v in rows.items():
+        out.append("| " + " | ".join([w, f"{v['link_bps'] / 1e9:g} Gbps", f"{v['ina_ms_min']:.1f}", f"{v['ina_ms_median']:.1f}",
+                                      f"{v['gloo_ms_min']:.1f}", f"{v['gloo_ms_median']:.1f}", f"{v['sim_ms']:.1f}",
+                                      f"{v['ina_floor_ms']:.1f} / {v['ring_floor_ms']:.1f}", f"{v['time_vs_gloo']:.2f}x",
+                                      f"{v['vs_sim']:.2f}x"]) + " |")
+    return "\n".join(out)
+
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--floats", type=int, default=None, help="float32 values per tensor (default 1,048,576 = 4 MiB)")
     ap.add_argument("--mib", type=float, default=None, help="tensor size in MiB (alternative to --floats)")
     ap.add_argument("--iters", type=int, default=None, help="timed allreduces per configuration (default 3)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed allreduces first (default 1)")
+    ap.add_argument("--reps", type=int, default=None, help="repetitions, each timing every backend in turn (default 3; --quick 1)")
     ap.add_argument("--workers", default=None, help="comma-separated worker counts (default 2,4,8)")
     ap.add_argument("--schemes", default="switchml", help="comma-separated inalab schemes, each switchml or atp, optionally with switch options "
-                    "(e.g. switchml:timeout_us=100000:pool_slots=512; one switch per entry). Default switchml")
+                    "and the job's ina parameters (e.g. switchml:timeout_us=100000:pool_slots=512, switchml:packet_bytes=180; one "
+                    "switch per entry). Default switchml")
     ap.add_argument("--no-gloo", dest="gloo", action="store_false", help="skip the torch.distributed gloo comparison")
     ap.add_argument("--in-process-switch", action="store_true",
                     help="run the switch (and PS) in this process's Rust threads instead of `inalab switch` subprocesses")
@@ -528,7 +735,13 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="1 MiB, 2 iterations, 2 and 4 workers (flags given explicitly win)")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
     ap.add_argument("--out", default=str(ROOT / "out" / "udp_allreduce.json"), help="write rows here as JSON ('' for none)")
+    ap.add_argument("--emulate", default=None, metavar="RATE",
+                    help="instead: SwitchML through `inalab emulate` on a star with links at RATE (e.g. 1Gbps; needs root) "
+                         "against gloo over the same shaped links, with the simulator's prediction")
+    ap.add_argument("--gloo-worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.gloo_worker:
+        return gloo_worker(json.loads(args.gloo_worker))
 
     if args.pool_slots is None:
         args.pool_slots = switch_default("pool_slots")
@@ -539,6 +752,8 @@ def main() -> None:
         args.floats = int(mib * 1024 * 1024 / 4)
     if args.iters is None:
         args.iters = 2 if args.quick else 3
+    if args.reps is None:
+        args.reps = 1 if args.quick else 3
     if args.workers is None:
         args.workers = "2,4" if args.quick else "2,4,8"
     worlds = [int(w) for w in args.workers.split(",") if w.strip()]
@@ -549,20 +764,28 @@ def main() -> None:
                 schemes[spec] = parse_scheme(spec, args)
             except ValueError as e:
                 ap.error(f"--schemes: {e}")
-    if args.floats <= 0 or args.iters <= 0 or args.warmup < 0 or not worlds or min(worlds) < 1:
+    if args.floats <= 0 or args.iters <= 0 or args.reps <= 0 or args.warmup < 0 or not worlds or min(worlds) < 1:
         ap.error("sizes, iterations and worker counts must be positive")
 
+    if args.emulate:
+        rows = emulated(args, worlds)
+        print(f"emulated links at {args.emulate}: {args.floats * 4 / 2**20:.2f} MiB float32, {args.warmup} warm-up + "
+              f"{args.iters} timed allreduces, {args.reps} runs; SwitchML as emulate-switchml-star (8 KiB datagrams)")
+        print(fmt_emulated(rows))
+        if args.json:
+            print(json.dumps(finite({"emulated": {"switchml": rows}})))
+        return
     cal = calibrate()
     t_start = time.perf_counter()
     switches: dict[str, list[Node]] = {}
     rows: list[dict] = []
     try:
-        for s, (program, opts) in schemes.items():
+        for s, (program, opts, _) in schemes.items():
             switches[s] = start_nodes(program, args.in_process_switch, opts["pool_slots"], opts["timeout_us"])
             log(f"{s} switch: udp {switches[s][0].udp}, control {switches[s][0].control}"
                 + (" (in this process)" if args.in_process_switch else f" (pid {switches[s][0].pid})"))
         for i, w in enumerate(worlds):
-            rows += run_world(w, args, switches, job_base=1000 * (i + 1))
+            rows += run_world(w, args, switches, {s: job for s, (_, _, job) in schemes.items()}, job_base=1000 * (i + 1))
     finally:
         for nodes in switches.values():
             for n in reversed(nodes):
@@ -570,15 +793,17 @@ def main() -> None:
     wall = time.perf_counter() - t_start
     log(f"done in {wall:.0f} s")
 
-    meta = {"nproc": os.cpu_count(), "cpu": cpu_model(), "floats": args.floats, "iters": args.iters,
+    summary = summarize(rows)
+    meta = {"nproc": os.cpu_count(), "cpu": cpu_model(), "floats": args.floats, "iters": args.iters, "reps": args.reps,
             "warmup": args.warmup, "switch": "in-process" if args.in_process_switch else "subprocess",
             "pool_slots": args.pool_slots, "timeout_us": args.timeout_us,
             "loadavg": os.getloadavg(), "wall_s": wall, **cal, **build_info()}
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(finite({"meta": meta, "rows": rows}), indent=1))
+        Path(args.out).write_text(json.dumps(finite({"meta": meta, "summary": summary, "rows": rows}), indent=1))
     if args.json:
-        print(json.dumps(finite(rows)))
+        # One JSON object, the last line: per backend and worker count the medians and ratios.
+        print(json.dumps(finite({"meta": meta, "summary": summary})))
         return
     print(f"machine: nproc={meta['nproc']}, {meta['cpu']}; load average at end {meta['loadavg'][0]:.2f}; loopback UDP "
           f"from Python: send {cal['loopback_send_us']:.1f} us, recv {cal['loopback_recv_us']:.1f} us per 160 B datagram")
@@ -588,6 +813,9 @@ def main() -> None:
           f"{' (crates/ modified)' if meta.get('crates_dirty') else ''}, _core built {meta['core_mtime']} UTC")
     print()
     print(fmt_table(rows))
+    print()
+    print(f"medians over {args.reps} runs (ratios: medians against gloo's of the same worker count):")
+    print(fmt_summary(summary))
     sw_rows = [r for r in rows if "switch_mpps_rx" in r]
     if sw_rows:
         best = max(sw_rows, key=lambda r: r["switch_mpps_rx_per_core"])
