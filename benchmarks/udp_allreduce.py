@@ -1,20 +1,31 @@
 """Real data plane benchmark: allreduce over UDP through inalab's software switch, against
 torch.distributed's gloo backend on the same tensors, in the same run (a script, not a test).
 
-    .venv/bin/python benchmarks/udp_allreduce.py                 # 2, 4, 8 workers; SwitchML + gloo; 4 MiB
-    .venv/bin/python benchmarks/udp_allreduce.py --quick         # 1 MiB, 2 and 4 workers, 2 iterations
+    .venv/bin/python benchmarks/udp_allreduce.py                 # 2, 4, 8 workers; SwitchML + gloo; 4 MiB; 3 runs
+    .venv/bin/python benchmarks/udp_allreduce.py --quick         # 1 MiB, 2 and 4 workers, 2 iterations, 1 run
     .venv/bin/python benchmarks/udp_allreduce.py --schemes switchml,atp --workers 2,4
-    .venv/bin/python benchmarks/udp_allreduce.py --schemes switchml,switchml:timeout_us=100000:pool_slots=512
+    .venv/bin/python benchmarks/udp_allreduce.py --schemes switchml,switchml:packet_bytes=180   # a Tofino's 32 values
     .venv/bin/python benchmarks/udp_allreduce.py --floats 262144 --iters 3 --json
     .venv/bin/python benchmarks/udp_allreduce.py --in-process-switch   # switch in this process's threads
+    .venv/bin/python benchmarks/udp_allreduce.py --emulate 1Gbps --workers 4 --iters 5   # shaped links, root
 
 Set-up. Every worker is its own process (multiprocessing, spawn). For each worker count the
-same processes run, back to back: every inalab scheme asked for, then gloo. Each worker's
-tensor is float32, uniform in [-1, 1), seeded by its rank, the same for inalab and gloo.
-After ``--warmup`` allreduces, all workers and this process meet at a barrier; each worker
-then times ``--iters`` allreduces of the same tensor. The time per allreduce is
-(latest end - earliest start) / iters, read from CLOCK_MONOTONIC (``time.perf_counter``), which
-all processes share.
+same processes run ``--reps`` rounds (default 3), each timing every inalab scheme asked for and
+then gloo, so the backends interleave. Each worker's tensor is float32, uniform in [-1, 1),
+seeded by its rank, the same for inalab and gloo. After ``--warmup`` allreduces (first round
+only), all workers and this process meet at a barrier; each worker then times ``--iters``
+allreduces of the same tensor. The time per allreduce is (latest end - earliest start) /
+iters, read from CLOCK_MONOTONIC (``time.perf_counter``), which all processes share. A second
+table gives, per backend and worker count, the minimum and median time, the median CPU-ms per
+allreduce of all processes (workers; switch and PS) and the medians' ratios to gloo's;
+``--json`` prints it as one JSON object, the last line (``summary``: ``time_vs_gloo``,
+``cpu_vs_gloo``).
+
+``--emulate RATE``: SwitchML through ``inalab emulate`` on a star of ``--workers`` hosts whose
+links are shaped to RATE (the shipped emulate-switchml-star, 8 KiB datagrams), ``--reps``
+runs, against gloo over the same shaped links (the switch's namespace forwards IP), with the
+simulator's prediction for the scenario and the wire-rate floors (INA: the tensor once per
+worker; ring: 2(n-1)/n times).
 
 The switch (and ATP's parameter server) run by default as their own processes (``python -m inalab switch``
 / ``python -m inalab ps`` with ``--json``); their counters are read over the control plane
@@ -23,8 +34,9 @@ loop, so the deltas count exactly the timed allreduces. Their CPU time (user + s
 /proc/PID/stat) is read at the same points.
 
 ``--schemes`` entries are ``switchml`` or ``atp``, optionally with switch options
-(``switchml:timeout_us=5000:pool_slots=512``); each entry gets its own switch process, so
-variants run side by side on the same worker processes.
+(``switchml:timeout_us=5000:pool_slots=512``) and the job's ``ina`` parameters (any other key:
+``switchml:packet_bytes=180``); each entry gets its own switch process, so variants run side by
+side on the same worker processes.
 
 The first output line calibrates the machine: one connected send() and one recv() of a
 160-byte loopback datagram from Python, in microseconds (the kernel's per-datagram cost).

@@ -403,7 +403,7 @@ def switch(
     memory_bytes: Annotated[int, typer.Option(help="Aggregator memory, bytes.")] = 5_000_000,
     pool_slots: Annotated[int, typer.Option(help="Switch pool of a job that sets none (SwitchML slots per job).")] = 128,
     packet_values: Annotated[int, typer.Option(help="Values per datagram of a job that sets no ina.packet_bytes (SwitchML, ATP); "
-                                               "0: the scheme's default, a Tofino's. Mind the MTU across machines (docs/runtime.md).")] = 2048,
+                                               "0: the scheme's default, a Tofino's. At most what the interfaces' MTU carries (352 at 1500 B).")] = 2048,
     drop_probability: Annotated[float, typer.Option(help="Share of incoming packets dropped at random (0-1).")] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed of the random drops.")] = 1,
     upstream: Annotated[Optional[str], typer.Option(help="Control address of the next switch toward the PS (ATP chains).")] = None,

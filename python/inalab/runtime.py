@@ -78,8 +78,8 @@ class Switch(_Service):
     aggregator memory per program (ATP: 272 B per aggregator, SwitchML: 280 B per slot),
     ``pool_slots`` 128 (switch pool of a job that sets none: SwitchML slots per job),
     ``packet_values`` 2048 (values per datagram of a job that sets no ``ina.packet_bytes``, for
-    SwitchML and ATP; 0 = the scheme's default, a Tofino's 32 and 62: see docs/runtime.md on
-    the MTU),
+    SwitchML and ATP, at most what the switch's interfaces' MTU carries unfragmented: 352 on a
+    1500-B network; 0 = the scheme's default, a Tofino's 32 and 62),
     ``drop_probability`` 0 (share of incoming packets dropped at random, seeded by ``seed`` 1),
     ``upstream`` none (control address of the next switch toward the PS, for ATP chains),
     ``timeout_us`` 20000 (loss-recovery timeout of a job that sets none, µs). ``link_rate``

@@ -304,3 +304,66 @@ mod tests {
         }
     }
 }
+
+/// The largest UDP payload a socket bound to `local` sends without IP fragmentation: the
+/// smallest MTU among the interfaces that hold `local`'s address (every interface that is up,
+/// for an unspecified address), less the IP and UDP headers. The sockets set don't-fragment
+/// (quinn-udp, for GSO), so a larger datagram would fail to send. 1500-B Ethernet where an
+/// interface's MTU cannot be read.
+pub fn max_payload_bytes(local: SocketAddr) -> usize {
+    let ip_udp = if local.is_ipv4() { 20 + 8 } else { 40 + 8 };
+    interface_mtu(local.ip()).unwrap_or(1500).saturating_sub(ip_udp)
+}
+
+/// The smallest MTU of the interfaces holding `ip` (all that are up, for an unspecified one).
+fn interface_mtu(ip: std::net::IpAddr) -> Option<usize> {
+    let mut names = vec![];
+    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `ifap` with a list we only read and then free once.
+    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
+        return None;
+    }
+    let mut cur = ifap;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, valid until freeifaddrs.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_flags & libc::IFF_UP as u32 == 0 {
+            continue;
+        }
+        // SAFETY: ifa_addr points to a sockaddr of the family it names.
+        let addr = unsafe {
+            match (*ifa.ifa_addr).sa_family as i32 {
+                libc::AF_INET => {
+                    let sa = &*(ifa.ifa_addr as *const libc::sockaddr_in);
+                    Some(std::net::IpAddr::from(u32::from_be(sa.sin_addr.s_addr).to_be_bytes()))
+                }
+                libc::AF_INET6 => Some(std::net::IpAddr::from((*(ifa.ifa_addr as *const libc::sockaddr_in6)).sin6_addr.s6_addr)),
+                _ => None,
+            }
+        };
+        if addr.is_some_and(|a| ip.is_unspecified() || a == ip) {
+            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+            names.push(unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned());
+        }
+    }
+    // SAFETY: the list from getifaddrs above, freed once.
+    unsafe { libc::freeifaddrs(ifap) };
+    names.iter().filter_map(|n| std::fs::read_to_string(format!("/sys/class/net/{n}/mtu")).ok()?.trim().parse().ok()).min()
+}
+
+#[cfg(test)]
+mod mtu_tests {
+    use super::*;
+
+    #[test]
+    fn loopback_takes_large_datagrams_and_a_bound_address_is_its_interfaces() {
+        // Linux's loopback MTU is 65536 (64 KiB, less IP and UDP headers).
+        let lo = std::fs::read_to_string("/sys/class/net/lo/mtu").unwrap().trim().parse::<usize>().unwrap();
+        assert_eq!(max_payload_bytes("127.0.0.1:0".parse().unwrap()), lo - 28);
+        // Every interface that is up, loopback among them, bounds an unspecified address.
+        assert!(max_payload_bytes("0.0.0.0:0".parse().unwrap()) <= lo - 28);
+        // An address no interface holds: the 1500-B default.
+        assert_eq!(max_payload_bytes("192.0.2.77:0".parse().unwrap()), 1472);
+    }
+}

@@ -82,11 +82,12 @@ pub struct SwitchOptions {
     /// software switch's socket buffers carry without loss.
     pub pool_slots: u32,
     /// Values per datagram of a job that sets no `ina.packet_bytes`, for the schemes that take
-    /// any number (SwitchML, ATP); 0: the scheme's own default (a Tofino's: 32 and 62 values). Default 2048 (8 KiB of values): a datagram costs the
-    /// kernel and the switch about the same whatever its size, so small ones cap a software
-    /// switch at a tenth of what it moves with these. Up to the path's MTU without IP
-    /// fragmentation: on loopback (64 KiB) and jumbo-frame links (9000 B) 2048 fit; on a
-    /// 1500-B network use 352.
+    /// any number (SwitchML, ATP); 0: the scheme's own default (a Tofino's: 32 and 62 values).
+    /// Default 2048 (8 KiB of values): a datagram costs the kernel and the switch about the
+    /// same whatever its size, so small ones cap a software switch at a tenth of what it moves
+    /// with these. Bounded at start by the MTU of the switch's interfaces (the sockets set
+    /// don't-fragment): 2048 fit loopback (64 KiB) and jumbo frames (9000 B), a 1500-B network
+    /// gets 352.
     pub packet_values: u32,
     /// Share of incoming packets dropped at random (0 to 1). Default 0.
     pub drop_probability: f64,
@@ -378,6 +379,10 @@ struct DataPlane {
     now: Time,
     c: Counters,
 }
+
+/// Bytes of a frame besides its values, at most: envelope 16, the longest protocol header,
+/// payload kind and count 3, tag 16.
+const FRAME_OVERHEAD_BYTES: usize = 64;
 
 /// Datagrams handled per lock hold before timers and sends run.
 const RECV_BUDGET: usize = 1024;
@@ -818,7 +823,7 @@ pub struct SwitchHandle {
 
 impl SwitchHandle {
     /// Binds the sockets, attaches to the upstream switch if any, and starts serving.
-    pub fn start(opts: SwitchOptions) -> Result<SwitchHandle, NetError> {
+    pub fn start(mut opts: SwitchOptions) -> Result<SwitchHandle, NetError> {
         opts.check()?;
         let secret = match &opts.secret {
             Some(s) => s.clone(),
@@ -827,6 +832,11 @@ impl SwitchHandle {
         let udp = Udp::bind(opts.udp)?;
         let listener = TcpListener::bind(opts.control)?;
         let (udp_addr, control_addr) = (udp.local_addr()?, listener.local_addr()?);
+        // Datagrams must fit the MTU unfragmented (the sockets set don't-fragment).
+        let fits = (crate::udp::max_payload_bytes(udp_addr).saturating_sub(FRAME_OVERHEAD_BYTES) / 4) as u32;
+        if opts.packet_values > fits {
+            opts.packet_values = fits;
+        }
         let program = opts.build_programs()?;
         let mut dp = DataPlane {
             node: opts.node,
@@ -929,6 +939,8 @@ fn stats(s: &Shared) -> Value {
     let mut jobs: std::collections::BTreeSet<u32> = s.cp.lock().expect("control lock").job_ids().into_iter().collect();
     jobs.extend(admitted);
     v["jobs"] = json!(jobs);
+    // What jobs that set no packet size get (after the MTU's bound).
+    v["packet_values"] = json!(s.opts.packet_values);
     v
 }
 
