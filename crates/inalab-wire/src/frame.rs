@@ -132,15 +132,24 @@ pub fn emit(envelope: &Envelope, header: &Header, values: Option<Values<'_>>, ou
     prefix[field::payload::KIND] = kind as u8;
     prefix[field::payload::COUNT].copy_from_slice(&(count as u16).to_be_bytes());
     out.extend_from_slice(&prefix);
-    // Sized once and filled word by word: a plain copy on a little-endian machine, where
-    // pushing value by value checked the capacity 2,048 times per datagram.
-    let start = out.len();
-    out.resize(start + count * VALUE_LEN, 0);
-    let words = out[start..].chunks_exact_mut(VALUE_LEN);
     match values {
         None => {}
-        Some(Values::I32(v)) => words.zip(v).for_each(|(w, x)| w.copy_from_slice(&x.to_le_bytes())),
-        Some(Values::F32(v)) => words.zip(v).for_each(|(w, x)| w.copy_from_slice(&x.to_le_bytes())),
+        Some(Values::I32(v)) => put_le(out, v, |x| x.to_le_bytes()),
+        Some(Values::F32(v)) => put_le(out, v, |x| x.to_le_bytes()),
+    }
+}
+
+/// Appends 4-byte values little-endian: one copy of their memory on a little-endian machine
+/// (pushing value by value checked the capacity 2,048 times per datagram), value by value
+/// elsewhere. `T` is `i32` or `f32`.
+fn put_le<T: Copy>(out: &mut Vec<u8>, v: &[T], le: impl Fn(T) -> [u8; VALUE_LEN]) {
+    debug_assert_eq!(std::mem::size_of::<T>(), VALUE_LEN);
+    if cfg!(target_endian = "little") {
+        // SAFETY: i32 and f32 have no padding and no invalid bit patterns as bytes; the slice
+        // covers exactly `v`'s memory, borrowed for this call.
+        out.extend_from_slice(unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) });
+    } else {
+        v.iter().for_each(|&x| out.extend_from_slice(&le(x)));
     }
 }
 
