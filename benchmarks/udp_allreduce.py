@@ -647,9 +647,7 @@ def run_gloo_emulated(world: int, rate_bps: int, args) -> list[float]:
     net = fab.Fabric(nodes=["s0", *hosts], links=links, buffer_bytes=1 << 20, mtu=9000, netem=fab.has_netem())
     try:
         net.up()
-        fab._run(*net.exec("s0", ["sysctl", "-qw", "net.ipv4.ip_forward=1"]))
-        for h in hosts:
-            fab._run("ip", "-n", net.ns(h), "route", "add", "default", "via", net.end("s0", h).ip)
+        net.route_ip_via("s0")
         master = f"{net.end('h0', 's0').ip}:29500"
         procs = []
         for r, h in enumerate(hosts):

@@ -142,6 +142,15 @@ class Fabric:
                 self.ends[node, peer] = End(node, ns, ifname, f"{net}.{host}")
         return self
 
+    def route_ip_via(self, router: str) -> None:
+        """Lets ``router``'s neighbours reach each other over IP through it (forwarding on, a
+        default route on each neighbour): TCP then crosses the same shaped links a datagram
+        does, for baselines such as gloo beside an emulated run."""
+        _run(*self.exec(router, ["sysctl", "-qw", "net.ipv4.ip_forward=1"]))
+        for (node, peer), end in self.ends.items():
+            if node == router:
+                _run("ip", "-n", self.ns(peer), "route", "add", "default", "via", end.ip)
+
     def shape(self, ns: str, ifname: str, rate_bps: int, delay_ps: int) -> None:
         """The link's rate (and delay, with netem) on this end's egress; the queue holds the
         scenario's buffer, as a switch port's does."""
