@@ -21,7 +21,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,17 +38,9 @@ def train(net, hosts: list[str], comm: str, steps: int, out: Path) -> float:
                "INALAB_SWITCH": f"{net.end('s0', h).ip}:9100"}
         argv = [sys.executable, str(EXAMPLE), "--comm", comm, "--steps", str(steps), "--out", str(out)]
         procs.append(subprocess.Popen(net.exec(h, argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
-    outs = []
-    deadline = time.monotonic() + TIMEOUT_S
-    for p in procs:
-        try:
-            outs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic())))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise RuntimeError(f"--comm {comm}: training did not finish within {TIMEOUT_S} s")
-        if p.returncode != 0:
-            raise RuntimeError(f"--comm {comm}: a rank exited {p.returncode}: {outs[-1][1].strip()[-2000:]}")
+    from inalab.emulation.fabric import wait_all
+
+    outs = wait_all(procs, TIMEOUT_S, f"training with --comm {comm}")
     last = outs[0][0].strip().splitlines()[-1]  # "30 steps in 0.43 s"
     return float(last.split(" in ")[1].split()[0])
 

@@ -658,17 +658,8 @@ def run_gloo_emulated(world: int, rate_bps: int, args) -> list[float]:
             env = {**os.environ, "GLOO_SOCKET_IFNAME": net.end(h, "s0").ifname}
             procs.append(subprocess.Popen(net.exec(h, [sys.executable, __file__, "--gloo-worker", json.dumps(cfg)]),
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
-        out = []
-        for p in procs:
-            try:
-                so, se = p.communicate(timeout=EMULATED_GLOO_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                for q in procs:
-                    q.kill()
-                raise RuntimeError(f"gloo over the emulated links did not finish within {EMULATED_GLOO_TIMEOUT_S} s")
-            if p.returncode != 0:
-                raise RuntimeError(f"gloo worker exited {p.returncode}: {se.strip()[-2000:]}")
-            out.append(json.loads(so.strip().splitlines()[-1]))
+        outs = fab.wait_all(procs, EMULATED_GLOO_TIMEOUT_S, "gloo over the emulated links")
+        out = [json.loads(so.strip().splitlines()[-1]) for so, _ in outs]
         bad = [o for o in out if not o["max_err"] <= 1e-5 * world]
         if bad:
             raise SystemExit(f"RESULT MISMATCH (gloo, emulated, {world} workers): {bad}")

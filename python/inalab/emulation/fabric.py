@@ -37,6 +37,27 @@ def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
     return r
 
 
+def wait_all(procs: list[subprocess.Popen], timeout_s: float, what: str) -> list[tuple[str, str]]:
+    """Each process's (stdout, stderr) once all have exited, within ``timeout_s`` for all of
+    them together; kills them all and raises, naming ``what``, on a timeout or a non-zero exit."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise FabricError(f"{what} did not finish within {timeout_s} s") from None
+        if p.returncode != 0:
+            for q in procs:
+                q.kill()
+            raise FabricError(f"{what}: a process exited {p.returncode}: {outs[-1][1].strip()[-2000:]}")
+    return outs
+
+
 def unavailable() -> Optional[str]:
     """Why namespaces with shaped veth pairs cannot be built here, or None (tried for real)."""
     if not sys.platform.startswith("linux"):
