@@ -164,9 +164,6 @@ pub struct CanaryHost {
     rng: u64,
     stall: Option<Time>,
     rtt: RttEstimator,
-    /// When the RTO last backed off: an expiry of a block sent before then was timed by a
-    /// shorter RTO and does not back it off again (one doubling per window, as in TCP).
-    backed_off_at: Option<Time>,
     c: Counters,
 }
 
@@ -204,7 +201,6 @@ impl CanaryHost {
                 max_rto_ps: cfg_rto.saturating_mul(MAX_RTO_FACTOR),
                 granularity_ps: inalab_core::time::US.min(cfg_rto),
             }),
-            backed_off_at: None,
             c: Counters::default(),
         })
     }
@@ -645,11 +641,7 @@ impl HostProtocol for CanaryHost {
             self.urgent.push_back(p);
             // Karn: no sample comes from a block that expired, so an RTO below the path's RTT
             // would never learn it; it backs off instead (RFC 6298 5.5), until a sample.
-            let sent_at = self.sending[&seq].1.sent_at;
-            if self.backed_off_at.is_none_or(|b| sent_at >= b) {
-                self.rtt.on_timeout();
-                self.backed_off_at = Some(now);
-            }
+            self.rtt.on_timeout_of(self.sending[&seq].1.sent_at, now);
             let rto = self.rtt.rto();
             let (_, s) = self.sending.get_mut(&seq).expect("present");
             s.expiries += 1;

@@ -36,11 +36,13 @@ pub struct RttEstimator {
     /// The RTO before back-off.
     base_rto: Time,
     backoffs: u32,
+    /// When [`RttEstimator::on_timeout_of`] last backed off.
+    backed_off_at: Option<Time>,
 }
 
 impl RttEstimator {
     pub fn new(cfg: RttConfig) -> Self {
-        RttEstimator { base_rto: cfg.initial_rto_ps.clamp(cfg.min_rto_ps, cfg.max_rto_ps), cfg, srtt: None, rttvar: 0, backoffs: 0 }
+        RttEstimator { base_rto: cfg.initial_rto_ps.clamp(cfg.min_rto_ps, cfg.max_rto_ps), cfg, srtt: None, rttvar: 0, backoffs: 0, backed_off_at: None }
     }
 
     /// A round-trip sample (never from a retransmitted packet: Karn's rule is the caller's).
@@ -65,6 +67,16 @@ impl RttEstimator {
     /// The retransmission timer fired: back off (5.5).
     pub fn on_timeout(&mut self) {
         self.backoffs = self.backoffs.saturating_add(1);
+    }
+
+    /// A packet sent at `sent_at` timed out at `now`: back off, unless it was sent before the
+    /// last back-off, when a shorter RTO timed it: packets of one window that expire together
+    /// back off once (as TCP's one timer doubles once per loss), not once each.
+    pub fn on_timeout_of(&mut self, sent_at: Time, now: Time) {
+        if self.backed_off_at.map_or(true, |b| sent_at >= b) {
+            self.on_timeout();
+            self.backed_off_at = Some(now);
+        }
     }
 
     /// New data was acknowledged, from a retransmission (no sample, by Karn's rule): the path
@@ -139,5 +151,18 @@ mod tests {
         let mut tiny = est();
         tiny.sample(1);
         assert_eq!(tiny.rto(), 10 * US, "floored at min");
+    }
+
+    #[test]
+    fn a_window_expiring_together_backs_off_once() {
+        let mut e = est();
+        // Three packets sent at 0, 1 and 2 us all expire: one doubling.
+        for sent in [0, US, 2 * US] {
+            e.on_timeout_of(sent, 1000 * US);
+        }
+        assert_eq!(e.rto(), 2000 * US);
+        // One sent after that back-off expires: a new loss, a second doubling.
+        e.on_timeout_of(1500 * US, 3500 * US);
+        assert_eq!(e.rto(), 4000 * US);
     }
 }

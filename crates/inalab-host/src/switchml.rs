@@ -25,7 +25,8 @@
 //! reset by progress. SwitchML's fixed 1 ms is the floor: where round trips stay below it
 //! (a Tofino, the simulator's data centers) nothing changes; where a pool of large packets
 //! queues for tens of milliseconds (software switches on shared cores) a fixed timeout
-//! resent whole windows that were only waiting (24,500 spurious retransmissions per run).
+//! resent whole windows that were only waiting (22,049 spurious retransmissions in a run of
+//! 60 allreduces of 4 MiB, 4 workers, 8 KiB datagrams).
 //!
 //! # Defaults
 //!
@@ -130,9 +131,6 @@ pub struct SwitchMlWorker {
     /// for the deadline before it). The front is kept valid (its gen current) after every input.
     timers: VecDeque<(Time, u32, u64)>,
     rtt: RttEstimator,
-    /// When the RTO was last backed off: a timeout of a packet sent before then is part of
-    /// the same loss and does not back it off again.
-    backed_off_at: Option<Time>,
     events: VecDeque<HostEvent>,
     packets_sent: u64,
     retransmissions: u64,
@@ -169,7 +167,6 @@ impl SwitchMlWorker {
             txq: VecDeque::new(),
             timers: VecDeque::new(),
             rtt,
-            backed_off_at: None,
             events: VecDeque::new(),
             packets_sent: 0,
             retransmissions: 0,
@@ -309,10 +306,7 @@ impl HostProtocol for SwitchMlWorker {
                 self.timeouts += 1;
                 slot.queued = true;
                 self.txq.push_back(s);
-                if self.backed_off_at.map_or(true, |b| slot.sent_at >= b) {
-                    self.rtt.on_timeout();
-                    self.backed_off_at = Some(now);
-                }
+                self.rtt.on_timeout_of(slot.sent_at, now);
             }
         }
         self.prune_timers();
