@@ -70,10 +70,12 @@ pub struct Fixed {
     pub saturated: usize,
 }
 
-/// The largest biased exponent field of `values` (0xFF: a NaN or an infinity is among them;
-/// 0: all are zeros or subnormals), in one branch-free pass the compiler vectorizes.
-fn max_exponent_field(values: &[f32]) -> u32 {
-    values.iter().fold(0, |m, v| m.max(v.to_bits() & 0x7F80_0000)) >> 23
+inalab_core::avx2_dispatch! {
+    /// The largest biased exponent field of `values` (0xFF: a NaN or an infinity is among them;
+    /// 0: all are zeros or subnormals), in one branch-free pass the compiler vectorizes.
+    fn max_exponent_field(values: &[f32]) -> u32 {
+        values.iter().fold(0, |m, v| m.max(v.to_bits() & 0x7F80_0000)) >> 23
+    }
 }
 
 /// `x.round().clamp(-c, c) as i32` (ties away from zero) for any `x` but NaN and an integral
@@ -103,14 +105,21 @@ fn convert(values: &[f32], scale: f64, threshold: f64, clamp: i32) -> Result<Fix
         return Err(QuantError::NonFinite { index, value: values[index] });
     }
     let mut out = vec![0i32; values.len()];
-    let mut saturated = 0usize;
-    let c = clamp as f64;
-    for (o, &value) in out.iter_mut().zip(values) {
-        let x = value as f64 * scale;
-        saturated += (x.abs() >= threshold) as usize;
-        *o = round_clamped(x, c);
-    }
+    let saturated = convert_into(values, &mut out, scale, threshold, clamp as f64);
     Ok(Fixed { values: out, saturated })
+}
+
+inalab_core::avx2_dispatch! {
+    /// The conversion loop of [`convert`]; returns how many saturated.
+    fn convert_into(values: &[f32], out: &mut [i32], scale: f64, threshold: f64, c: f64) -> usize {
+        let mut saturated = 0usize;
+        for (o, &value) in out.iter_mut().zip(values) {
+            let x = value as f64 * scale;
+            saturated += (x.abs() >= threshold) as usize;
+            *o = round_clamped(x, c);
+        }
+        saturated
+    }
 }
 
 /// ATP's conversion: `round(v * scale)` (scale 1e8 = [`ATP_SCALE`] by default), saturating
@@ -119,9 +128,11 @@ pub fn to_fixed(values: &[f32], scale: f64) -> Result<Fixed, QuantError> {
     convert(values, scale, i32::MAX as f64 + 0.5, i32::MAX)
 }
 
-/// Back to floats: `x / scale` (computed in f64, rounded once to f32).
-pub fn from_fixed(values: &[i32], scale: f64) -> Vec<f32> {
-    values.iter().map(|&x| (x as f64 / scale) as f32).collect()
+inalab_core::avx2_dispatch! {
+    /// Back to floats: `x / scale` (computed in f64, rounded once to f32).
+    pub fn from_fixed(values: &[i32], scale: f64) -> Vec<f32> {
+        values.iter().map(|&x| (x as f64 / scale) as f32).collect()
+    }
 }
 
 /// The frexp exponent of a value: the `e` with `v = m 2^e`, `0.5 <= |m| < 1`, so

@@ -197,7 +197,7 @@ impl Aggregator {
     /// Adds one contribution (box 5 of Fig. 7): values with saturation, bitmap, counter,
     /// timestamp. Returns whether the value saturated with this packet.
     fn absorb(&mut self, values: Option<&[i32]>, bitmap: u32, now: Time) -> bool {
-        let saturated = values.is_some_and(|v| saturating_add(&mut self.value, v));
+        let saturated = values.is_some_and(|v| saturating_add(&mut self.value, v) > 0);
         self.overflow |= saturated;
         self.bitmap |= bitmap;
         self.counter += 1;

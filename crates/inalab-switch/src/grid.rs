@@ -273,7 +273,7 @@ impl GridSwitch {
                     let stale = now.saturating_sub(u.ts) >= job.stale_timeout_ps;
                     let new = u.bitmap & h.bitmap == 0;
                     if new {
-                        u.overflow |= values(&pkt).is_some_and(|v| saturating_add(&mut u.value, v)) || overflow;
+                        u.overflow |= values(&pkt).is_some_and(|v| saturating_add(&mut u.value, v) > 0) || overflow;
                         u.bitmap |= h.bitmap;
                         u.count = u.bitmap.count_ones() as u8;
                         u.ts = now;
@@ -329,7 +329,7 @@ impl GridSwitch {
                     self.c.duplicates += 1;
                     return out.push(SwitchAction::Drop { pkt, reason: "grid_duplicate" });
                 }
-                let sat = values(&pkt).is_some_and(|v| saturating_add(&mut u.value, v));
+                let sat = values(&pkt).is_some_and(|v| saturating_add(&mut u.value, v) > 0);
                 u.overflow |= sat || overflow;
                 u.bitmap |= h.bitmap;
                 u.count = u.bitmap.count_ones() as u8;

@@ -404,15 +404,7 @@ impl SwitchProgram for SwitchMlSwitch {
             copy.exp = copy.exp.max(h.exp);
             if let Some(v) = values {
                 if copy.payload {
-                    for (a, b) in stored.iter_mut().zip(v) {
-                        let (s, o) = a.overflowing_add(*b);
-                        *a = if o {
-                            self.c.overflows += 1;
-                            a.saturating_add(*b)
-                        } else {
-                            s
-                        };
-                    }
+                    self.c.overflows += crate::pool::saturating_add(stored, v) as u64;
                     copy.len = copy.len.max(v.len() as u32);
                 }
             }
