@@ -1,4 +1,5 @@
-use crate::{NodeId, Packet, PortId, Time};
+use crate::{flow_key, NodeId, Packet, PortId, Time};
+use inalab_wire::Header;
 use std::any::Any;
 use std::fmt;
 
@@ -15,10 +16,45 @@ pub enum SwitchAction {
     Route { pkt: Packet },
     /// Send a copy on each port (the driver clones the packet).
     Multicast { ports: Vec<PortId>, pkt: Packet },
+    /// One packet to several hosts, each copy on its own port, addressed to its own endpoint
+    /// and carrying its own header (a SwitchML slot's result differs per worker only there):
+    /// the UDP runtime encodes and hashes the values once for every copy.
+    ForwardEach { pkt: Packet, to: Vec<Addressed> },
     /// Consume the packet; `reason` is counted in the switch's drop counters.
     Drop { pkt: Packet, reason: &'static str },
     /// Call `on_timer(token)` at time `at` (>= now).
     SetTimer { at: Time, token: TimerToken },
+}
+
+/// One copy of a [`SwitchAction::ForwardEach`]: where it goes and the header it carries.
+#[derive(Debug, Clone)]
+pub struct Addressed {
+    pub port: PortId,
+    pub dst: NodeId,
+    pub dst_port: u16,
+    pub header: Header,
+}
+
+impl Addressed {
+    /// Makes `pkt` this copy: its destination (and the flow key that goes with it) and header.
+    pub fn address(&self, pkt: &mut Packet) {
+        pkt.dst = self.dst;
+        pkt.dst_port = self.dst_port;
+        pkt.flow = flow_key(pkt.src, pkt.src_port, pkt.dst, pkt.dst_port);
+        pkt.header = self.header.clone();
+    }
+
+    /// The copies of a [`SwitchAction::ForwardEach`] as (port, packet), for a driver that
+    /// sends them one by one (the last takes `pkt` itself).
+    pub fn copies(pkt: Packet, to: Vec<Addressed>) -> impl Iterator<Item = (PortId, Packet)> {
+        let n = to.len();
+        let mut pkt = Some(pkt);
+        to.into_iter().enumerate().map(move |(i, a)| {
+            let mut copy = if i + 1 == n { pkt.take().expect("taken by the last copy only") } else { pkt.clone().expect("present") };
+            a.address(&mut copy);
+            (a.port, copy)
+        })
+    }
 }
 
 /// Read-only view of the switch a program runs on, provided by the driver.

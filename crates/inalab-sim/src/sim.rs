@@ -13,7 +13,7 @@ use crate::workload::Workloads;
 use crate::wires::Wires;
 use crate::world::{Call, Owner, World};
 use crate::{Progress, SimError};
-use inalab_core::{AppRequest, HostEvent, HostProtocol, NodeId, Packet, PortId, Programs, SwitchAction, SwitchCtx, SwitchProgram, Time, GROUP, NO_PATH};
+use inalab_core::{Addressed, AppRequest, HostEvent, HostProtocol, NodeId, Packet, PortId, Programs, SwitchAction, SwitchCtx, SwitchProgram, Time, GROUP, NO_PATH};
 use inalab_topo::{ecmp_pick, Routes, Topology};
 use pfc::{Pfc, NO_INGRESS};
 use rand::{Rng, SeedableRng};
@@ -896,6 +896,13 @@ impl Sim {
                     outs += 1;
                     out_bytes += pkt.size as i64;
                     self.egress(node, port, pkt, ready);
+                }
+                SwitchAction::ForwardEach { pkt, to } => {
+                    for (port, pkt) in Addressed::copies(pkt, to) {
+                        outs += 1;
+                        out_bytes += pkt.size as i64;
+                        self.egress(node, port, pkt, ready);
+                    }
                 }
                 SwitchAction::Route { pkt } if pkt.dst == GROUP && pkt.path >= TREE_BASE && pkt.path != NO_PATH => {
                     let (k, bytes) = self.replicate(node, pkt, ready);

@@ -54,7 +54,7 @@
 //!   the receiving worker's id.
 
 use inalab_core::wire::{Header, SwitchMlHeader};
-use inalab_core::{Admission, AdmitError, Endpoint, Packet, Payload, PortId, SwitchAction, SwitchCtx, SwitchProgram, Time};
+use inalab_core::{Addressed, Admission, AdmitError, Endpoint, Packet, Payload, PortId, SwitchAction, SwitchCtx, SwitchProgram, Time};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -305,25 +305,43 @@ impl SwitchMlSwitch {
     /// The result packet of `copy` for worker `wid` of `job`.
     /// `src` is the switch's endpoint (node, SwitchML port); `h` the worker packet's header.
     fn result(src: Endpoint, now: Time, h: &SwitchMlHeader, job: &Job, wid: u16) -> (PortId, Packet) {
-        let (job_id, slot, ver) = (h.job, h.slot, h.ver);
-        let ci = 2 * slot as usize + ver as usize;
+        let ci = 2 * h.slot as usize + h.ver as usize;
         let copy = &job.copies[ci];
         let (ep, port) = job.workers[wid as usize];
-        let h = SwitchMlHeader {
-            job: job_id,
-            slot,
-            chunk: copy.chunk,
-            wid,
-            ver,
-            flags: SwitchMlHeader::FLAG_RESULT,
-            exp: copy.exp,
-        };
-        let mut pkt = Packet::new(src.host, src.port, ep.host, ep.port, copy.size, Header::SwitchMl(h));
+        let mut pkt = Packet::new(src.host, src.port, ep.host, ep.port, copy.size, Self::result_header(h, copy, wid));
         pkt.created = now;
         if copy.payload {
             pkt.payload = Some(Box::new(Payload::I32(job.values[ci * job.width..][..copy.len as usize].to_vec())));
         }
         (port, pkt)
+    }
+
+    /// The result packet of a completed slot to every worker: one packet whose copies differ
+    /// in their address and `wid`, so the runtime encodes its values once.
+    fn results(src: Endpoint, now: Time, h: &SwitchMlHeader, job: &Job) -> SwitchAction {
+        let (_, pkt) = Self::result(src, now, h, job, 0);
+        let copy = &job.copies[2 * h.slot as usize + h.ver as usize];
+        let to = (job.workers.iter().enumerate())
+            .map(|(wid, &(ep, port))| Addressed {
+                port,
+                dst: ep.host,
+                dst_port: ep.port,
+                header: Self::result_header(h, copy, wid as u16),
+            })
+            .collect();
+        SwitchAction::ForwardEach { pkt, to }
+    }
+
+    fn result_header(h: &SwitchMlHeader, copy: &SlotCopy, wid: u16) -> Header {
+        Header::SwitchMl(SwitchMlHeader {
+            job: h.job,
+            slot: h.slot,
+            chunk: copy.chunk,
+            wid,
+            ver: h.ver,
+            flags: SwitchMlHeader::FLAG_RESULT,
+            exp: copy.exp,
+        })
     }
 }
 
@@ -415,10 +433,7 @@ impl SwitchProgram for SwitchMlSwitch {
         copy.complete = true;
         self.partial -= 1;
         self.c.completed += 1;
-        for wid in 0..n as u16 {
-            let (port, res) = Self::result(Endpoint { host: ctx.node(), port: pkt.dst_port }, now, &h, job, wid);
-            out.push(SwitchAction::Forward { port, pkt: res });
-        }
+        out.push(Self::results(Endpoint { host: ctx.node(), port: pkt.dst_port }, now, &h, job));
         out.push(SwitchAction::Drop { pkt, reason: "switchml: aggregated" });
     }
 
@@ -495,9 +510,10 @@ mod tests {
     /// The results among `out`: (egress port, packet).
     fn results(out: &[SwitchAction]) -> Vec<(PortId, Packet)> {
         out.iter()
-            .filter_map(|a| match a {
-                SwitchAction::Forward { port, pkt } => Some((*port, pkt.clone())),
-                SwitchAction::Drop { .. } => None,
+            .flat_map(|a| match a {
+                SwitchAction::Forward { port, pkt } => vec![(*port, pkt.clone())],
+                SwitchAction::ForwardEach { pkt, to } => Addressed::copies(pkt.clone(), to.clone()).collect(),
+                SwitchAction::Drop { .. } => vec![],
                 a => panic!("unexpected action {a:?}"),
             })
             .collect()

@@ -89,7 +89,7 @@
 
 use inalab_core::time::{serialization, Time, S, US};
 use inalab_core::{
-    splitmix64, AppRequest, Endpoint, HostEvent, HostProtocol, L3Forward, NodeId, Packet, PortId, SwitchAction,
+    splitmix64, Addressed, AppRequest, Endpoint, HostEvent, HostProtocol, L3Forward, NodeId, Packet, PortId, SwitchAction,
     SwitchCtx, SwitchProgram, TimerToken,
 };
 use std::any::{type_name, Any};
@@ -765,6 +765,12 @@ impl Fabric {
                 SwitchAction::Forward { port, pkt } => {
                     self.stats.out_of_programs.add(&pkt);
                     self.egress(switch, port, pkt);
+                }
+                SwitchAction::ForwardEach { pkt, to } => {
+                    for (port, pkt) in Addressed::copies(pkt, to) {
+                        self.stats.out_of_programs.add(&pkt);
+                        self.egress(switch, port, pkt);
+                    }
                 }
                 SwitchAction::Route { pkt } => {
                     self.stats.out_of_programs.add(&pkt);

@@ -630,6 +630,13 @@ impl DataPlane {
                     }
                 }
                 SwitchAction::Multicast { ports, pkt } => self.egress_many(&ports, &pkt),
+                SwitchAction::ForwardEach { mut pkt, to } => {
+                    let mut tail = None;
+                    for a in &to {
+                        a.address(&mut pkt);
+                        self.egress_reusing(a.port, &pkt, &mut tail);
+                    }
+                }
                 SwitchAction::Drop { reason, .. } => *self.c.program_drops.entry(reason).or_default() += 1,
                 SwitchAction::SetTimer { at, token } => {
                     self.timer_seq += 1;
@@ -641,6 +648,12 @@ impl DataPlane {
     }
 
     fn egress(&mut self, port: PortId, pkt: &Packet) {
+        self.egress_reusing(port, pkt, &mut None)
+    }
+
+    /// As [`Self::egress`], for one of several copies of a packet sent one after another:
+    /// `tail` carries the last copy's tail hash (see [`FrameMac::seal_reusing`]) between them.
+    fn egress_reusing(&mut self, port: PortId, pkt: &Packet, tail: &mut Option<auth::TailHash>) {
         let Some((job, mac)) = self.frame_job(&pkt.header, pkt.src).and_then(|j| Some((j, self.keys.get(&j)?))) else {
             self.c.unsealed += 1;
             return;
@@ -654,7 +667,7 @@ impl DataPlane {
                 self.tx.push(addr, |b| {
                     let start = b.len();
                     frame::encode(pkt, b);
-                    mac.seal(b, start);
+                    mac.seal_reusing(b, start, tail);
                 });
                 let len = self.tx.bytes() - start;
                 self.count_sent(port, len);
@@ -683,10 +696,10 @@ impl DataPlane {
         if !tree.switches.is_empty() {
             self.egress_many(&tree.switches, &pkt);
         }
-        let mut copy = pkt;
+        let (mut copy, mut tail) = (pkt, None);
         for &(port, host) in &tree.hosts {
             copy.dst = host;
-            self.egress(port, &copy);
+            self.egress_reusing(port, &copy, &mut tail);
         }
     }
 
