@@ -1084,7 +1084,7 @@ impl HostProtocol for RinaHost {
         // A member's DATA in flight span fewer than the job's slots, so live tags never share
         // a slot at the ToR.
         let span = self.cfg.slots;
-        if let Some(p) = self.sr.next(now, &self.rtt, |q, oldest| oldest.is_none_or(|o| q.wrapping_sub(o) < span)) {
+        if let Some(p) = self.sr.next(now, &self.rtt, |q, oldest| oldest.map_or(true, |o| q.wrapping_sub(o) < span)) {
             match self.role {
                 Role::Autonomous => self.c.aggs_sent += 1,
                 _ => self.c.data_sent += 1,

@@ -625,7 +625,7 @@ impl Workloads {
             }
             let j = &self.jobs[job as usize];
             // A server (a PS) of the job: no scheme goes on without it.
-            if j.spec.servers.iter().any(|s| *s == name) {
+            if j.spec.servers.contains(&name) {
                 let why = format!("its server on {name} failed at {} ns", at / 1000);
                 self.job_failed(job, why, world);
                 continue;
