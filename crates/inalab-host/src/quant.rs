@@ -128,11 +128,25 @@ pub fn to_fixed(values: &[f32], scale: f64) -> Result<Fixed, QuantError> {
     convert(values, scale, i32::MAX as f64 + 0.5, i32::MAX)
 }
 
+/// Back to floats: `x / scale` (computed in f64, rounded once to f32).
+pub fn from_fixed(values: &[i32], scale: f64) -> Vec<f32> {
+    let mut out = vec![0.0; values.len()];
+    from_fixed_into(values, scale, &mut out);
+    out
+}
+
 inalab_core::avx2_dispatch! {
-    /// Back to floats: `x / scale` (computed in f64, rounded once to f32).
-    pub fn from_fixed(values: &[i32], scale: f64) -> Vec<f32> {
-        values.iter().map(|&x| (x as f64 / scale) as f32).collect()
+    /// [`from_fixed`] into `out` (as long as `values`).
+    pub fn from_fixed_into(values: &[i32], scale: f64, out: &mut [f32]) {
+        for (o, &x) in out.iter_mut().zip(values) {
+            *o = (x as f64 / scale) as f32;
+        }
     }
+}
+
+/// Whether no value is a NaN or an infinity (one vectorized pass).
+pub fn all_finite(values: &[f32]) -> bool {
+    max_exponent_field(values) != 0xFF
 }
 
 /// The frexp exponent of a value: the `e` with `v = m 2^e`, `0.5 <= |m| < 1`, so

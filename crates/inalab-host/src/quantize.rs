@@ -17,13 +17,19 @@
 //!   with [`quant::switchml_scale`]. The exponent round is made for every tensor, with or
 //!   without values (metadata-mode simulations model its round trip too). Rounds run one at a
 //!   time, in submission order, so every worker submits exponent and data requests to the
-//!   protocol in the same order.
+//!   protocol in the same order. The values then go to the protocol in pieces of
+//!   [`PIECE_VALUES`], each converted only when the protocol has nothing left to send (its
+//!   window is full or its data ran out), and each piece's sum is converted back as it arrives:
+//!   the conversions overlap the network instead of forming two serial passes over the tensor,
+//!   and touch a piece while it is in cache. The next tensor's exponent round starts once
+//!   every piece of this one is submitted, so the order of requests stays the same on every
+//!   worker.
 //! - [`Quantization::None`]: values travel as they are.
 //!
 //! Values already given as i32 (the simulator's payload mode) are taken as quantized and pass
 //! through; results then come back as i32.
 
-use crate::quant::{finite_block_exponent, from_fixed, switchml_scale, switchml_to_fixed, ZERO_BLOCK_EXPONENT};
+use crate::quant::{all_finite, finite_block_exponent, from_fixed, from_fixed_into, switchml_scale, switchml_to_fixed, ZERO_BLOCK_EXPONENT};
 use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload, TensorAttrs, Time};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -72,6 +78,33 @@ fn non_finite(i: usize, x: f32) -> String {
     format!("value {i} is {x}, which has no fixed-point form")
 }
 
+/// Values per piece of an agreed-exponent tensor (256 KiB as i32): a multiple of every
+/// values-per-packet a SwitchML job uses by default (32, 64, 2,048), so pieces fill packets.
+pub const PIECE_VALUES: usize = 65_536;
+
+/// A float32 tensor sent in pieces at one scale, and its sum as it comes back.
+struct Pieces {
+    outer: u64,
+    attrs: TensorAttrs,
+    values: Vec<f32>,
+    /// The world size and exponent the values are converted with.
+    n: u32,
+    e_max: i16,
+    /// Values converted and submitted so far.
+    sent: usize,
+    /// Pieces submitted whose sum has not come back.
+    open: usize,
+    sum: Vec<f32>,
+    /// Why the sum is no result (a non-finite value in it), if it is not.
+    broken: Option<String>,
+}
+
+impl Pieces {
+    fn done_sending(&self) -> bool {
+        self.sent == self.values.len()
+    }
+}
+
 /// What an inner request is for.
 enum Stage {
     /// The exponent agreement of outer request `outer`; its data waits here.
@@ -80,6 +113,8 @@ enum Stage {
     /// hand the result back as it comes). `bad`: this worker's input had a value with no
     /// fixed-point form (why, naming it), sent anyway so the other workers are not left waiting.
     Data { outer: u64, scale: Option<f64>, bad: Option<String> },
+    /// Values `[start, start + len)` of the tensor in `pieces` under outer request `outer`.
+    Piece { outer: u64, start: usize },
     /// Any other request, passed through under an id of the wrapper's own.
     Pass { outer: u64 },
 }
@@ -98,12 +133,14 @@ pub struct Quantized {
     events: VecDeque<HostEvent>,
     /// FixedPoint: this layer converts floats (the protocol sums i32 only).
     converts: bool,
+    /// AgreedExponent: tensors going out (or coming back) in pieces, by outer id.
+    pieces: BTreeMap<u64, Pieces>,
 }
 
 impl Quantized {
     /// Wraps worker `rank` of `world` (the exponent vector has a slot per worker).
     pub fn new(inner: Box<dyn HostProtocol>, q: Quantization, rank: usize, world: usize) -> Self {
-        Quantized { inner, q, rank, world, waiting: VecDeque::new(), exponent_busy: false, stages: BTreeMap::new(), next_inner: 0, events: VecDeque::new(), converts: false }
+        Quantized { inner, q, rank, world, waiting: VecDeque::new(), exponent_busy: false, stages: BTreeMap::new(), next_inner: 0, events: VecDeque::new(), converts: false, pieces: BTreeMap::new() }
     }
 
     /// Fixed point at `scale` for a protocol that carries only i32 and has no overflow
@@ -161,9 +198,55 @@ impl Quantized {
         self.submit_inner(now, bytes, Some(Payload::I32(fixed)), attrs, Stage::Data { outer: id, scale: Some(scale), bad });
     }
 
-    /// Agreed exponent: starts the next waiting request's exponent round, if none runs.
+    /// Converts and submits the next piece of the oldest tensor with values left to send;
+    /// whether there was one. The last piece of a tensor lets the next exponent round start.
+    fn send_piece(&mut self, now: Time) -> bool {
+        let Some(p) = self.pieces.values_mut().find(|p| !p.done_sending()) else { return false };
+        let (outer, start) = (p.outer, p.sent);
+        let end = (start + PIECE_VALUES).min(p.values.len());
+        let fixed = switchml_to_fixed(&p.values[start..end], p.n, p.e_max).expect("checked finite by the exponent round, n > 0");
+        p.sent = end;
+        p.open += 1;
+        let (attrs, last) = (p.attrs, p.done_sending());
+        self.submit_inner(now, (end - start) as u64 * 4, Some(Payload::I32(fixed.values)), attrs, Stage::Piece { outer, start });
+        if last {
+            self.start_exponent_round(now);
+        }
+        true
+    }
+
+    /// A piece's sum came back: converted into the tensor's sum; the last one finishes it.
+    fn piece_done(&mut self, outer: u64, start: usize, data: Option<Payload>) {
+        let Some(p) = self.pieces.get_mut(&outer) else { return };
+        p.open -= 1;
+        match data {
+            Some(Payload::I32(sum)) if start + sum.len() <= p.sum.len() => {
+                let out = &mut p.sum[start..start + sum.len()];
+                from_fixed_into(&sum, switchml_scale(p.n, p.e_max), out);
+                if p.broken.is_none() && !all_finite(out) {
+                    let i = out.iter().position(|x| !x.is_finite()).expect("a non-finite value is there");
+                    p.broken = Some(format!(
+                        "value {} of the sum is {}: another worker's value there has no fixed-point form (NaN or infinity), or the sum exceeds float32",
+                        start + i,
+                        out[i]
+                    ));
+                }
+            }
+            _ => p.broken = Some("a piece's sum came back without its int32 values".into()),
+        }
+        if p.open == 0 && p.done_sending() {
+            let p = self.pieces.remove(&outer).expect("present");
+            match p.broken {
+                Some(reason) => self.reject(outer, reason),
+                None => self.events.push_back(HostEvent::Done { id: outer, data: Some(Payload::F32(p.sum)) }),
+            }
+        }
+    }
+
+    /// Agreed exponent: starts the next waiting request's exponent round, if none runs and
+    /// every piece of the tensors before it went out.
     fn start_exponent_round(&mut self, now: Time) {
-        while !self.exponent_busy {
+        while !self.exponent_busy && self.pieces.values().all(Pieces::done_sending) {
             let Some((id, bytes, data, attrs)) = self.waiting.pop_front() else { return };
             let mine = match &data {
                 Some(Payload::F32(v)) => finite_block_exponent(v).map_or(REJECT_MARK, |e| e as i32 + EXP_BIAS),
@@ -190,6 +273,15 @@ impl Quantized {
                         Stage::Exponent { outer, .. } => {
                             // The next tensor's round must not wait for this one forever.
                             self.exponent_busy = false;
+                            self.start_exponent_round(now);
+                            outer
+                        }
+                        Stage::Piece { outer, .. } => {
+                            // The tensor fails once; its other pieces' sums are ignored and
+                            // the next tensor's round may start.
+                            if self.pieces.remove(&outer).is_none() {
+                                continue;
+                            }
                             self.start_exponent_round(now);
                             outer
                         }
@@ -225,18 +317,26 @@ impl Quantized {
                         continue;
                     }
                     match values {
+                        Some(Payload::F32(v)) if v.is_empty() => {
+                            self.events.push_back(HostEvent::Done { id: outer, data: Some(Payload::F32(v)) });
+                            self.start_exponent_round(now);
+                        }
                         Some(Payload::F32(v)) => {
                             let e_max = match data {
                                 Some(Payload::I32(sum)) => (sum.iter().copied().max().unwrap_or(EXP_BIAS) - EXP_BIAS).clamp(ZERO_BLOCK_EXPONENT as i32, 128) as i16,
                                 _ => ZERO_BLOCK_EXPONENT,
                             };
-                            let n = self.world as u32;
-                            let f = switchml_to_fixed(&v, n, e_max).expect("checked finite, n > 0");
-                            self.submit_inner(now, bytes, Some(Payload::I32(f.values)), attrs, Stage::Data { outer, scale: Some(switchml_scale(n, e_max)), bad: None });
+                            let sum = vec![0.0; v.len()];
+                            let p = Pieces { outer, attrs, values: v, n: self.world as u32, e_max, sent: 0, open: 0, sum, broken: None };
+                            self.pieces.insert(outer, p);
+                            // The first piece now; the others when the protocol asks for more.
+                            self.send_piece(now);
                         }
-                        other => self.submit_inner(now, bytes, other, attrs, Stage::Data { outer, scale: None, bad: None }),
+                        other => {
+                            self.submit_inner(now, bytes, other, attrs, Stage::Data { outer, scale: None, bad: None });
+                            self.start_exponent_round(now);
+                        }
                     }
-                    self.start_exponent_round(now);
                 }
                 Some(Stage::Data { outer, scale, bad }) => {
                     if let (true, Some(reason)) = (self.converts, &bad) {
@@ -252,7 +352,7 @@ impl Quantized {
                     // says which input was at fault, the others where the sum broke. (Without
                     // quantization NaN propagates, as in gloo and NCCL.)
                     if let (Some(Payload::F32(v)), false) = (&data, self.q == Quantization::None) {
-                        if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+                        if let Some(i) = (!all_finite(v)).then(|| v.iter().position(|x| !x.is_finite())).flatten() {
                             let reason = bad.unwrap_or_else(|| {
                                 format!("value {i} of the sum is {}: another worker's value there has no fixed-point form (NaN or infinity), or the sum exceeds float32", v[i])
                             });
@@ -262,6 +362,7 @@ impl Quantized {
                     }
                     self.events.push_back(HostEvent::Done { id: outer, data });
                 }
+                Some(Stage::Piece { outer, start }) => self.piece_done(outer, start, data),
                 Some(Stage::Pass { outer }) => self.events.push_back(HostEvent::Done { id: outer, data }),
                 None => {}
             }
@@ -302,8 +403,19 @@ impl HostProtocol for Quantized {
         self.pump(now);
     }
 
+    /// The protocol's next packet; when it has none, the next piece of a tensor is converted
+    /// and handed to it first.
     fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
-        self.inner.poll_transmit(now)
+        loop {
+            if let Some(p) = self.inner.poll_transmit(now) {
+                return Some(p);
+            }
+            if !self.send_piece(now) {
+                return None;
+            }
+            // The new piece may finish an exponent round's wait; its events come out here.
+            self.pump(now);
+        }
     }
 
     fn poll_timeout(&self) -> Option<Time> {
@@ -329,10 +441,19 @@ mod tests {
     use std::collections::VecDeque;
 
     /// An i32-only protocol whose "network" doubles each value (two workers with equal data).
-    #[derive(Default)]
     struct Doubler {
         seen: Vec<Option<Payload>>,
         events: VecDeque<HostEvent>,
+        /// What the network multiplies by: 2 by default; 1 is a one-worker job.
+        times: i32,
+        /// Values per request, in submission order (shared with the test).
+        sizes: std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
+    }
+
+    impl Default for Doubler {
+        fn default() -> Self {
+            Doubler { seen: vec![], events: VecDeque::new(), times: 2, sizes: Default::default() }
+        }
     }
 
     impl HostProtocol for Doubler {
@@ -342,10 +463,11 @@ mod tests {
         fn submit(&mut self, _now: Time, req: AppRequest) {
             let AppRequest::Allreduce { id, data, .. } = req else { return };
             let sum = match &data {
-                Some(Payload::I32(v)) => Some(Payload::I32(v.iter().map(|x| x.wrapping_mul(2)).collect())),
+                Some(Payload::I32(v)) => Some(Payload::I32(v.iter().map(|x| x.wrapping_mul(self.times)).collect())),
                 Some(_) => return self.events.push_back(HostEvent::Rejected { id, reason: "i32 only".into() }),
                 None => None,
             };
+            self.sizes.lock().unwrap().push(data.as_ref().map_or(0, Payload::len));
             self.seen.push(data);
             self.events.push_back(HostEvent::Done { id, data: sum });
         }
@@ -393,6 +515,42 @@ mod tests {
                 HostEvent::Rejected { id: got, reason } => assert!(got == id && reason.contains("value 1") && reason.contains(says), "{reason}"),
                 e => panic!("{e:?}"),
             }
+        }
+    }
+
+    /// An agreed-exponent tensor goes to the protocol in pieces, the later ones only when the
+    /// protocol asks for packets; the next tensor's exponent round follows the last piece, and
+    /// the sums come back whole, within the bound.
+    #[test]
+    fn an_agreed_exponent_tensor_goes_out_in_pieces_and_comes_back_whole() {
+        let inner = Doubler { times: 1, ..Doubler::default() };
+        let sizes = inner.sizes.clone();
+        let mut q = Quantized::new(Box::new(inner), Quantization::AgreedExponent, 0, 1);
+        let n = 2 * super::PIECE_VALUES + 3;
+        let a: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.37).sin()).collect();
+        let b = vec![0.5f32; 10];
+        for (id, v) in [(1, &a), (2, &b)] {
+            q.submit(0, AppRequest::Allreduce { id, bytes: 4 * v.len() as u64, data: Some(Payload::F32(v.clone())), attrs: TensorAttrs::default() });
+        }
+        // The exponent round and the first piece only: no result yet, tensor 2 not started.
+        assert_eq!(*sizes.lock().unwrap(), vec![1, super::PIECE_VALUES]);
+        assert!(q.poll_event().is_none());
+        // The protocol has nothing to send: the other pieces go, then tensor 2.
+        assert!(q.poll_transmit(0).is_none(), "the fake protocol sends nothing");
+        assert_eq!(*sizes.lock().unwrap(), vec![1, super::PIECE_VALUES, super::PIECE_VALUES, 3, 1, 10]);
+        let mut done = vec![];
+        while let Some(e) = q.poll_event() {
+            done.push(e);
+        }
+        let bound = Quantization::AgreedExponent.error_bound(1, 1.0);
+        match &done[..] {
+            [HostEvent::Done { id: 1, data: Some(Payload::F32(sa)) }, HostEvent::Done { id: 2, data: Some(Payload::F32(sb)) }] => {
+                assert_eq!((sa.len(), sb.len()), (n, 10));
+                let err = a.iter().zip(sa).map(|(x, y)| (x - y).abs() as f64).fold(0.0, f64::max);
+                assert!(err <= bound && err > 0.0, "error {err} against bound {bound}");
+                assert_eq!(sb, &b);
+            }
+            other => panic!("{other:?}"),
         }
     }
 
