@@ -37,8 +37,8 @@ pub fn to_packet<T: AsRef<[u8]>>(f: &Frame<T>) -> Packet {
     let Envelope { src, dst, src_port, dst_port, ecn } = f.envelope();
     let payload = match f.payload_kind() {
         PayloadKind::None => None,
-        PayloadKind::I32 => Some(Box::new(Payload::I32(f.i32_values().collect()))),
-        PayloadKind::F32 => Some(Box::new(Payload::F32(f.f32_values().collect()))),
+        PayloadKind::I32 => Some(Box::new(Payload::I32(f.i32_vec()))),
+        PayloadKind::F32 => Some(Box::new(Payload::F32(f.f32_vec()))),
     };
     Packet {
         src,

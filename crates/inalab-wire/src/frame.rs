@@ -257,6 +257,20 @@ impl<T: AsRef<[u8]>> Frame<T> {
     pub fn f32_values(&self) -> impl ExactSizeIterator<Item = f32> + '_ {
         self.words().map(f32::from_le_bytes)
     }
+    /// [`Frame::i32_values`] as a vector, in a loop the compiler turns into a block copy on
+    /// little-endian machines (collecting the iterator kept a branch per value).
+    pub fn i32_vec(&self) -> Vec<i32> {
+        let bytes = self.value_bytes();
+        let mut out = vec![0i32; bytes.len() / VALUE_LEN];
+        for (o, c) in out.iter_mut().zip(bytes.chunks_exact(VALUE_LEN)) {
+            *o = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        }
+        out
+    }
+    /// [`Frame::f32_values`] as a vector (see [`Frame::i32_vec`]).
+    pub fn f32_vec(&self) -> Vec<f32> {
+        self.i32_vec().into_iter().map(|x| f32::from_bits(x as u32)).collect()
+    }
 
     /// The whole frame.
     pub fn as_bytes(&self) -> &[u8] {
@@ -292,8 +306,11 @@ mod tests {
         assert_eq!(f.value_count(), n);
         match (values, f.payload_kind()) {
             (None, PayloadKind::None) => {}
-            (Some(Values::I32(v)), PayloadKind::I32) => assert!(f.i32_values().eq(v.iter().copied())),
-            (Some(Values::F32(v)), PayloadKind::F32) => assert!(f.f32_values().eq(v.iter().copied())),
+            (Some(Values::I32(v)), PayloadKind::I32) => assert!(f.i32_values().eq(v.iter().copied()) && f.i32_vec() == v),
+            (Some(Values::F32(v)), PayloadKind::F32) => {
+                assert!(f.f32_values().eq(v.iter().copied()));
+                assert!(f.f32_vec().iter().map(|x| x.to_bits()).eq(v.iter().map(|x| x.to_bits())));
+            }
             other => panic!("payload kind {other:?}"),
         }
         assert_eq!(f.as_bytes(), bytes);
