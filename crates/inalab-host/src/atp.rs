@@ -26,8 +26,14 @@
 //! arrived is resent once with `FLAG_RESEND` (ATP's "three out-of-order parameters", counted
 //! for every missing fragment rather than only the expected one, so that several fragments
 //! stalled in partial aggregations recover in one round trip), without a window cut; a
-//! fragment without its parameter a timeout after its last (re)send is resent and the window
-//! halves (each fragment's timer runs from its own departure). The paper halves on three
+//! fragment without its parameter a loss timeout after its last (re)send is resent and the
+//! window halves (each fragment's timer runs from its own departure). The loss timeout is the
+//! configured timeout (the paper's 1 ms, SwitchML's), or RFC 6298's SRTT + 4 RTTVAR from
+//! fragments sent once when that is longer, at most [`LOSS_TIMEOUT_MAX_FACTOR`] times the
+//! timeout: a round trip that includes the wait for the other workers (ATP §3.7) can exceed a
+//! fixed timeout on busy hosts, and a fixed timer then resends whole windows that were not
+//! lost (the UDP runtime's 8-worker runs on two cores). Where round trips stay below the
+//! timeout (the simulator's fabrics) it is the fixed timeout. The paper halves on three
 //! out-of-order parameters too (§3.7); the authors' code does not, and neither does inalab: a
 //! fragment behind its successors is mostly one stalled in a partial aggregation (some of its
 //! packets collided at a switch, the others took a free aggregator), which is no congestion,
@@ -103,6 +109,9 @@ pub const ATP_MAX_WORKERS: usize = 1024;
 const WORDS: usize = ATP_MAX_WORKERS / 64;
 /// Floor of the RTO that probes a lost resend (and its clock granularity): 10 us.
 const PROBE_MIN_PS: Time = 10 * inalab_core::time::US;
+/// The loss timeout from measured round trips stays within this many times the configured
+/// timeout (SwitchML's RTO back-off has the same ceiling).
+pub const LOSS_TIMEOUT_MAX_FACTOR: Time = 64;
 /// Default slots per job (and ceiling of the window in packets): 512 x 306 B = 157 KB, above
 /// the bandwidth-delay product of a 100 Gbps fabric with a 10 us round trip. The paper starts
 /// the window at 200 packets (§3.7); the authors' code caps both at 100 per thread.
@@ -552,6 +561,12 @@ impl AtpWorker {
 
     /// When the expected fragment, already resent and holding the window back, is resent
     /// again: one RTO (RFC 6298, from fragments sent once) after its last resend.
+    /// How long a fragment waits for its parameter before it is resent (see the module docs).
+    fn loss_timeout(&self) -> Time {
+        let t = self.cfg.timeout_ps;
+        self.rtt.estimate().map_or(t, |e| e.clamp(t, t.saturating_mul(LOSS_TIMEOUT_MAX_FACTOR)))
+    }
+
     fn probe_at(&self) -> Option<Time> {
         let o = self.outstanding.get(&self.expected).filter(|o| o.resent)?;
         (!self.may_send() && self.resend_q.is_empty()).then(|| o.sent_at + self.rtt.rto())
@@ -718,7 +733,7 @@ impl HostProtocol for AtpWorker {
         // not only the oldest: stalled fragments then recover together.
         let mut stale = false;
         while let Some(&(t, seq)) = self.sends.front() {
-            if t + self.cfg.timeout_ps > now {
+            if t + self.loss_timeout() > now {
                 break;
             }
             self.sends.pop_front();
@@ -760,7 +775,7 @@ impl HostProtocol for AtpWorker {
     fn poll_timeout(&self) -> Option<Time> {
         // Entries made stale by parameters are dropped as they arrive; one resent since its
         // entry was queued fires early, finds nothing current and is discarded.
-        let timeout = self.sends.front().map(|&(t, _)| t + self.cfg.timeout_ps);
+        let timeout = self.sends.front().map(|&(t, _)| t + self.loss_timeout());
         [timeout, self.probe_at()].into_iter().flatten().min()
     }
 

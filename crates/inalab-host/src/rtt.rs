@@ -92,6 +92,12 @@ impl RttEstimator {
         self.base_rto.saturating_mul(factor).min(self.cfg.max_rto_ps)
     }
 
+    /// SRTT + max(G, 4 RTTVAR) once a sample arrived, without the floor, ceiling and back-off
+    /// of [`RttEstimator::rto`]: for a protocol that keeps its own bounds (ATP's loss timeout).
+    pub fn estimate(&self) -> Option<Time> {
+        self.srtt.map(|s| s + self.cfg.granularity_ps.max(4 * self.rttvar))
+    }
+
     /// The smoothed RTT, once a sample arrived.
     pub fn srtt(&self) -> Option<Time> {
         self.srtt

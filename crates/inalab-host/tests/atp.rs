@@ -170,3 +170,35 @@ fn a_job_never_has_two_fragments_on_one_aggregator() {
     run_to_quiet(&mut f);
     assert!(worst.get() <= 8, "at most 8 fragments in flight, got {}", worst.get());
 }
+
+/// The loss timeout follows measured round trips (ATP's module docs): after parameters that
+/// came back in 0-0.9 timeouts, a round of parameters that each take 1.5 timeouts (workers
+/// waiting on each other, busy hosts) is waited for, not resent. With the fixed timeout every
+/// fragment of that round timed out and was resent.
+#[test]
+fn round_trips_longer_than_the_timeout_are_waited_for_once_measured() {
+    let t = base().timeout_ps;
+    let (mut f, ws) = setup(2, 16, Hashing::Hash);
+    let phase = Rc::new(Cell::new(1));
+    let is_param = |p: &inalab_core::Packet| matches!(p.header, Header::Atp(h) if h.has(AtpHeader::FLAG_ACK));
+    let (p1, p2) = (phase.clone(), phase.clone());
+    // Round 1: every other parameter held 0.9 timeouts (spread: a large RTTVAR).
+    f.reorder(Links::ToHosts, Rule::when(move |p| p1.get() == 1 && is_param(p) && matches!(p.header, Header::Atp(h) if h.seq % 2 == 0)), t * 9 / 10);
+    // Round 2: every parameter held 1.5 timeouts.
+    f.reorder(Links::ToHosts, Rule::when(move |p| p2.get() == 2 && is_param(p)), t * 3 / 2);
+    let len = 62 * 40;
+    submit_all(&mut f, &ws, 1, |r, i| (r + i) as i32, len);
+    run_to_quiet(&mut f);
+    let timeouts: Vec<u64> = ws.iter().map(|&w| f.counter(w, "timeouts")).collect();
+    assert_eq!(timeouts, vec![0, 0], "round 1's round trips are all below the timeout");
+    // (Round 1's held parameters arrive behind later ones: some fragments are resent as
+    // holes, which is no timeout.)
+    let resends: Vec<u64> = ws.iter().map(|&w| f.counter(w, "resends")).collect();
+    phase.set(2);
+    submit_all(&mut f, &ws, 2, |r, i| (r * i) as i32, len);
+    run_to_quiet(&mut f);
+    for (&w, r1) in ws.iter().zip(resends) {
+        assert_eq!(done(&f, w, 1), (0..len).map(|i| i as i32).collect::<Vec<_>>());
+        assert_eq!((f.counter(w, "timeouts"), f.counter(w, "resends") - r1), (0, 0), "round 2 waited for its parameters");
+    }
+}
