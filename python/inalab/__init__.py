@@ -19,6 +19,7 @@ from .errors import ConfigError
 from .results import Result
 
 if TYPE_CHECKING:
+    from .capture import Capture
     from .config import Scenario
 
 __all__ = [
@@ -64,12 +65,15 @@ def simulate(
     *,
     seed: Optional[int] = None,
     progress: Union[bool, ProgressFn] = False,
+    pcap: Optional["Capture"] = None,
 ) -> Result:
     """Validates ``config``, simulates it and returns the :class:`Result`.
 
     ``seed`` overrides the scenario's seed. ``progress=True`` shows a progress bar on stderr for
     runs longer than a second; a callable gets ``(fraction_done, events)`` about every 0.2 s.
-    Raises :class:`ConfigError` for an invalid scenario, before anything is simulated.
+    ``pcap`` (:class:`inalab.capture.Capture`) writes pcapng captures of the simulated traffic;
+    ``result.captures`` lists the files. Raises :class:`ConfigError` for an invalid scenario,
+    before anything is simulated.
     """
     from . import _core
     from .config import load_scenario
@@ -77,7 +81,10 @@ def simulate(
     scenario = load_scenario(config)
     if seed is not None:
         scenario = scenario.model_copy(update={"seed": seed})
-    spec = json.dumps(scenario.to_spec())
+    spec = scenario.to_spec()
+    if pcap is not None:
+        spec["capture"] = pcap.to_spec()
+    spec = json.dumps(spec)
     if progress is True:
         from .progress import ProgressBar
 
@@ -90,10 +97,14 @@ def _run(core, spec: str, progress: Optional[ProgressFn]) -> Result:
     from .config import rust_error
 
     try:
-        return Result.from_json(core.simulate(spec, progress))
+        result = Result.from_json(core.simulate(spec, progress))
     except ValueError as e:
         # The simulator's own validation; inalab.config should have caught it first.
         raise rust_error(e) from None
+    if result.raw.get("capture_error"):
+        # The run itself finished; what it could not write must not pass unnoticed.
+        raise OSError(result.raw["capture_error"])
+    return result
 
 
 def analyze(config, *, seed: Optional[int] = None, schemes: Optional[list] = None):

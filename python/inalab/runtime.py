@@ -21,7 +21,8 @@ import json
 import math
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
@@ -89,6 +90,8 @@ class Switch(_Service):
     ``fabric`` (default none): a static deployment, as ``inalab emulate`` writes it: the
     switch's neighbours (``ports``: node, kind, udp), ``routes`` (ECMP next hops toward other
     nodes) and ``jobs`` (job specs admitted at start; see ``inalab.net`` docs/runtime.md).
+    ``pcap`` (default none): a pcapng file that gets every datagram the switch receives and
+    sends, with wall-clock timestamps (docs/runtime.md, "Packet captures and Wireshark").
 
     ``stats()`` gives packets received/forwarded, drops by cause (``malformed``,
     ``unknown_source``, ``spoofed``, ``unadmitted``, ``injected_drops``, ...), the program's own
@@ -113,6 +116,7 @@ class Switch(_Service):
         buffer_bytes: int = 1 << 20,
         fabric: Optional[dict] = None,
         packet_values: int = 2048,
+        pcap: Optional[Union[str, Path]] = None,
     ):
         programs = [p.strip() for p in program.split(",")]
         for p in programs:
@@ -136,6 +140,7 @@ class Switch(_Service):
             programs, udp, control, node, memory_bytes, pool_slots, drop_probability, seed, upstream, timeout_us,
             None if link_rate is None else int(link_rate), float(link_delay_us), int(buffer_bytes),
             None if fabric is None else json.dumps(fabric), int(packet_values),
+            None if pcap is None else str(pcap),
         )
 
     def set_link(self, peer: int, up: bool) -> None:

@@ -13,6 +13,7 @@
 //! decides anything a protocol decides: they move frames, keep time and run timers.
 
 pub mod auth;
+pub mod capture;
 pub mod clock;
 pub mod udp;
 pub mod control;

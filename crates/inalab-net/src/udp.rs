@@ -43,6 +43,10 @@ impl TxBatch {
     pub fn len(&self) -> usize {
         self.items.len()
     }
+    /// The datagrams queued, in order: (destination, bytes).
+    pub fn iter(&self) -> impl Iterator<Item = (SocketAddr, &[u8])> + '_ {
+        self.items.iter().map(|(dst, r)| (*dst, &self.buf[r.clone()]))
+    }
     /// Bytes queued in the batch.
     pub fn bytes(&self) -> usize {
         self.buf.len()

@@ -140,6 +140,25 @@ fn worker_key() -> PyResult<String> {
     Ok(inalab_net::auth::key_to_hex(&secret.role_key(inalab_net::auth::Role::Worker)))
 }
 
+/// Decodes one frame (the bytes of a datagram before its tag) with the runtime's own decoder,
+/// as JSON: the envelope's fields, the header's kind and its `Debug` form, the values. For
+/// checking what other tools (the Wireshark dissector) make of captured bytes.
+#[pyfunction]
+fn decode_frame(frame: &[u8]) -> PyResult<String> {
+    use inalab_core::Payload;
+    let p = inalab_core::frame::decode(frame).map_err(|e| PyValueError::new_err(format!("frame: {e}")))?;
+    let values = match p.payload.as_deref() {
+        None => serde_json::Value::Null,
+        Some(Payload::I32(v)) => serde_json::json!(v),
+        Some(Payload::F32(v)) => serde_json::json!(v),
+    };
+    Ok(serde_json::json!({
+        "src": p.src, "dst": p.dst, "src_port": p.src_port, "dst_port": p.dst_port, "ecn": p.ecn,
+        "kind": format!("{:?}", p.header.kind()), "job": p.header.job(), "header": format!("{:?}", p.header), "values": values,
+    })
+    .to_string())
+}
+
 #[pyfunction]
 fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
@@ -155,6 +174,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(quantization_bound, m)?)?;
     m.add_function(wrap_pyfunction!(worker_key, m)?)?;
     m.add_function(wrap_pyfunction!(ecmp_paths, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_frame, m)?)?;
     m.add_class::<net::Switch>()?;
     m.add_class::<net::ParameterServer>()?;
     m.add_class::<net::PyClient>()?;

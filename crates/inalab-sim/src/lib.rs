@@ -7,6 +7,7 @@
 //!
 //! Entry point: [`run`] takes a [`SimSpec`] and returns a [`SimResult`].
 
+mod capture;
 mod error;
 mod events;
 mod failures;

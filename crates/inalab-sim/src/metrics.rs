@@ -6,7 +6,11 @@ use inalab_core::time::to_secs;
 use std::collections::BTreeMap;
 
 impl Sim {
-    pub fn finish(self) -> SimResult {
+    pub fn finish(mut self) -> SimResult {
+        let (captures, capture_error) = match self.capture.as_mut() {
+            Some(c) => (c.finish(), c.error.clone()),
+            None => (vec![], None),
+        };
         let t_end = self.now.max(1);
         let bin = self.bin;
         let name = |n: u32| self.topo.nodes[n as usize].name.clone();
@@ -17,6 +21,8 @@ impl Sim {
             wall_s: self.wall_s,
             events: self.events,
             stopped_by: self.stopped_by.to_string(),
+            captures,
+            capture_error,
             ..Default::default()
         };
         for j in &self.wl.jobs {

@@ -21,6 +21,9 @@ pub struct SimResult {
     pub flows: Vec<FlowResult>,
     pub timeseries: Vec<SeriesRow>,
     pub conservation: Conservation,
+    /// Capture files written (`--pcap`), and why capturing stopped early, if it did.
+    pub captures: Vec<crate::capture::CaptureRow>,
+    pub capture_error: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Default)]

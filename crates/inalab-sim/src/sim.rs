@@ -167,6 +167,8 @@ pub struct Sim {
     restart_spec: Option<Box<SimSpec>>,
     /// Jobs released so far, released again at a restarted switch's fresh programs.
     released: Vec<u32>,
+    /// `--pcap`'s files; `None` (the usual case) costs one branch per packet on a wire.
+    pub(crate) capture: Option<Box<crate::capture::Capture>>,
 }
 
 struct Ctx<'a> {
@@ -336,6 +338,10 @@ impl Sim {
         let failures = crate::failures::resolve(&spec.failures, &topo)?;
         let live = Liveness::new(&topo, ports.len(), !failures.is_empty());
         let first_switch = topo.hosts;
+        let capture = match &spec.capture {
+            Some(c) => Some(Box::new(crate::capture::Capture::new(c, &topo, &port_base, &ports)?)),
+            None => None,
+        };
         let mut sim = Sim {
             name: spec.name.clone(),
             seed: spec.seed,
@@ -374,6 +380,7 @@ impl Sim {
             failures,
             live,
             released: vec![],
+            capture,
         };
         // Queued before the workloads' events, so a failure at t wins over work starting at t.
         for (i, f) in sim.failures.iter().enumerate() {
@@ -1041,6 +1048,9 @@ impl Sim {
 
     #[inline]
     fn put_on_wire(&mut self, pi: usize, arrival: Time, pkt: Packet) {
+        if let Some(c) = self.capture.as_mut() {
+            c.record(pi, arrival.saturating_sub(self.ports[pi].delay_ps), &pkt);
+        }
         if self.wires.push(pi, arrival, (), pkt) {
             self.q.push(arrival, Ev::Arrive { port: pi as u32 });
         }

@@ -35,6 +35,9 @@ pub struct SimSpec {
     #[serde(default)]
     pub failures: Vec<FailureSpec>,
     pub metrics: MetricsSpec,
+    /// Packet captures of the run (`--pcap`); `None`: none.
+    #[serde(default)]
+    pub capture: Option<crate::capture::CaptureSpec>,
 }
 
 /// Values of payload mode.

@@ -201,6 +201,7 @@ def emulate(
     progress: Union[bool, Callable[[str], None]] = True,
     keep_logs: Optional[Path] = None,
     shaper: str = "auto",
+    pcap: Optional[Path] = None,
 ) -> Result:
     """Runs ``config``'s jobs for real on its topology and returns a :class:`Result` with the
     tables of :func:`inalab.simulate` (wall-clock times). ``shaper``: "tc" (network namespaces,
@@ -208,7 +209,9 @@ def emulate(
     space by the switch and the hosts' pacers; no privileges) or "auto" (default: "tc" where
     namespaces can be built, else "user", saying why). ``progress``: status lines on stderr (or
     a callable taking each line). ``keep_logs``: a directory for the processes' output
-    (default: a temporary one, deleted). Raises :class:`ConfigError` for what cannot be
+    (default: a temporary one, deleted). ``pcap``: a directory where each switch writes
+    ``SWITCH.pcapng``, every datagram it receives and sends (a switch restarted after a
+    failure: ``SWITCH-restarted.pcapng``); default none. Raises :class:`ConfigError` for what cannot be
     emulated (naming the field and the limit) and :class:`EmulationError` when a run fails."""
     say = (lambda m: print(f"emulate: {m}", file=sys.stderr, flush=True)) if progress is True else (progress or (lambda m: None))
     if shaper not in SHAPERS:
@@ -250,6 +253,8 @@ def emulate(
     tmp = tempfile.TemporaryDirectory(prefix="inalab-emulate-")
     logdir = Path(keep_logs) if keep_logs else Path(tmp.name)
     logdir.mkdir(parents=True, exist_ok=True)
+    if pcap is not None:
+        Path(pcap).mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", INALAB_SECRET=os.urandom(32).hex())
     env.pop("INALAB_SECRET_FILE", None)
     procs = _Procs(net, logdir, env)
@@ -263,7 +268,7 @@ def emulate(
             say(f"building {len(net.nodes)} namespaces and {len(links)} links (shaped by tc tbf"
                 f"{', delayed by netem' if net.netem else '; no netem in this kernel: link delay not emulated'})")
         net.up()
-        raw = _run(spec, built, net, procs, logdir, say, failures)
+        raw = _run(spec, built, net, procs, logdir, say, failures, None if pcap is None else Path(pcap).resolve())
     except KeyboardInterrupt:
         say("interrupted; stopping every process and removing the namespaces")
         raise
@@ -300,8 +305,12 @@ def _free_ports(n: int) -> list[int]:
             sk.close()
 
 
-def _run(spec: dict, built: dict, net, procs: _Procs, logdir: Path, say, failures: list) -> dict:
+def _run(spec: dict, built: dict, net, procs: _Procs, logdir: Path, say, failures: list, pcap: Optional[Path] = None) -> dict:
     py = sys.executable
+
+    def capture(s: str, suffix: str = "") -> list:
+        return [] if pcap is None else ["--pcap", str(pcap / f"{s}{suffix}.pcapng")]
+
     local = isinstance(net, fab.LocalFabric)
     used = [n for n in net.nodes if n in {h for j in spec["jobs"] for h in j["workers"] + j["servers"]}]
     if local:
@@ -327,13 +336,13 @@ def _run(spec: dict, built: dict, net, procs: _Procs, logdir: Path, say, failure
             argv += ["--link-rate", str(link["rate_bps"]), "--link-delay-us", str(link["delay_ps"] / 1e6),
                      "--buffer-bytes", str(net.buffer_bytes)]
         switch_argv[s] = argv
-        procs.start(f"switch-{s}", s, argv, commands=True)
+        procs.start(f"switch-{s}", s, argv + capture(s), commands=True)
     for s in dep.switches:
         procs.wait_event(f"switch-{s}", "ready", 15)
     # A switch that fails and comes back gets its replacement now, on standby (imported and
     # waiting to start), so that it serves at `until` rather than after a process start.
     for s in fail.spares(failures):
-        procs.start(f"spare-{s}", s, switch_argv[s] + ["--standby"], commands=True)
+        procs.start(f"spare-{s}", s, switch_argv[s] + ["--standby"] + capture(s, "-restarted"), commands=True)
     for s in fail.spares(failures):
         procs.wait_event(f"spare-{s}", "standby", 30)
     servers = sorted({h for j in spec["jobs"] for h in j["servers"]})
@@ -383,7 +392,7 @@ def _run(spec: dict, built: dict, net, procs: _Procs, logdir: Path, say, failure
         procs.command(f"switch-{s}", {"op": "start"})
 
     executor = fail.Executor(failures, start_at, dep.node_id, adj, procs,
-                             revive=revive, spare=lambda s: procs.start(f"spare-{s}", s, switch_argv[s] + ["--standby"], commands=True),
+                             revive=revive, spare=lambda s: procs.start(f"spare-{s}", s, switch_argv[s] + ["--standby"] + capture(s, "-restarted"), commands=True),
                              ready=lambda s: procs.event(f"switch-{s}", "ready") is not None,
                              set_links=None if local else set_links, say=say, workers=roster)
     last = time.monotonic()

@@ -40,6 +40,7 @@
 mod control_plane;
 
 use crate::auth::{self, FrameMac};
+use crate::capture::WireCapture;
 use crate::clock::Clock;
 use crate::control::{self, field, JobSpec, SwitchSpec, CONTROL_TIMEOUT};
 use control_plane::{admit_here, serve, ControlState};
@@ -108,6 +109,9 @@ pub struct SwitchOptions {
     /// A static deployment: neighbours, routes and jobs fixed at start (`inalab emulate`).
     /// Default none: workers join and the PS and other switches attach at run time.
     pub fabric: Option<SwitchFabric>,
+    /// Capture every datagram the data plane receives and sends to this pcapng file
+    /// ([`crate::capture`]). Default none.
+    pub pcap: Option<std::path::PathBuf>,
 }
 
 /// A link's rate, delay and buffer, applied to a port's egress by [`crate::pace::ShapedQueue`].
@@ -135,6 +139,7 @@ impl SwitchOptions {
             secret: None,
             shaping: None,
             fabric: None,
+            pcap: None,
         }
     }
 
@@ -378,6 +383,8 @@ struct DataPlane {
     /// The clock at the packet or timer being handled (when a shaped datagram is queued).
     now: Time,
     c: Counters,
+    /// `--pcap`: every datagram in and out.
+    capture: Option<WireCapture>,
 }
 
 /// Bytes of a frame besides its values, at most: envelope 16, the longest protocol header,
@@ -498,7 +505,7 @@ impl DataPlane {
             }
             handled += n;
             if self.tx.len() >= 256 {
-                udp.send_batch(&mut self.tx);
+                self.send_batch(udp);
             }
         }
         let now = clock.now();
@@ -514,8 +521,16 @@ impl DataPlane {
             self.apply();
         }
         self.release_due(now);
-        udp.send_batch(&mut self.tx);
+        self.send_batch(udp);
         Ok(())
+    }
+
+    /// Sends the batch, captured first if asked.
+    fn send_batch(&mut self, udp: &mut Udp) {
+        if let Some(c) = self.capture.as_mut() {
+            self.tx.iter().for_each(|(to, d)| c.sent(to, d));
+        }
+        udp.send_batch(&mut self.tx);
     }
 
     fn udp(&self) -> &Udp {
@@ -524,6 +539,9 @@ impl DataPlane {
 
     fn ingress(&mut self, now: Time, addr: SocketAddr, bytes: &[u8], mut congested: bool) {
         self.c.received += 1;
+        if let Some(c) = self.capture.as_mut() {
+            c.received(addr, bytes);
+        }
         let Some(&port) = self.by_addr.get(&addr) else {
             self.c.unknown_source += 1;
             return;
@@ -813,6 +831,7 @@ impl DataPlane {
             "io": {"datagrams_sent": io.datagrams_sent, "datagrams_received": io.datagrams_received,
                    "send_calls": io.send_calls, "recv_calls": io.recv_calls, "send_errors": io.send_errors,
                    "gso_segments": self.udp().max_gso_segments(), "gro_segments": self.udp().gro_segments()},
+            "capture": self.capture.as_ref().map(WireCapture::stats),
         })
     }
 }
@@ -851,6 +870,10 @@ impl SwitchHandle {
             opts.packet_values = fits;
         }
         let program = opts.build_programs()?;
+        let capture = match &opts.pcap {
+            Some(path) => Some(WireCapture::create(path, udp_addr).map_err(|e| NetError::Config(format!("pcap: cannot write {}: {e}", path.display())))?),
+            None => None,
+        };
         let mut dp = DataPlane {
             node: opts.node,
             program,
@@ -879,6 +902,7 @@ impl SwitchHandle {
             processed: VecDeque::new(),
             now: 0,
             c: Counters::default(),
+            capture,
         };
         if let Some(up) = opts.upstream {
             let reply = control::request(
@@ -960,6 +984,7 @@ fn stats(s: &Shared) -> Value {
 fn data_loop(s: &Shared) {
     let clock = Clock::new();
     let fd = s.dp.lock().expect("data plane lock").udp().fd();
+    let mut last_flush = std::time::Instant::now();
     while !s.stop.load(Ordering::Relaxed) {
         let next = {
             let dp = s.dp.lock().expect("data plane lock");
@@ -973,5 +998,17 @@ fn data_loop(s: &Shared) {
         if let Err(e) = dp.poll(&clock) {
             eprintln!("inalab switch: receive error: {e}");
         }
+        // A capture reaches its file within CAPTURE_FLUSH, so a switch that is killed leaves
+        // a readable file with all but that last stretch.
+        if let Some(c) = dp.capture.as_mut().filter(|_| last_flush.elapsed() >= CAPTURE_FLUSH) {
+            c.flush();
+            last_flush = std::time::Instant::now();
+        }
+    }
+    if let Some(c) = s.dp.lock().expect("data plane lock").capture.as_mut() {
+        c.flush();
     }
 }
+
+/// How often a capture's buffered packets are written out.
+const CAPTURE_FLUSH: Duration = Duration::from_millis(200);
