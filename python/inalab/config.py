@@ -468,8 +468,10 @@ class Job(_Model):
         _REQUIRED, "Allreduce scheme: " + "; ".join(f"{n}: {s['doc']}" for n, s in schemes.registry().items()) + "."
     )
     model: Optional[str] = opt(
-        None, "Training workload: a model from the catalog (`inalab.models.list_models()`); exactly one of "
-        "model and allreduce."
+        None, "Training workload: a model from the catalog (`inalab.models.list_models()`), or a profile file, "
+        "a path ending in .json (e.g. written by `inalab.models.from_torch`; a relative path is relative to the "
+        "scenario file's directory, or to the current directory for a scenario given as text or a table); "
+        "exactly one of model and allreduce."
     )
     allreduce: OptSize = opt(None, "Benchmark workload: allreduce a tensor of this size, with no compute.")
     iterations: int = opt(1, "Training iterations, or allreduce repetitions.", gt=0, le=2**32 - 1)
@@ -512,10 +514,12 @@ class Job(_Model):
     @classmethod
     def _known_model(cls, name: Optional[str]) -> Optional[str]:
         if name is not None:
-            from .models import list_models
+            from .models import get_model
 
-            if name not in list_models():
-                raise ConfigError("", f"unknown model {name!r}; allowed values: {', '.join(list_models())}")
+            try:
+                get_model(name)  # a catalog name, or a profile file that loads
+            except ValueError as e:
+                raise ConfigError("", str(e).removeprefix("model: ")) from None
         return name
 
     @model_validator(mode="after")
@@ -973,6 +977,10 @@ def read_source(source: Union[str, Path, dict], shipped: dict[str, Path], what: 
         policy = job.get("policy") if isinstance(job, dict) else None
         if isinstance(policy, str) and not Path(policy).is_absolute() and (path.parent / policy).exists():
             job["policy"] = str(path.parent / policy)
+        # A job's model profile file (*.json) named relative to the scenario file, always.
+        model = job.get("model") if isinstance(job, dict) else None
+        if isinstance(model, str) and model.lower().endswith(".json") and not Path(model).is_absolute():
+            job["model"] = str(path.parent / model)
     return data
 
 
