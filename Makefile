@@ -11,13 +11,14 @@ STAMP := $(VENV)/.requirements.stamp
 # maturin installs into the venv named by VIRTUAL_ENV; no activation needed.
 VENV_ENV := VIRTUAL_ENV=$(CURDIR)/$(VENV) PATH=$(CURDIR)/$(BIN):$$PATH
 
-.PHONY: help venv build demo test test-rust test-python docs clean
+.PHONY: help venv build tools demo test test-rust test-python docs clean
 
 help:
 	@echo "make venv    create .venv with the pinned requirements, torch included (idempotent)"
 	@echo "make build   build the Rust extension into .venv (maturin develop --release)"
 	@echo "make demo    venv + build + 'inalab demo'"
-	@echo "make test    venv + build + cargo test + pytest"
+	@echo "make tools   install Debian's tshark if missing (the capture tests decode with it; needs root)"
+	@echo "make test    venv + build + tools + cargo test + pytest"
 	@echo "make docs    regenerate docs/config.md from the config schema"
 
 venv: $(STAMP)
@@ -34,7 +35,17 @@ build: venv
 demo: build
 	$(BIN)/inalab demo
 
-test: build test-rust test-python
+# tshark (Debian's package) decodes the captures in the tests. Installed when missing and this
+# is a Debian machine run as root; otherwise a message says what to install (CI fails then).
+tools:
+	@command -v tshark >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing tshark (Debian's package)"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -q tshark >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q tshark >/dev/null; }; \
+	  else echo "tshark is missing: install Debian's tshark package (the capture tests need it)"; fi; }
+
+test: build tools test-rust test-python
 
 test-rust:
 	cargo test --workspace

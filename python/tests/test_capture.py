@@ -173,3 +173,60 @@ def test_a_real_switch_captures_every_datagram_in_and_out(tmp_path):
         assert f["kind"] == "SwitchMl" and f["job"] == 7
         # The real socket addresses: a worker's port in, the switch's out.
         assert struct.unpack_from("!H", p["data"], 36)[0] == int(udp.rsplit(":", 1)[1])
+
+
+# ---- Wireshark's view of the same captures --------------------------------------------------
+
+LUA = Path(inalab.__file__).parent / "wireshark" / "inalab.lua"
+FIELDS = ["inalab.src", "inalab.dst", "inalab.srcport", "inalab.dstport", "inalab.switchml.job", "inalab.switchml.slot",
+          "inalab.switchml.chunk", "inalab.switchml.wid", "inalab.switchml.ver", "inalab.payload.count"]
+
+
+def dissected(path: Path) -> list[list[str]]:
+    """tshark's decoding of every packet of a capture with inalab's dissector: FIELDS per packet."""
+    from conftest import TSHARK
+
+    args = [TSHARK, "-n", "-r", str(path), "-X", f"lua_script:{LUA}", "-T", "fields", "-E", "separator=,"]
+    for f in FIELDS:
+        args += ["-e", f]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "Lua" not in r.stderr, r.stderr
+    return [line.split(",") for line in r.stdout.splitlines()]
+
+
+def sent(pkts: list[dict]) -> list[list[str]]:
+    """The same fields as the runtime's decoder reads them from the captured frames."""
+    rows = []
+    for p in pkts:
+        f = json.loads(_core.decode_frame(frame_of(p["data"])))
+        h = dict(kv.split(": ") for kv in f["header"].split("{", 1)[1].rstrip(" })").split(", "))
+        rows.append([str(f["src"]), str(f["dst"]), str(f["src_port"]), str(f["dst_port"]), str(f["job"]), h["slot"],
+                     h["chunk"], h["wid"], h["ver"], str(len(f["values"] or []))])
+    return rows
+
+
+@pytest.mark.usefixtures("tshark_required")
+def test_wireshark_decodes_a_simulated_and_a_real_capture_to_what_was_sent(tmp_path):
+    # Simulated: a SwitchML job in payload mode, captured at a worker.
+    inalab.simulate(star(), pcap=Capture(tmp_path / "sim", at=("h1",)))
+    _, pkts = read_pcapng(tmp_path / "sim" / "h1.pcapng")
+    assert dissected(tmp_path / "sim" / "h1.pcapng") == sent(pkts)
+    # Real: the software switch's own capture of a 2-worker job.
+    path = tmp_path / "real.pcapng"
+    sw = inalab.Switch("switchml", udp="127.0.0.1:0", control="127.0.0.1:0", pcap=path)
+    try:
+        def worker(r):
+            with_client = inalab.Client(sw.control_addr, job=9, rank=r, world=2, scheme="switchml")
+            try:
+                with_client.allreduce(np.full(3000, r + 0.5, dtype=np.float32))
+            finally:
+                with_client.close()
+
+        ts = [threading.Thread(target=worker, args=(r,)) for r in range(2)]
+        [t.start() for t in ts]
+        [t.join(60) for t in ts]
+    finally:
+        sw.stop()
+    _, pkts = read_pcapng(path)
+    assert len(pkts) > 4
+    assert dissected(path) == sent(pkts)
