@@ -207,14 +207,14 @@ impl RinaSwitch {
                     return self.emit(job, k, out);
                 }
                 self.c.duplicates += 1;
-                return out.push(SwitchAction::Drop { pkt, reason: "rina duplicate" });
+                return out.push(SwitchAction::Drop { pkt, reason: "rina_duplicate" });
             }
         } else if mine && !after(h.slot, s.q) {
             // An older tag than the slot's: the slot moved on, so that DATA was acknowledged.
             return self.answer_with_ack(job, member, h, pkt, out);
         } else if s.used && s.live {
             self.c.collisions += 1;
-            return out.push(SwitchAction::Drop { pkt, reason: "rina slot busy" });
+            return out.push(SwitchAction::Drop { pkt, reason: "rina_slot_busy" });
         } else {
             let mut hdr = h;
             hdr.kind = RinaKind::Agg;
@@ -230,7 +230,7 @@ impl RinaSwitch {
             (None, None) => {}
             _ => {
                 self.c.malformed += 1;
-                return out.push(SwitchAction::Drop { pkt, reason: "rina values do not fit" });
+                return out.push(SwitchAction::Drop { pkt, reason: "rina_values_do_not_fit" });
             }
         }
         s.bitmap |= bit;
@@ -238,7 +238,7 @@ impl RinaSwitch {
         if s.bitmap == all {
             self.emit(job, k, out);
         }
-        out.push(SwitchAction::Drop { pkt, reason: "rina aggregated" });
+        out.push(SwitchAction::Drop { pkt, reason: "rina_aggregated" });
     }
 
     /// An ACK for `h`'s DATA straight back to the member that sent it again.
@@ -249,7 +249,7 @@ impl RinaSwitch {
         let hdr = RinaHeader { kind: RinaKind::Ack, flags: 0, member, count: 0, ..h };
         let ack = Packet::new(agent.host, agent.port, ep.host, ep.port, ack_bytes(pkt.size, h.count), Header::Rina(hdr));
         self.c.acks_answered += 1;
-        out.push(SwitchAction::Drop { pkt, reason: "rina already acknowledged" });
+        out.push(SwitchAction::Drop { pkt, reason: "rina_already_acknowledged" });
         out.push(SwitchAction::Forward { port, pkt: ack });
     }
 
@@ -295,7 +295,7 @@ impl SwitchProgram for RinaSwitch {
                 let next = t.ranks.get(h.seq as usize).copied();
                 let (Some(next), true) = (next, h.slot & !full == 0 && h.slot & 1 == 1) else {
                     self.c.malformed += 1;
-                    return out.push(SwitchAction::Drop { pkt, reason: "rina task names no rank" });
+                    return out.push(SwitchAction::Drop { pkt, reason: "rina_task_names_no_rank" });
                 };
                 let t = self.tenants.get_mut(&h.job).expect("admitted");
                 t.epoch = h.epoch();
@@ -310,7 +310,7 @@ impl SwitchProgram for RinaSwitch {
             }
             _ if ahead != 0 && matches!(h.kind, RinaKind::Task | RinaKind::Data) && member.is_some() => {
                 self.c.stale_epoch += 1;
-                out.push(SwitchAction::Drop { pkt, reason: "rina stale epoch" })
+                out.push(SwitchAction::Drop { pkt, reason: "rina_stale_epoch" })
             }
             RinaKind::Task if member == Some(0) => {
                 self.c.tasks += 1;
@@ -324,7 +324,7 @@ impl SwitchProgram for RinaSwitch {
                 Some(m) if h.count as usize <= RINA_VALUES && i32s(&pkt).is_none_or(|v| v.len() == h.count as usize) => self.on_data(h.job, m, h, pkt, out),
                 _ => {
                     self.c.malformed += 1;
-                    out.push(SwitchAction::Drop { pkt, reason: "rina data not from a member" });
+                    out.push(SwitchAction::Drop { pkt, reason: "rina_data_not_from_a_member" });
                 }
             },
             // To the agent, or (a job of one rack, whose agent acknowledges its own ToR's AGG)
@@ -333,7 +333,7 @@ impl SwitchProgram for RinaSwitch {
             // with every epoch), so it must not free that slot.
             RinaKind::Ack if ahead != 0 && (t.is_agent(&pkt) || pkt.dst == ctx.node()) => {
                 self.c.stale_epoch += 1;
-                out.push(SwitchAction::Drop { pkt, reason: "rina stale epoch" })
+                out.push(SwitchAction::Drop { pkt, reason: "rina_stale_epoch" })
             }
             RinaKind::Ack if t.is_agent(&pkt) || pkt.dst == ctx.node() => self.on_ack(h.job, h, pkt, out),
             // A finished chunk or an AllGather packet for this rack: every member gets it.

@@ -24,7 +24,7 @@
 //!   ones add (saturating, see below); at the `n`-th contribution the copy is complete and the
 //!   result (`FLAG_RESULT`, same slot/ver/chunk, `exp` = max over the contributions) is sent
 //!   to every worker of the job as one `Forward` per worker with `dst`/`dst_port` rewritten
-//!   to that worker; otherwise the packet is consumed (`Drop`, reason "switchml: aggregated");
+//!   to that worker; otherwise the packet is consumed (`Drop`, reason "switchml_aggregated");
 //! - already seen: if the copy is complete the stored result is sent back to the sender
 //!   alone (a retransmission whose result was lost), else the packet is dropped as stale.
 //!
@@ -372,12 +372,12 @@ impl SwitchProgram for SwitchMlSwitch {
             Some(Payload::I32(v)) if v.len() <= job.width => Some(v.as_slice()),
             Some(_) => {
                 self.c.rejected += 1;
-                return out.push(SwitchAction::Drop { pkt, reason: "switchml: bad payload" });
+                return out.push(SwitchAction::Drop { pkt, reason: "switchml_bad_payload" });
             }
         };
         if h.slot >= job.pool || h.wid as u32 >= n || job.workers[h.wid as usize].0.host != pkt.src {
             self.c.rejected += 1;
-            return out.push(SwitchAction::Drop { pkt, reason: "switchml: bad slot or worker" });
+            return out.push(SwitchAction::Drop { pkt, reason: "switchml_bad_slot_or_worker" });
         }
         let ci = 2 * h.slot as usize + h.ver as usize;
         let (w, bit) = job.seen_idx(h.slot, h.ver, h.wid);
@@ -390,10 +390,10 @@ impl SwitchProgram for SwitchMlSwitch {
                 self.c.retransmissions_answered += 1;
                 let (port, res) = Self::result(Endpoint { host: ctx.node(), port: pkt.dst_port }, now, &h, job, h.wid);
                 out.push(SwitchAction::Forward { port, pkt: res });
-                return out.push(SwitchAction::Drop { pkt, reason: "switchml: answered" });
+                return out.push(SwitchAction::Drop { pkt, reason: "switchml_answered" });
             }
             self.c.dropped_stale += 1;
-            return out.push(SwitchAction::Drop { pkt, reason: "switchml: stale" });
+            return out.push(SwitchAction::Drop { pkt, reason: "switchml_stale" });
         }
         let new_round = copy.count == 0 || copy.complete;
         let stale = match new_round {
@@ -403,7 +403,7 @@ impl SwitchProgram for SwitchMlSwitch {
         };
         if stale {
             self.c.dropped_stale += 1;
-            return out.push(SwitchAction::Drop { pkt, reason: "switchml: stale" });
+            return out.push(SwitchAction::Drop { pkt, reason: "switchml_stale" });
         }
         job.seen[w] |= bit;
         job.seen[ow] &= !obit;
@@ -428,13 +428,13 @@ impl SwitchProgram for SwitchMlSwitch {
             }
         }
         if copy.count < n {
-            return out.push(SwitchAction::Drop { pkt, reason: "switchml: aggregated" });
+            return out.push(SwitchAction::Drop { pkt, reason: "switchml_aggregated" });
         }
         copy.complete = true;
         self.partial -= 1;
         self.c.completed += 1;
         out.push(Self::results(Endpoint { host: ctx.node(), port: pkt.dst_port }, now, &h, job));
-        out.push(SwitchAction::Drop { pkt, reason: "switchml: aggregated" });
+        out.push(SwitchAction::Drop { pkt, reason: "switchml_aggregated" });
     }
 
     fn admit(&mut self, job: u32, adm: Admission) -> Result<(), AdmitError> {
@@ -534,7 +534,7 @@ mod tests {
     }
 
     fn dropped(out: &[SwitchAction], why: &str) -> bool {
-        out.len() == 1 && matches!(&out[0], SwitchAction::Drop { reason, .. } if reason.contains(why))
+        out.len() == 1 && matches!(&out[0], SwitchAction::Drop { reason, .. } if reason.contains(&why.replace(' ', "_")))
     }
 
     #[test]
