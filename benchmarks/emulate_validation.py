@@ -82,19 +82,21 @@ def figure(rows: list[dict], path: Path, scenarios=SCENARIOS, rates=RATES) -> No
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5, 4.5))
-    for (name, rate), marker in zip([(s, r) for s in scenarios for r in rates], "osD^v<>pPX*h"):
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+    for i, ((name, rate), marker) in enumerate(zip([(s, r) for s in scenarios for r in rates], "osD^v<>pPX*h")):
         pts = [r for r in rows if r["scenario"] == name and r["link_rate"] == rate]
-        ax.scatter([r["sim_jct_s"] for r in pts], [r["emu_jct_s"] for r in pts], marker=marker,
-                   label=f"{name.removeprefix('emulate-')} @ {rate}")
+        # Hollow markers: runs of two scenarios with the same JCTs stay visible one over the other.
+        ax.scatter([r["sim_jct_s"] for r in pts], [r["emu_jct_s"] for r in pts], marker=marker, facecolors="none",
+                   edgecolors=f"C{i % 10}", zorder=3, label=f"{name.removeprefix('emulate-')} @ {rate}")
     lo = min(r["sim_jct_s"] for r in rows) * 0.5
     hi = max(max(r["sim_jct_s"], r["emu_jct_s"]) for r in rows) * 1.5
     xs = [lo, hi]
     ax.plot(xs, xs, "k-", lw=0.8, label="emulated = simulated")
     ax.fill_between(xs, [x * (1 - TOLERANCE) for x in xs], [x * (1 + TOLERANCE) for x in xs], color="0.85", label="±15 %")
-    ax.set(xscale="log", yscale="log", xlabel="simulated JCT (s)", ylabel="emulated JCT (s)", title="inalab emulate vs simulate")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    ax.set(xscale="log", yscale="log", xlabel="simulated JCT (s)", ylabel="emulated JCT (s)",
+           title="inalab emulate vs simulate: each scenario's JCT, run for real against simulated")
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)  # beside the data
     fig.savefig(path, dpi=120)
 
 

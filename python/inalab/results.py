@@ -10,6 +10,29 @@ import pandas as pd
 # The simulator's row tables (crates/inalab-sim/src/result.rs), each a list of dicts.
 TABLES = ("jobs", "iterations", "links", "switches", "hosts", "flows", "timeseries")
 
+# A job is flagged compute-bound when communication was outstanding for less than this share of
+# its JCT (``comm_share``): then no network, INA scheme or routing can shorten it by more than
+# that share. Models run at their profiled GPU's speed unless the job sets ``compute_scale``.
+COMPUTE_BOUND_SHARE = 0.10
+
+
+def comm_share(job: dict) -> float | None:
+    """The communication share of a job: the time its worker 0 had at least one allreduce
+    outstanding (``comm_busy_s``) over its JCT, 0-1. Communication that overlaps compute counts,
+    so this bounds from above what a faster network could save (a job whose network were
+    infinitely fast would still compute for the rest). None when the result has no
+    ``comm_busy_s`` (``inalab emulate``) or the job took no time."""
+    busy, jct = job.get("comm_busy_s"), job.get("jct_s")
+    if busy is None or not jct or jct <= 0:
+        return None
+    return min(1.0, busy / jct)
+
+
+def compute_bound(job: dict) -> bool | None:
+    """Whether ``comm_share(job)`` is below ``COMPUTE_BOUND_SHARE`` (None when it is unknown)."""
+    share = comm_share(job)
+    return None if share is None else share < COMPUTE_BOUND_SHARE
+
 
 class Result:
     """What ``inalab.simulate`` returns.
@@ -17,7 +40,9 @@ class Result:
     Tables are DataFrames with the simulator's columns: ``jobs``, ``iterations`` (one row per job
     and iteration), ``links`` (one row per link direction), ``switches``, ``hosts``, ``flows``
     and ``timeseries`` (long form: ``t_s, metric, entity, value``). Times are seconds and rates
-    Gbps. ``raw`` is the simulator's JSON as a dict.
+    Gbps. ``raw`` is the simulator's JSON as a dict. ``jobs`` also has two derived columns:
+    ``comm_share`` (see :func:`comm_share`) and ``compute_bound`` (``comm_share`` below
+    ``COMPUTE_BOUND_SHARE``, 10 %).
     """
 
     def __init__(self, raw: dict):
@@ -32,7 +57,12 @@ class Result:
 
     @cached_property
     def jobs(self) -> pd.DataFrame:
-        return self._table("jobs")
+        df = self._table("jobs")
+        if not df.empty:
+            jobs = self.raw["jobs"]
+            df["comm_share"] = pd.Series([comm_share(j) for j in jobs], index=df.index, dtype="float64")
+            df["compute_bound"] = pd.Series([compute_bound(j) for j in jobs], index=df.index, dtype="boolean")
+        return df
 
     @cached_property
     def iterations(self) -> pd.DataFrame:
@@ -57,6 +87,11 @@ class Result:
     @cached_property
     def timeseries(self) -> pd.DataFrame:
         return self._table("timeseries")
+
+    @cached_property
+    def captures(self) -> pd.DataFrame:
+        """Capture files written (``pcap=``): point, path, packets."""
+        return self._table("captures")
 
     @property
     def conservation(self) -> dict:
@@ -83,6 +118,8 @@ class Result:
                     "iterations": j["iterations"],
                     "mean_iteration_s": j["mean_iteration_s"],
                     "goodput_gbps": j["goodput_gbps"],
+                    "comm_share": comm_share(j),
+                    "compute_bound": compute_bound(j),
                 }
                 for j in r.get("jobs", [])
             ],

@@ -129,13 +129,19 @@ class FlowResult:
         return direct + sum(y for y, _ in self.agg_streams.values())
 
     def summary(self) -> dict:
+        """One row: the scheme's rate and loads as it can run. A plan that overloads some capacity
+        at ``rate`` (GRID's rounding; ``extra["feasible_rate_gbps"]`` is then below ``rate``) is
+        shown at its feasible rate: ``rate_gbps`` is that rate, the aggregation rates and the link
+        utilization are scaled with it, and ``lp_rate_gbps`` keeps the LP bound."""
         pb = self.problem
         util = max((l / float(pb.net.cap[e]) for e, l in self.link_load.items()), default=0.0)
         used = sum(1 for s, l in self.switch_load.items() if l > 1e-9)
+        feasible = self.extra.get("feasible_rate_gbps", self.rate)
+        scale = feasible / self.rate if self.rate > 0 else 1.0
         row = {
-            "scheme": self.scheme, "workers": len(pb.workers), "rate_gbps": self.rate,
-            "switch_aggregation_gbps": self.switch_aggregation, "ps_aggregation_gbps": self.ps_aggregation,
-            "switches_used": used, "max_link_utilization": util, "bottleneck": self.bottleneck,
+            "scheme": self.scheme, "workers": len(pb.workers), "rate_gbps": feasible,
+            "switch_aggregation_gbps": self.switch_aggregation * scale, "ps_aggregation_gbps": self.ps_aggregation * scale,
+            "switches_used": used, "max_link_utilization": util * scale, "bottleneck": self.bottleneck,
         }
         row.update(self.extra)
         return row

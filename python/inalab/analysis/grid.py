@@ -56,25 +56,33 @@ class GridPlan:
     bounds: dict[str, float] = field(default_factory=dict)
 
     def policy(self) -> dict:
-        """The routing policy as a JSON-able dict (consumed by the packet simulator later)."""
+        """The routing policy as a JSON-able dict (consumed by the packet simulator later).
+
+        Rates are those at which the rounded routing fits every capacity: ``rate_gbps`` (=
+        ``feasible_rate_gbps``), each worker's ``rate_gbps`` and each switch's
+        ``aggregated_rate_gbps`` are R-GRIA's divided by the worst violation factor.
+        ``lp_rate_gbps`` is the LP bound (R-GRIA's lambda equals it, Theorem 7), which the rounded
+        plan overloads some capacity at when ``violations`` has a factor above 1."""
         pb, n = self.problem, self.problem.name
+        feasible = self.result.extra["feasible_rate_gbps"]
+        scale = feasible / self.result.rate if self.result.rate > 0 else 1.0
         return {
             "kind": "grid-routing-policy",
             "version": 1,
             "ps": n(pb.ps),
             "seed": self.seed,
-            "rate_gbps": self.result.rate,
+            "rate_gbps": feasible,
             "lp_rate_gbps": self.lp.rate,
-            "feasible_rate_gbps": self.result.extra["feasible_rate_gbps"],
+            "feasible_rate_gbps": feasible,
             "violations": self.violations,
             "bounds": self.bounds,
             "workers": [
-                {"worker": n(w), "aggregation_node": n(v), "path": [n(x) for x in path], "rate_gbps": rate}
+                {"worker": n(w), "aggregation_node": n(v), "path": [n(x) for x in path], "rate_gbps": rate * scale}
                 for w, (v, path, rate) in sorted(self.assignment.items())
             ],
             "switches": [
-                {"switch": n(s), "aggregated_rate_gbps": y, "workers": sorted(n(w) for w, a in self.assignment.items()
-                                                                              if a[0] == s),
+                {"switch": n(s), "aggregated_rate_gbps": y * scale, "workers": sorted(n(w) for w, a in self.assignment.items()
+                                                                                      if a[0] == s),
                  "path_to_ps": [n(x) for x in path], "capacity_gbps": float(pb.capacity[s])}
                 for s, (y, path) in sorted(self.result.agg_streams.items())
             ],
@@ -199,15 +207,23 @@ def round_solution(pb: Problem, sol: LPSolution, seed: int) -> GridPlan:
     for w, (v, _, q) in assignment.items():
         if v != pb.ps:
             streams[v] = (max(streams.get(v, (0.0, None))[0], q), sol.agg_path[v])  # y^_s = max r_n^{s_n}
-    res = FlowResult("grid", pb, min(rates.values()), portions, link_loads(portions, streams), streams,
-                     bottleneck="R-GRIA rounding of the LP")
+    res = FlowResult("grid", pb, min(rates.values()), portions, link_loads(portions, streams), streams)
     # measured violation factors (load / capacity; <= 1 means the constraint holds)
     net = pb.net
-    proc = max((l / float(pb.capacity[s]) for s, l in res.switch_load.items()), default=0.0)
+    proc_at = max(res.switch_load.items(), key=lambda kv: kv[1] / float(pb.capacity[kv[0]]), default=None)
+    proc = proc_at[1] / float(pb.capacity[proc_at[0]]) if proc_at else 0.0
     bw = res.ps_aggregation / float(pb.ps_ingress)
-    link = max((l / float(net.cap[e]) for e, l in res.link_load.items()), default=0.0)
+    link_at = max(res.link_load.items(), key=lambda kv: kv[1] / float(net.cap[kv[0]]), default=None)
+    link = link_at[1] / float(net.cap[link_at[0]]) if link_at else 0.0
     viol = {"processing": proc, "bandwidth": bw, "link": link}
     worst = max(1.0, proc, bw, link)
+    if worst <= 1.0:
+        res.bottleneck = "LP optimum (the rounded plan fits every capacity)"
+    else:
+        what = max([(proc, f"processing of {pb.name(proc_at[0])}" if proc_at else ""), (bw, "PS ingress"),
+                    (link, f"link {pb.name(link_at[0][0])}->{pb.name(link_at[0][1])}" if link_at else "")],
+                   key=lambda t: t[0])[1]
+        res.bottleneck = f"{what} (the rounded plan at the LP bound loads it {worst:.3g}x)"
     res.extra = {"lp_rate_gbps": sol.rate, "feasible_rate_gbps": res.rate / worst,
                  "violation_processing": proc, "violation_bandwidth": bw, "violation_link": link,
                  "lp_seconds": sol.seconds}

@@ -1,0 +1,148 @@
+"""What a new user reads (issue 20): compute-bound jobs are flagged, GRID's feasible rate is the
+headline with the LP bound labelled as such, tables fit 80 columns without cut headers, and the
+help texts describe what the commands do."""
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+import inalab
+from inalab import cli
+from inalab.cli import app
+from inalab.config import shipped_scenarios
+from inalab.results import COMPUTE_BOUND_SHARE
+
+runner = CliRunner()
+
+# One ResNet50 job at the profiled GPU's speed (compute hides the 100 Gbps ring) and one 100x
+# faster (the network is what it waits on); a second of simulation.
+COMPUTE_AND_NETWORK = """
+name = "compute-and-network"
+stop = "2s"
+
+[topology]
+kind = "star"
+hosts = 4
+link_rate = "100Gbps"
+
+[[jobs]]
+name = "compute-bound-resnet"
+scheme = "ring"
+model = "resnet50"
+iterations = 1
+workers = 2
+
+[[jobs]]
+name = "network-bound-resnet"
+scheme = "ring"
+model = "resnet50"
+compute_scale = 0.01
+iterations = 1
+workers = 2
+"""
+
+
+@pytest.fixture
+def narrow(monkeypatch):
+    """The CLI's stdout console at 80 columns, whatever the terminal the tests run in."""
+    monkeypatch.setattr(cli, "out_console", Console(width=80))
+
+
+def fits_80_columns(text: str) -> None:
+    assert "…" not in text, text  # nothing cut with an ellipsis
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= 80, text
+
+
+@pytest.fixture(scope="module")
+def two_jobs(tmp_path_factory):
+    path = tmp_path_factory.mktemp("sc") / "compute-and-network.toml"
+    path.write_text(COMPUTE_AND_NETWORK)
+    return path
+
+
+def test_the_result_flags_a_compute_bound_job_and_not_a_network_bound_one(two_jobs):
+    r = inalab.simulate(str(two_jobs))
+    jobs = r.jobs.set_index("name")
+    compute, network = jobs.loc["compute-bound-resnet"], jobs.loc["network-bound-resnet"]
+    assert compute.comm_share == pytest.approx(compute.comm_busy_s / compute.jct_s)
+    assert compute.comm_share < COMPUTE_BOUND_SHARE and bool(compute.compute_bound)
+    assert network.comm_share > 0.5 and not bool(network.compute_bound)
+    summary = {j["name"]: j for j in r.summary()["jobs"]}
+    assert summary["compute-bound-resnet"]["compute_bound"] is True
+    assert summary["network-bound-resnet"]["compute_bound"] is False
+
+
+def test_simulate_prints_the_communication_share_and_names_compute_bound_jobs(two_jobs, narrow):
+    r = runner.invoke(app, ["simulate", str(two_jobs)])
+    assert r.exit_code == 0, r.output
+    fits_80_columns(r.stdout)
+    assert "comm" in r.stdout and "%" in r.stdout
+    note = r.stdout[r.stdout.index("compute-bound ("):]
+    assert "compute-bound-resnet" in note and "network-bound-resnet" not in note
+    r = runner.invoke(app, ["simulate", str(two_jobs), "--json"])
+    jobs = json.loads(r.stdout.strip().splitlines()[-1])["jobs"]
+    assert [j["compute_bound"] for j in jobs] == [True, False] and all(0 < j["comm_share"] <= 1 for j in jobs)
+
+
+def test_the_job_table_fits_80_columns_with_long_names(tmp_path, narrow):
+    jobs = "".join(f'[[jobs]]\nname = "resnet50-switchml-{i}"\nscheme = "ring"\nallreduce = "64KiB"\n'
+                   f'iterations = 1\nworkers = 4\n\n' for i in range(2))
+    path = tmp_path / "long.toml"
+    path.write_text(f'name = "long-names"\n\n[topology]\nkind = "star"\nhosts = 8\n\n{jobs}')
+    r = runner.invoke(app, ["simulate", str(path)])
+    assert r.exit_code == 0, r.output
+    fits_80_columns(r.stdout)
+    assert "resnet50-switchml-0" in r.stdout  # whole, not "resnet50-sw…"
+
+
+def test_analyze_headlines_grid_feasible_rate_and_labels_the_lp_bound(narrow):
+    r = runner.invoke(app, ["analyze", "grid-fig1"])
+    assert r.exit_code == 0, r.output
+    fits_80_columns(r.stdout)
+    for header in ("bottleneck", "rate", "LP", "bound"):
+        assert header in r.stdout
+    grid = next(line for line in r.stdout.splitlines() if re.match(r"\s*grid\s", line))
+    cells = grid.split()
+    assert cells[1] == "1.5" and cells[2] == "3", grid  # rate 1.5 (feasible), LP bound 3
+    assert "GRID's LP bound: 3 Gbps" in " ".join(r.stdout.split())
+    r = runner.invoke(app, ["analyze", "grid-fig1", "--json"])
+    schemes = {s["scheme"]: s for s in json.loads(r.stdout.strip().splitlines()[-1])["schemes"]}
+    g = schemes["grid"]
+    assert g["rate_gbps"] == pytest.approx(1.5) and g["lp_rate_gbps"] == pytest.approx(3.0)
+    assert g["rate_gbps"] == pytest.approx(g["feasible_rate_gbps"])
+    assert g["max_link_utilization"] <= 1 + 1e-9  # shown at the rate it can run at, not 2 (200 %)
+    assert schemes["atp"]["rate_gbps"] == pytest.approx(39 / 16)
+
+
+def test_plan_grid_writes_the_feasible_rate_as_rate_gbps(tmp_path):
+    out = tmp_path / "policy.json"
+    r = runner.invoke(app, ["plan", "grid", "grid-fig1", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    p = json.loads(out.read_text())
+    assert p["rate_gbps"] == pytest.approx(1.5) == pytest.approx(p["feasible_rate_gbps"])
+    assert p["lp_rate_gbps"] == pytest.approx(3.0)
+    assert all(w["rate_gbps"] == pytest.approx(1.5) for w in p["workers"])
+    assert "rate 1.5 Gbps" in r.stderr and "LP bound 3" in r.stderr
+
+
+def test_demo_help_describes_the_shipped_demo():
+    r = runner.invoke(app, ["demo", "--help"])
+    text = " ".join(r.stdout.split())
+    with shipped_scenarios()["demo"].open("rb") as f:
+        description = tomllib.load(f)["description"]
+    assert "VGG16" not in text and "16-host star" not in text
+    for word in ("ResNet50", "SwitchML", "ATP", "parameter server", "ring", "leaf-spine"):
+        assert word in text and word in description
+
+
+def test_switch_help_says_what_json_prints():
+    r = runner.invoke(app, ["switch", "--help"])
+    text = " ".join(r.stdout.split())
+    assert "only the summary" not in text
+    for event in ('"ready"', '"stats"', '"stopped"'):
+        assert event in text
