@@ -327,25 +327,32 @@ def sweep(spec: Union[str, Path, dict], out: Union[str, Path], *, workers: Optio
     return run_points(pts, out, workers=workers, ray=ray, progress=progress)
 
 
-def plot(df: pd.DataFrame, x: str, y: str = "jct_s", hue: Optional[str] = None, path: Union[str, Path, None] = None):
+def plot(df: pd.DataFrame, x: str, y: str = "jct_s", hue: Optional[str] = None, path: Union[str, Path, None] = None,
+         title: Optional[str] = None):
     """A line per ``hue`` value of the mean of ``y`` over seeds against ``x`` (min-max band);
-    saved to ``path`` if given; returns the figure."""
+    saved to ``path`` if given; returns the figure. Axis labels are the column names with the
+    unit their suffix names (``jct_s`` -> "jct_s (s)"); ``title`` defaults to what is compared."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from .plots import line_style, unit_label, wrap_title
+
     ok = df[df.status == "ok"]
-    fig, ax = plt.subplots(figsize=(5, 3.5))
+    fig, ax = plt.subplots(figsize=(6, 3.8), layout="constrained")
     groups = ok.groupby(hue) if hue else [(None, ok)]
-    for key, g in groups:
+    for i, (key, g) in enumerate(groups):
         stats = g.groupby(x)[y].agg(["mean", "min", "max"]).reset_index()
-        ax.plot(stats[x], stats["mean"], marker="o", label=None if key is None else f"{hue}={key}")
-        ax.fill_between(stats[x], stats["min"], stats["max"], alpha=0.2)
-    ax.set(xlabel=x, ylabel=y)
+        style = line_style(i)
+        ax.plot(stats[x], stats["mean"], label=None if key is None else f"{hue}={key}", **style)
+        ax.fill_between(stats[x], stats["min"], stats["max"], alpha=0.2, color=style["color"])
+    ax.set(xlabel=unit_label(x), ylabel=unit_label(y))
     if hue:
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    seeds = ok["seed"].nunique() if "seed" in ok and hue != "seed" else 1
+    fig.suptitle(wrap_title(title or f"{y} against {x}" + (f" for each {hue}" if hue else "")
+                            + (f" (mean of {seeds} seeds, band min-max)" if seeds > 1 else ""), fig), fontsize=10)
     if path is not None:
         fig.savefig(path, dpi=120)
     return fig

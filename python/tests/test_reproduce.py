@@ -16,6 +16,7 @@ def test_registry_objects():
     assert {"grid-motivating-example", "grid-large-scale", "rina-incremental"} <= set(REPRODUCTIONS)
     for rep in REPRODUCTIONS.values():
         assert rep.name and rep.claim and callable(rep.run) and callable(rep.holds) and callable(rep.explain)
+        assert rep.figure and rep.tolerance  # the report's columns
 
 
 def test_motivating_example_json(tmp_path, monkeypatch):
@@ -23,12 +24,13 @@ def test_motivating_example_json(tmp_path, monkeypatch):
     r = runner.invoke(app, ["reproduce", "grid-motivating-example", "--json", "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
     last = json.loads(r.stdout.strip().splitlines()[-1])
-    assert set(last) == {"name", "claim", "rows", "holds"}
+    assert {"name", "paper", "figure", "claim", "tolerance", "rows", "holds", "checks"} <= set(last)
     assert last["name"] == "grid-motivating-example" and last["holds"] is True
     rates = {row["scheme"]: row["rate_gbps"] for row in last["rows"]}
     assert rates["atp"] == 2.4375
     assert (tmp_path / "grid-motivating-example.png").exists()
-    assert "Claim" in (tmp_path / "docs" / "grid-motivating-example.md").read_text()
+    assert "Claim" in (tmp_path / "grid-motivating-example.md").read_text()  # the write-up goes to --out
+    assert not (tmp_path / "docs").exists()  # docs only with --update-docs
 
 
 def test_unknown_reproduction_lists_names():

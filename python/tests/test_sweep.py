@@ -91,7 +91,8 @@ def test_plot_draws_from_the_dataset(tmp_path):
     from inalab.sweeps import plot
 
     fig = plot(df, x="jobs[0].allreduce", y="jct_s", path=tmp_path / "p.png")
-    assert (tmp_path / "p.png").stat().st_size > 1000 and fig.axes[0].get_ylabel() == "jct_s"
+    assert (tmp_path / "p.png").stat().st_size > 1000 and fig.axes[0].get_ylabel() == "jct_s (s)"
+    assert fig.axes[0].get_xlabel() == "jobs[0].allreduce" and "jct_s against jobs[0].allreduce" in fig._suptitle.get_text()
 
 
 def test_cli_sweep_prints_a_summary_and_refuses_bad_files(tmp_path):

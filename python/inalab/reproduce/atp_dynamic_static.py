@@ -17,6 +17,7 @@ MIN_ADVANTAGE = 1.10  # below 100 % PTA dynamic beats static by >= 10 % at the m
 
 class AtpDynamicVsStatic:
     name = "atp-dynamic-vs-static"
+    figure = "Fig. 13a"
     claim = ("ATP Fig. 13a: 3 identical jobs share one switch's aggregators. With 100 % of the peak "
              "throughput aggregators (PTA) dynamic (hashed, best-effort) and static (1/3 each) sharing "
              "perform similarly; as the aggregators drop to 33 % of PTA the dynamic approach degrades "
@@ -98,6 +99,12 @@ class AtpDynamicVsStatic:
         return df
 
     # -- verdict ---------------------------------------------------------------------------
+    @property
+    def tolerance(self) -> str:
+        """What `holds` checks, with its thresholds (shown by the report and the JSON)."""
+        return (f"({self.model}) every job finishes; at 100 % PTA |dynamic / static - 1| <= {PEAK_TOL}; at the lowest "
+                f"PTA dynamic >= {MIN_ADVANTAGE}x static; in between dynamic >= {1 - PEAK_TOL:.2f}x static")
+
     def holds(self, rows: pd.DataFrame) -> bool:
         rows = rows[rows.model == self.model]
         t = rows.pivot(index="pta_fraction", columns="sharing", values="throughput")
@@ -211,20 +218,18 @@ idle; `holds` on these rows = {ab_holds}):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(5, 3.2))
-        for label, m in (("dynamic", "o-"), ("static", "s--")):
+        from ..plots import finish_figure, line_style
+
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        for i, label in enumerate(("dynamic", "static")):
             d = rows[rows.sharing == label].sort_values("pta_fraction")
-            ax.plot(100 * d.pta_fraction, d.throughput, m, label=f"{label}")
+            ax.plot(100 * d.pta_fraction, d.throughput, label=f"{label} sharing", **line_style(i))
         ax.invert_xaxis()
-        ax.set_xlabel(f"aggregators (% of PTA = {int(rows.pta.iloc[0])})")
+        ax.set_xlabel(f"switch aggregators (% of the PTA, {int(rows.pta.iloc[0])})")
         ax.set_ylabel("iterations/s per job (after warm-up)")
         ax.set_ylim(bottom=0)
-        ax.set_title("3 ATP jobs, dynamic vs static sharing")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        return path
+        return finish_figure(fig, path, "ATP Fig. 13a: 3 ATP jobs sharing the switch's aggregators dynamically vs "
+                             "statically, as the aggregators shrink", legend="right")
 
 
 register(AtpDynamicVsStatic())

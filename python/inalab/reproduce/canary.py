@@ -204,6 +204,7 @@ class CanaryCongestion(_CanaryFigure):
     """Fig. 7a/7b: 512 allreduce hosts, 512 congesting; Canary against 1..16 static trees."""
 
     name = "canary-congestion"
+    figure = "Figs. 7a/7b"
     claim = ("Canary Fig. 7a/7b (§5.2.1): 4 MiB allreduce on 512 of 1024 hosts of a 100 Gbps fat tree, the other 512 "
              "congesting. Without congestion every in-network allreduce is comparable; with it Canary shows no "
              "degradation, is up to 2x one static tree and up to about 40 % above several; beyond 4 trees little "
@@ -240,6 +241,13 @@ class CanaryCongestion(_CanaryFigure):
             "vs_multi_trees": bool(all(1.0 <= self._ratio(rows, s) <= 1 / 0.6 for s in multi)),
             "utilization_order": bool("4 ST" not in util or util["canary"] > util["4 ST"] > util.get("1 ST", 0)),
         }
+
+    @property
+    def tolerance(self) -> str:
+        """What `holds` checks, with its thresholds (shown by the report and the JSON)."""
+        return ("no_degradation: congested Canary >= 0.9x uncongested; vs_one_tree: Canary >= 1.5x one static tree "
+                "(paper up to 2x); vs_multi_trees: every several-tree run at 0.6-1.0x Canary (paper about 0.7); utilization_order: "
+                "congested mean link utilization Canary > 4 trees > 1 tree")
 
     def holds(self, rows: pd.DataFrame) -> bool:
         return all(self.checks(rows).values())
@@ -283,7 +291,11 @@ under congestion. Canary over the others with congestion: {", ".join(f"{s} {v:.2
 
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:
         t = self._table(rows, ["congested"]).set_index("congested")[self.schemes]
-        return bar_plot(t, path, "goodput (Gbps)", "Canary Fig. 7a: 4 MiB on 512 of 1024 hosts", (8, 4))
+        t.index = ["congested" if c else "no congestion" for c in t.index]
+        t.columns.name = "scheme (ST: static trees)"
+        return bar_plot(t, path, "allreduce goodput (Gbps)", "Canary Fig. 7a: goodput of a 4 MiB allreduce on 512 of "
+                        "1024 hosts, Canary vs ring and 1-16 static trees, without and with congestion", (9, 4),
+                        xlabel="the other 512 hosts: idle, or sending background traffic (congested)")
 
 
 def _congestion_notes(rows: pd.DataFrame) -> str:
@@ -303,29 +315,39 @@ def _congestion_notes(rows: pd.DataFrame) -> str:
 register(CanaryCongestion())
 
 
-def _plot_lines(rows: pd.DataFrame, path: Path, x: str, y: str, title: str, panels: list[tuple[str, object]], logx=False, ylabel=None) -> Path:
-    """One panel per (column, value) filter, a line per scheme."""
+# Panel titles of the congested flag.
+CONGESTED = {False: "no congestion", True: "congested (the other hosts send background traffic)"}
+
+
+def _plot_lines(rows: pd.DataFrame, path: Path, x: str, y: str, title: str, panels: list[tuple[str, object]], logx=False,
+                ylabel=None, xlabel=None, logbase=2, logy=False) -> Path:
+    """One panel per (column, value) filter, a line per scheme: each scheme keeps its color and
+    marker in every panel, and one legend beside the panels lists them all."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
+    from ..plots import finish_figure, styles
+
+    look = styles(sorted(rows["scheme"].unique(), key=str))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
     for ax, (col, val) in zip(axes[0], panels):
         sub = rows[rows[col] == val] if col else rows
         for scheme, g in sub.groupby("scheme"):
             g = g.groupby(x)[y].mean()
-            ax.plot(g.index, g.values, marker="o", label=scheme)
-        ax.set_title(f"{title}, {col} = {val}" if col else title, fontsize=9)
-        ax.set_xlabel(x)
+            ax.plot(g.index, g.values, label=scheme, **look[scheme])
+        if col == "congested":
+            ax.set_title(CONGESTED[bool(val)], fontsize=9)
+        elif col:
+            ax.set_title(f"{col} = {val}", fontsize=9)
+        ax.set_xlabel(xlabel or x)
         ax.set_ylabel(ylabel or y)
         if logx:
-            ax.set_xscale("log", base=2)
-    axes[0][-1].legend(fontsize=8)
-    plt.tight_layout()
-    plt.savefig(path, dpi=120)
-    plt.close()
-    return path
+            ax.set_xscale("log", base=logbase)
+        if logy:
+            ax.set_yscale("log")
+    return finish_figure(fig, path, title, legend="right", legend_title="scheme")
 
 
 def _ring_note(ring_congested: bool, flow_control: str = FLOW_CONTROL) -> str:
@@ -341,6 +363,7 @@ class CanaryFraction(_CanaryFigure):
     """Fig. 8: the allreduce on 5 to 75 % of the hosts, the rest congesting."""
 
     name = "canary-fraction"
+    figure = "Fig. 8"
     claim = ("Canary Fig. 8 (§5.2.2): 4 MiB allreduce on 5 to 75 % of the 1024 hosts, the rest congesting: Canary "
              "is best at every point. At 5 % Canary loses about 20 % (against its uncongested run), one static "
              "tree about 66 %, four trees about 47 %; at large fractions Canary is about 2x one tree and +23 % "
@@ -375,6 +398,13 @@ class CanaryFraction(_CanaryFigure):
             "static_lose_more": bool(loss.loc[lo, "canary"] < min(loss.loc[lo, "1 ST"], loss.loc[lo, "4 ST"])),
         }
 
+    @property
+    def tolerance(self) -> str:
+        """What `holds` checks, with its thresholds (shown by the report and the JSON)."""
+        return ("congested, at every fraction: canary_best: Canary >= 0.95x the better static tree; four_over_one: "
+                "4 trees >= 0.95x 1 tree; at the smallest fraction: canary_small_loss: Canary loses at most 30 % "
+                "of its uncongested goodput (paper 20 %); static_lose_more: and less than either static tree")
+
     def holds(self, rows: pd.DataFrame) -> bool:
         return all(self.checks(rows).values())
 
@@ -407,13 +437,17 @@ All runs:
 """
 
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:
-        return _plot_lines(rows, path, "fraction", "goodput_gbps", "Canary Fig. 8", [("congested", False), ("congested", True)], ylabel="goodput (Gbps)")
+        return _plot_lines(rows, path, "fraction", "goodput_gbps", "Canary Fig. 8: allreduce goodput against the share of "
+                           "the 1024 hosts in the allreduce, Canary vs static trees and ring",
+                           [("congested", False), ("congested", True)], ylabel="allreduce goodput (Gbps)",
+                           xlabel="share of the hosts in the allreduce")
 
 
 class CanarySize(_CanaryFigure):
     """Fig. 9: runtime against the allreduce size on 20 % of the hosts."""
 
     name = "canary-size"
+    figure = "Fig. 9"
     claim = ("Canary Fig. 9 (§5.2.3): on 20 % of the hosts (80 % congesting), Canary is slower than static trees "
              "for small allreduces (its timeout windows add latency) and faster for large ones; the ring's "
              "runtime is flat from 1 KiB to 256 KiB (latency-bound).")
@@ -447,6 +481,13 @@ class CanarySize(_CanaryFigure):
             "ring_flat": bool(len(flat) < 2 or flat.max() <= 2 * flat.min()),
         }
 
+    @property
+    def tolerance(self) -> str:
+        """What `holds` checks, with its thresholds (shown by the report and the JSON)."""
+        return ("canary_slower_small: uncongested, Canary slower than 4 static trees at the smallest size; canary_faster_large: "
+                "congested, faster at the largest; ring_flat: the ring's uncongested runtime within 2x from the smallest "
+                "size to 256 KiB")
+
     def holds(self, rows: pd.DataFrame) -> bool:
         return all(self.checks(rows).values())
 
@@ -474,13 +515,16 @@ here) besides the path; static trees wait only for their children. {_ring_note(s
 """
 
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:
-        return _plot_lines(rows, path, "bytes", "runtime_us", "Canary Fig. 9", [("congested", False), ("congested", True)], logx=True, ylabel="runtime (us)")
+        return _plot_lines(rows, path, "bytes", "runtime_us", "Canary Fig. 9: allreduce runtime against its size on 20 % "
+                           "of the hosts, Canary vs static trees and ring", [("congested", False), ("congested", True)],
+                           logx=True, logy=True, ylabel="allreduce runtime (us, log)", xlabel="allreduce size (bytes)")
 
 
 class CanaryTenants(_CanaryFigure):
     """Fig. 10: K concurrent allreduces on an equal split of the hosts."""
 
     name = "canary-tenants"
+    figure = "Fig. 10"
     claim = ("Canary Fig. 10a (§5.2.4): K concurrent 4 MiB allreduces on an equal split of the 1024 hosts, "
              "Canary's table split statically per tenant: Canary stays almost flat (32 jobs at about 80 Gbps "
              "each) while static in-network allreduce loses about 40 %.")
@@ -508,6 +552,13 @@ class CanaryTenants(_CanaryFigure):
             "static_drops": bool(static_keep <= 0.75),
             "canary_best_at_most": bool(g.loc[hi, "canary"] >= g.loc[hi, ["1 ST", "4 ST"]].max()),
         }
+
+    @property
+    def tolerance(self) -> str:
+        """What `holds` checks, with its thresholds (shown by the report and the JSON)."""
+        return ("canary_flat: Canary at the most tenants keeps >= 80 % of its single-job goodput; static_drops: the "
+                "better static tree keeps <= 75 % (paper: loses 40 %); canary_best_at_most: Canary above both static "
+                "trees at the most tenants")
 
     def holds(self, rows: pd.DataFrame) -> bool:
         return all(self.checks(rows).values())
@@ -542,13 +593,16 @@ All runs:
 """
 
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:
-        return _plot_lines(rows, path, "tenants", "goodput_gbps", "Canary Fig. 10a", [(None, None)], logx=True, ylabel="goodput per job (Gbps)")
+        return _plot_lines(rows, path, "tenants", "goodput_gbps", "Canary Fig. 10a: goodput of K concurrent 4 MiB "
+                           "allreduces on an equal split of the hosts, Canary vs static trees and ring", [(None, None)],
+                           logx=True, ylabel="goodput per job (Gbps)", xlabel="concurrent allreduces (tenants)")
 
 
 class CanaryTimeout(_CanaryFigure):
     """Fig. 11: the aggregation window against host noise."""
 
     name = "canary-timeout"
+    figure = "Fig. 11"
     claim = ("Canary Fig. 11 (§5.2.5): 4 MiB on 512 hosts, Canary with windows of 1 to 3 us against hosts whose NIC "
              "stalls 1 us before a packet with probability 0.01 to 10 %: at most about 30 % spread across windows, "
              "and under congestion Canary above four static trees for every setting.")
@@ -572,6 +626,13 @@ class CanaryTimeout(_CanaryFigure):
         # Tolerances: max/min across windows at most 1.3 for every noise level and congestion;
         # congested Canary above congested 4 ST at every setting.
         return {"spread_within_30pct": bool((spread <= 1.3).all()), "above_four_trees_congested": bool((c.loc[True] > st[True]).all())}
+
+    @property
+    def tolerance(self) -> str:
+        """What `holds` checks, with its thresholds (shown by the report and the JSON)."""
+        return ("spread_within_30pct: Canary's goodput max / min across windows <= 1.3 at every noise level, with "
+                "and without congestion; above_four_trees_congested: congested Canary above congested 4 static trees "
+                "at every setting")
 
     def holds(self, rows: pd.DataFrame) -> bool:
         return all(self.checks(rows).values())
@@ -606,14 +667,18 @@ their window (`stragglers`) and leaders receive more packets per block.
 """
 
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:
-        c = rows[rows.scheme == "canary"].assign(scheme=lambda d: "canary " + d.window)
-        return _plot_lines(c, path, "noise", "goodput_gbps", "Canary Fig. 11", [("congested", False), ("congested", True)], ylabel="goodput (Gbps)")
+        c = rows[rows.scheme == "canary"].assign(scheme=lambda d: "canary, window " + d.window)
+        return _plot_lines(c, path, "noise", "goodput_gbps", "Canary Fig. 11: Canary's goodput against host noise for "
+                           "aggregation windows of 1 to 3 us (4 MiB on 512 hosts)", [("congested", False), ("congested", True)],
+                           logx=True, logbase=10, ylabel="allreduce goodput (Gbps)",
+                           xlabel="probability of a 1 us NIC stall before a packet")
 
 
 class CanaryAblations(_CanaryFigure):
     """Two ablations the paper lacks (spec §3.3): no rerouting (ECMP), and one leader."""
 
     name = "canary-ablations"
+    figure = "ablations (spec §3.3, no figure)"
     claim = ("Ablations the Canary paper lacks (spec §3.3), on the Fig. 7 setup: Canary with ECMP (every switch "
              "sends a block on its leader's default port, never rerouting) separates the spreading of roots "
              "over spines by leader from adaptivity; Canary with a single leader shows what round-robin leaders buy.")
@@ -646,6 +711,12 @@ class CanaryAblations(_CanaryFigure):
         return {"adaptivity_helps_congested": bool(g[(True, "canary, ECMP")] < g[(True, "canary")]),
                 "one_leader_slower": bool(g[(False, "canary, one leader")] < 0.5 * g[(False, "canary")])}
 
+    @property
+    def tolerance(self) -> str:
+        """What `holds` checks, with its thresholds (shown by the report and the JSON)."""
+        return ("adaptivity_helps_congested: congested, Canary with ECMP below Canary with adaptive routing; one_leader_slower: "
+                "uncongested, one leader < 0.5x Canary")
+
     def holds(self, rows: pd.DataFrame) -> bool:
         return all(self.checks(rows).values())
 
@@ -673,8 +744,12 @@ All runs:
 """
 
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:
-        t = rows.pivot_table(index="variant", columns="congested", values="goodput_gbps")
-        return bar_plot(t, path, "goodput (Gbps)", "Canary ablations (4 MiB, 512 of 1024 hosts)", (7, 4))
+        t = rows.pivot_table(index="variant", columns="congested", values="goodput_gbps", dropna=False)
+        t = t.reindex(columns=[False, True]).rename(columns={False: "no congestion", True: "congested"})
+        t.columns.name = "the other 512 hosts"
+        return bar_plot(t, path, "allreduce goodput (Gbps)", "Canary ablations (no paper figure): 4 MiB allreduce on 512 "
+                        "of 1024 hosts, Canary vs Canary with ECMP, with one leader, and 4 static trees", (8, 4),
+                        xlabel="variant", values=True)
 
 
 register(CanaryFraction())

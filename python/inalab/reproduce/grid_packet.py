@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import markdown_table, register, save_figure, simulate_all, subplots
+from . import markdown_table, register, simulate_all, subplots
 
 FIG1_WORKERS = [f"W{i}" for i in range(1, 9)]
 # Wire bytes per byte of values, by data plane: GRID's 322-B packets carry 256 B of values,
@@ -74,6 +74,7 @@ def with_rates(df: pd.DataFrame) -> pd.DataFrame:
 
 class GridMotivatingPacket:
     name = "grid-motivating-packet"
+    figure = "Fig. 1 (packet level)"
     claim = ("GRID Fig. 1 on packets: with 1 PS (9 Gbps ingress), 8 workers, 3 programmable switches "
              "(9 Gbps) and 3 Gbps links, GRID's routing policy lets every worker send at 3 Gbps, against "
              "2.43 with ATP and 1 with Geryon; each R-GRIA rounding delivers its feasible rate.")
@@ -111,6 +112,12 @@ class GridMotivatingPacket:
 
     # Tolerances (issue 18): GRID's best policy at least 0.85 x 3 Gbps, 2.5x Geryon and 1.15x ATP;
     # every rounding class within 15 % of its flow-level feasible rate.
+    @property
+    def tolerance(self) -> str:
+        """What `holds` checks, with its thresholds (shown by the report and the JSON)."""
+        return ("every run finishes; GRID's best rounding >= 0.85 x 3 Gbps, >= 2.5x Geryon and >= 1.15x ATP; every "
+                "R-GRIA rounding class within 15 % of its flow-level feasible rate")
+
     def holds(self, rows: pd.DataFrame) -> bool:
         if not rows.finished.all():
             return False
@@ -171,20 +178,25 @@ of the same policy (`inalab plan grid`, `inalab analyze grid-fig1`).
 """
 
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:
-        fig, ax = subplots(figsize=(7, 3.3))
-        flow_against_packets(ax, rows, [f"{r.scheme}\n{r.policy.replace('R-GRIA ', '')}" for r in rows.itertuples()])
-        ax.set_title("GRID Fig. 1 at packet level")
-        ax.legend(fontsize=8)
-        return save_figure(fig, path)
+        import textwrap
+
+        from ..plots import finish_figure
+
+        fig, ax = subplots(figsize=(9, 4))
+        labels = ["\n".join([r.scheme] + textwrap.wrap(r.policy.replace("R-GRIA ", ""), 14)) for r in rows.itertuples()]
+        flow_against_packets(ax, rows, labels)
+        ax.set_xlabel("scheme and routing policy")
+        return finish_figure(fig, path, "GRID Fig. 1 at packet level: each policy's rate in the packet simulator vs its "
+                             "feasible rate in the flow model", legend="right")
 
 
 def flow_against_packets(ax, rows: pd.DataFrame, labels: list[str]) -> None:
     """Each run's flow-level feasible rate beside its packet-level rate."""
     x = range(len(rows))
-    ax.bar([i - 0.2 for i in x], rows.feasible_gbps, 0.4, label="flow model (feasible)")
-    ax.bar([i + 0.2 for i in x], rows.rate_gbps, 0.4, label="packets")
+    ax.bar([i - 0.2 for i in x], rows.feasible_gbps, 0.4, label="flow model (feasible rate)")
+    ax.bar([i + 0.2 for i in x], rows.rate_gbps, 0.4, label="packet simulator")
     ax.set_xticks(list(x), labels, fontsize=7)
-    ax.set_ylabel("worker rate (Gbps)")
+    ax.set_ylabel("rate per worker on the wire (Gbps)")
 
 
 register(GridMotivatingPacket())
@@ -210,6 +222,7 @@ class GridRateSync:
     workers start out of step."""
 
     name = "grid-rate-sync"
+    figure = "§5.2 (no figure)"
     claim = ("GRID §5.2 (rate synchronization, no figure in the paper): with control packets, workers that "
              "collide in a small aggregator memory slow down and resend at once, so aggregation keeps its rate; "
              "without them every collision waits for a timeout.")
@@ -243,6 +256,13 @@ class GridRateSync:
     # Tolerances (spec §3 item 4): with control packets, the small memory and the jitter keep the
     # aggregation rate within 20 % of the run without jitter, with RTO resends under 1 % of the
     # packets; without them the rate falls below half and the resends are more than 10x.
+    @property
+    def tolerance(self) -> str:
+        """What `holds` checks, with its thresholds (shown by the report and the JSON)."""
+        return (f"every run finishes; with {min(self.units)} units and {self.jitter} of jitter: with control packets "
+                "the aggregation rate >= 0.8x that without jitter and RTO resends <= 1 % of the packets sent; dropping "
+                "alone (no control packets) < 0.5x that rate with > 10x the resends")
+
     def holds(self, rows: pd.DataFrame) -> bool:
         m = min(self.units)
         base = self._at(rows, m, "0s", True)
@@ -289,13 +309,19 @@ for its RTO).
 """
 
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:
-        fig, ax = subplots(figsize=(6, 3.3))
-        labels = [f"{r.units} units\n{r.jitter} {'ctl' if r.control_packets else 'no ctl'}" for r in rows.itertuples()]
-        ax.bar(range(len(rows)), rows.switch_agg_gbps)
-        ax.set_xticks(range(len(rows)), labels, fontsize=7)
-        ax.set_ylabel("switch aggregation (Gbps)")
-        ax.set_title("GRID rate synchronization: control packets on and off")
-        return save_figure(fig, path)
+        from ..plots import finish_figure
+
+        fig, ax = subplots(figsize=(8, 3.8))
+        labels = [f"{r.units} units\njitter {r.jitter}" for r in rows.itertuples()]
+        on = rows.control_packets.astype(bool).to_numpy()
+        x = list(range(len(rows)))
+        ax.bar([i for i, c in zip(x, on) if c], rows.switch_agg_gbps[on], color="C0", label="control packets on")
+        ax.bar([i for i, c in zip(x, on) if not c], rows.switch_agg_gbps[~on], color="C1", label="control packets off")
+        ax.set_xticks(x, labels, fontsize=7)
+        ax.set_xlabel("aggregation units in the switch, send jitter")
+        ax.set_ylabel("switch aggregation rate (Gbps)")
+        return finish_figure(fig, path, "GRID rate synchronization (§5.2, no paper figure): switch aggregation rate with "
+                             "GRID's control packets on and off", legend="right")
 
 
 register(GridRateSync())
@@ -325,6 +351,7 @@ class GridFatTreePacket:
     summed); here each policy runs on the data plane."""
 
     name = "grid-fat-tree-packet"
+    figure = "Figs. 11-16 (packet level)"
     claim = ("GRID Figs. 11-16 (192-server fat tree, 100 Gbps links and PS ingress, 40 workers): with 20 % of the "
              "switches programmable GRID sends fastest, then ATP, SwitchML and Geryon (GRID/ATP about 1.4 in the "
              "flow model, 2.35 in the paper at 100 workers); with programmable ToRs GRID ties ATP in the flow model "
@@ -366,6 +393,12 @@ class GridFatTreePacket:
     # Tolerances (issue 18): in (b) GRID > ATP > SwitchML > Geryon with GRID/ATP at least 1.2 (the
     # flow model's 1.44, less 15 %); every run within 15 % of its flow-level feasible rate; the PS's
     # ingress at most its 100 Gbps (the LP's lambda asks for 600).
+    @property
+    def tolerance(self) -> str:
+        """What `holds` checks, with its thresholds (shown by the report and the JSON)."""
+        return ("every run finishes; in scenario (b) GRID > ATP > SwitchML > Geryon and GRID >= 1.2x ATP; every run "
+                "within 15 % of its flow-level feasible rate; the PS's ingress <= 100 Gbps")
+
     def holds(self, rows: pd.DataFrame) -> bool:
         b = rows[rows.scenario == "b"].set_index("scheme").rate_gbps
         order = b["grid"] > b["atp"] > b["switchml"] > b["geryon"]
@@ -426,14 +459,17 @@ per worker, metadata mode.
 """
 
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:
-        fig, axes = subplots(1, 2, figsize=(8, 3.3), sharey=True)
+        from ..plots import finish_figure
+
+        fig, axes = subplots(1, 2, figsize=(10, 3.8), sharey=True)
+        titles = {"a": "(a) the ToRs programmable", "b": "(b) 20 % of all switches programmable"}
         for ax, scen in zip(axes, ("a", "b")):
             sub = rows[rows.scenario == scen]
             flow_against_packets(ax, sub, list(sub.scheme))
-            ax.set_title(f"fat tree, scenario ({scen})")
-        axes[1].set_ylabel("")
-        axes[0].legend(fontsize=8)
-        return save_figure(fig, path)
+            ax.set_title(f"fat tree, {titles[scen]}", fontsize=9)
+            ax.set_xlabel("scheme")
+        return finish_figure(fig, path, f"GRID Figs. 11-16 at packet level: {self.workers} workers on the 192-server fat "
+                             "tree, each scheme's packet-level rate vs its flow-level feasible rate", legend="right")
 
 
 register(GridFatTreePacket())
@@ -456,6 +492,7 @@ class GridTestbed:
     """Figs. 5-7 analogue on packets: the communication time of one iteration's allreduce."""
 
     name = "grid-testbed"
+    figure = "Figs. 5-7"
     claim = ("GRID Figs. 5-7 (testbed: 1 PS, 8 workers, 3 Tofino switches, 100 Gbps): GRID has the shortest "
              "communication time, then ATP, SwitchML and Geryon (VGG16 at 8 workers: -38 % against ATP, -60 % "
              "against Geryon), sending 1.41x ATP's rate and 2.11x Geryon's (Inception-V3).")
@@ -502,6 +539,12 @@ class GridTestbed:
 
     # Tolerances: at 8 workers, for each model, communication time GRID < ATP <= SwitchML (5 %
     # slack) < Geryon, and GRID's rate at least 1.2x ATP's (paper 1.41) and 1.8x Geryon's (2.11).
+    @property
+    def tolerance(self) -> str:
+        """What `holds` checks, with its thresholds (shown by the report and the JSON)."""
+        return ("every run finishes; for every model at 8 workers: communication time GRID < ATP <= 1.05x SwitchML "
+                "< Geryon, and GRID's rate >= 1.2x ATP's and >= 1.8x Geryon's")
+
     def holds(self, rows: pd.DataFrame) -> bool:
         if not rows.finished.all():
             return False
@@ -554,18 +597,23 @@ roundings; SwitchML and Geryon run as policies on GRID's data plane; ATP on its 
 """
 
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:
-        fig, axes = subplots(1, len(self.models), figsize=(4 * len(self.models), 3.3))
+        from ..plots import finish_figure, line_style
+
+        fig, axes = subplots(1, len(self.models), figsize=(4.5 * len(self.models), 3.6))
         axes = list(axes) if len(self.models) > 1 else [axes]
         for ax, model in zip(axes, self.models):
             sub = rows[rows.model == model]
-            for scheme in ("grid", "atp", "switchml", "geryon"):
-                s = sub[sub.scheme == scheme]
-                ax.plot(s.workers, s.comm_time_s * 1e3, marker="o", label=scheme)
+            for i, scheme in enumerate(("grid", "atp", "switchml", "geryon")):
+                s = sub[sub.scheme == scheme].sort_values("workers")
+                ax.plot(s.workers, s.comm_time_s * 1e3, label=scheme, **line_style(i))
             ax.set_xlabel("workers")
-            ax.set_title(model)
-        axes[0].set_ylabel("communication time (ms)")
-        axes[0].legend(fontsize=8)
-        return save_figure(fig, path)
+            ax.set_title(model, fontsize=9)
+            if sub.workers.nunique() == 1:  # one point per scheme: a bare integer axis, not 7.6 .. 8.4
+                ax.set_xticks(sorted(sub.workers.unique()))
+            ax.set_ylabel("communication time per iteration (ms)")
+        return finish_figure(fig, path, "GRID Figs. 5-7 analogue at packet level: communication time of one "
+                             "iteration's gradients, GRID vs ATP, SwitchML and Geryon", legend="right",
+                             legend_title="scheme")
 
 
 register(GridTestbed())

@@ -56,6 +56,7 @@ def testbed_scenario(scheme: str, ina: str, size: str, iterations: int, rate: st
 
 class RinaTestbed:
     name = "rina-testbed"
+    figure = "Fig. 12"
     claim = ("Rina Fig. 12 (testbed, 2 racks x 4 nodes, two Tofino ToRs at 100 Gbps): Rina matches ATP when "
              "both ToRs are INA and beats ATP when only part of them are; both are far above ring-allreduce.")
 
@@ -72,6 +73,12 @@ class RinaTestbed:
 
     # Tolerance: with 1 of 2 ToRs INA Rina is at least 1.2x ATP (spec §3: order and a ratio of
     # at least 1.2x); with 2 of 2 within 15 % of ATP; Rina above the ring in both.
+    @property
+    def tolerance(self) -> str:
+        """What `holds` checks, with its thresholds (shown by the report and the JSON)."""
+        return ("with 1 of 2 ToRs INA Rina >= 1.2x ATP; with 2 of 2 Rina within 15 % of ATP; Rina above the ring "
+                "at both")
+
     def holds(self, rows: pd.DataFrame) -> bool:
         t = rows.set_index(["ina", "scheme"])["goodput_gbps"]
         return bool(t["1 of 2", "rina"] >= 1.2 * t["1 of 2", "atp"] and abs(t["2 of 2", "rina"] / t["2 of 2", "atp"] - 1) <= 0.15
@@ -129,19 +136,18 @@ within 15 % of ATP; Rina above the ring in both):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(6, 3.3))
+        from ..plots import finish_figure
+
+        fig, ax = plt.subplots(figsize=(7, 3.6))
         width = 0.8 / len(SCHEMES)
         for k, s in enumerate(SCHEMES):
             sub = rows[rows.scheme == s].set_index("ina").reindex(list(INA))
             ax.bar([i + k * width for i in range(len(INA))], sub["goodput_gbps"], width, label=s)
         ax.set_xticks([i + width * (len(SCHEMES) - 1) / 2 for i in range(len(INA))], [f"{k} ToRs INA" for k in INA])
-        ax.set_ylabel("goodput (Gbps)")
-        ax.set_title("Rina Fig. 12 analogue: 2 racks x 4 at 100 Gbps")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        return path
+        ax.set_xlabel("INA switches deployed")
+        ax.set_ylabel("allreduce goodput (Gbps)")
+        return finish_figure(fig, path, "Rina Fig. 12 analogue: 2 racks of 4 workers at 100 Gbps, Rina vs ring, "
+                             "hierarchical allreduce and ATP", legend="right", legend_title="scheme")
 
 
 register(RinaTestbed())
@@ -199,6 +205,7 @@ def atp_job(job: dict, variant: str = "atp") -> dict:
 
 class RinaIncrementalPacket:
     name = "rina-incremental-packet"
+    figure = "Fig. 11 (packet level)"
     claim = ("Rina Fig. 11 at packet level (fat tree k=4, dragonfly a=4, g=9, h=2): Rina rises at every ToR replaced "
              "while ATP stays nearly flat until most switches are INA; at 50 % Rina at least 1.5x ATP; at 100 % Rina "
              "within about 15 % of ATP.")
@@ -245,6 +252,12 @@ class RinaIncrementalPacket:
                 ok &= bool(half["rina_over_atp"] >= 1.5 and abs(g.iloc[-1]["rina_over_atp"] - 1) <= 0.15)
             out[name] = bool(ok)
         return out
+
+    @property
+    def tolerance(self) -> str:
+        """What `holds` checks, with its thresholds (shown by the report and the JSON)."""
+        return ("per topology: Rina never falls by more than 3 % from one point to the next and rises with the first "
+                "replaced switch; where ATP runs, Rina >= 1.5x ATP at half deployment and within 15 % of ATP at full")
 
     def holds(self, rows: pd.DataFrame) -> bool:
         return all(self.checks(rows).values())
@@ -327,22 +340,27 @@ and at 100 % Rina within 15 % of ATP):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
+        from matplotlib.ticker import MaxNLocator
+
+        from ..plots import finish_figure, line_style
+
         names = list(rows["topology"].unique())
-        fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 3.3), squeeze=False)
+        fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 3.6), squeeze=False)
         for ax, name in zip(axes[0], names):
             g = rows[rows.topology == name].sort_values("replaced")
-            ax.plot(g["replaced"], g["rina_gbps"], "o-", label="Rina")
+            ax.plot(g["replaced"], g["rina_gbps"], label="Rina", **line_style(0))
             if g["atp_gbps"].notna().any():
-                ax.plot(g["replaced"], g["atp_gbps"], "s-", label="ATP (every INA switch)")
-                ax.plot(g["replaced"], g["atp_tor_gbps"], "^:", label="ATP (two ToR levels)")
-            ax.set_xlabel("switches replaced (planner order)")
-            ax.set_ylabel("goodput (Gbps)")
-            ax.set_title(name)
-            ax.legend()
-        fig.tight_layout()
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        return path
+                ax.plot(g["replaced"], g["atp_gbps"], label="ATP (every INA switch)", **line_style(1))
+                ax.plot(g["replaced"], g["atp_tor_gbps"], label="ATP (two ToR levels)", **line_style(2))
+            else:
+                ax.text(0.98, 0.02, "no ATP run here", transform=ax.transAxes, ha="right", va="bottom", fontsize=8,
+                        color="0.3")
+            ax.set_xlabel("switches replaced by INA switches (planner order)")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
+            ax.set_ylabel("allreduce goodput (Gbps)")
+            ax.set_title(name, fontsize=9)
+        return finish_figure(fig, path, "Rina Fig. 11 at packet level: goodput as switches are replaced by INA "
+                             "switches, Rina vs ATP", legend="right")
 
 
 register(RinaIncrementalPacket())
@@ -360,6 +378,7 @@ def chain_scenario(scheme: str, n: int, sigma_us: float, size: str, overhead_us:
 
 class RinaDependencyChain:
     name = "rina-dependency-chain"
+    figure = "§III-A, eq. 1"
     claim = ("Rina §III-A, eq. (1): ring-allreduce's steps form a dependency chain, so its completion time grows with "
              "the number of workers N and with the per-step jitter sigma (about N sigma sqrt(2 ln N)); Rina replaces "
              "the N steps by G = N / L (racks of L workers), so its time follows G.")
@@ -382,6 +401,13 @@ class RinaDependencyChain:
     # Tolerance: with jitter, the ring's time and its jitter cost grow with N, Rina's jitter cost
     # is below the ring's at every N, and the ring's time exceeds Rina's by more at the largest N
     # than at the smallest.
+    @property
+    def tolerance(self) -> str:
+        """What `holds` checks, with its thresholds (shown by the report and the JSON)."""
+        return ("at the largest jitter: the ring's iteration time grows with N; the ring's jitter cost exceeds Rina's "
+                "at every N; Rina's lead over the ring (ring - Rina iteration time) grows from the smallest N to "
+                "the largest")
+
     def holds(self, rows: pd.DataFrame) -> bool:
         j = rows[rows.sigma_us == max(self.sigmas)].set_index(["scheme", "workers"])
         ring = [j.loc[("ring", n), "iteration_us"] for n in self.ns]
@@ -435,18 +461,17 @@ the largest):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(5.5, 3.3))
+        from ..plots import finish_figure
+
+        fig, ax = plt.subplots(figsize=(6.5, 3.6))
         for (s, sg), g in rows.groupby(["scheme", "sigma_us"]):
-            ax.plot(g["workers"], g["iteration_us"], "o-" if s == "ring" else "s--", label=f"{s}, sigma {sg:g} us")
+            ax.plot(g["workers"], g["iteration_us"], "o-" if s == "ring" else "s--", label=f"{s}, sigma {sg:g} us",
+                    markerfacecolor="none")
         ax.set_xlabel("workers N")
         ax.set_ylabel("iteration time (us)")
         ax.set_xscale("log", base=2)
-        ax.set_title("Dependency chain (eq. 1)")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        return path
+        return finish_figure(fig, path, "Rina §III-A (eq. 1), the dependency chain: iteration time against the workers, "
+                             "Rina vs ring allreduce, without and with per-step noise sigma", legend="right")
 
 
 register(RinaDependencyChain())
@@ -483,6 +508,7 @@ def fig10_scenario(label: str, size: str, topology: str = "fat-tree-k4") -> dict
 
 class RinaSchemes:
     name = "rina-schemes"
+    figure = "Fig. 10"
     claim = ("Rina Fig. 10 (fat tree k=4 and dragonfly a=4, g=9, h=2): PS < ring < hierarchical <= Rina at 50 %, "
              "ATP at 50 % < Rina at 50 %, and Rina at 100 % about ATP at 100 %, for ResNet50 and VGG16.")
 
@@ -509,6 +535,12 @@ class RinaSchemes:
                 ok &= bool(t["atp-50%"] < t["rina-50%"] and abs(t["rina-100%"] / t["atp-100%"] - 1) <= 0.15)
             out[f"{topo} {m}"] = ok
         return out
+
+    @property
+    def tolerance(self) -> str:
+        """What `holds` checks, with its thresholds (shown by the report and the JSON)."""
+        return ("per topology and model: PS < ring < hierarchical <= 1.05x Rina-50 %; where ATP runs, ATP-50 % < "
+                "Rina-50 % and Rina-100 % within 15 % of ATP-100 %")
 
     def holds(self, rows: pd.DataFrame) -> bool:
         return all(self.checks(rows).values())
@@ -586,21 +618,26 @@ hierarchical <= 1.05 Rina-50 %, and where ATP runs ATP-50 % < Rina-50 %, Rina-10
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
+        from ..plots import finish_figure
+
         topologies = list(dict.fromkeys(rows.topology))
-        fig, axes = plt.subplots(1, len(topologies), figsize=(7 * len(topologies), 3.3), squeeze=False)
+        fig, axes = plt.subplots(1, len(topologies), figsize=(6.5 * len(topologies), 3.8), squeeze=False)
         width = 0.8 / len(self.models)
         for ax, topo in zip(axes[0], topologies):
             for k, m in enumerate(self.models):
                 sub = rows[(rows.model == m) & (rows.topology == topo)].set_index("label").reindex(FIG10)
-                ax.bar([i + k * width for i in range(len(FIG10))], sub["goodput_gbps"], width, label=m)
+                xs = [i + k * width for i in range(len(FIG10))]
+                ax.bar(xs, sub["goodput_gbps"].fillna(0), width, label=m, color=f"C{k}")
+                for x, v in zip(xs, sub["goodput_gbps"]):
+                    if v != v:  # not run (ATP on the dragonfly): say so instead of an empty slot
+                        ax.text(x, 0, " not run", rotation=90, ha="center", va="bottom", fontsize=7, color="0.3")
             ax.set_xticks([i + width * (len(self.models) - 1) / 2 for i in range(len(FIG10))], FIG10, fontsize=8)
-            ax.set_ylabel("goodput (Gbps)")
-            ax.set_title(f"Rina Fig. 10 analogue: {topo}" + ("" if topo in ATP_TOPOLOGIES else " (no ATP: 36 > 32 contributors)"))
-            ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        return path
+            ax.set_xlabel("scheme (-N %: share of the switches that are INA)")
+            ax.set_ylabel("allreduce goodput (Gbps)")
+            ax.set_title(topo + ("" if topo in ATP_TOPOLOGIES else " (no ATP: 36 > 32 contributors)"), fontsize=9)
+        return finish_figure(fig, path, "Rina Fig. 10 analogue at packet level: goodput of each scheme, PS, ring, "
+                             "hierarchical allreduce, ATP and Rina, with half and all of the switches INA",
+                             legend="right", legend_title="model")
 
 
 register(RinaSchemes())
