@@ -78,6 +78,20 @@ fn non_finite(i: usize, x: f32) -> String {
     format!("value {i} is {x}, which has no fixed-point form")
 }
 
+/// Why a quantized sum is no result, if a value of `sum` (at `offset` in the tensor) is NaN or
+/// infinite: checked in one vectorized pass, located only when there is one.
+fn non_finite_sum(sum: &[f32], offset: usize) -> Option<String> {
+    if all_finite(sum) {
+        return None;
+    }
+    let i = sum.iter().position(|x| !x.is_finite()).expect("a non-finite value is there");
+    Some(format!(
+        "value {} of the sum is {}: another worker's value there has no fixed-point form (NaN or infinity), or the sum exceeds float32",
+        offset + i,
+        sum[i]
+    ))
+}
+
 /// Values per piece of an agreed-exponent tensor (256 KiB as i32): a multiple of every
 /// values-per-packet a SwitchML job uses by default (32, 64, 2,048), so pieces fill packets.
 pub const PIECE_VALUES: usize = 65_536;
@@ -223,13 +237,8 @@ impl Quantized {
             Some(Payload::I32(sum)) if start + sum.len() <= p.sum.len() => {
                 let out = &mut p.sum[start..start + sum.len()];
                 from_fixed_into(&sum, switchml_scale(p.n, p.e_max), out);
-                if p.broken.is_none() && !all_finite(out) {
-                    let i = out.iter().position(|x| !x.is_finite()).expect("a non-finite value is there");
-                    p.broken = Some(format!(
-                        "value {} of the sum is {}: another worker's value there has no fixed-point form (NaN or infinity), or the sum exceeds float32",
-                        start + i,
-                        out[i]
-                    ));
+                if p.broken.is_none() {
+                    p.broken = non_finite_sum(out, start);
                 }
             }
             _ => p.broken = Some("a piece's sum came back without its int32 values".into()),
@@ -352,11 +361,8 @@ impl Quantized {
                     // says which input was at fault, the others where the sum broke. (Without
                     // quantization NaN propagates, as in gloo and NCCL.)
                     if let (Some(Payload::F32(v)), false) = (&data, self.q == Quantization::None) {
-                        if let Some(i) = (!all_finite(v)).then(|| v.iter().position(|x| !x.is_finite())).flatten() {
-                            let reason = bad.unwrap_or_else(|| {
-                                format!("value {i} of the sum is {}: another worker's value there has no fixed-point form (NaN or infinity), or the sum exceeds float32", v[i])
-                            });
-                            self.reject(outer, reason);
+                        if let Some(broken) = non_finite_sum(v, 0) {
+                            self.reject(outer, bad.unwrap_or(broken));
                             continue;
                         }
                     }

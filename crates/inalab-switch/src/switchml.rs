@@ -23,8 +23,8 @@
 //!   `seen[1-ver][slot][wid]`; the first contribution of a round overwrites the values, later
 //!   ones add (saturating, see below); at the `n`-th contribution the copy is complete and the
 //!   result (`FLAG_RESULT`, same slot/ver/chunk, `exp` = max over the contributions) is sent
-//!   to every worker of the job as one `Forward` per worker with `dst`/`dst_port` rewritten
-//!   to that worker; otherwise the packet is consumed (`Drop`, reason "switchml_aggregated");
+//!   to every worker of the job as one `ForwardEach`: a copy per worker, addressed to it and
+//!   carrying its `wid` (the runtime encodes and hashes the values once); otherwise the packet is consumed (`Drop`, reason "switchml_aggregated");
 //! - already seen: if the copy is complete the stored result is sent back to the sender
 //!   alone (a retransmission whose result was lost), else the packet is dropped as stale.
 //!
