@@ -361,9 +361,15 @@ def test_grid_runs_its_policy_paths_with_results_multicast_once(shaper):
     print(f"\ngrid fig. 1 ({shaper}): JCT {sim.jobs.jct_s[0] * 1e3:.1f} ms simulated, {e.jct_s * 1e3:.1f} ms emulated")
     assert e.finished and e.iterations == 2 and e.payload_checked == 8 * 2, e.failures
     assert e.payload_errors == 0 and e.max_error <= e.error_bound
-    # Twice the others' tolerance: a 0.2 s job where one fragment's 20 ms RTO, backed off,
-    # stalls its group. Runs give 1.07-1.10x; one CI run of many gave 1.78x.
+    # Twice the others' tolerance: beside a busy core this 0.2 s job gives 1.1-1.5x.
     assert abs(e.jct_s / sim.jobs.jct_s[0] - 1) < 2 * JCT_TOLERANCE
+    if shaper == "tc":
+        # Nothing is lost (no link is oversubscribed; the user-space shaper's 30 Mbps PS link
+        # is, and drops), so a resend is a timeout that fired while a process was descheduled.
+        # The scenario's 50 ms RTO outlasts most such stalls: 0-0.8 % of the packets beside a
+        # busy core, against 8-20 % (and JCT up to 2x, in CI) with the 20 ms it had.
+        sent, resent = (sum(h["counters"].get(k, 0) for h in emu.raw["hosts"]) for k in ("sent", "resent"))
+        assert resent < 0.03 * sent, f"{resent} spurious resends of {sent} packets"
     sw = emu.raw["emulation"]["switches"]
     for name, st in sw.items():
         assert st["program"]["agg_packets"] > 0, (name, st["program"])
@@ -387,8 +393,8 @@ def test_grid_runs_its_policy_paths_with_results_multicast_once(shaper):
     busy_emu = set(links[links.tx_bytes_b > 20_000].apply(lambda r: (r.src, r.dst), axis=1))
     assert busy_sim == busy_emu, busy_sim ^ busy_emu
     if shaper == "tc":
-        # Up to the resends (20 ms timeouts on shared cores: a few % of a small allreduce). With
-        # the user-space shaper's one rate the PS's link is the bottleneck, and the simulator
+        # Nothing is resent, so the emulated links carry what the simulated ones do. With the
+        # user-space shaper's one rate the PS's link is the bottleneck, and the simulator
         # resends 10-40 % more there than the emulation (AIMD against a drop-tail queue).
         assert links[links.tx_bytes_a > 20_000].tx_bytes_rel.abs().max() < 0.10, links
     # Control packets from a switch reach their senders (those not answered meanwhile count).
