@@ -66,6 +66,42 @@ def _compact_table(text: list[str], numbers: list[str]) -> Table:
     return table
 
 
+def _column_chunks(header: list[str], cells: list[list[str]], width: int, keep: int = 1) -> list[list[int]]:
+    """Column indexes in groups whose tables fit `width` characters, each group led by the first
+    `keep` columns (the rows' names), as pandas wraps a wide frame: no column is ever cut."""
+    def need(i: int) -> int:  # a column's width and the two spaces between columns
+        return max([len(header[i])] + [len(row[i]) for row in cells]) + 2
+
+    lead = list(range(min(keep, len(header))))
+    chunks, current, used = [], [], sum(need(i) for i in lead)
+    for i in range(len(lead), len(header)):
+        if current and used + need(i) > width:
+            chunks.append(lead + current)
+            current, used = [], sum(need(j) for j in lead)
+        current.append(i)
+        used += need(i)
+    return chunks + [lead + current] if current or not chunks else chunks
+
+
+def _wide_table(rows: pd.DataFrame, console: Console) -> list[Table]:
+    """A frame too wide for the console as tables of column groups that fit (numbers
+    right-aligned, floats to 4 significant digits)."""
+    import pandas as pd
+
+    header = [str(c) for c in rows.columns]
+    numeric = [pd.api.types.is_numeric_dtype(rows[c]) and not pd.api.types.is_bool_dtype(rows[c]) for c in rows.columns]
+    cells = [[f"{v:.4g}" if isinstance(v, float) else str(v) for v in r] for r in rows.itertuples(index=False)]
+    tables = []
+    for chunk in _column_chunks(header, cells, console.width):
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+        for i in chunk:
+            table.add_column(header[i], no_wrap=True, justify="right" if numeric[i] else "left")
+        for r in cells:
+            table.add_row(*[r[i] for i in chunk])
+        tables.append(table)
+    return tables
+
+
 def _short(v: float) -> str:
     """A number in at most 6 characters, 4 significant digits where they fit (a table cell)."""
     if v >= 1000:
@@ -402,12 +438,9 @@ def reproduce(
         d.pop("writeup")
         print(json.dumps(d), flush=True)
         return
-    rows = outcome.rows
-    table = Table(*[str(c) for c in rows.columns])
-    for _, r in rows.iterrows():
-        table.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in r])
     out_console.print(f"[bold]{name}[/] ({outcome.paper} {outcome.figure}): {outcome.claim}", highlight=False)
-    out_console.print(table)
+    for table in _wide_table(outcome.rows, out_console):
+        out_console.print(table)
     out_console.print(f"tolerance: {outcome.tolerance}", highlight=False)
     if outcome.checks:
         out_console.print("checks: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in outcome.checks.items()), highlight=False)

@@ -119,6 +119,16 @@ def test_analyze_headlines_grid_feasible_rate_and_labels_the_lp_bound(narrow):
     assert schemes["atp"]["rate_gbps"] == pytest.approx(39 / 16)
 
 
+def test_a_reproductions_wide_table_wraps_into_column_groups_at_80_columns(tmp_path, narrow):
+    # grid-motivating-example's 8 columns need 121; each group repeats the scheme column.
+    r = runner.invoke(app, ["reproduce", "grid-motivating-example", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    fits_80_columns(r.stdout)
+    columns = json.loads((tmp_path / "grid-motivating-example.json").read_text())["rows"][0].keys()
+    headers = [line.split() for line in r.stdout.splitlines() if line.split()[:1] == ["scheme"]]
+    assert len(headers) >= 2 and sorted(sum((h[1:] for h in headers), ["scheme"])) == sorted(columns), headers
+
+
 def test_plan_grid_writes_the_feasible_rate_as_rate_gbps(tmp_path):
     out = tmp_path / "policy.json"
     r = runner.invoke(app, ["plan", "grid", "grid-fig1", "--out", str(out)])
