@@ -392,7 +392,7 @@ def reproduce(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result (with all: the report's summary) as one JSON line last on stdout.")] = False,
     out: Annotated[Path, typer.Option("--out", help="Where to write NAME.md (the write-up), NAME.png, NAME.csv (the rows) and NAME.json.")] = Path("out"),
     update_docs: Annotated[bool, typer.Option("--update-docs", help="Also refresh the committed write-up docs/reproductions/NAME.md of the source checkout "
-                                              "(the whole file, hand-written parts included: review with git diff). Refused when inalab "
+                                              "(the whole file, except what follows its hand-written marker line: review with git diff). Refused when inalab "
                                               "does not run from a source checkout. Default: docs are never written.")] = False,
     report: Annotated[Optional[Path], typer.Option("--report", help="Write one self-contained HTML page, DIR/index.html, and DIR/report.json of the "
                                                     "reproductions run (default with all: OUT/report; with a NAME: none).")] = None,
@@ -401,7 +401,7 @@ def reproduce(
 ) -> None:
     """Run a paper reproduction: its table, claim, tolerance and whether it holds; writes OUT/NAME.md,
     .png, .csv and .json (never the docs, unless --update-docs). NAME all runs every one into a report."""
-    from .reproduce import REPRODUCTIONS, run_one, source_docs_dir, write_outcome
+    from .reproduce import REPRODUCTIONS, run_one, source_docs_dir, update_docs as write_docs, write_outcome
 
     def usage(option: str, message: str) -> typer.Exit:
         err_console.print(f"error: {option}: {message}", markup=False, highlight=False, soft_wrap=True)
@@ -426,8 +426,7 @@ def reproduce(
         raise _config_exit(e) from None
     files = write_outcome(outcome, out)
     if docs is not None:
-        outcome.files["docs"] = docs / f"{name}.md"
-        outcome.files["docs"].write_text(outcome.writeup)
+        write_docs(outcome, docs)
     if report is not None:
         from .reproduce.report import entry, write_report
 

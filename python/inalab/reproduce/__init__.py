@@ -118,6 +118,24 @@ def write_outcome(outcome: Outcome, out: Path) -> dict:
     return files
 
 
+# A committed write-up may end with notes written by hand (what a run taught, earlier runs):
+# everything from this line on is carried over when --update-docs regenerates the file.
+HAND_WRITTEN = "<!-- written by hand from here on: inalab reproduce --update-docs keeps it -->"
+
+
+def update_docs(outcome: Outcome, docs: Path) -> Path:
+    """Writes DOCS/NAME.md: the new write-up, then the old file's part from :data:`HAND_WRITTEN`
+    on (if it has one); records it in ``outcome.files["docs"]``."""
+    docs = Path(docs)
+    docs.mkdir(parents=True, exist_ok=True)
+    path = docs / f"{outcome.name}.md"
+    old = path.read_text() if path.exists() else ""
+    kept = old[old.index(HAND_WRITTEN):] if HAND_WRITTEN in old else ""
+    path.write_text(outcome.writeup + ("\n" + kept if kept else ""))
+    outcome.files["docs"] = path
+    return path
+
+
 def source_docs_dir() -> Path:
     """The committed write-ups' folder (DOCS_DIR), if this package runs from a source checkout."""
     if not (DOCS_DIR.is_dir() and (DOCS_DIR / "README.md").is_file()):
@@ -135,9 +153,7 @@ def reproduce(name: str, progress: Optional[Progress] = None, out: Optional[Path
     outcome = run_one(name, progress)
     write_outcome(outcome, Path("out") if out is None else Path(out))
     if docs is not None:
-        Path(docs).mkdir(parents=True, exist_ok=True)
-        outcome.files["docs"] = Path(docs) / f"{name}.md"
-        outcome.files["docs"].write_text(outcome.writeup)
+        update_docs(outcome, docs)
     f = outcome.files
     return {"name": name, "paper": outcome.paper, "figure": outcome.figure, "claim": outcome.claim,
             "tolerance": outcome.tolerance, "rows": outcome.rows, "holds": outcome.holds, "checks": outcome.checks,

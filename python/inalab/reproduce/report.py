@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import DOCS_DIR, REPRODUCTIONS, get, paper_of, run_one, write_outcome
+from . import DOCS_DIR, REPRODUCTIONS, get, paper_of, run_one, update_docs, write_outcome
 
 # (name, message): a child's progress line, read by the parent between results.
 _QUEUE = None
@@ -52,9 +52,7 @@ def _run_entry(name: str, out: Path, docs: Optional[Path], progress) -> dict:
         outcome = run_one(name, progress)
         write_outcome(outcome, out)
         if docs is not None:
-            docs.mkdir(parents=True, exist_ok=True)
-            outcome.files["docs"] = docs / f"{name}.md"
-            outcome.files["docs"].write_text(outcome.writeup)
+            update_docs(outcome, docs)
         return entry(outcome)
     except Exception as e:  # one reproduction's failure is a row of the report, not its end
         rep = get(name)
