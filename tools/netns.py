@@ -8,7 +8,9 @@
 Namespaces: ``<prefix>-sw`` (the switch) and ``<prefix>-<host>`` per host. Host ``i`` (from 1,
 in the order given) is linked to the switch by a veth pair on its own /24, ``10.77.<i>.0/24``:
 ``eth0`` = ``10.77.<i>.2`` in the host's namespace, ``h-<host>`` = ``10.77.<i>.1`` in the switch's.
-Links and ``lo`` are up; MTU is veth's default, 1500. There is no IP forwarding, so hosts reach
+Links and ``lo`` are up; MTU is veth's default, 1500. A prefix from :func:`unique_prefix` names
+the process that made it, so that ``up()`` removes the namespaces of a run that was killed
+before its ``down()`` (whose pid is gone), saying so. There is no IP forwarding, so hosts reach
 only the switch's namespace: everything between workers and the PS goes through the switch
 process. Used by ``python/tests/test_netns.py``.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,6 +28,28 @@ from typing import Optional, Sequence
 
 SUBNET = "10.77"
 TIMEOUT_S = 10
+
+
+# unique_prefix's names: letters, the owner's pid, "x" and 4 hex digits.
+_OWNED = re.compile(r"^([a-z]+)(\d+)x[0-9a-f]{4}-")
+
+
+def unique_prefix(letters: str) -> str:
+    """A prefix no other run uses, naming this process (see :func:`remove_stale`)."""
+    return f"{letters}{os.getpid()}x{uuid.uuid4().hex[:4]}"
+
+
+def remove_stale() -> list[str]:
+    """Deletes namespaces named by :func:`unique_prefix` whose process is gone; returns them."""
+    gone = []
+    for name in _ip("netns", "list").stdout.split():
+        m = _OWNED.match(name)
+        if m and not os.path.exists(f"/proc/{m.group(2)}"):
+            _ip("netns", "del", name, check=False)
+            gone.append(name)
+    if gone:
+        print(f"netns: removed {len(gone)} namespaces left by a killed run: {', '.join(gone)}", file=sys.stderr)
+    return gone
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -99,6 +124,7 @@ class Star:
         return ["ip", "netns", "exec", self.ns(host), *argv]
 
     def up(self) -> "Star":
+        remove_stale()
         existing = set(_ip("netns", "list").stdout.split())
         for name in [self.switch_ns] + [self.ns(h) for h in self.hosts]:
             if name in existing:  # left by a dead run with the same prefix

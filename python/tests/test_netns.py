@@ -15,7 +15,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
 import warnings
 from pathlib import Path
 
@@ -176,13 +175,28 @@ def topo():
         print(f"\nskipping the network-namespace test: {why}")
         pytest.skip(why)
     # Unique per run (pid + random), so parallel runs do not clash; ports are per namespace.
-    star = netns.Star(f"ina{os.getpid()}{uuid.uuid4().hex[:4]}", ["ps", *WORKERS])
+    star = netns.Star(netns.unique_prefix("ina"), ["ps", *WORKERS])
     try:
         star.up()
         yield star
     finally:
         errors = star.down()  # also after a half-built topology
     assert not errors, errors
+
+
+def test_a_killed_runs_namespaces_are_removed_by_the_next_run_and_a_live_ones_kept(topo):
+    dead_pid = next(p for p in range(4_000_000, 4_100_000) if not os.path.exists(f"/proc/{p}"))
+    dead = f"ina{dead_pid}x0a1b-sw"  # what a run killed before its down() leaves
+    netns._ip("netns", "add", dead)
+    other = netns.Star(netns.unique_prefix("ina"), ["solo"])
+    try:
+        other.up()
+        names = netns._ip("netns", "list").stdout.split()
+        assert dead not in names
+        assert topo.switch_ns in names and other.switch_ns in names  # live runs' namespaces stay
+    finally:
+        assert not other.down()
+        netns._ip("netns", "del", dead, check=False)
 
 
 @pytest.fixture

@@ -27,7 +27,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -128,7 +127,7 @@ def topo():
     if why:
         print(f"\nskipping the network-namespace attack suite: {why}")
         pytest.skip(why)
-    star = netns.Star(f"inx{os.getpid()}{uuid.uuid4().hex[:4]}", [*WORKERS, "evil"])
+    star = netns.Star(netns.unique_prefix("inx"), [*WORKERS, "evil"])
     try:
         star.up()
         yield star
