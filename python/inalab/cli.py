@@ -54,6 +54,11 @@ PcapWindowOpt = Annotated[Optional[str], typer.Option(
     "--pcap-window", help="START,END: only packets leaving their port in this window (durations, e.g. 0,5ms). Default: the whole run.")]
 
 
+def _said(message: str) -> None:
+    """A line on stderr that names files: never wrapped, so that a path stays whole to copy."""
+    err_console.print(message, highlight=False, soft_wrap=True)
+
+
 def _compact_table(text: list[str], numbers: list[str]) -> Table:
     """A table that fits 80 columns: no vertical rules, text columns first (folded, never cut
     with an ellipsis, when a cell is too long), then right-aligned number columns that never wrap
@@ -112,7 +117,7 @@ def _short(v: float) -> str:
 def _report(result: Result, as_json: bool, out: Optional[Path]) -> None:
     if out is not None:
         for path in result.save(out):
-            err_console.print(f"wrote {path}", highlight=False)
+            _said(f"wrote {path}")
     if as_json:
         print(json.dumps(result.summary()), flush=True)
         return
@@ -172,7 +177,7 @@ def simulate(
         raise typer.Exit(EXIT_CONFIG)
     result = _run(scenario, seed, as_json, capture)
     for c in result.raw.get("captures") or []:
-        err_console.print(f"wrote {c['path']} ({c['packets']:,} packets)", highlight=False)
+        _said(f"wrote {c['path']} ({c['packets']:,} packets)")
     _report(result, as_json, out)
 
 
@@ -291,7 +296,7 @@ def demo(
         description = tomllib.load(f).get("description")
     figure = demo_figure(result, out / "demo.png", title=f"demo: {description}" if description else None)
     _report(result, as_json, out)
-    err_console.print(f"wrote {figure}", highlight=False)
+    _said(f"wrote {figure}")
 
 
 @app.command()
@@ -380,8 +385,7 @@ def plan(
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text + "\n")
         p = policy.policy()
-        err_console.print(f"wrote {out}: rate {p['rate_gbps']:.5g} Gbps per worker (LP bound {p['lp_rate_gbps']:.5g})",
-                          highlight=False)
+        _said(f"wrote {out}: rate {p['rate_gbps']:.5g} Gbps per worker (LP bound {p['lp_rate_gbps']:.5g})")
     else:
         print(text, flush=True)
 
@@ -444,8 +448,7 @@ def reproduce(
     if outcome.checks:
         out_console.print("checks: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in outcome.checks.items()), highlight=False)
     out_console.print(f"holds: {'yes' if outcome.holds else 'no'}")
-    err_console.print("wrote " + ", ".join(str(f) for k, f in outcome.files.items() if k != "json") + f" and {files['json']}",
-                      highlight=False, soft_wrap=True)
+    _said("wrote " + ", ".join(str(f) for k, f in outcome.files.items() if k != "json") + f" and {files['json']}")
 
 
 def _reproduce_all(only: Optional[str], out: Path, report_dir: Path, docs: Optional[Path], jobs: Optional[int],
@@ -517,7 +520,7 @@ def _reproduce_all(only: Optional[str], out: Path, report_dir: Path, docs: Optio
         out_console.print(table)
         s = rep["summary"]
         out_console.print(f"{s['hold']} of {s['reproductions']} hold, {s['do_not_hold']} do not, {s['errors']} failed; "
-                          f"{rep['wall_s']:.0f} s; wrote {summary['report']} and {summary['json']}", highlight=False)
+                          f"{rep['wall_s']:.0f} s; wrote {summary['report']} and {summary['json']}", highlight=False, soft_wrap=True)
     if rep["summary"]["errors"]:
         raise typer.Exit(1)
 

@@ -427,7 +427,12 @@ def test_atp_on_fig1_is_paced_by_s1s_processing_capacity(namespaces):
     floor = s1["program"]["aggregated"] * wire * 8 / 90e6
     link_only = 2 * 256 * 1024 * wire / 256 * 8 / 30e6  # a worker's own link, were S1 unlimited
     assert floor > 1.2 * link_only and e.jct_s >= floor, (e.jct_s, floor, link_only)
-    assert s1["ecn_marked"] > 0, s1
+    # The FIFO queued, and marked if it held more than its threshold (whether it did depends
+    # on how bursty the workers' processes were: one CI run saw no mark; marking itself is
+    # checked in crates/inalab-net/tests/fabric.rs).
+    fifo = s1["processing"]
+    assert fifo["rate_bps"] == 90e6 and fifo["peak_bytes"] > 0, fifo
+    assert s1["ecn_marked"] > 0 or fifo["peak_bytes"] <= fifo["ecn_threshold_bytes"], (s1["ecn_marked"], fifo)
     for name, st in sw.items():
         assert st["aggregators_in_use"] == 0 and st["processing_drops"] == 0 and st["no_route"] == 0, (name, st)
     assert abs(e.jct_s / sim.jobs.jct_s[0] - 1) < JCT_TOLERANCE

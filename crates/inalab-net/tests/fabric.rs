@@ -400,9 +400,12 @@ fn processing_capacity_paces_what_a_switch_aggregates_and_marks_its_queue() {
     let floor = aggregated as f64 * (256 + 42) as f64 * 8.0 / rate_bps as f64;
     assert!(elapsed >= floor, "{elapsed:.3} s for {aggregated} packets at {rate_bps} b/s (at least {floor:.3} s): {s1}");
     assert!(s1["ecn_marked"].as_u64().unwrap() > 0, "{s1}");
+    let peak = s1["processing"]["peak_bytes"].as_u64().unwrap();
+    assert!(peak > 8_000 && peak <= 32_000, "the queue passed its threshold, within its buffer: {s1}");
     // S2 has no capacity set.
     let s2 = switches[1].stats();
     assert_eq!(s2["processing_drops"].as_u64(), Some(0), "{s2}");
+    assert!(s2["processing"].is_null(), "{s2}");
     for st in [&s1, &s2] {
         assert_eq!(st["aggregators_in_use"].as_u64(), Some(0), "{st}");
     }

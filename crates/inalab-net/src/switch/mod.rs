@@ -278,6 +278,9 @@ struct Counters {
     multicast_copies: u64,
     /// Packets a full processing queue refused ([`Processing`]).
     processing_drops: u64,
+    /// The most bytes a packet found waiting in the processing queue (ECN marks come past
+    /// the threshold, so this says whether none was due).
+    processing_peak_bytes: u64,
     /// Datagrams without a valid tag, by reason: `short`, `no_key` (no admitted job's key for
     /// the job the header names, or no job at all), `bad_tag`.
     forged: BTreeMap<&'static str, u64>,
@@ -591,6 +594,7 @@ impl DataPlane {
         let mut ready = None;
         if let Some((cap, fifo)) = self.processing.as_mut().filter(|_| self.program.processes(&ctx, port, &pkt)) {
             let backlog = fifo.backlog_bytes(now);
+            self.c.processing_peak_bytes = self.c.processing_peak_bytes.max(backlog);
             if backlog + bytes.len() as u64 + WIRE_OVERHEAD_BYTES > cap.buffer_bytes {
                 self.c.processing_drops += 1;
                 return;
@@ -824,6 +828,8 @@ impl DataPlane {
             "unknown_source": c.unknown_source, "spoofed": c.spoofed, "unadmitted": c.unadmitted,
             "no_route": c.no_route, "dead_port": c.dead_port, "link_down": c.link_down, "injected_drops": c.injected_drops, "ecn_marked": c.ecn_marked,
             "multicast_copies": c.multicast_copies, "processing_drops": c.processing_drops,
+            "processing": self.processing.as_ref().map(|(cap, _)| json!({"rate_bps": cap.rate_bps, "buffer_bytes": cap.buffer_bytes,
+                "ecn_threshold_bytes": cap.ecn_threshold_bytes, "peak_bytes": c.processing_peak_bytes})),
             "forged": c.forged, "unsealed": c.unsealed, "outside_job": c.outside_job,
             "program_drops": c.program_drops, "last_malformed": c.last_malformed,
             "program": program,
