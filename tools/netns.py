@@ -30,12 +30,15 @@ SUBNET = "10.77"
 TIMEOUT_S = 10
 
 
-# unique_prefix's names: letters, the owner's pid, "x" and 4 hex digits.
-_OWNED = re.compile(r"^([a-z]+)(\d+)x[0-9a-f]{4}-")
+# unique_prefix's names: "in" and letters, the owner's pid, "x" and 4 hex digits (nothing else
+# on the machine is touched).
+_OWNED = re.compile(r"^(in[a-z]*)(\d+)x[0-9a-f]{4}-")
 
 
 def unique_prefix(letters: str) -> str:
     """A prefix no other run uses, naming this process (see :func:`remove_stale`)."""
+    if not re.fullmatch(r"in[a-z]*", letters):
+        raise ValueError(f"letters: lower-case letters starting with 'in', got {letters!r}")
     return f"{letters}{os.getpid()}x{uuid.uuid4().hex[:4]}"
 
 
