@@ -100,6 +100,8 @@ pub const PIECE_VALUES: usize = 65_536;
 struct Pieces {
     outer: u64,
     attrs: TensorAttrs,
+    /// The tensor, then its sum: a piece's values are converted and submitted before its sum
+    /// comes back into their place (no second tensor-sized buffer to allocate and zero).
     values: Vec<f32>,
     /// The world size and exponent the values are converted with.
     n: u32,
@@ -108,7 +110,6 @@ struct Pieces {
     sent: usize,
     /// Pieces submitted whose sum has not come back.
     open: usize,
-    sum: Vec<f32>,
     /// Why the sum is no result (a non-finite value in it), if it is not.
     broken: Option<String>,
 }
@@ -234,8 +235,9 @@ impl Quantized {
         let Some(p) = self.pieces.get_mut(&outer) else { return };
         p.open -= 1;
         match data {
-            Some(Payload::I32(sum)) if start + sum.len() <= p.sum.len() => {
-                let out = &mut p.sum[start..start + sum.len()];
+            // Only into pieces already sent (their values are no longer needed).
+            Some(Payload::I32(sum)) if start + sum.len() <= p.sent => {
+                let out = &mut p.values[start..start + sum.len()];
                 from_fixed_into(&sum, switchml_scale(p.n, p.e_max), out);
                 if p.broken.is_none() {
                     p.broken = non_finite_sum(out, start);
@@ -247,7 +249,7 @@ impl Quantized {
             let p = self.pieces.remove(&outer).expect("present");
             match p.broken {
                 Some(reason) => self.reject(outer, reason),
-                None => self.events.push_back(HostEvent::Done { id: outer, data: Some(Payload::F32(p.sum)) }),
+                None => self.events.push_back(HostEvent::Done { id: outer, data: Some(Payload::F32(p.values)) }),
             }
         }
     }
@@ -335,8 +337,7 @@ impl Quantized {
                                 Some(Payload::I32(sum)) => (sum.iter().copied().max().unwrap_or(EXP_BIAS) - EXP_BIAS).clamp(ZERO_BLOCK_EXPONENT as i32, 128) as i16,
                                 _ => ZERO_BLOCK_EXPONENT,
                             };
-                            let sum = vec![0.0; v.len()];
-                            let p = Pieces { outer, attrs, values: v, n: self.world as u32, e_max, sent: 0, open: 0, sum, broken: None };
+                            let p = Pieces { outer, attrs, values: v, n: self.world as u32, e_max, sent: 0, open: 0, broken: None };
                             self.pieces.insert(outer, p);
                             // The first piece now; the others when the protocol asks for more.
                             self.send_piece(now);
@@ -452,13 +453,16 @@ mod tests {
         events: VecDeque<HostEvent>,
         /// What the network multiplies by: 2 by default; 1 is a one-worker job.
         times: i32,
+        /// Multiply only requests of more than one value: a one-worker job's exponent rounds
+        /// (one value) pass, and its data come back changed (not mistaken for what was sent).
+        data_only: bool,
         /// Values per request, in submission order (shared with the test).
         sizes: std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
     }
 
     impl Default for Doubler {
         fn default() -> Self {
-            Doubler { seen: vec![], events: VecDeque::new(), times: 2, sizes: Default::default() }
+            Doubler { seen: vec![], events: VecDeque::new(), times: 2, data_only: false, sizes: Default::default() }
         }
     }
 
@@ -469,6 +473,7 @@ mod tests {
         fn submit(&mut self, _now: Time, req: AppRequest) {
             let AppRequest::Allreduce { id, data, .. } = req else { return };
             let sum = match &data {
+                Some(Payload::I32(v)) if self.data_only && v.len() == 1 => Some(Payload::I32(v.clone())),
                 Some(Payload::I32(v)) => Some(Payload::I32(v.iter().map(|x| x.wrapping_mul(self.times)).collect())),
                 Some(_) => return self.events.push_back(HostEvent::Rejected { id, reason: "i32 only".into() }),
                 None => None,
@@ -526,10 +531,11 @@ mod tests {
 
     /// An agreed-exponent tensor goes to the protocol in pieces, the later ones only when the
     /// protocol asks for packets; the next tensor's exponent round follows the last piece, and
-    /// the sums come back whole, within the bound.
+    /// the sums come back whole, within the bound. The "network" negates the data, so a
+    /// piece whose sum never came back into the tensor's buffer would show.
     #[test]
     fn an_agreed_exponent_tensor_goes_out_in_pieces_and_comes_back_whole() {
-        let inner = Doubler { times: 1, ..Doubler::default() };
+        let inner = Doubler { times: -1, data_only: true, ..Doubler::default() };
         let sizes = inner.sizes.clone();
         let mut q = Quantized::new(Box::new(inner), Quantization::AgreedExponent, 0, 1);
         let n = 2 * super::PIECE_VALUES + 3;
@@ -552,9 +558,9 @@ mod tests {
         match &done[..] {
             [HostEvent::Done { id: 1, data: Some(Payload::F32(sa)) }, HostEvent::Done { id: 2, data: Some(Payload::F32(sb)) }] => {
                 assert_eq!((sa.len(), sb.len()), (n, 10));
-                let err = a.iter().zip(sa).map(|(x, y)| (x - y).abs() as f64).fold(0.0, f64::max);
+                let err = a.iter().zip(sa).map(|(x, y)| (x + y).abs() as f64).fold(0.0, f64::max);
                 assert!(err <= bound && err > 0.0, "error {err} against bound {bound}");
-                assert_eq!(sb, &b);
+                assert_eq!(sb, &b.iter().map(|x| -x).collect::<Vec<_>>());
             }
             other => panic!("{other:?}"),
         }
