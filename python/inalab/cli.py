@@ -56,7 +56,7 @@ PcapWindowOpt = Annotated[Optional[str], typer.Option(
 
 def _said(message: str) -> None:
     """A line on stderr that names files: never wrapped, so that a path stays whole to copy."""
-    err_console.print(message, highlight=False, soft_wrap=True)
+    err_console.print(message, markup=False, highlight=False, soft_wrap=True)
 
 
 def _compact_table(text: list[str], numbers: list[str]) -> Table:
@@ -73,9 +73,12 @@ def _compact_table(text: list[str], numbers: list[str]) -> Table:
 
 def _column_chunks(header: list[str], cells: list[list[str]], width: int, keep: int = 1) -> list[list[int]]:
     """Column indexes in groups whose tables fit `width` characters, each group led by the first
-    `keep` columns (the rows' names), as pandas wraps a wide frame: no column is ever cut."""
-    def need(i: int) -> int:  # a column's width and the two spaces between columns
-        return max([len(header[i])] + [len(row[i]) for row in cells]) + 2
+    `keep` columns (the rows' names), as pandas wraps a wide frame. A column too wide for any
+    group gets one of its own (and its cells fold)."""
+    from rich.cells import cell_len
+
+    def need(i: int) -> int:  # a column's width on screen and the two spaces between columns
+        return max([cell_len(header[i])] + [cell_len(row[i]) for row in cells]) + 2
 
     lead = list(range(min(keep, len(header))))
     chunks, current, used = [], [], sum(need(i) for i in lead)
@@ -90,8 +93,10 @@ def _column_chunks(header: list[str], cells: list[list[str]], width: int, keep: 
 
 def _wide_table(rows: pd.DataFrame, console: Console) -> list[Table]:
     """A frame too wide for the console as tables of column groups that fit (numbers
-    right-aligned, floats to 4 significant digits)."""
+    right-aligned, floats to 4 significant digits; text is never read as markup, and a cell
+    wider than the console folds rather than being cut)."""
     import pandas as pd
+    from rich.text import Text
 
     header = [str(c) for c in rows.columns]
     numeric = [pd.api.types.is_numeric_dtype(rows[c]) and not pd.api.types.is_bool_dtype(rows[c]) for c in rows.columns]
@@ -100,9 +105,9 @@ def _wide_table(rows: pd.DataFrame, console: Console) -> list[Table]:
     for chunk in _column_chunks(header, cells, console.width):
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
         for i in chunk:
-            table.add_column(header[i], no_wrap=True, justify="right" if numeric[i] else "left")
+            table.add_column(Text(header[i]), overflow="fold", justify="right" if numeric[i] else "left")
         for r in cells:
-            table.add_row(*[r[i] for i in chunk])
+            table.add_row(*[Text(r[i]) for i in chunk])
         tables.append(table)
     return tables
 
@@ -520,7 +525,8 @@ def _reproduce_all(only: Optional[str], out: Path, report_dir: Path, docs: Optio
         out_console.print(table)
         s = rep["summary"]
         out_console.print(f"{s['hold']} of {s['reproductions']} hold, {s['do_not_hold']} do not, {s['errors']} failed; "
-                          f"{rep['wall_s']:.0f} s; wrote {summary['report']} and {summary['json']}", highlight=False, soft_wrap=True)
+                          f"{rep['wall_s']:.0f} s; wrote {summary['report']} and {summary['json']}", markup=False, highlight=False,
+                          soft_wrap=True)
     if rep["summary"]["errors"]:
         raise typer.Exit(1)
 

@@ -119,8 +119,21 @@ def test_analyze_headlines_grid_feasible_rate_and_labels_the_lp_bound(narrow):
     assert schemes["atp"]["rate_gbps"] == pytest.approx(39 / 16)
 
 
+def test_wide_tables_fold_what_no_group_fits_and_never_read_cells_as_markup():
+    import pandas as pd
+
+    rows = pd.DataFrame({"name": ["grid-long-name", "[x] b"], "rate": [1.5, 2.0], "note": ["x" * 100, "y"]})
+    console = Console(width=40, record=True)
+    for table in cli._wide_table(rows, console):
+        console.print(table)
+    text = console.export_text()
+    fits = [len(line.rstrip()) <= 40 for line in text.splitlines()]
+    assert all(fits) and "…" not in text and "[x] b" in text, text
+    assert "".join(line.split()[-1] for line in text.splitlines() if "xxx" in line) == "x" * 100, text
+
+
 def test_a_reproductions_wide_table_wraps_into_column_groups_at_80_columns(tmp_path, narrow):
-    # grid-motivating-example's 8 columns need 121; each group repeats the scheme column.
+    # grid-motivating-example's 8 columns need 161; each group repeats the scheme column.
     r = runner.invoke(app, ["reproduce", "grid-motivating-example", "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
     fits_80_columns(r.stdout)

@@ -367,9 +367,10 @@ def test_grid_runs_its_policy_paths_with_results_multicast_once(shaper):
         # Nothing is lost (no link is oversubscribed; the user-space shaper's 30 Mbps PS link
         # is, and drops), so a resend is a timeout that fired while a process was descheduled.
         # The scenario's 50 ms RTO outlasts most such stalls: 0-0.8 % of the packets beside a
-        # busy core, against 8-20 % (and JCT up to 2x, in CI) with the 20 ms it had.
+        # busy core, against 8-20 % (and JCT up to 2x, in CI) with the 20 ms it had. The bound
+        # leaves room for a stall that resends a whole window.
         sent, resent = (sum(h["counters"].get(k, 0) for h in emu.raw["hosts"]) for k in ("sent", "resent"))
-        assert resent < 0.03 * sent, f"{resent} spurious resends of {sent} packets"
+        assert resent < 0.10 * sent, f"{resent} spurious resends of {sent} packets"
     sw = emu.raw["emulation"]["switches"]
     for name, st in sw.items():
         assert st["program"]["agg_packets"] > 0, (name, st["program"])

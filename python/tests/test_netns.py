@@ -194,6 +194,7 @@ def test_a_killed_runs_namespaces_are_removed_by_the_next_run_and_a_live_ones_ke
         names = netns._ip("netns", "list").stdout.split()
         assert dead not in names
         assert topo.switch_ns in names and other.switch_ns in names  # live runs' namespaces stay
+        assert netns._OWNED.match(other.switch_ns), "unique_prefix's names are the ones removed when stale"
     finally:
         assert not other.down()
         netns._ip("netns", "del", dead, check=False)

@@ -235,15 +235,15 @@ impl Quantized {
         let Some(p) = self.pieces.get_mut(&outer) else { return };
         p.open -= 1;
         match data {
-            // Only into pieces already sent (their values are no longer needed).
-            Some(Payload::I32(sum)) if start + sum.len() <= p.sent => {
+            // Only into a piece already sent (its values are no longer needed), and whole.
+            Some(Payload::I32(sum)) if start + sum.len() <= p.sent && sum.len() == PIECE_VALUES.min(p.values.len().saturating_sub(start)) => {
                 let out = &mut p.values[start..start + sum.len()];
                 from_fixed_into(&sum, switchml_scale(p.n, p.e_max), out);
                 if p.broken.is_none() {
                     p.broken = non_finite_sum(out, start);
                 }
             }
-            _ => p.broken = Some("a piece's sum came back without its int32 values".into()),
+            _ => p.broken = Some(format!("the sum of the piece at value {start} came back without its int32 values")),
         }
         if p.open == 0 && p.done_sending() {
             let p = self.pieces.remove(&outer).expect("present");
@@ -456,13 +456,15 @@ mod tests {
         /// Multiply only requests of more than one value: a one-worker job's exponent rounds
         /// (one value) pass, and its data come back changed (not mistaken for what was sent).
         data_only: bool,
+        /// Return data sums one value short (a garbled result).
+        short: bool,
         /// Values per request, in submission order (shared with the test).
         sizes: std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
     }
 
     impl Default for Doubler {
         fn default() -> Self {
-            Doubler { seen: vec![], events: VecDeque::new(), times: 2, data_only: false, sizes: Default::default() }
+            Doubler { seen: vec![], events: VecDeque::new(), times: 2, data_only: false, short: false, sizes: Default::default() }
         }
     }
 
@@ -474,7 +476,7 @@ mod tests {
             let AppRequest::Allreduce { id, data, .. } = req else { return };
             let sum = match &data {
                 Some(Payload::I32(v)) if self.data_only && v.len() == 1 => Some(Payload::I32(v.clone())),
-                Some(Payload::I32(v)) => Some(Payload::I32(v.iter().map(|x| x.wrapping_mul(self.times)).collect())),
+                Some(Payload::I32(v)) => Some(Payload::I32(v.iter().map(|x| x.wrapping_mul(self.times)).take(v.len() - self.short as usize).collect())),
                 Some(_) => return self.events.push_back(HostEvent::Rejected { id, reason: "i32 only".into() }),
                 None => None,
             };
@@ -563,6 +565,16 @@ mod tests {
                 assert_eq!(sb, &b.iter().map(|x| -x).collect::<Vec<_>>());
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_piece_whose_sum_comes_back_short_fails_the_tensor() {
+        let inner = Doubler { times: -1, data_only: true, short: true, ..Doubler::default() };
+        let mut q = Quantized::new(Box::new(inner), Quantization::AgreedExponent, 0, 1);
+        match allreduce(&mut q, 3, Payload::F32(vec![0.5; 10])) {
+            HostEvent::Rejected { id: 3, reason } => assert!(reason.contains("piece at value 0"), "{reason}"),
+            e => panic!("{e:?}"),
         }
     }
 

@@ -278,8 +278,8 @@ struct Counters {
     multicast_copies: u64,
     /// Packets a full processing queue refused ([`Processing`]).
     processing_drops: u64,
-    /// The most bytes a packet found waiting in the processing queue (ECN marks come past
-    /// the threshold, so this says whether none was due).
+    /// The most bytes a packet admitted to the processing queue found waiting there (ECN
+    /// marks come past the threshold, so this says whether none was due).
     processing_peak_bytes: u64,
     /// Datagrams without a valid tag, by reason: `short`, `no_key` (no admitted job's key for
     /// the job the header names, or no job at all), `bad_tag`.
@@ -594,11 +594,11 @@ impl DataPlane {
         let mut ready = None;
         if let Some((cap, fifo)) = self.processing.as_mut().filter(|_| self.program.processes(&ctx, port, &pkt)) {
             let backlog = fifo.backlog_bytes(now);
-            self.c.processing_peak_bytes = self.c.processing_peak_bytes.max(backlog);
             if backlog + bytes.len() as u64 + WIRE_OVERHEAD_BYTES > cap.buffer_bytes {
                 self.c.processing_drops += 1;
                 return;
             }
+            self.c.processing_peak_bytes = self.c.processing_peak_bytes.max(backlog);
             congested |= backlog > cap.ecn_threshold_bytes;
             ready = Some(fifo.admit(now, bytes.len()));
         }
