@@ -243,7 +243,7 @@ impl Quantized {
                     p.broken = non_finite_sum(out, start);
                 }
             }
-            _ => p.broken = Some(format!("the sum of the piece at value {start} came back without its int32 values")),
+            _ => p.broken = Some(format!("the sum of the piece at value {start} came back without its int32 values, or short of them")),
         }
         if p.open == 0 && p.done_sending() {
             let p = self.pieces.remove(&outer).expect("present");
