@@ -45,6 +45,18 @@ local HEADER_KINDS = { [0] = "Raw", [1] = "Transport", [2] = "ATP", [3] = "Switc
 local PAYLOAD_KINDS = { [0] = "none", [1] = "i32", [2] = "f32" }
 
 local F = {}
+
+-- A header's flag bits: { mask, name, label } each, as { mask, name, field } with the field
+-- `inalab.<scheme>.flags.<name>` (dashes as underscores) registered with the protocol.
+local function flag_bits(scheme, bits)
+    local out = {}
+    for _, b in ipairs(bits) do
+        local field = ProtoField.bool("inalab." .. scheme .. ".flags." .. b[2]:gsub("-", "_"), b[3], 8, nil, b[1])
+        F[#F + 1] = field
+        out[#out + 1] = { b[1], b[2], field }
+    end
+    return out
+end
 -- Envelope.
 F.magic = ProtoField.uint16("inalab.magic", "Magic", base.HEX)
 F.version = ProtoField.uint8("inalab.version", "Version")
@@ -93,15 +105,15 @@ F.atp_fan_in0 = ProtoField.uint8("inalab.atp.fan_in0", "Fan-in 0")
 F.atp_fan_in1 = ProtoField.uint8("inalab.atp.fan_in1", "Fan-in 1")
 F.atp_esi = ProtoField.uint8("inalab.atp.esi", "Edge switch identifier", base.DEC, ATP_ESI)
 F.atp_flags = ProtoField.uint8("inalab.atp.flags", "Flags", base.HEX)
-local ATP_FLAGS = {
-    { 0x01, "resend", ProtoField.bool("inalab.atp.flags.resend", "Resend", 8, nil, 0x01) },
-    { 0x02, "ecn", ProtoField.bool("inalab.atp.flags.ecn", "ECN", 8, nil, 0x02) },
-    { 0x04, "collision", ProtoField.bool("inalab.atp.flags.collision", "Collision", 8, nil, 0x04) },
-    { 0x08, "ack", ProtoField.bool("inalab.atp.flags.ack", "ACK (parameter packet)", 8, nil, 0x08) },
-    { 0x10, "overflow", ProtoField.bool("inalab.atp.flags.overflow", "Overflow", 8, nil, 0x10) },
-    { 0x20, "float", ProtoField.bool("inalab.atp.flags.float", "Float payload", 8, nil, 0x20) },
-    { 0x40, "rehash", ProtoField.bool("inalab.atp.flags.rehash", "Rehash (new index in bitmap 0)", 8, nil, 0x40) },
-}
+local ATP_FLAGS = flag_bits("atp", {
+    { 0x01, "resend", "Resend" },
+    { 0x02, "ecn", "ECN" },
+    { 0x04, "collision", "Collision" },
+    { 0x08, "ack", "ACK (parameter packet)" },
+    { 0x10, "overflow", "Overflow" },
+    { 0x20, "float", "Float payload" },
+    { 0x40, "rehash", "Rehash (new index in bitmap 0)" },
+})
 
 -- SwitchML (3).
 F.sml_job = ProtoField.uint32("inalab.switchml.job", "Job")
@@ -110,10 +122,10 @@ F.sml_chunk = ProtoField.uint32("inalab.switchml.chunk", "Chunk")
 F.sml_wid = ProtoField.uint16("inalab.switchml.wid", "Worker id")
 F.sml_ver = ProtoField.uint8("inalab.switchml.ver", "Slot version (shadow copy)")
 F.sml_flags = ProtoField.uint8("inalab.switchml.flags", "Flags", base.HEX)
-local SML_FLAGS = {
-    { 0x01, "result", ProtoField.bool("inalab.switchml.flags.result", "Result", 8, nil, 0x01) },
-    { 0x02, "retransmit", ProtoField.bool("inalab.switchml.flags.retransmit", "Retransmit", 8, nil, 0x02) },
-}
+local SML_FLAGS = flag_bits("switchml", {
+    { 0x01, "result", "Result" },
+    { 0x02, "retransmit", "Retransmit" },
+})
 F.sml_exp = ProtoField.int8("inalab.switchml.exp", "Block exponent (next chunk)")
 
 -- DSA (4).
@@ -126,12 +138,12 @@ F.dsa_priority = ProtoField.uint32("inalab.dsa.priority", "Priority (16.16 fixed
 F.dsa_fan_in = ProtoField.uint8("inalab.dsa.fan_in", "Fan-in")
 F.dsa_kind = ProtoField.uint8("inalab.dsa.kind", "Kind", base.DEC, DSA_KINDS, 0xF0)
 F.dsa_flags = ProtoField.uint8("inalab.dsa.flags", "Flags", base.HEX, nil, 0x0F)
-local DSA_FLAGS = {
-    { 0x01, "ecn", ProtoField.bool("inalab.dsa.flags.ecn", "ECN", 8, nil, 0x01) },
-    { 0x02, "retx", ProtoField.bool("inalab.dsa.flags.retx", "Retransmission", 8, nil, 0x02) },
-    { 0x04, "empty", ProtoField.bool("inalab.dsa.flags.empty", "Empty (reminder reply)", 8, nil, 0x04) },
-    { 0x08, "result", ProtoField.bool("inalab.dsa.flags.result", "Result (final sum)", 8, nil, 0x08) },
-}
+local DSA_FLAGS = flag_bits("dsa", {
+    { 0x01, "ecn", "ECN" },
+    { 0x02, "retx", "Retransmission" },
+    { 0x04, "empty", "Empty (reminder reply)" },
+    { 0x08, "result", "Result (final sum)" },
+})
 
 -- Canary (5).
 local CANARY_TYPES = { [0] = "Reduce", [1] = "Result", [2] = "Restore", [3] = "RtxReq", [4] = "Fail", [5] = "Fallback" }
@@ -167,12 +179,12 @@ local RINA_KINDS = { [1] = "Task", [2] = "Pull", [3] = "Data", [4] = "Agg", [5] 
     [7] = "AgAck", [8] = "Nack" }
 F.rina_kind = ProtoField.uint8("inalab.rina.kind", "Kind", base.DEC, RINA_KINDS)
 F.rina_flags = ProtoField.uint8("inalab.rina.flags", "Flags", base.HEX)
-local RINA_FLAGS = {
-    { 0x01, "ecn-echo", ProtoField.bool("inalab.rina.flags.ecn_echo", "ECN echo", 8, nil, 0x01) },
-    { 0x02, "retx", ProtoField.bool("inalab.rina.flags.retx", "Retransmission", 8, nil, 0x02) },
-    { 0x04, "full", ProtoField.bool("inalab.rina.flags.full", "Full (finished sum)", 8, nil, 0x04) },
-    { 0x08, "repair", ProtoField.bool("inalab.rina.flags.repair", "Repair", 8, nil, 0x08) },
-}
+local RINA_FLAGS = flag_bits("rina", {
+    { 0x01, "ecn-echo", "ECN echo" },
+    { 0x02, "retx", "Retransmission" },
+    { 0x04, "full", "Full (finished sum)" },
+    { 0x08, "repair", "Repair" },
+})
 F.rina_member = ProtoField.uint8("inalab.rina.member", "Member")
 F.rina_hop = ProtoField.uint8("inalab.rina.hop", "Hop")
 F.rina_job = ProtoField.uint16("inalab.rina.job", "Job")
@@ -193,19 +205,16 @@ F.grid_node = ProtoField.uint32("inalab.grid.node", "Aggregation node", base.DEC
 F.grid_bitmap = ProtoField.uint64("inalab.grid.bitmap", "Bitmap", base.HEX)
 F.grid_fan_in = ProtoField.uint8("inalab.grid.fan_in", "Fan-in")
 F.grid_flags = ProtoField.uint8("inalab.grid.flags", "Flags", base.HEX)
-local GRID_FLAGS = {
-    { 0x01, "resend", ProtoField.bool("inalab.grid.flags.resend", "Resend", 8, nil, 0x01) },
-    { 0x02, "ecn", ProtoField.bool("inalab.grid.flags.ecn", "ECN", 8, nil, 0x02) },
-    { 0x04, "control", ProtoField.bool("inalab.grid.flags.control", "Control (rate synchronization)", 8, nil, 0x04) },
-    { 0x08, "result", ProtoField.bool("inalab.grid.flags.result", "Result", 8, nil, 0x08) },
-    { 0x10, "collision", ProtoField.bool("inalab.grid.flags.collision", "Collision", 8, nil, 0x10) },
-    { 0x20, "overflow", ProtoField.bool("inalab.grid.flags.overflow", "Overflow", 8, nil, 0x20) },
-}
+local GRID_FLAGS = flag_bits("grid", {
+    { 0x01, "resend", "Resend" },
+    { 0x02, "ecn", "ECN" },
+    { 0x04, "control", "Control (rate synchronization)" },
+    { 0x08, "result", "Result" },
+    { 0x10, "collision", "Collision" },
+    { 0x20, "overflow", "Overflow" },
+})
 F.grid_reserved = ProtoField.uint16("inalab.grid.reserved", "Reserved", base.HEX)
 
-for _, list in ipairs({ ATP_FLAGS, SML_FLAGS, DSA_FLAGS, RINA_FLAGS, GRID_FLAGS }) do
-    for _, b in ipairs(list) do F[#F + 1] = b[3] end
-end
 inalab.fields = F
 
 local E = {
