@@ -21,7 +21,7 @@ pub use host::{AppRequest, Endpoint, HostEvent, HostProtocol, TensorAttrs};
 pub use inalab_wire as wire;
 pub use packet::{flow_key, splitmix64, Packet, Payload, GROUP, NO_PATH};
 pub use programs::Programs;
-pub use switch::{Addressed, Admission, AdmitError, L3Forward, SwitchAction, SwitchCtx, SwitchProgram, TimerToken};
+pub use switch::{is_absorbed, Addressed, Admission, AdmitError, L3Forward, SwitchAction, SwitchCtx, SwitchProgram, TimerToken};
 pub use time::Time;
 pub use timers::TimerTable;
 

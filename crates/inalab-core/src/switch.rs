@@ -20,10 +20,21 @@ pub enum SwitchAction {
     /// and carrying its own header (a SwitchML slot's result differs per worker only there):
     /// the UDP runtime encodes and hashes the values once for every copy.
     ForwardEach { pkt: Packet, to: Vec<Addressed> },
-    /// Consume the packet; `reason` is counted in the switch's drop counters.
+    /// Consume the packet; `reason` (`SCHEME_WHY`) is counted in the switch's drop counters.
+    /// A reason ending in [`ABSORBED_SUFFIX`] says the packet went into a sum (aggregation's
+    /// normal end of a packet, not a loss); drivers count those apart ([`is_absorbed`]).
     Drop { pkt: Packet, reason: &'static str },
     /// Call `on_timer(token)` at time `at` (>= now).
     SetTimer { at: Time, token: TimerToken },
+}
+
+/// The ending of the drop reasons of packets consumed into a sum (`atp_aggregated`).
+pub const ABSORBED_SUFFIX: &str = "_aggregated";
+
+/// Whether a [`SwitchAction::Drop`] reason is aggregation consuming the packet rather than a
+/// discard: drivers report the two apart, so no one reads aggregation as loss.
+pub fn is_absorbed(reason: &str) -> bool {
+    reason.ends_with(ABSORBED_SUFFIX)
 }
 
 /// One copy of a [`SwitchAction::ForwardEach`]: where it goes and the header it carries.

@@ -8,31 +8,46 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 /// Simulates a scenario spec (JSON, as `inalab.config` produces) and returns the result as
-/// JSON. `progress(fraction, events)` is called about every 0.2 s of wall time. The GIL is
-/// released while simulating.
+/// JSON. `progress(fraction, events, sim_time_s)` is called about every 0.1 s of wall time
+/// (`inalab_sim::REPORT_EVERY_MS`) and once at the end. The GIL is released while simulating
+/// and taken back at each report to run Python's signal handlers: Ctrl-C (or a handler that
+/// raises, as `inalab simulate`'s for SIGTERM) or an exception of `progress` stops the run
+/// there, and that exception is raised with the partial result's JSON as its `inalab_result`
+/// attribute (the result's `outcome` says "interrupted").
 #[pyfunction]
 #[pyo3(signature = (spec_json, progress=None))]
 fn simulate(py: Python<'_>, spec_json: &str, progress: Option<Py<PyAny>>) -> PyResult<String> {
+    use std::ops::ControlFlow;
     let spec = inalab_sim::parse_spec(spec_json).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let mut sim = inalab_sim::Sim::new(&spec).map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let mut callback_error: Option<PyErr> = None;
+    let mut stopped_by: Option<PyErr> = None;
     py.detach(|| {
-        let mut report = |frac: f64, events: u64| {
-            if let (Some(cb), None) = (&progress, &callback_error) {
-                Python::attach(|py| {
-                    if let Err(e) = cb.call1(py, (frac, events)) {
-                        callback_error = Some(e);
-                    }
+        let mut report = |r: &inalab_sim::ProgressReport| {
+            Python::attach(|py| {
+                let outcome = py.check_signals().and_then(|()| match &progress {
+                    Some(cb) => cb.call1(py, (r.fraction, r.events, r.sim_time_s)).map(drop),
+                    None => Ok(()),
                 });
-            }
+                match outcome {
+                    Ok(()) => ControlFlow::Continue(()),
+                    Err(e) => {
+                        stopped_by.get_or_insert(e);
+                        ControlFlow::Break(())
+                    }
+                }
+            })
         };
         sim.run(Some(&mut report));
     });
-    if let Some(e) = callback_error {
-        return Err(e);
+    let result = serde_json::to_string(&sim.finish()).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    match stopped_by {
+        Some(e) => {
+            // What was done before the stop goes with the exception, for the caller to report.
+            e.value(py).setattr("inalab_result", result)?;
+            Err(e)
+        }
+        None => Ok(result),
     }
-    let result = sim.finish();
-    serde_json::to_string(&result).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
 /// Builds and validates a topology spec (JSON) and returns the graph as JSON:

@@ -26,8 +26,25 @@ pub use result::*;
 pub use sim::Sim;
 pub use spec::SimSpec;
 
-/// Called about every 0.2 s of wall time with (fraction done in [0, 1], events so far).
-pub type Progress<'a> = &'a mut dyn FnMut(f64, u64);
+/// Where a run is, as [`Sim::run`] reports it to its driver.
+#[derive(Debug, Clone, Copy)]
+pub struct ProgressReport {
+    /// Estimated share of the work done, in [0, 1]: completed allreduces, or simulated time
+    /// against the jobs' expected ends (so that it moves within one long allreduce) or the
+    /// stop time, whichever is further; 1 at the end.
+    pub fraction: f64,
+    pub events: u64,
+    /// Simulated time, s.
+    pub sim_time_s: f64,
+}
+
+/// Called about every [`REPORT_EVERY_MS`] of wall time and once at the end; returning
+/// `ControlFlow::Break` stops the run there (its result says "interrupted"). A driver checks
+/// for Ctrl-C here, so a run stops within a fraction of a second.
+pub type Progress<'a> = &'a mut dyn FnMut(&ProgressReport) -> std::ops::ControlFlow<()>;
+
+/// How often, at most, a run reports progress, ms of wall time.
+pub const REPORT_EVERY_MS: u128 = 100;
 
 /// Validates `spec`, simulates it and returns the result.
 pub fn run(spec: &SimSpec, progress: Option<Progress<'_>>) -> Result<SimResult, SimError> {

@@ -27,11 +27,21 @@ impl Sim {
         };
         for j in &self.wl.jobs {
             let start = j.spec.start_ps;
-            let finished = j.failures.is_empty() && j.iter_end.len() as u32 == j.iterations;
-            let end = j.finished_at.unwrap_or(self.now);
-            let jct = to_secs(end.saturating_sub(start));
             let iters = j.iter_end.len() as u32;
+            let finished = j.failures.is_empty() && iters == j.iterations;
+            let (status, reason) = if finished {
+                ("finished", None)
+            } else if let Some(first) = j.failures.first() {
+                let more = if j.failures.len() > 1 { format!(" (and {} more failures)", j.failures.len() - 1) } else { String::new() };
+                ("failed", Some(format!("{first}{more}")))
+            } else {
+                ("unfinished", Some(self.unfinished_reason(iters, j.iterations)))
+            };
+            let jct = finished.then(|| to_secs(j.finished_at.unwrap_or(self.now).saturating_sub(start)));
             let bpi = j.bytes_per_iteration();
+            let bits = (bpi * iters as u64) as f64 * 8.0;
+            let n = j.workers.len() as f64;
+            let goodput = jct.filter(|&t| t > 0.0).map(|t| bits / t / 1e9);
             // The first live worker's (a dead one's time stopped with it).
             let busy = j.workers.iter().find(|w| !w.dead).or(j.workers.first()).map_or(0.0, |w| to_secs(w.busy_ps));
             r.jobs.push(JobResult {
@@ -39,15 +49,20 @@ impl Sim {
                 name: j.spec.name.clone(),
                 scheme: j.spec.scheme_name().to_string(),
                 workers: j.workers.len() as u32,
+                kind: j.kind(),
                 finished,
+                status,
+                reason,
                 jct_s: jct,
                 iterations: iters,
-                // The completed iterations' own time: an unfinished job's JCT runs to the stop.
-                mean_iteration_s: j.iter_end.last().map_or(0.0, |&t| to_secs(t.saturating_sub(start)) / iters as f64),
+                iterations_planned: j.iterations,
+                // The completed iterations' own time.
+                mean_iteration_s: j.iter_end.last().map(|&t| to_secs(t.saturating_sub(start)) / iters as f64),
                 bytes_per_iteration: bpi,
-                goodput_gbps: if jct > 0.0 { (bpi * iters as u64) as f64 * 8.0 / jct / 1e9 } else { 0.0 },
+                goodput_gbps: goodput,
+                busbw_gbps: goodput.map(|g| if n > 1.0 { g * 2.0 * (n - 1.0) / n } else { 0.0 }),
                 comm_busy_s: busy,
-                aggregation_gbps: if busy > 0.0 { (bpi * iters as u64) as f64 * 8.0 / busy / 1e9 } else { 0.0 },
+                aggregation_gbps: (finished && busy > 0.0).then(|| bits / busy / 1e9),
                 payload_checked: j.payload_checked,
                 payload_errors: j.payload_errors,
                 failures: j.failures.clone(),
@@ -135,6 +150,7 @@ impl Sim {
                 programmable: self.topo.nodes[node as usize].programmable,
                 rx_packets: sw.rx_packets,
                 drops_queue: ports.iter().map(|p| p.stats.drops_queue).sum(),
+                absorbed_packets: sw.absorbed,
                 drops_program: sw.drops_program,
                 ecn_marks: ports.iter().map(|p| p.stats.ecn_marks).sum(),
                 max_queue_bytes: ports.iter().map(|p| p.stats.max_queue_bytes).max().unwrap_or(0),
@@ -176,24 +192,71 @@ impl Sim {
             });
         }
         for (i, f) in self.wl.flows.iter().enumerate() {
+            let status = match (f.complete, f.packets_dropped) {
+                (false, _) => "unfinished",
+                (true, 0) => "delivered",
+                (true, _) => "lossy",
+            };
             r.flows.push(FlowResult {
                 id: i as u32,
                 src: name(f.src),
                 dst: name(f.dst),
-                bytes_sent: f.bytes,
+                bytes: f.bytes,
                 bytes_received: f.bytes_received,
+                delivered_fraction: if f.bytes > 0 { f.bytes_received as f64 / f.bytes as f64 } else { 1.0 },
+                packets: f.packets_sent,
                 packets_received: f.packets_received,
-                first_rx_s: f.first_rx.map_or(f64::NAN, to_secs),
-                last_rx_s: f.last_rx.map_or(f64::NAN, to_secs),
+                packets_dropped: f.packets_dropped,
+                status,
+                finished: f.complete,
+                start_s: to_secs(f.start),
+                fct_s: f.ended_at.map(|t| to_secs(t.saturating_sub(f.start))),
+                first_rx_s: f.first_rx.map(to_secs),
+                last_rx_s: f.last_rx.map(to_secs),
             });
         }
+        r.outcome = self.outcome(&r).to_string();
         let mut c = self.cons.clone();
         let (live, live_bytes) = self.in_flight();
         c.in_flight_packets = live;
         c.in_flight_bytes = live_bytes;
-        c.holds = c.sent_packets as i64 + c.created_packets == (c.delivered_packets + c.dropped_packets + c.in_flight_packets) as i64
-            && c.sent_bytes as i64 + c.created_bytes == (c.delivered_bytes + c.dropped_bytes + c.in_flight_bytes) as i64;
+        c.holds = c.sent_packets as i64 + c.created_packets == (c.delivered_packets + c.absorbed_packets + c.lost_packets + c.in_flight_packets) as i64
+            && c.sent_bytes as i64 + c.created_bytes == (c.delivered_bytes + c.absorbed_bytes + c.lost_bytes + c.in_flight_bytes) as i64;
         r.conservation = c;
         r
     }
+
+    /// What an unfinished job had done and why it stopped short.
+    fn unfinished_reason(&self, done: u32, planned: u32) -> String {
+        let at = human_time(self.now);
+        let progress = format!("{done} of {planned} iterations done");
+        match self.stopped_by {
+            "idle" => format!("stalled: no event was left at {at} with the job waiting ({progress}); a protocol waits for a packet that never comes"),
+            "interrupted" => format!("interrupted at {at} of simulated time ({progress})"),
+            _ => format!("not finished at the stop time, {at} ({progress}); raise `stop` to let it finish"),
+        }
+    }
+
+    /// The run's outcome word ([`SimResult::outcome`]).
+    fn outcome(&self, r: &SimResult) -> &'static str {
+        if self.stopped_by == "interrupted" {
+            "interrupted"
+        } else if r.jobs.iter().any(|j| j.status == "failed") {
+            "failed"
+        } else if r.jobs.iter().any(|j| !j.finished) || r.flows.iter().any(|f| !f.finished) {
+            "unfinished"
+        } else {
+            "completed"
+        }
+    }
+}
+
+/// A simulated time for people: "50 us", "1.25 ms", "2 s" (4 significant digits at most).
+fn human_time(t: inalab_core::Time) -> String {
+    let s = to_secs(t);
+    let (v, unit) = if s >= 1.0 { (s, "s") } else if s >= 1e-3 { (s * 1e3, "ms") } else if s >= 1e-6 { (s * 1e6, "us") } else { (s * 1e9, "ns") };
+    let digits = 3usize.saturating_sub(v.abs().log10().floor().max(0.0) as usize);
+    let text = format!("{v:.digits$}");
+    let text = if text.contains('.') { text.trim_end_matches('0').trim_end_matches('.') } else { &text };
+    format!("{text} {unit}")
 }

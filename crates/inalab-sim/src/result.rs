@@ -11,8 +11,15 @@ pub struct SimResult {
     pub sim_time_s: f64,
     pub wall_s: f64,
     pub events: u64,
-    /// "completed" when every job and flow finished, "stop_time" when `stop_ps` was reached.
+    /// What ended the simulation: "work_ended" (every job and flow ended: finished, failed or
+    /// delivered what it could), "stop_time" (`stop_ps` reached first), "idle" (no event left
+    /// while work was unfinished: a protocol waits for ever) or "interrupted" (the driver asked
+    /// it to stop, as on Ctrl-C).
     pub stopped_by: String,
+    /// How the run went, the one word to check: "completed" (every job finished and every flow
+    /// ended), "failed" (a job failed), "unfinished" (none failed, but a job or flow had not
+    /// ended when the run stopped) or "interrupted".
+    pub outcome: String,
     pub jobs: Vec<JobResult>,
     pub iterations: Vec<IterationRow>,
     pub links: Vec<LinkResult>,
@@ -32,20 +39,39 @@ pub struct JobResult {
     pub name: String,
     pub scheme: String,
     pub workers: u32,
+    /// "training" (a model's layers, computed and communicated) or "allreduce" (a benchmark of
+    /// back-to-back allreduces, no compute).
+    pub kind: &'static str,
+    /// `status == "finished"`.
     pub finished: bool,
-    /// Job completion time: from the job's start to the last worker holding the last result.
-    pub jct_s: f64,
+    /// "finished", "failed" or "unfinished" (not ended when the run stopped).
+    pub status: &'static str,
+    /// Why a job did not finish (the first failure, naming the worker, link or cause; or what
+    /// it had done when the run stopped); `None` for a finished job.
+    pub reason: Option<String>,
+    /// Job completion time: from the job's start to the last worker holding the last result;
+    /// `None` unless finished.
+    pub jct_s: Option<f64>,
+    /// Iterations every live worker completed.
     pub iterations: u32,
-    pub mean_iteration_s: f64,
+    /// Iterations the job was to run.
+    pub iterations_planned: u32,
+    /// Mean time of the completed iterations, s; `None` when none completed.
+    pub mean_iteration_s: Option<f64>,
     /// Tensor bytes allreduced per worker per iteration.
     pub bytes_per_iteration: u64,
-    /// Allreduced tensor bytes per worker per second of JCT, in Gbps.
-    pub goodput_gbps: f64,
+    /// Algorithm bandwidth: allreduced tensor bytes per worker per second of JCT, in Gbps
+    /// (compute time included for training jobs); `None` unless finished.
+    pub goodput_gbps: Option<f64>,
+    /// Bus bandwidth, NCCL's: `goodput_gbps * 2 (n - 1) / n` for n workers, the rate each
+    /// worker's link would carry in a ring allreduce; `None` unless finished.
+    pub busbw_gbps: Option<f64>,
     /// Time worker 0 had at least one allreduce outstanding, s (its communication time).
     pub comm_busy_s: f64,
     /// Allreduced bytes per worker per second of `comm_busy_s`, in Gbps: the rate the
-    /// aggregation delivered while the job waited on it (DSA's Fig. 10 metric over the link rate).
-    pub aggregation_gbps: f64,
+    /// aggregation delivered while the job waited on it (DSA's Fig. 10 metric over the link
+    /// rate); `None` unless finished.
+    pub aggregation_gbps: Option<f64>,
     /// Payload mode: tensors whose result was compared with the exact sum, and mismatches.
     pub payload_checked: u64,
     pub payload_errors: u64,
@@ -101,6 +127,11 @@ pub struct SwitchResult {
     pub programmable: bool,
     pub rx_packets: u64,
     pub drops_queue: u64,
+    /// Packets the switch program consumed into a sum (`*_aggregated`): how aggregation works,
+    /// not a loss.
+    pub absorbed_packets: u64,
+    /// Packets the switch program discarded for any other reason (duplicates, stale or
+    /// malformed packets, no receiver), by `counters`' `drop_*` entries.
     pub drops_program: u64,
     pub ecn_marks: u64,
     pub max_queue_bytes: u64,
@@ -132,11 +163,27 @@ pub struct FlowResult {
     pub id: u32,
     pub src: String,
     pub dst: String,
-    pub bytes_sent: u64,
+    /// The flow's size, bytes.
+    pub bytes: u64,
     pub bytes_received: u64,
+    /// `bytes_received / bytes`.
+    pub delivered_fraction: f64,
+    pub packets: u64,
     pub packets_received: u64,
-    pub first_rx_s: f64,
-    pub last_rx_s: f64,
+    /// Packets lost on the way (queues, loss, failures); flows do not retransmit.
+    pub packets_dropped: u64,
+    /// "delivered" (every byte arrived), "lossy" (every packet arrived or was dropped, some
+    /// were dropped) or "unfinished" (packets still to send or in flight when the run stopped).
+    pub status: &'static str,
+    /// `status != "unfinished"`.
+    pub finished: bool,
+    pub start_s: f64,
+    /// Flow completion time: from its start to its last packet's arrival (or drop); `None`
+    /// when unfinished.
+    pub fct_s: Option<f64>,
+    /// First and last packet arrivals, s; `None` when none arrived.
+    pub first_rx_s: Option<f64>,
+    pub last_rx_s: Option<f64>,
 }
 
 /// Long-form time series: `metric` in {"link_tx_bytes", "link_utilization",
@@ -149,20 +196,25 @@ pub struct SeriesRow {
     pub value: f64,
 }
 
-/// Packet and byte conservation: sent + created = delivered + dropped + in flight, where
-/// "created" counts what switch programs emit beyond what they receive (negative when they
-/// consume packets, as aggregation does).
+/// Packet and byte conservation: sent + created = delivered + absorbed + lost + in flight,
+/// where "created" counts what switch programs emit beyond what they take in (results,
+/// multicast copies; a program hands every packet it takes in on, or ends it as absorbed or
+/// lost), "absorbed" what they consume into sums (`SwitchResult::absorbed_packets`, not a
+/// loss) and "lost" every other packet that ended before a host: queue drops, link loss,
+/// failures, no route, and packets programs discarded (duplicates, stale, malformed).
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct Conservation {
     pub sent_packets: u64,
     pub created_packets: i64,
     pub delivered_packets: u64,
-    pub dropped_packets: u64,
+    pub absorbed_packets: u64,
+    pub lost_packets: u64,
     pub in_flight_packets: u64,
     pub sent_bytes: u64,
     pub created_bytes: i64,
     pub delivered_bytes: u64,
-    pub dropped_bytes: u64,
+    pub absorbed_bytes: u64,
+    pub lost_bytes: u64,
     pub in_flight_bytes: u64,
     pub holds: bool,
 }

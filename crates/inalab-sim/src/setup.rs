@@ -146,6 +146,7 @@ pub struct Setup {
 /// The jobs of `spec` as the scheme registry describes them, in job order; a host used twice
 /// or a name that is not a host is an error naming the field.
 pub fn scheme_jobs(spec: &SimSpec, topo: &Topology) -> Result<Vec<SchemeJob>, SimError> {
+    let parts = topo.parts();
     let mut used: HashMap<NodeId, usize> = HashMap::new();
     let mut jobs = vec![];
     for (j, js) in spec.jobs.iter().enumerate() {
@@ -165,10 +166,27 @@ pub fn scheme_jobs(spec: &SimSpec, topo: &Topology) -> Result<Vec<SchemeJob>, Si
                 return Err(SimError::new(format!("{field}.workers"), format!("host {} is used {which}", topo.nodes[w as usize].name)));
             }
         }
+        connected(topo, &parts, &field, workers.iter().chain(&servers))?;
         let config = serde_json::Value::Object(js.config.clone());
         jobs.push(SchemeJob { id: js.id, workers, servers, config, worker_port: worker_port(js.id), server_port: server_port(js.id) });
     }
     Ok(jobs)
+}
+
+/// Refuses hosts of one job (or flow) that no path joins, before anything runs: the job could
+/// only fail. Names the first host and those it cannot reach.
+pub(crate) fn connected<'a>(topo: &Topology, parts: &[NodeId], field: &str, hosts: impl Iterator<Item = &'a NodeId>) -> Result<(), SimError> {
+    let hosts: Vec<NodeId> = hosts.copied().collect();
+    let Some(&first) = hosts.first() else { return Ok(()) };
+    let cut: Vec<&str> = hosts.iter().filter(|&&h| parts[h as usize] != parts[first as usize]).map(|&h| topo.nodes[h as usize].name.as_str()).collect();
+    if cut.is_empty() {
+        return Ok(());
+    }
+    let shown = if cut.len() > 8 { format!("{}, ... ({} hosts)", cut[..8].join(", "), cut.len()) } else { cut.join(", ") };
+    Err(SimError::new(
+        field.to_string(),
+        format!("no path in the topology from {} to {shown}: the network is in separate parts (check topology.links)", topo.nodes[first as usize].name),
+    ))
 }
 
 /// Plans every job of `spec` on `topo` and installs the programs their plans admit at.

@@ -65,6 +65,8 @@ pub(crate) struct SwitchState {
     pub capacity_bps: Option<u64>,
     proc_busy: Time,
     pub rx_packets: u64,
+    /// Packets the program consumed into a sum, and those it discarded otherwise.
+    pub absorbed: u64,
     pub drops_program: u64,
     pub drops_no_route: u64,
     /// Packets refused by a full processing queue (`capacity_bps`).
@@ -296,6 +298,7 @@ impl Sim {
                 capacity_bps: None,
                 proc_busy: 0,
                 rx_packets: 0,
+                absorbed: 0,
                 drops_program: 0,
                 drops_no_route: 0,
                 drops_processing: 0,
@@ -395,38 +398,47 @@ impl Sim {
         Ok(sim)
     }
 
-    /// Runs until every job and flow has finished, the queue drains, or `stop` is reached.
+    /// Runs until every job and flow has ended, the queue drains, `stop` is reached, or
+    /// `progress` asks it to stop.
     pub fn run(&mut self, mut progress: Option<Progress<'_>>) {
         let wall = Instant::now();
         let mut last_report = Instant::now();
         self.call_workloads(Call::Start);
         while !self.done {
             let Some(t) = self.q.peek_time() else {
-                self.stopped_by = if self.completed { "completed" } else { "idle" };
+                self.stopped_by = if self.completed { "work_ended" } else { "idle" };
                 break;
             };
             if t > self.stop {
                 self.now = self.stop;
-                self.stopped_by = if self.completed { "completed" } else { "stop_time" };
+                self.stopped_by = if self.completed { "work_ended" } else { "stop_time" };
                 break;
             }
             let (t, ev) = self.q.pop().expect("peeked");
             self.now = t;
             self.events += 1;
             self.handle(ev);
+            // The clock is read once per 16 Ki events (well under a millisecond of work).
             if self.events & 0x3fff == 0 {
                 if let Some(cb) = progress.as_mut() {
-                    if last_report.elapsed().as_millis() >= 200 {
+                    if last_report.elapsed().as_millis() >= crate::REPORT_EVERY_MS {
                         last_report = Instant::now();
-                        cb(self.wl.fraction_done(self.now, self.stop), self.events);
+                        if cb(&self.report(self.wl.fraction_done(self.now, self.stop))).is_break() {
+                            self.stopped_by = "interrupted";
+                            break;
+                        }
                     }
                 }
             }
         }
         if let Some(cb) = progress.as_mut() {
-            cb(1.0, self.events);
+            let _ = cb(&self.report(if self.stopped_by == "interrupted" { self.wl.fraction_done(self.now, self.stop) } else { 1.0 }));
         }
         self.wall_s = wall.elapsed().as_secs_f64();
+    }
+
+    fn report(&self, fraction: f64) -> crate::ProgressReport {
+        crate::ProgressReport { fraction, events: self.events, sim_time_s: inalab_core::time::to_secs(self.now) }
     }
 
     fn handle(&mut self, ev: Ev) {
@@ -940,11 +952,17 @@ impl Sim {
                         self.egress(node, last, pkt, ready);
                     }
                 }
-                SwitchAction::Drop { pkt, .. } => {
+                SwitchAction::Drop { pkt, reason } => {
                     outs += 1;
                     out_bytes += pkt.size as i64;
-                    self.switches[si].drops_program += 1;
-                    self.dropped(&pkt);
+                    if inalab_core::is_absorbed(reason) {
+                        self.switches[si].absorbed += 1;
+                        self.cons.absorbed_packets += 1;
+                        self.cons.absorbed_bytes += pkt.size as u64;
+                    } else {
+                        self.switches[si].drops_program += 1;
+                        self.dropped(&pkt);
+                    }
                 }
                 SwitchAction::SetTimer { at, token } => {
                     self.q.push(at.max(self.now), Ev::SwitchTimer { switch: node, token, epoch: self.switches[si].epoch })
@@ -1056,9 +1074,10 @@ impl Sim {
         }
     }
 
+    /// A packet lost before reaching a host (any end but delivery and aggregation).
     fn dropped(&mut self, pkt: &Packet) {
-        self.cons.dropped_packets += 1;
-        self.cons.dropped_bytes += pkt.size as u64;
+        self.cons.lost_packets += 1;
+        self.cons.lost_bytes += pkt.size as u64;
         if let Some(Owner::FlowSrc { flow }) = self.owner_of(pkt.src, pkt.src_port) {
             self.call_workloads(Call::FlowDropped { flow });
         }
@@ -1121,7 +1140,7 @@ impl World for Sim {
     }
     fn complete(&mut self) {
         self.completed = true;
-        self.stopped_by = "completed";
+        self.stopped_by = "work_ended";
         if self.linger == 0 {
             self.done = true;
         } else {

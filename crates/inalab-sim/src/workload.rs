@@ -149,6 +149,14 @@ impl Expected {
 }
 
 impl JobState {
+    /// "training" or "allreduce" (`JobResult::kind`).
+    pub fn kind(&self) -> &'static str {
+        match self.spec.workload {
+            Workload::Training { .. } => "training",
+            Workload::Allreduce { .. } => "allreduce",
+        }
+    }
+
     pub fn bytes_per_iteration(&self) -> u64 {
         self.layers.iter().map(|l| l.0).sum()
     }
@@ -159,7 +167,10 @@ impl JobState {
 
 pub struct FlowState {
     /// All packets sent and each delivered or dropped.
-    complete: bool,
+    pub complete: bool,
+    pub start: Time,
+    /// When the flow completed: its last packet's arrival or drop.
+    pub ended_at: Option<Time>,
     pub src: NodeId,
     pub dst: NodeId,
     pub bytes: u64,
@@ -325,6 +336,7 @@ impl Workloads {
             if src == dst {
                 return Err(SimError::new(format!("{field}.dst"), "a flow needs two different hosts"));
             }
+            crate::setup::connected(world.topology(), &world.topology().parts(), &field, [src, dst].iter())?;
             let (sp, dp) = flow_ports(f as u32);
             let src_ep = world.add_endpoint(
                 src,
@@ -341,6 +353,8 @@ impl Workloads {
             }
             self.flows.push(FlowState {
                 complete: false,
+                start: fs.start_ps,
+                ended_at: None,
                 src,
                 dst,
                 bytes: fs.bytes,
@@ -367,6 +381,7 @@ impl Workloads {
             if hosts.len() < 2 {
                 return Err(SimError::new("background.hosts", "background traffic needs at least two hosts"));
             }
+            crate::setup::connected(world.topology(), &world.topology().parts(), "background.hosts", hosts.iter())?;
             let mut gap = vec![];
             for &h in &hosts {
                 let send = DatagramSender::new(Endpoint { host: h, port: BG_SEND_PORT }, DatagramConfig { packet_bytes: bg.packet_bytes }).map_err(|e| SimError::new("background.packet", e.0))?;
@@ -691,6 +706,7 @@ impl Workloads {
         let f = &mut self.flows[flow as usize];
         if !f.complete && f.sent_done && f.packets_received + f.packets_dropped >= f.packets_sent {
             f.complete = true;
+            f.ended_at = Some(world.now());
             self.open_flows -= 1;
             self.check_done(world);
         }
@@ -721,13 +737,31 @@ impl Workloads {
         }
     }
 
+    /// The share of the work done, for progress reports ([`crate::ProgressReport::fraction`]):
+    /// the mean over jobs and flows, a job counting its completed allreduces or, while they
+    /// lag, `1 - exp(-elapsed / expected)` with `expected` its iterations' compute plus their
+    /// bytes at line rate (so the estimate moves within one long allreduce and never reaches 1
+    /// before the job ends), a flow its packets accounted for; or simulated time over `stop`
+    /// where that is further.
     pub(crate) fn fraction_done(&self, now: Time, stop: Time) -> f64 {
-        let total: u64 = self.jobs.iter().map(|j| j.total_tensors()).sum();
-        if total > 0 {
-            let done: u64 = self.jobs.iter().map(|j| j.tensors_done).sum();
-            return done as f64 / total as f64;
+        let mut sum = 0.0;
+        for j in &self.jobs {
+            sum += if j.finished_at.is_some() {
+                1.0
+            } else {
+                let tensors = j.tensors_done as f64 / j.total_tensors().max(1) as f64;
+                let expected = j.iterations as f64
+                    * j.layers.iter().map(|&(bytes, f, b)| bytes as f64 * 8.0 * inalab_core::time::S as f64 / j.rate_bps as f64 + (f + b) as f64).sum::<f64>();
+                let elapsed = now.saturating_sub(j.spec.start_ps) as f64;
+                tensors.max(if expected > 0.0 { 1.0 - (-elapsed / expected).exp() } else { 0.0 })
+            };
         }
-        now as f64 / stop.max(1) as f64
+        for f in &self.flows {
+            sum += if f.complete { 1.0 } else { (f.packets_received + f.packets_dropped) as f64 / f.packets_sent.max(1) as f64 };
+        }
+        let n = self.jobs.len() + self.flows.len();
+        let work = if n > 0 { sum / n as f64 } else { 0.0 };
+        work.max(now as f64 / stop.max(1) as f64).min(1.0)
     }
 }
 

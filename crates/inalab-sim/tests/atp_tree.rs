@@ -107,7 +107,7 @@ fn the_tree_lifts_the_cap_at_the_ps_rack() {
     let goodput = |ina: Value| {
         let r = simulate(&atp_spec(fat_tree(json!("all")), 1 << 20, 1, ina));
         assert_jobs_exact(&r);
-        r.jobs[0].goodput_gbps
+        r.jobs[0].goodput_gbps.expect("finished")
     };
     let (two, tree) = (goodput(json!({})), goodput(tree()));
     // Two levels: 7 rack aggregates meet on the PS ToR's two uplinks; the tree sends one.

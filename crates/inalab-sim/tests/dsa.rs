@@ -43,7 +43,7 @@ fn assert_sums(r: &SimResult) {
         assert_eq!(j.payload_checked, j.workers as u64 * j.iterations as u64, "job {}: every worker checked every tensor", j.id);
         assert_eq!(j.payload_errors, 0, "job {}: results equal the exact sums", j.id);
     }
-    assert_eq!(r.stopped_by, "completed");
+    assert_eq!(r.outcome, "completed");
     for s in &r.switches {
         assert_eq!(s.aggregators_end, 0, "switch {} still holds aggregators: {:?}", s.name, s.counters);
     }

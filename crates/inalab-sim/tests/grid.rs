@@ -88,7 +88,7 @@ fn processing_capacity_limits_what_a_switch_aggregates_not_what_it_carries() {
         s["network"]["switch_capacity"] = caps;
         let r = simulate(&s);
         assert_jobs_exact(&r);
-        (r.jobs[0].jct_s, switch_counter(&r, "leaf0", "agg_bytes"))
+        (r.jobs[0].jct_s.expect("finished"), switch_counter(&r, "leaf0", "agg_bytes"))
     };
     let (free, _) = jct(json!([]));
     // spine0 carries leaf0's aggregates and aggregates nothing: 1 Gbps of capacity costs nothing.

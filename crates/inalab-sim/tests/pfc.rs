@@ -50,16 +50,16 @@ fn an_incast_loses_nothing_and_runs_at_the_bottleneck_rate() {
     let mut s = pfc(incast());
     s["network"]["ecn_threshold_bytes"] = json!(200_000);
     let r = simulate(&s);
-    assert_eq!(r.stopped_by, "completed");
+    assert_eq!(r.outcome, "completed");
     assert_eq!(drops_queue(&r), 0, "nothing dropped for lack of buffer");
-    assert_eq!(r.conservation.dropped_packets, 0);
+    assert_eq!(r.conservation.lost_packets, 0);
     for f in &r.flows {
         assert_eq!(f.bytes_received, FLOW, "flow {}", f.id);
     }
     // The senders together run at the bottleneck's rate: 16 MB through one 100 Gbps port.
     let total = 16 * FLOW;
-    let first = r.flows.iter().map(|f| f.first_rx_s).fold(f64::INFINITY, f64::min);
-    let last = r.flows.iter().map(|f| f.last_rx_s).fold(0.0, f64::max);
+    let first = r.flows.iter().map(|f| f.first_rx_s.expect("a packet arrived")).fold(f64::INFINITY, f64::min);
+    let last = r.flows.iter().map(|f| f.last_rx_s.expect("a packet arrived")).fold(0.0, f64::max);
     let gbps = (total - MTU) as f64 * 8.0 / (last - first) / 1e9;
     assert!((gbps - 100.0).abs() < 0.5, "aggregate {gbps} Gbps");
     assert!(link(&r, "s0", "h0").utilization > 0.99);
@@ -124,9 +124,9 @@ fn a_capacity_limited_switch_pauses_its_senders_too() {
     // s0 processes 50 Gbps (GRID's limit): packets wait for processing before their egress
     // queue, charged to their ingress port all the while, so the backlog is paused, not lost.
     let r = capacity_run(capacity_star(true), Some(Box::new(ProcessAll::default())));
-    assert_eq!(r.stopped_by, "completed");
+    assert_eq!(r.outcome, "completed");
     assert!(r.flows.iter().all(|f| f.bytes_received == FLOW));
-    let last = r.flows.iter().map(|f| f.last_rx_s).fold(0.0, f64::max);
+    let last = r.flows.iter().map(|f| f.last_rx_s.expect("a packet arrived")).fold(0.0, f64::max);
     let gbps = (4 * FLOW) as f64 * 8.0 / last / 1e9;
     assert!((gbps - 50.0).abs() < 1.0, "{gbps} Gbps through a 50 Gbps switch");
     for i in 1..5 {
@@ -139,7 +139,7 @@ fn a_capacity_limited_switch_pauses_its_senders_too() {
 fn processing_capacity_is_charged_only_to_what_the_program_processes() {
     // Plain forwarding is transit (spec A8): the same incast runs at the sink's 100 Gbps.
     let r = capacity_run(capacity_star(false), None);
-    let last = r.flows.iter().map(|f| f.last_rx_s).fold(0.0, f64::max);
+    let last = r.flows.iter().map(|f| f.last_rx_s.expect("a packet arrived")).fold(0.0, f64::max);
     let gbps = (4 * FLOW) as f64 * 8.0 / last / 1e9;
     assert!(gbps > 95.0, "{gbps} Gbps: transit was charged");
     assert_eq!(r.switches[0].counters["drops_processing"], 0);
@@ -230,9 +230,9 @@ fn a_multicast_is_charged_once_until_its_last_copy_left() {
     sim.run(None);
     let r = sim.finish();
     check_invariants(&r);
-    assert_eq!(r.stopped_by, "completed");
+    assert_eq!(r.outcome, "completed");
     for f in &r.flows {
-        let gbps = f.bytes_received as f64 * 8.0 / (f.last_rx_s - f.first_rx_s) / 1e9;
+        let gbps = f.bytes_received as f64 * 8.0 / (f.last_rx_s.expect("a packet arrived") - f.first_rx_s.expect("a packet arrived")) / 1e9;
         assert!((gbps - 50.0).abs() < 2.0, "flow {} got {gbps:.1} Gbps", f.id);
     }
     assert_eq!(r.hosts.iter().find(|h| h.name == "h4").unwrap().rx_packets, 2 * 667, "h4 got every copy and h3's flow");
@@ -251,7 +251,7 @@ fn victim_run(lossless: bool) -> (SimResult, f64) {
     }
     let r = simulate(&s);
     let v = &r.flows[6];
-    let gbps = v.bytes_received as f64 * 8.0 / v.last_rx_s / 1e9;
+    let gbps = v.bytes_received as f64 * 8.0 / v.last_rx_s.expect("a packet arrived") / 1e9;
     (r, gbps)
 }
 
@@ -357,7 +357,7 @@ fn a_sender_paused_when_its_link_fails_is_resumed() {
     let mut s = pfc(spec(star(9, US), vec![], (1..9).map(|i| flow(i, 0, FLOW)).collect()));
     s["failures"] = json!([{"link": ["h1", "s0"], "at_ps": 100 * US, "until_ps": 130 * US}]);
     let r = simulate(&s);
-    assert_eq!(r.stopped_by, "completed", "every flow ended");
+    assert_eq!(r.outcome, "completed", "every flow ended");
     let c = &r.conservation;
     assert_eq!((c.in_flight_packets, c.in_flight_bytes), (0, 0), "nothing held at the end");
     let h1 = r.hosts.iter().find(|h| h.name == "h1").unwrap();
@@ -375,7 +375,7 @@ fn a_pause_on_its_way_when_the_link_fails_is_stale() {
     let mut s = pfc(spec(star(17, 10 * US), vec![], (1..17).map(|i| flow(i, 0, FLOW)).collect()));
     s["failures"] = json!([{"link": ["h1", "s0"], "at_ps": 20 * US, "until_ps": 200 * US}]);
     let r = simulate(&s);
-    assert_eq!(r.stopped_by, "completed", "every flow ended");
+    assert_eq!(r.outcome, "completed", "every flow ended");
     let h1 = link(&r, "h1", "s0");
     assert_eq!(h1.pfc_pauses, Some(0), "h1 was never paused: the only PAUSE sent to it was stale");
     assert_eq!(h1.pfc_pauses_sent, Some(1));
@@ -392,11 +392,11 @@ fn a_spine_failing_under_pause_loses_its_queue_and_nothing_stalls() {
     let mut s = pfc(spec(leaf_spine_100g(2, 2, 4), vec![], flows));
     s["failures"] = json!([{"node": "spine0", "at_ps": 50 * US}]);
     let r = simulate(&s);
-    assert_eq!(r.stopped_by, "completed");
+    assert_eq!(r.outcome, "completed");
     let c = &r.conservation;
     assert_eq!((c.in_flight_packets, c.in_flight_bytes), (0, 0));
     assert!(counter(&r, "drops_node_failed") > 0);
-    assert_eq!(c.dropped_packets, counter(&r, "drops_node_failed") + counter(&r, "drops_link_failed"), "every loss is the failure's");
+    assert_eq!(c.lost_packets, counter(&r, "drops_node_failed") + counter(&r, "drops_link_failed"), "every loss is the failure's");
     assert_eq!(drops_queue(&r), 0);
     // After the failure everything goes through spine1, which keeps pausing.
     assert!(link(&r, "leaf1", "spine1").pfc_pauses.unwrap() > 0);

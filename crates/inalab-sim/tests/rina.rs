@@ -120,7 +120,7 @@ fn step_jitter_costs_more_in_a_longer_chain() {
     let jct = |prog: Value, ina: Value| {
         let r = simulate(&rina_spec(two_racks(prog), vec![rina_job(0, hosts(0..8), 20_000, 2, ina)]));
         assert_exact(&r);
-        r.jobs[0].jct_s
+        r.jobs[0].jct_s.expect("finished")
     };
     let jitter = json!({"step_overhead_ps": 2 * US, "step_jitter_ps": 20 * US});
     let (ring0, ring1) = (jct(json!("none"), json!({})), jct(json!("none"), jitter.clone()));
@@ -230,7 +230,10 @@ fn a_scheme_without_failure_handling_fails_the_job_naming_the_worker() {
     let j = &r.jobs[0];
     assert!(!j.finished, "{:?}", j.failures);
     assert!(j.failures.iter().any(|f| f.contains("worker 3 on h3 failed at 10000 ns; ring does not go on without a worker")), "{:?}", j.failures);
-    assert_eq!(r.stopped_by, "completed", "the failed job does not hold the run to its stop time");
+    assert_eq!(r.stopped_by, "work_ended", "the failed job does not hold the run to its stop time");
+    assert_eq!((j.status, r.outcome.as_str()), ("failed", "failed"));
+    assert_eq!(j.reason.as_deref(), j.failures.first().map(String::as_str), "the reason is the first failure");
+    assert_eq!(j.jct_s, None, "a failed job has no completion time");
 }
 
 #[test]
@@ -274,5 +277,5 @@ fn a_failed_server_fails_its_job_at_once() {
     let r = simulate(&s);
     let j = &r.jobs[0];
     assert!(!j.finished && j.failures.iter().any(|f| f.contains("its server on h7 failed at 20000 ns")), "{:?}", j.failures);
-    assert_eq!(r.stopped_by, "completed");
+    assert_eq!((r.stopped_by.as_str(), r.outcome.as_str()), ("work_ended", "failed"));
 }

@@ -88,7 +88,7 @@ fn jobs_share_a_switch_in_static_partitions() {
 
 #[test]
 fn more_slots_stream_faster() {
-    let jct = |pool| run(star(4, US), vec![switchml_job(0, hosts(0..4), 4 << 20, pool)], 4096, 0.0).jobs[0].jct_s;
+    let jct = |pool| run(star(4, US), vec![switchml_job(0, hosts(0..4), 4 << 20, pool)], 4096, 0.0).jobs[0].jct_s.expect("finished");
     // One slot is stop-and-wait per worker; 256 slots cover the bandwidth-delay product.
     assert!(jct(256) * 5.0 < jct(1), "pool 256: {} s, pool 1: {} s", jct(256), jct(1));
 }

@@ -78,4 +78,23 @@ impl Topology {
     pub fn host_switch(&self, host: NodeId) -> NodeId {
         self.nodes[host as usize].ports[0].peer
     }
+
+    /// The connected part of the network each node is in: `parts[n]` is the smallest node id
+    /// of `n`'s part, so two nodes have a path between them iff their entries are equal.
+    pub fn parts(&self) -> Vec<NodeId> {
+        let mut part: Vec<NodeId> = (0..self.nodes.len() as NodeId).collect();
+        fn root(part: &mut [NodeId], mut n: NodeId) -> NodeId {
+            while part[n as usize] != n {
+                part[n as usize] = part[part[n as usize] as usize];
+                n = part[n as usize];
+            }
+            n
+        }
+        for l in &self.links {
+            let (a, b) = (root(&mut part, l.a), root(&mut part, l.b));
+            let (lo, hi) = (a.min(b), a.max(b));
+            part[hi as usize] = lo;
+        }
+        (0..self.nodes.len() as NodeId).map(|n| root(&mut part, n)).collect()
+    }
 }
