@@ -6,17 +6,25 @@ A sweep file::
 
     base = "ring-star-allreduce"          # a shipped scenario, a path, or an inline [base] table
     seeds = [1, 2, 3]                     # or a count: seeds = 3 is 1, 2, 3 (default: the base's seed)
-    [vary]
+    [vary]                                # each field an axis of the product
     "topology.link_rate" = ["10Gbps", "100Gbps"]
-    "jobs[0].allreduce" = ["1MiB", "4MiB"]
     "network.buffer_bytes" = { from = 100000, to = 400000, step = 100000 }   # inclusive range
+    [zip]                                 # fields that vary together: one axis ([[zip]]: several)
+    "topology.hosts" = [4, 8, 16]
+    "jobs[0].workers" = [4, 8, 16]
 
-Fields are dotted paths into the scenario (``jobs[0].ina.timeout``), set before it is checked,
-so a bad value fails its point with the scenario's own error. Points are the cartesian product
-of the varied values and the seeds, in file order; each has an id (a hash of its values), so a
-rerun into the same ``out`` directory skips the points already done (``point-<id>.parquet``
-with status "ok") and retries the failed ones. A failed point is a row with ``status`` "error"
-and its ``error``; it does not stop the sweep.
+Fields are dotted paths into the scenario (``jobs[0].ina.timeout``). Points are the cartesian
+product of the axes and the seeds, in file order; each has an id (a hash of its values). Every
+point's scenario is checked and resolved before the first runs: a field the scenario does not
+have, or a value it refuses, refuses the whole sweep naming the field and the point.
+
+A point's ``status`` is its run's outcome: "ok" (every job finished, every flow ended),
+"failed" (a job failed), "unfinished" (a job or flow had not ended at the stop time) or
+"error" (the run or its measure raised); ``error`` says why for all but "ok". A point that is
+not ok does not stop the sweep; :func:`sweep` and ``inalab sweep`` report them (the command
+exits 3). A rerun into the same ``out`` skips the points whose file says "ok" and runs the
+others again; an ``out`` holding another sweep's points is refused (``overwrite`` clears it).
+Ctrl-C stops the sweep at once, killing its worker processes; the points done stay on disk.
 """
 from __future__ import annotations
 
@@ -37,12 +45,20 @@ from .config import ConfigError, read_source, shipped_scenarios
 # Columns of a row besides the point and its parameters, with their Arrow types: every file of
 # a dataset has the same schema, so pandas reads the directory as one table.
 COLUMNS = {"status": "string", "error": "string", "wall_s": "float64", "job_id": "int64", "job_name": "string",
-           "scheme": "string", "job_workers": "int64", "finished": "bool", "jct_s": "float64", "iterations": "int64",
-           "mean_iteration_s": "float64", "bytes_per_iteration": "int64", "goodput_gbps": "float64",
+           "scheme": "string", "kind": "string", "job_workers": "int64", "job_status": "string", "job_reason": "string",
+           "finished": "bool", "jct_s": "float64", "iterations": "int64", "iterations_planned": "int64",
+           "mean_iteration_s": "float64", "bytes_per_iteration": "int64", "goodput_gbps": "float64", "busbw_gbps": "float64",
            "comm_busy_s": "float64", "aggregation_gbps": "float64", "payload_checked": "int64", "payload_errors": "int64"}
-JOB_FIELDS = ("id", "name", "scheme", "workers", "finished", "jct_s", "iterations", "mean_iteration_s",
-              "bytes_per_iteration", "goodput_gbps", "comm_busy_s", "aggregation_gbps", "payload_checked", "payload_errors")
-SWEEP_KEYS = ("base", "seeds", "vary")
+# A job's result fields in a row; those named like the point's own columns get a "job_" prefix.
+JOB_FIELDS = ("id", "name", "scheme", "kind", "workers", "status", "reason", "finished", "jct_s", "iterations",
+              "iterations_planned", "mean_iteration_s", "bytes_per_iteration", "goodput_gbps", "busbw_gbps", "comm_busy_s",
+              "aggregation_gbps", "payload_checked", "payload_errors")
+PREFIXED = ("id", "name", "workers", "status", "reason")
+SWEEP_KEYS = ("base", "seeds", "vary", "zip")
+# A point's status from its run's outcome (the other outcomes keep their word).
+STATUS = {"completed": "ok"}
+# Off a terminal, a progress line this often, s.
+PLAIN_EVERY_S = 5.0
 _STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
 
@@ -66,23 +82,33 @@ def set_path(d: dict, path: str, value: Any) -> None:
     cur[last] = value
 
 
-def _values(path: str, v: Any) -> list:
+def _values(path: str, v: Any, where: str = "vary") -> list:
     if isinstance(v, list):
         if not v:
-            raise ConfigError(f"vary.{path}", "an empty list of values")
+            raise ConfigError(f"{where}.{path}", "an empty list of values")
         return v
     if isinstance(v, dict) and set(v) == {"from", "to", "step"}:
         lo, hi, step = v["from"], v["to"], v["step"]
         if not all(isinstance(x, (int, float)) for x in (lo, hi, step)) or step <= 0 or hi < lo:
-            raise ConfigError(f"vary.{path}", "a range needs numbers with from <= to and step > 0")
+            raise ConfigError(f"{where}.{path}", "a range needs numbers with from <= to and step > 0")
         n = int(round((hi - lo) / step)) + 1
         return [lo + i * step for i in range(n)]
-    raise ConfigError(f"vary.{path}", "give a list of values or a range { from = A, to = B, step = S }")
+    raise ConfigError(f"{where}.{path}", "give a list of values or a range { from = A, to = B, step = S }")
+
+
+def _zip_groups(spec: dict) -> list[dict]:
+    """The sweep's ``zip`` groups: one table, or an array of them (``[[zip]]``)."""
+    z = spec.get("zip", [])
+    groups = [z] if isinstance(z, dict) else z
+    if not isinstance(groups, list) or not all(isinstance(g, dict) and g for g in groups):
+        raise ConfigError("zip", "a table of field paths to lists or ranges of values of one length ([zip]), "
+                          "or an array of such tables ([[zip]]) for several groups")
+    return groups
 
 
 def points(spec: dict) -> list[dict]:
     """The sweep's points: ``{"id", "params", "scenario"}``, params holding the varied fields
-    and ``seed``."""
+    and ``seed``. Checks the sweep file's own keys; :func:`resolve` checks the scenarios."""
     unknown = set(spec) - set(SWEEP_KEYS)
     if unknown:
         raise ConfigError(sorted(unknown)[0], f"unknown key; a sweep has {', '.join(SWEEP_KEYS)}")
@@ -99,10 +125,25 @@ def points(spec: dict) -> list[dict]:
     vary = spec.get("vary", {})
     if not isinstance(vary, dict):
         raise ConfigError("vary", "a table of field paths to lists or ranges of values")
-    axes = [(path, _values(path, v)) for path, v in vary.items()] + [("seed", seeds)]
+    # An axis is a list of {path: value} choices: one path for a [vary] field, several for a zip group.
+    axes = [[{path: v} for v in _values(path, values)] for path, values in vary.items()]
+    seen = set(vary)
+    for g, group in enumerate(_zip_groups(spec)):
+        where = "zip" if isinstance(spec["zip"], dict) else f"zip[{g}]"
+        columns = {path: _values(path, values, where) for path, values in group.items()}
+        twice = seen & set(columns)
+        if twice:
+            raise ConfigError(f"{where}.{sorted(twice)[0]}", "varied twice: a field is in [vary] or one zip group, not both")
+        seen |= set(columns)
+        lengths = {path: len(v) for path, v in columns.items()}
+        if len(set(lengths.values())) > 1:
+            raise ConfigError(where, "fields that vary together need as many values each; got "
+                              + ", ".join(f"{p}: {n}" for p, n in lengths.items()))
+        axes.append([dict(zip(columns, values)) for values in zip(*columns.values())])
+    axes.append([{"seed": s} for s in seeds])
     out = []
-    for combo in itertools.product(*(vals for _, vals in axes)):
-        params = {path: val for (path, _), val in zip(axes, combo)}
+    for combo in itertools.product(*axes):
+        params = {k: v for choice in combo for k, v in choice.items()}
         scenario = json.loads(json.dumps(base))
         for path, val in params.items():
             if path != "seed":
@@ -112,31 +153,50 @@ def points(spec: dict) -> list[dict]:
     return out
 
 
+def resolve(pts: list[dict]) -> list[dict]:
+    """Checks every point's scenario and resolves it into the simulator's spec (``"spec"``)
+    before anything runs, so that a sweep fails at once rather than point by point: a field
+    the scenario lacks or a value it refuses raises :class:`ConfigError` naming the varied
+    field (``vary.<path>``, when the error is in one) and the point."""
+    from .config import load_scenario
+
+    for p in pts:
+        if "spec" in p:
+            continue
+        try:
+            p["spec"] = load_scenario(p["scenario"]).to_spec()
+        except ConfigError as e:
+            varied = [k for k in p["params"] if k != "seed" and (e.field == k or e.field.startswith((k + ".", k + "[")))]
+            shown = ", ".join(f"{k} = {v!r}" for k, v in p["params"].items())
+            raise ConfigError(f"vary.{varied[0]}" if varied else e.field,
+                              f"{e.message}{' (' + e.field + ')' if varied and e.field != varied[0] else ''}; at the point {shown}"
+                              ) from None
+    return pts
+
+
 def point_id(params: dict) -> str:
     return hashlib.sha1(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def run_point(point: dict, measure: Optional[Callable] = None) -> list[dict]:
-    """Simulates one point; its rows (one per job, or ``measure(result)``'s, or one error
-    row). Never raises."""
-    from . import simulate
+    """Simulates one point (its resolved ``"spec"``, else its ``"scenario"``); its rows (one
+    per job, or ``measure(result)``'s, or one error row), each with the point's ``status``
+    (see the module's docs). Never raises but on Ctrl-C."""
+    from . import _core, _run, simulate
 
     t0 = time.monotonic()
     head = {"point": point["id"], **point["params"]}
     try:
-        r = simulate(point["scenario"])
+        r = _run(_core, json.dumps(point["spec"]), None) if "spec" in point else simulate(point["scenario"])
         measured = measure(r) if measure is not None else None
     except Exception as e:  # a point's failure (its measure's too) is data, not the sweep's end
         return [{**head, "status": "error", "error": f"{type(e).__name__}: {e}", "wall_s": time.monotonic() - t0}]
+    status = STATUS.get(r.outcome, r.outcome)
+    done = {"status": status, "error": None if status == "ok" else "; ".join(r.problems()), "wall_s": r.raw["wall_s"]}
     if measured is not None:
-        return [{**head, "status": "ok", "error": None, "wall_s": r.raw["wall_s"], **m} for m in measured]
-    rows = []
-    for j in r.raw["jobs"]:
-        rows.append({**head, "status": "ok", "error": None, "wall_s": r.raw["wall_s"],
-                     **{f"job_{k}" if k in ("id", "name", "workers") else k: j.get(k) for k in JOB_FIELDS}})
-    if not rows:  # a scenario of flows only: one row for the point
-        rows.append({**head, "status": "ok", "error": None, "wall_s": r.raw["wall_s"]})
-    return rows
+        return [{**head, **done, **m} for m in measured]
+    rows = [{**head, **done, **{f"job_{k}" if k in PREFIXED else k: j.get(k) for k in JOB_FIELDS}} for j in r.raw["jobs"]]
+    return rows or [{**head, **done}]  # a scenario of flows only: one row for the point
 
 
 def schema(pts: list[dict]):
@@ -193,13 +253,16 @@ def _done(out: Path, point: dict) -> bool:
 def run_points(pts: list[dict], out: Union[str, Path], *, workers: Optional[int] = None, ray: Optional[str] = None,
                progress: Union[bool, Callable[[int, int], None]] = True, measure: Optional[Callable] = None) -> pd.DataFrame:
     """Runs ``pts`` (from :func:`points`, or any ``{"id", "params", "scenario"}``) into ``out``
-    and returns the whole dataset. ``workers``: local processes (default: the machine's CPU
-    count); ``ray``: run on Ray instead: "local" (a Ray instance started on this machine for
-    the sweep), "auto" (the running cluster this machine belongs to) or a cluster address.
-    ``measure``: a module-level function from a point's :class:`Result` to its rows (dicts of
-    metrics), instead of one row per job (the reproductions use it for hosts' and switches'
-    counters); the params, ``status`` and ``error`` are added to each."""
+    and returns the whole dataset. Every point is checked and resolved first (:func:`resolve`).
+    ``workers``: local processes (default: the machine's CPU count); ``ray``: run on Ray
+    instead: "local" (a Ray instance started on this machine for the sweep), "auto" (the
+    running cluster this machine belongs to) or a cluster address. ``measure``: a module-level
+    function from a point's :class:`Result` to its rows (dicts of metrics), instead of one row
+    per job (the reproductions use it for hosts' and switches' counters); the params,
+    ``status`` and ``error`` are added to each. Ctrl-C kills the worker processes and raises
+    ``KeyboardInterrupt``; the points written stay."""
     out = Path(out)
+    resolve(pts)
     out.mkdir(parents=True, exist_ok=True)
     sch = None if measure is not None else schema(pts)
     todo = [p for p in pts if not _done(out, p)]
@@ -210,8 +273,9 @@ def run_points(pts: list[dict], out: Union[str, Path], *, workers: Optional[int]
             _run_ray(todo, write, ray, report, measure)
         elif (workers or os.cpu_count() or 1) <= 1 or len(todo) <= 1:
             for p in todo:
-                write(p, run_point(p, measure))
-                report(1)
+                rows = run_point(p, measure)
+                write(p, rows)
+                report(1, rows[0]["status"])
         else:
             _run_pool(todo, write, workers or os.cpu_count() or 1, report, measure)
     finally:
@@ -219,19 +283,37 @@ def run_points(pts: list[dict], out: Union[str, Path], *, workers: Optional[int]
     return load(out, [p["id"] for p in pts])
 
 
+def _ignore_sigint() -> None:
+    """A pool worker's start: Ctrl-C is the parent's to handle (it kills the workers)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _run_one(point: dict, measure) -> tuple[dict, list[dict]]:
+    return point, run_point(point, measure)
+
+
 def _run_pool(todo: list[dict], write, workers: int, report, measure) -> None:
+    import functools
     import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     # fork: the children start with inalab imported (spawn or a fork server re-import it, a
     # second per worker, a fifth of a 20-point sweep); they only simulate and return rows, so
-    # the parent's threads (the progress bar's) are not a hazard.
-    ctx = mp.get_context("fork")
-    with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=ctx) as pool:
-        futures = {pool.submit(run_point, p, measure): p for p in todo}
-        for f in as_completed(futures):
-            write(futures[f], f.result())
-            report(1)
+    # the parent's threads (the progress bar's) are not a hazard. A Pool rather than a
+    # ProcessPoolExecutor: on Ctrl-C or an error its terminate() kills the workers at once,
+    # where the executor's exit waits for the running points (minutes each).
+    pool = mp.get_context("fork").Pool(min(workers, len(todo)), initializer=_ignore_sigint)
+    try:
+        for point, rows in pool.imap_unordered(functools.partial(_run_one, measure=measure), todo):
+            write(point, rows)
+            report(1, rows[0]["status"])
+        pool.close()
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
 
 
 def _run_ray(todo: list[dict], write, address: str, report, measure) -> None:
@@ -244,44 +326,71 @@ def _run_ray(todo: list[dict], write, address: str, report, measure) -> None:
     started = not ray.is_initialized()
     if started:
         ray.init(address=None if address == "local" else address, log_to_driver=False)
+    pending = {}
     try:
         remote = ray.remote(run_point)
         pending = {remote.remote(p, measure): p for p in todo}
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:
-                write(pending.pop(ref), ray.get(ref))
-                report(1)
+                rows = ray.get(ref)
+                write(pending.pop(ref), rows)
+                report(1, rows[0]["status"])
+    except BaseException:
+        for ref in pending:  # Ctrl-C or an error: the cluster's tasks stop too
+            ray.cancel(ref, force=True)
+        raise
     finally:
         if started:
             ray.shutdown()
 
 
 def _progress(progress, total: int, already: int):
-    """A callable taking the number of points just finished (``None``: the end)."""
+    """A callable taking the number of points just finished and their status (``None``: the
+    end): a rich bar on a terminal, a line every few seconds off one (logs, CI)."""
     if callable(progress):
         state = {"done": already}
 
-        def call(n):
+        def call(n, status=None):
             if n is not None:
                 state["done"] += n
                 progress(state["done"], total)
         return call
     if not progress:
-        return lambda n: None
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        return lambda n, status=None: None
     from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    bar = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=Console(stderr=True), transient=False)
+    from .progress import left
+
+    console = Console(stderr=True)
+    counts = {"done": already, "bad": 0, "last": time.monotonic(), "t0": time.monotonic(), "lines": 0}
+    if not console.is_terminal:
+        def line(n, status=None):
+            now = time.monotonic()
+            if n is not None:
+                counts["done"] += n
+                counts["bad"] += status not in (None, "ok")
+            # A line every few seconds, and a last one at the end of a sweep that showed any.
+            if now - counts["last"] >= PLAIN_EVERY_S or (n is None and counts["lines"]):
+                counts["last"] = now
+                counts["lines"] += 1
+                elapsed = now - counts["t0"]
+                eta = left(elapsed, (counts["done"] - already) / max(total - already, 1))
+                console.print(f"sweep: {counts['done']}/{total} points ({counts['bad']} not ok), {elapsed:.0f} s elapsed"
+                              + ("" if eta is None or n is None else f", ~{eta:.0f} s left"), markup=False, highlight=False)
+        return line
+    bar = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[bad]}"),
+                   TimeElapsedColumn(), console=console, transient=False)
     bar.start()
-    task = bar.add_task("points", total=total, completed=already)
+    task = bar.add_task("points", total=total, completed=already, bad="")
 
-    def call(n):
+    def call(n, status=None):
         if n is None:
             bar.stop()
         else:
-            bar.update(task, advance=n)
+            counts["bad"] += status not in (None, "ok")
+            bar.update(task, advance=n, bad=f"{counts['bad']} not ok" if counts["bad"] else "")
     return call
 
 
@@ -314,17 +423,54 @@ def read_sweep(source: Union[str, Path, dict]) -> dict:
         raise ConfigError("sweep", f"{path}: {e}") from None
 
 
+def _claim(out: Path, spec: dict, overwrite: bool) -> None:
+    """Makes ``out`` this sweep's: refuses a directory holding another sweep's points (whose
+    rows ``pandas.read_parquet(out)`` would return with this one's) unless ``overwrite``,
+    which deletes them first; then records the spec in ``_sweep.json``."""
+    record = out / "_sweep.json"
+    text = json.dumps(spec, indent=1, sort_keys=True, default=str)
+    files = sorted(out.glob("point-*.parquet")) + sorted(out.glob(".point-*.parquet.tmp"))
+    same = record.exists() and record.read_text() == text
+    if files and not same and not overwrite:
+        what = "another sweep's points (its _sweep.json differs)" if record.exists() else "points of a sweep without _sweep.json"
+        raise ConfigError("--out", f"{out} holds {len(files)} files of {what}; pandas.read_parquet({str(out)!r}) would mix "
+                          "their rows with this sweep's. Choose another --out, or --overwrite to delete them first")
+    if overwrite and not same:
+        for f in files:
+            f.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    # Underscore: Parquet readers skip it when they read the directory as a dataset.
+    record.write_text(text)
+
+
 def sweep(spec: Union[str, Path, dict], out: Union[str, Path], *, workers: Optional[int] = None,
-          ray: Optional[str] = None, progress: Union[bool, Callable[[int, int], None]] = True) -> pd.DataFrame:
+          ray: Optional[str] = None, progress: Union[bool, Callable[[int, int], None]] = True,
+          overwrite: bool = False) -> pd.DataFrame:
     """Runs the sweep ``spec`` (a TOML path or dict, see the module docs) into the Parquet
     dataset ``out`` and returns it: one row per job per point, the varied fields and ``seed``
-    as columns, ``status`` "ok" or "error"."""
+    as columns, ``status`` "ok", "failed", "unfinished" or "error" (:func:`summarize` counts
+    them). Every point's scenario is checked before the first runs. ``out`` holding another
+    sweep's points is refused unless ``overwrite``."""
     spec = read_sweep(spec)
-    pts = points(spec)
-    Path(out).mkdir(parents=True, exist_ok=True)
-    # Underscore: Parquet readers skip it when they read the directory as a dataset.
-    (Path(out) / "_sweep.json").write_text(json.dumps(spec, indent=1, default=str))
+    pts = resolve(points(spec))
+    _claim(Path(out), spec, overwrite)
     return run_points(pts, out, workers=workers, ray=ray, progress=progress)
+
+
+def summarize(df: pd.DataFrame) -> dict:
+    """A sweep's dataset in counts: points, by status, and the reasons of those not ok (the
+    most common first, each with its count)."""
+    pts = df.drop_duplicates("point") if not df.empty else df
+    counts = pts.status.value_counts() if len(pts) else {}
+    order = ["ok", "failed", "unfinished", "error"]
+    by_status = {k: int(counts[k]) for k in order + sorted(set(counts.keys()) - set(order)) if k in counts}
+    bad = pts[pts.status != "ok"] if len(pts) else pts
+    reasons = []
+    if len(bad):
+        counts = bad.fillna({"error": ""}).groupby(["status", "error"]).size().sort_values(ascending=False, kind="stable")
+        reasons = [{"status": st, "error": err, "points": int(n)} for (st, err), n in counts.items()]
+    return {"points": len(pts), "ok": by_status.get("ok", 0), "not_ok": len(bad), "by_status": by_status, "rows": len(df),
+            "reasons": reasons}
 
 
 def plot(df: pd.DataFrame, x: str, y: str = "jct_s", hue: Optional[str] = None, path: Union[str, Path, None] = None,
@@ -340,6 +486,8 @@ def plot(df: pd.DataFrame, x: str, y: str = "jct_s", hue: Optional[str] = None, 
     from .plots import line_style, unit_label, wrap_title
 
     ok = df[df.status == "ok"]
+    if ok.empty:
+        raise ValueError("no point of this sweep is ok: nothing to plot (see its status and error columns)")
     fig, ax = plt.subplots(figsize=(6, 3.8), layout="constrained")
     groups = ok.groupby(hue) if hue else [(None, ok)]
     for i, (key, g) in enumerate(groups):

@@ -1,6 +1,8 @@
-"""``inalab sweep``: points from a sweep file, a parallel run into one Parquet dataset that
-pandas reads, failed points recorded without stopping the sweep, resumption, determinism,
-the plot helper, the CLI, and Ray where it is installed."""
+"""``inalab sweep``: points from a sweep file (linked axes too), every point checked before the
+first runs, a parallel run into one Parquet dataset that pandas reads, points that did not
+complete recorded as such without stopping the sweep (and failing the command), resumption,
+another sweep's points refused, Ctrl-C, determinism, the plot helper, the CLI, the docs'
+example, and Ray where it is installed."""
 from __future__ import annotations
 
 import json
@@ -18,7 +20,8 @@ SPEC = {
     "base": "ring-star-allreduce",
     "seeds": 2,
     "vary": {"jobs[0].allreduce": ["256KiB", "1MiB"], "topology.hosts": {"from": 4, "to": 8, "step": 4},
-             "jobs[0].workers": [4, 99]},  # 99 workers do not fit: those points fail
+             "stop": ["5us", "1s"]},  # 5 us is too short for either allreduce: those points are unfinished
+    "zip": {"jobs[0].workers": [4]},
 }
 
 
@@ -27,9 +30,18 @@ def test_points_are_the_product_of_the_varied_values_and_seeds():
     assert len(pts) == 2 * 2 * 2 * 2
     assert len({p["id"] for p in pts}) == len(pts) and [p["id"] for p in pts] == [p["id"] for p in points(SPEC)]
     first = pts[0]
-    assert first["params"] == {"jobs[0].allreduce": "256KiB", "topology.hosts": 4, "jobs[0].workers": 4, "seed": 1}
+    assert first["params"] == {"jobs[0].allreduce": "256KiB", "topology.hosts": 4, "stop": "5us", "jobs[0].workers": 4, "seed": 1}
     assert first["scenario"]["jobs"][0]["allreduce"] == "256KiB" and first["scenario"]["topology"]["hosts"] == 4
     assert first["scenario"]["seed"] == 1 and pts[1]["scenario"]["seed"] == 2
+
+
+def test_zipped_fields_vary_together_as_one_axis():
+    spec = {"base": "ring-star-allreduce", "vary": {"jobs[0].allreduce": ["1MiB", "4MiB"]},
+            "zip": [{"topology.hosts": [4, 8, 16], "jobs[0].workers": {"from": 4, "to": 16, "step": 6}}, {"stop": ["1s"]}]}
+    pts = points(spec)
+    assert len(pts) == 2 * 3
+    assert {(p["params"]["topology.hosts"], p["params"]["jobs[0].workers"]) for p in pts} == {(4, 4), (8, 10), (16, 16)}
+    assert all(p["scenario"]["topology"]["hosts"] == p["params"]["topology.hosts"] for p in pts)
 
 
 @pytest.mark.parametrize("spec, field", [
@@ -40,11 +52,30 @@ def test_points_are_the_product_of_the_varied_values_and_seeds():
     ({"base": "ring-star-allreduce", "vary": {}, "points": 3}, "points"),
     ({"vary": {}}, "base"),
     ({"base": "no-such-scenario"}, "scenario"),
+    ({"base": "ring-star-allreduce", "zip": {"topology.hosts": [4, 8], "jobs[0].workers": [4]}}, "zip"),
+    ({"base": "ring-star-allreduce", "vary": {"stop": ["1s"]}, "zip": {"stop": ["2s"]}}, "zip.stop"),
+    ({"base": "ring-star-allreduce", "zip": [{"stop": ["1s"]}, {"seed": [], "x": [1]}]}, "zip[1].seed"),
+    ({"base": "ring-star-allreduce", "zip": 3}, "zip"),
 ])
 def test_bad_sweeps_name_the_field(spec, field):
     with pytest.raises(ConfigError) as e:
         points(spec)
     assert e.value.field == field, str(e.value)
+
+
+@pytest.mark.parametrize("vary, field, words", [
+    # A typo in a varied field: every point would fail; refused before any runs, naming the allowed keys.
+    ({"topology.hostz": [8, 16]}, "vary.topology.hostz", "unknown key; allowed keys here: kind, hosts"),
+    # A value the scenario refuses, at one point of several.
+    ({"network.buffer": ["1MiB", "-3B"]}, "vary.network.buffer", "network.buffer = '-3B'"),
+    # A combination that cannot be placed: 16 workers on 8 hosts.
+    ({"topology.hosts": [8, 16]}, "jobs[0].workers", "topology.hosts = 8"),
+])
+def test_every_point_is_checked_before_the_first_runs(tmp_path, vary, field, words):
+    with pytest.raises(ConfigError) as e:
+        inalab.sweep({"base": "ring-star-allreduce", "vary": vary}, tmp_path / "ds", workers=1, progress=False)
+    assert e.value.field == field and words in str(e.value), str(e.value)
+    assert not (tmp_path / "ds").exists(), "nothing ran, nothing was written"
 
 
 def test_set_path_reaches_into_lists_and_makes_tables():
@@ -54,14 +85,22 @@ def test_set_path_reaches_into_lists_and_makes_tables():
     assert d == {"jobs": [{"ina": {"timeout": "2ms"}}], "network": {"buffer_bytes": 5}}
 
 
-def test_a_sweep_runs_in_parallel_records_failures_and_resumes(tmp_path):
+def test_a_sweep_runs_in_parallel_records_points_that_did_not_complete_and_resumes(tmp_path):
+    from inalab.sweeps import summarize
+
     out = tmp_path / "ds"
     df = inalab.sweep(SPEC, out, workers=2, progress=False)
-    assert len(df) == 16 and set(df.status) == {"ok", "error"}
-    bad = df[df.status == "error"]
-    assert (bad["jobs[0].workers"] == 99).all() and bad.error.str.contains("needs 99 free hosts").all()
+    assert len(df) == 16 and set(df.status) == {"ok", "unfinished"}
+    bad = df[df.status == "unfinished"]
+    # An unfinished point is a failure in the dataset, not a result: no JCT, a reason.
+    assert (bad.stop == "5us").all() and len(bad) == 8 and bad.jct_s.isna().all() and (bad.job_status == "unfinished").all()
+    assert bad.error.str.contains("not finished at the stop time, 5 us").all()
     ok = df[df.status == "ok"]
     assert len(ok) == 8 and ok.finished.all() and (ok.jct_s > 0).all() and (ok.job_workers == 4).all()
+    assert (ok.busbw_gbps / ok.goodput_gbps - 2 * 3 / 4).abs().max() < 1e-9  # NCCL's 2(n-1)/n, n = 4
+    s = summarize(df)
+    assert (s["points"], s["ok"], s["not_ok"], s["by_status"]) == (16, 8, 8, {"ok": 8, "unfinished": 8})
+    assert sum(r["points"] for r in s["reasons"]) == 8 and all(r["status"] == "unfinished" for r in s["reasons"])
     # Bigger tensors take longer; seeds do not change a deterministic ring.
     by = ok.groupby("jobs[0].allreduce").jct_s.mean()
     assert by["1MiB"] > by["256KiB"]
@@ -69,13 +108,28 @@ def test_a_sweep_runs_in_parallel_records_failures_and_resumes(tmp_path):
     # pandas reads the directory as one dataset.
     again = pd.read_parquet(out)
     assert len(again) == 16 and "topology.hosts" in again.columns
-    # A rerun skips the points done and retries the failed ones.
+    # A rerun skips the points done and runs the others again.
     ok_files = {f: f.stat().st_mtime_ns for f in out.glob("point-*.parquet")
                 if (pd.read_parquet(f).status == "ok").all()}
     seen = []
     inalab.sweep(SPEC, out, workers=2, progress=lambda done, total: seen.append((done, total)))
-    assert seen[0] == (9, 16) and seen[-1] == (16, 16), seen  # 8 ok skipped, 8 failed re-run
+    assert seen[0] == (9, 16) and seen[-1] == (16, 16), seen  # 8 ok skipped, 8 unfinished re-run
     assert all(f.stat().st_mtime_ns == t for f, t in ok_files.items())
+
+
+def test_another_sweeps_points_in_out_are_refused_unless_overwritten(tmp_path):
+    # A second sweep into the same --out used to leave the first one's rows in pd.read_parquet(out).
+    out = tmp_path / "ds"
+    first = {"base": "ring-star-allreduce", "vary": {"jobs[0].allreduce": ["256KiB", "1MiB"]}}
+    second = {"base": "ring-star-allreduce", "vary": {"jobs[0].allreduce": ["512KiB"]}}
+    inalab.sweep(first, out, workers=1, progress=False)
+    with pytest.raises(ConfigError) as e:
+        inalab.sweep(second, out, workers=1, progress=False)
+    assert e.value.field == "--out" and "--overwrite" in str(e.value)
+    assert len(pd.read_parquet(out)) == 2, "the refused sweep wrote nothing"
+    inalab.sweep(second, out, workers=1, progress=False, overwrite=True)
+    assert pd.read_parquet(out)["jobs[0].allreduce"].tolist() == ["512KiB"]
+    inalab.sweep(second, out, workers=1, progress=False)  # the same sweep again: resumed, not refused
 
 
 def test_same_sweep_same_numbers(tmp_path):
@@ -101,8 +155,16 @@ def test_cli_sweep_prints_a_summary_and_refuses_bad_files(tmp_path):
     r = subprocess.run([sys.executable, "-m", "inalab", "sweep", str(f), "--out", str(tmp_path / "o"), "--json"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout) == {"out": str(tmp_path / "o"), "points": 2, "failed": 0, "rows": 2}
+    assert json.loads(r.stdout) == {"out": str(tmp_path / "o"), "points": 2, "ok": 2, "not_ok": 0, "by_status": {"ok": 2},
+                                    "rows": 2, "reasons": []}
     assert len(load(tmp_path / "o")) == 2
+    # A point that did not complete fails the command (3), counted by reason.
+    f.write_text('base = "ring-star-allreduce"\n[vary]\nstop = ["2us", "1s"]\n')
+    r = subprocess.run([sys.executable, "-m", "inalab", "sweep", str(f), "--out", str(tmp_path / "o3")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, r.stderr
+    assert "2 points (1 ok, 1 unfinished)" in " ".join(r.stdout.split()), r.stdout
+    assert "1 unfinished: ring-4MiB: unfinished: not finished at the stop time, 2 us" in r.stderr
     f.write_text('base = "ring-star-allreduce"\nrepeat = 3\n')
     r = subprocess.run([sys.executable, "-m", "inalab", "sweep", str(f), "--out", str(tmp_path / "o2")],
                        capture_output=True, text=True, timeout=60)
@@ -126,14 +188,14 @@ def links_used(r) -> list[dict]:
     return [{"link": f"{l.src}->{l.dst}", "tx_bytes": int(l.tx_bytes)} for l in r.links.itertuples() if l.tx_bytes > 0]
 
 
-def test_a_measure_gives_its_own_rows_and_failed_points_stay_in_the_dataset(tmp_path):
+def test_a_measure_gives_its_own_rows_and_unfinished_points_stay_in_the_dataset(tmp_path):
     from inalab.sweeps import run_points
 
-    spec = {"base": "ring-star-allreduce", "vary": {"jobs[0].workers": [4, 99]}}
+    spec = {"base": "ring-star-allreduce", "vary": {"stop": ["1s", "3us"]}, "zip": {"topology.hosts": [4], "jobs[0].workers": [4]}}
     df = run_points(points(spec), tmp_path / "ds", workers=2, measure=links_used, progress=False)
-    ok, bad = df[df.status == "ok"], df[df.status == "error"]
+    ok, bad = df[df.status == "ok"], df[df.status == "unfinished"]
     assert len(ok) == 8 and ok.link.str.contains("->").all() and (ok.tx_bytes > 0).all()  # 4 hosts, both ways
-    assert len(bad) == 1 and bad.tx_bytes.isna().all() and "99" in bad.error.iloc[0]
+    assert len(bad) >= 1 and (bad.stop == "3us").all() and bad.error.str.contains("3 us").all()
 
 
 def failing_measure(r) -> list[dict]:
@@ -151,3 +213,74 @@ def test_a_failing_measure_is_its_points_error_not_the_sweeps_end(tmp_path):
     df = run_points(points(spec), tmp_path / "ds", workers=2, measure=failing_measure, progress=False)
     assert sorted(df.status) == ["error", "ok"]
     assert "field_the_run_lacks" in df[df.status == "error"].error.iloc[0]
+
+
+def test_ctrl_c_stops_a_sweep_at_once_and_leaves_no_worker(tmp_path):
+    # Nothing checked for signals: a sweep ran on after ^C, its pool's workers with it.
+    import os
+    import signal
+    import time
+
+    f = tmp_path / "slow.toml"
+    f.write_text('base = "ring-star-allreduce"\n[vary]\n"jobs[0].allreduce" = ["1GiB", "2GiB", "3GiB"]\n')
+    out = tmp_path / "o"
+    p = subprocess.Popen([sys.executable, "-m", "inalab", "sweep", str(f), "--out", str(out), "--workers", "2"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(children(p.pid)) < 2:  # both workers simulating
+        time.sleep(0.2)
+    workers = children(p.pid)
+    assert len(workers) >= 2, "the pool started"
+    time.sleep(1.0)
+    t = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    stdout, stderr = p.communicate(timeout=30)
+    assert p.returncode == 130, stderr
+    assert time.monotonic() - t < 10, "stopped within seconds, not after the points (each takes minutes)"
+    assert "interrupted by Ctrl-C (SIGINT)" in stderr
+    time.sleep(0.5)
+    assert not [w for w in workers if os.path.exists(f"/proc/{w}") and state(w) != "Z"], "no worker left running"
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux /proc)."""
+    import os
+
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+            except OSError:
+                continue
+            if int(stat[stat.rfind(")") + 2:].split()[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def state(pid: int) -> str:
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        return "gone"
+    return stat[stat.rfind(")") + 2:].split()[0]
+
+
+def test_the_docs_example_runs_as_written_and_its_plot_varies(tmp_path):
+    # docs/sweeps.md's example varied topology.hosts under a 16-worker job: 6 of 24 points
+    # failed and the other 18 were identical. Its sweep file and plot call, run as written:
+    import re
+    from pathlib import Path
+
+    from inalab.sweeps import plot
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "sweeps.md").read_text()
+    toml = re.search(r"```toml\n# sweep.toml\n(.*?)```", doc, re.S).group(1)
+    call = re.search(r"(inalab\.sweeps\.plot\(df, .*?\))", doc).group(1)
+    (tmp_path / "sweep.toml").write_text(toml)
+    df = inalab.sweep(tmp_path / "sweep.toml", tmp_path / "out", workers=2, progress=False)
+    assert (df.status == "ok").all(), df[df.status != "ok"].error.tolist()
+    fig = eval(call.replace('path="p.png"', "path=tmp_path / 'p.png'"), {"inalab": inalab, "df": df, "tmp_path": tmp_path})
+    lines = [l.get_ydata() for l in fig.axes[0].get_lines()]
+    assert len(lines) >= 2 and all(len(set(y)) == len(y) > 1 for y in lines), "every line varies along x"
+    assert len({tuple(y) for y in lines}) == len(lines), "and the lines differ"
