@@ -17,13 +17,14 @@ COMPUTE_BOUND_SHARE = 0.10
 
 
 def comm_share(job: dict) -> float | None:
-    """The communication share of a job: the time its worker 0 had at least one allreduce
-    outstanding (``comm_busy_s``) over its JCT, 0-1. Communication that overlaps compute counts,
-    so this bounds from above what a faster network could save (a job whose network were
-    infinitely fast would still compute for the rest). None when the result has no
-    ``comm_busy_s`` (``inalab emulate``) or the job took no time."""
+    """The communication share of a finished job: the time its worker 0 had at least one
+    allreduce outstanding (``comm_busy_s``) over its JCT, 0-1. Communication that overlaps
+    compute counts, so this bounds from above what a faster network could save (a job whose
+    network were infinitely fast would still compute for the rest). None when the job did not
+    finish (it has no JCT), the result has no ``comm_busy_s`` (``inalab emulate``) or the job
+    took no time."""
     busy, jct = job.get("comm_busy_s"), job.get("jct_s")
-    if busy is None or not jct or jct <= 0:
+    if not job.get("finished") or busy is None or not jct or jct <= 0:
         return None
     return min(1.0, busy / jct)
 
@@ -40,9 +41,10 @@ class Result:
     Tables are DataFrames with the simulator's columns: ``jobs``, ``iterations`` (one row per job
     and iteration), ``links`` (one row per link direction), ``switches``, ``hosts``, ``flows``
     and ``timeseries`` (long form: ``t_s, metric, entity, value``). Times are seconds and rates
-    Gbps. ``raw`` is the simulator's JSON as a dict. ``jobs`` also has two derived columns:
-    ``comm_share`` (see :func:`comm_share`) and ``compute_bound`` (``comm_share`` below
-    ``COMPUTE_BOUND_SHARE``, 10 %).
+    Gbps; every column is defined in docs/results.md. ``raw`` is the simulator's JSON as a
+    dict. ``jobs`` also has two derived columns: ``comm_share`` (see :func:`comm_share`) and
+    ``compute_bound`` (``comm_share`` below ``COMPUTE_BOUND_SHARE``, 10 %), both for finished
+    jobs only. ``outcome`` says how the run went and ``problems()`` why a job did not finish.
     """
 
     def __init__(self, raw: dict):
@@ -97,33 +99,62 @@ class Result:
     def conservation(self) -> dict:
         return self.raw.get("conservation", {})
 
+    @property
+    def outcome(self) -> str:
+        """"completed" (every job finished, every flow ended), "failed" (a job failed),
+        "unfinished" (a job or flow had not ended when the run stopped) or "interrupted"."""
+        return self.raw.get("outcome", "completed")
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run completed: ``outcome == "completed"``."""
+        return self.outcome == "completed"
+
+    def problems(self) -> list[str]:
+        """One line per job that did not finish and per kind of unfinished flow, naming why
+        (empty when the run completed)."""
+        lines = [f"{j['name']}: {j['status']}: {j.get('reason') or ''}".rstrip(": ")
+                 for j in self.raw.get("jobs", []) if not j["finished"]]
+        open_flows = [f for f in self.raw.get("flows", []) if not f.get("finished", True)]
+        if open_flows:
+            lines.append(f"{len(open_flows)} of {len(self.raw['flows'])} flows had not ended when the run stopped "
+                         f"(packets still to send or in flight; raise `stop`)")
+        return lines
+
+    def flows_summary(self) -> dict | None:
+        """What the flows delivered: counts by ``status`` and bytes (None without flows)."""
+        flows = self.raw.get("flows") or []
+        if not flows:
+            return None
+        size = sum(f["bytes"] for f in flows)
+        got = sum(f["bytes_received"] for f in flows)
+        fcts = [f["fct_s"] for f in flows if f.get("fct_s") is not None]
+        return {"count": len(flows), **{k: sum(f["status"] == k for f in flows) for k in ("delivered", "lossy", "unfinished")},
+                "bytes": size, "bytes_received": got, "delivered_fraction": got / size if size else 1.0,
+                "max_fct_s": max(fcts) if fcts else None}
+
     def summary(self) -> dict:
-        """The JSON object that ``inalab simulate --json`` prints."""
+        """The JSON object that ``inalab simulate --json`` prints (docs/results.md)."""
         r = self.raw
         return {
             "scenario": r["scenario"],
             "seed": r["seed"],
+            "outcome": self.outcome,
+            "stopped_by": r.get("stopped_by"),
             "sim_time_s": r["sim_time_s"],
             "wall_s": r["wall_s"],
             "events": r["events"],
-            "stopped_by": r.get("stopped_by"),
             "jobs": [
                 {
-                    "id": j["id"],
-                    "name": j["name"],
-                    "scheme": j["scheme"],
-                    "workers": j["workers"],
-                    "finished": j["finished"],
-                    "jct_s": j["jct_s"],
-                    "iterations": j["iterations"],
-                    "mean_iteration_s": j["mean_iteration_s"],
-                    "goodput_gbps": j["goodput_gbps"],
+                    **{k: j.get(k) for k in ("id", "name", "scheme", "kind", "workers", "status", "reason", "finished", "jct_s",
+                                             "iterations", "iterations_planned", "mean_iteration_s", "goodput_gbps", "busbw_gbps")},
                     "comm_share": comm_share(j),
                     "compute_bound": compute_bound(j),
                 }
                 for j in r.get("jobs", [])
             ],
-            "flows": len(r.get("flows", [])),
+            "flows": self.flows_summary(),
+            "problems": self.problems(),
             "conservation_holds": r.get("conservation", {}).get("holds"),
         }
 
@@ -149,5 +180,5 @@ class Result:
 
     def __repr__(self) -> str:
         r = self.raw
-        return (f"<Result {r.get('scenario')!r}: {len(r.get('jobs', []))} jobs, "
+        return (f"<Result {r.get('scenario')!r} {self.outcome}: {len(r.get('jobs', []))} jobs, "
                 f"sim {r.get('sim_time_s', 0):.6g} s, {r.get('events', 0)} events>")

@@ -31,8 +31,8 @@ def star():
 @pytest.fixture(autouse=True)
 def check_every_simulation(monkeypatch):
     """Every simulation a test runs must conserve packets and bytes, keep links (and every time
-    bin of them) at or below 100 % utilization, and leave no aggregator held once every job ended, whatever else the
-    test asserts."""
+    bin of them) at or below 100 % utilization, and leave no aggregator held once every job ended
+    (finished or failed), whatever else the test asserts."""
     import json
 
     from inalab import _core
@@ -47,7 +47,7 @@ def check_every_simulation(monkeypatch):
         for link in r["links"]:
             assert link["utilization"] <= 1.0 + 1e-9, f"{link['src']}->{link['dst']} above 100 %"
             assert link["peak_bin_utilization"] <= 1.0 + 1e-9, f"{link['src']}->{link['dst']} has a bin above 100 %"
-        if all(j["finished"] for j in r["jobs"]):
+        if all(j["status"] != "unfinished" for j in r["jobs"]):  # every job ended: finished or failed
             for sw in r["switches"]:
                 assert sw["aggregators_end"] == 0, f"{sw['name']} holds aggregators after every job ended"
         return out

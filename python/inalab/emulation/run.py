@@ -467,17 +467,27 @@ def _result(spec, net, dep, start_at, results, counters, sw_final, ps_final) -> 
             if len(ts) < len(rs):
                 break
             ends.append(max(ts))
+        failures = [f for r in rs for f in r["failed"]]
         finished = len(ends) == n_iter and all(r["ok"] for r in rs)
-        jct = (ends[-1] if ends else time.monotonic()) - t0
-        end_all = max(end_all, t0 + jct)
+        status = "finished" if finished else "failed" if failures else "unfinished"
+        reason = None if finished else failures[0] if failures else (
+            f"{len(ends)} of {n_iter} iterations done when its processes ended")
+        end = (ends[-1] if ends else time.monotonic()) - t0
+        end_all = max(end_all, t0 + end)
+        jct = end if finished else None
         bpi = sum(layers)
+        n = len(j["workers"])
+        goodput = bpi * len(ends) * 8 / jct / 1e9 if jct else None
         jobs.append({
-            "id": j["id"], "name": j["name"], "scheme": j["scheme"], "workers": len(j["workers"]), "finished": finished,
-            "jct_s": jct, "iterations": len(ends), "mean_iteration_s": (ends[-1] - t0) / len(ends) if ends else 0.0,
-            "bytes_per_iteration": bpi, "goodput_gbps": bpi * len(ends) * 8 / jct / 1e9 if jct > 0 else 0.0,
+            "id": j["id"], "name": j["name"], "scheme": j["scheme"], "workers": n, "kind": wl["kind"],
+            "finished": finished, "status": status, "reason": reason,
+            "jct_s": jct, "iterations": len(ends), "iterations_planned": n_iter,
+            "mean_iteration_s": (ends[-1] - t0) / len(ends) if ends else None,
+            "bytes_per_iteration": bpi, "goodput_gbps": goodput,
+            "busbw_gbps": None if goodput is None else goodput * 2 * (n - 1) / n,
             "payload_checked": sum(len(layers) * len(ends) for _ in rs), "payload_errors": sum(r["wrong"] for r in rs),
             "max_error": max(r["max_err"] for r in rs), "error_bound": max(r["bound"] for r in rs),
-            "failures": [f for r in rs for f in r["failed"]],
+            "failures": failures,
         })
         prev = t0
         for i, t in enumerate(ends):
@@ -502,7 +512,9 @@ def _result(spec, net, dep, start_at, results, counters, sw_final, ps_final) -> 
         counters = {k: v for k, v in st.items() if isinstance(v, int)}
         counters.update({f"program.{k}": v for k, v in st.get("program", {}).items()})
         switches.append({"name": sw, "programmable": dep.programmable[sw], "rx_packets": st["received"],
-                         "drops_program": 0, "drops_socket": udp[sw].get("RcvbufErrors", 0),
+                         "absorbed_packets": sum(v for k, v in st.get("program_drops", {}).items() if k.endswith("_aggregated")),
+                         "drops_program": sum(v for k, v in st.get("program_drops", {}).items() if not k.endswith("_aggregated")),
+                         "drops_socket": udp[sw].get("RcvbufErrors", 0),
                          "aggregators_end": st["aggregators_in_use"], "counters": counters})
     hosts = []
     for h in net.nodes:
@@ -514,10 +526,11 @@ def _result(spec, net, dep, start_at, results, counters, sw_final, ps_final) -> 
                       "rx_bytes": down["qdisc_bytes"], "rx_packets": down["qdisc_packets"],
                       "drops_loss": udp[h].get("RcvbufErrors", 0),
                       "counters": counters})
-    failed = any(not j["finished"] for j in jobs)
+    outcome = ("failed" if any(j["status"] == "failed" for j in jobs) else
+               "unfinished" if any(not j["finished"] for j in jobs) else "completed")
     return {
         "scenario": spec["name"], "seed": spec["seed"], "sim_time_s": duration, "wall_s": 0.0, "events": 0,
-        "stopped_by": "failed" if failed else "finished", "jobs": jobs, "iterations": iterations, "links": links,
+        "stopped_by": "work_ended", "outcome": outcome, "jobs": jobs, "iterations": iterations, "links": links,
         "switches": switches, "hosts": hosts, "flows": [], "timeseries": [], "conservation": {},
         "emulation": {"shaping": net.label + (" + netem" if net.netem else ""),
                       "link_delay_emulated": net.netem or isinstance(net, fab.LocalFabric),
