@@ -317,6 +317,39 @@ def test_bad_options_name_the_field():
         inalab.Client(switch="127.0.0.1:1", job=-1)
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_no_switch_is_a_connection_error_naming_the_address_and_what_to_start():
+    # It was a ValueError (a client) and "I/O error: Connection refused (os error 111)" (inalab ps),
+    # with no address and no hint.
+    addr = f"127.0.0.1:{_free_port()}"
+    with pytest.raises(ConnectionError, match=f"cannot reach the switch's control plane at {addr}: connection refused.*inalab switch"):
+        inalab.Client(switch=addr, job=1, rank=0, world=2)
+    with pytest.raises(ConnectionError, match=f"at {addr}.*inalab switch --program SCHEME"):
+        inalab.ParameterServer(switch=addr, udp=ANY, control=ANY)
+    r = subprocess.run([sys.executable, "-m", "inalab", "ps", "--switch", addr, "--udp", ANY, "--control", ANY],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr  # could not be carried out (2 is for bad input)
+    assert f"error: cannot reach the switch's control plane at {addr}: connection refused" in " ".join(r.stderr.split())
+
+
+def test_a_port_in_use_is_named_with_the_option_that_set_it(switchml):
+    # It was "I/O error: Address already in use (os error 98)": no port, no hint.
+    udp = switchml.udp_addr
+    with pytest.raises(ValueError, match=f"--udp {udp}: port {udp.rsplit(':', 1)[1]} is already in use.*give --udp another port"):
+        inalab.Switch("switchml", udp=udp, control=ANY)
+    control = switchml.control_addr
+    r = subprocess.run([sys.executable, "-m", "inalab", "switch", "--udp", ANY, "--control", control],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and f"error: --control {control}: port {control.rsplit(':', 1)[1]} is already in use" in r.stderr, r.stderr
+
+
 def test_scheme_mismatch_and_missing_ps_are_clear(switchml):
     with pytest.raises(RuntimeError, match="this switch runs switchml, the worker asked for atp"):
         inalab.Client(switch=switchml.control_addr, job=5, world=1, scheme="atp", join_timeout_s=5)

@@ -116,8 +116,9 @@ impl Client {
         if opts.world == 0 || opts.rank >= opts.world {
             return Err(NetError::Config(format!("rank must be in 0..world ({}), got {}", opts.world, opts.rank)));
         }
-        let mut conn = TcpStream::connect_timeout(&opts.switch, control::CONTROL_TIMEOUT)
-            .map_err(|e| NetError::Config(format!("cannot reach the switch's control plane at {}: {e}", opts.switch)))?;
+        let mut conn = TcpStream::connect_timeout(&opts.switch, control::CONTROL_TIMEOUT).map_err(|e| {
+            crate::unreachable(e, crate::SWITCH_CONTROL, opts.switch, "Start it first (`inalab switch`), or set INALAB_SWITCH (switch=) to its control address")
+        })?;
         let udp = Udp::bind(SocketAddr::new(conn.local_addr()?.ip(), 0))?;
         let cred = match &opts.secret {
             Some(s) => s.credential(control::AuthRole::Worker),

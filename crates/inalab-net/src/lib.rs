@@ -43,6 +43,40 @@ pub enum NetError {
     Remote(String),
     /// The job failed (a worker died, the switch went away).
     JobFailed(String),
+    /// A control plane could not be reached: the message names the address, the cause and
+    /// what to start (Python: `ConnectionError`).
+    Unreachable(String),
+}
+
+/// What a peer at `addr` is, for messages: "the switch's control plane (inalab switch
+/// --control)".
+pub const SWITCH_CONTROL: &str = "the switch's control plane";
+
+/// A failed connection to the control plane `what` at `addr`, naming the cause and the fix.
+pub fn unreachable(e: std::io::Error, what: &str, addr: std::net::SocketAddr, start: &str) -> NetError {
+    use std::io::ErrorKind::*;
+    let cause = match e.kind() {
+        ConnectionRefused => "connection refused: nothing listens there".to_string(),
+        TimedOut | WouldBlock => "no answer in time: the machine is down, unreachable or firewalled".to_string(),
+        _ => e.to_string(),
+    };
+    NetError::Unreachable(format!("cannot reach {what} at {addr}: {cause}. {start}"))
+}
+
+/// A socket that could not be bound to `addr`, the address given as `option`, naming the
+/// cause and the fix.
+pub fn bind_error(e: std::io::Error, option: &str, addr: std::net::SocketAddr) -> NetError {
+    use std::io::ErrorKind::*;
+    let why = match e.kind() {
+        AddrInUse => format!(
+            "port {} is already in use (another inalab switch or PS, or another program, listens there): stop it, or give {option} another port",
+            addr.port()
+        ),
+        AddrNotAvailable => format!("{} is not an address of this machine: give {option} one of its addresses, or 0.0.0.0 for all", addr.ip()),
+        PermissionDenied => format!("not allowed to bind port {} (ports below 1024 need root): give {option} a port from 1024 up", addr.port()),
+        _ => e.to_string(),
+    };
+    NetError::Config(format!("{option} {addr}: {why}"))
 }
 
 impl fmt::Display for NetError {
@@ -51,6 +85,7 @@ impl fmt::Display for NetError {
             NetError::Io(e) => write!(f, "I/O error: {e}"),
             NetError::Config(m) | NetError::Protocol(m) | NetError::Remote(m) | NetError::TooLong(m) | NetError::Auth(m) => f.write_str(m),
             NetError::JobFailed(m) => write!(f, "job failed: {m}"),
+            NetError::Unreachable(m) => f.write_str(m),
         }
     }
 }

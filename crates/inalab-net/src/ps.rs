@@ -86,8 +86,8 @@ impl PsHandle {
             Some(s) => s.clone(),
             None => crate::auth::Secret::load().map_err(NetError::Config)?,
         };
-        let udp = Udp::bind(opts.udp)?;
-        let listener = TcpListener::bind(opts.control)?;
+        let udp = Udp::bind(opts.udp).map_err(|e| crate::bind_error(e, "--udp", opts.udp))?;
+        let listener = TcpListener::bind(opts.control).map_err(|e| crate::bind_error(e, "--control", opts.control))?;
         let (udp_addr, control_addr) = (udp.local_addr()?, listener.local_addr()?);
         if let Some(f) = &opts.fabric {
             let shared = Arc::new(Shared { node: opts.node, secret, st: Mutex::new(PsState::new(udp, f.gateway, opts.link_rate_bps)), stop: AtomicBool::new(false) });
@@ -97,7 +97,9 @@ impl PsHandle {
             let threads = spawn(&shared, listener)?;
             return Ok(PsHandle { shared, threads, udp_addr, control_addr });
         }
-        let mut attach = TcpStream::connect_timeout(&opts.switch, CONTROL_TIMEOUT)?;
+        let mut attach = TcpStream::connect_timeout(&opts.switch, CONTROL_TIMEOUT).map_err(|e| {
+            crate::unreachable(e, crate::SWITCH_CONTROL, opts.switch, "Start the switch first (`inalab switch --program SCHEME`, the scheme of the jobs this PS serves), or give --switch its control address")
+        })?;
         attach.set_read_timeout(Some(CONTROL_TIMEOUT))?;
         attach.set_write_timeout(Some(CONTROL_TIMEOUT))?;
         let msg = json!({"op": "attach", "role": "ps", "node": opts.node,

@@ -139,6 +139,9 @@ fn atp_through_a_chain_of_two_switches() {
     let (a, b) = (tor.stats(), ps_rack.stats());
     assert!(a["program"]["aggregated"].as_u64().unwrap() > 0, "{a}");
     assert!(b["program"]["aggregated"].as_u64().unwrap() > 0, "{b}");
+    // Aggregation is reported as absorbed, apart from the program's discards (no loss here).
+    assert!(a["absorbed"]["atp_aggregated"].as_u64().unwrap() > 0, "{a}");
+    assert!(a["program_drops"].get("atp_aggregated").is_none(), "{a}");
     assert_eq!(a["aggregators_in_use"], 0);
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(ps_rack.stats()["aggregators_in_use"], 0, "the release reached the upstream switch");

@@ -6,7 +6,7 @@ use inalab_net::ps::{PsHandle, PsOptions};
 use inalab_net::switch::{PortShaping, SwitchHandle, SwitchOptions};
 use inalab_net::NetError;
 use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyConnectionError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyByteArray;
 use std::net::SocketAddr;
@@ -33,6 +33,7 @@ fn fabric<T: serde::de::DeserializeOwned>(json: Option<&str>) -> PyResult<Option
 fn net_err(e: NetError) -> PyErr {
     match e {
         NetError::Config(m) => PyValueError::new_err(m),
+        NetError::Unreachable(m) => PyConnectionError::new_err(m),
         e => PyRuntimeError::new_err(e.to_string()),
     }
 }

@@ -288,6 +288,9 @@ struct Counters {
     unsealed: u64,
     /// Packets the program sent to a worker or PS port outside the packet's job (dropped).
     outside_job: u64,
+    /// Packets the program consumed into a sum (`*_aggregated`, not a loss) and those it
+    /// discarded for another reason, each by reason.
+    absorbed: BTreeMap<&'static str, u64>,
     program_drops: BTreeMap<&'static str, u64>,
     /// The last decode error, for the operator.
     last_malformed: Option<String>,
@@ -659,7 +662,10 @@ impl DataPlane {
                         self.egress_reusing(a.port, &pkt, &mut tail);
                     }
                 }
-                SwitchAction::Drop { reason, .. } => *self.c.program_drops.entry(reason).or_default() += 1,
+                SwitchAction::Drop { reason, .. } => {
+                    let by_reason = if inalab_core::is_absorbed(reason) { &mut self.c.absorbed } else { &mut self.c.program_drops };
+                    *by_reason.entry(reason).or_default() += 1
+                }
                 SwitchAction::SetTimer { at, token } => {
                     self.timer_seq += 1;
                     self.timers.push(Reverse((at, self.timer_seq, token)));
@@ -831,7 +837,7 @@ impl DataPlane {
             "processing": self.processing.as_ref().map(|(cap, _)| json!({"rate_bps": cap.rate_bps, "buffer_bytes": cap.buffer_bytes,
                 "ecn_threshold_bytes": cap.ecn_threshold_bytes, "peak_bytes": c.processing_peak_bytes})),
             "forged": c.forged, "unsealed": c.unsealed, "outside_job": c.outside_job,
-            "program_drops": c.program_drops, "last_malformed": c.last_malformed,
+            "absorbed": c.absorbed, "program_drops": c.program_drops, "last_malformed": c.last_malformed,
             "program": program,
             "ports": self.ports.iter().map(Port::stats).collect::<Vec<_>>(),
             "io": {"datagrams_sent": io.datagrams_sent, "datagrams_received": io.datagrams_received,
@@ -867,8 +873,8 @@ impl SwitchHandle {
             Some(s) => s.clone(),
             None => crate::auth::Secret::load().map_err(NetError::Config)?,
         };
-        let udp = Udp::bind(opts.udp)?;
-        let listener = TcpListener::bind(opts.control)?;
+        let udp = Udp::bind(opts.udp).map_err(|e| crate::bind_error(e, "--udp", opts.udp))?;
+        let listener = TcpListener::bind(opts.control).map_err(|e| crate::bind_error(e, "--control", opts.control))?;
         let (udp_addr, control_addr) = (udp.local_addr()?, listener.local_addr()?);
         // Datagrams must fit the MTU unfragmented (the sockets set don't-fragment).
         let fits = (crate::udp::max_payload_bytes(udp_addr).saturating_sub(FRAME_OVERHEAD_BYTES) / 4) as u32;
@@ -917,7 +923,11 @@ impl SwitchHandle {
                 &json!({"op": "attach", "role": "switch", "node": opts.node,
                         "udp": control::announce(udp_addr, up), "control": control::announce(control_addr, up)}),
                 CONTROL_TIMEOUT,
-            )?;
+            )
+            .map_err(|e| match e {
+                NetError::Io(e) => crate::unreachable(e, "the upstream switch's control plane", up, "Start the upstream switch first, or give --upstream its control address"),
+                e => e,
+            })?;
             let up_udp: SocketAddr = field(&reply, "udp")?;
             let up_node: NodeId = field(&reply, "node")?;
             let p = dp.add_port(up_udp, up_node, PortKind::Switch);
