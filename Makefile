@@ -19,7 +19,7 @@ help:
 	@echo "make demo    venv + build + 'inalab demo'"
 	@echo "make tools   install Debian's tshark if missing (the capture tests decode with it; needs root)"
 	@echo "make test    venv + build + tools + cargo test + pytest"
-	@echo "make docs    regenerate docs/config.md from the config schema"
+	@echo "make docs    regenerate docs/config.md (the config schema) and docs/results.md (the result columns)"
 
 venv: $(STAMP)
 
@@ -55,6 +55,7 @@ test-python: venv
 
 docs: venv
 	$(BIN)/python -m inalab.config --markdown > docs/config.md
+	$(BIN)/python -m inalab.columns --markdown > docs/results.md
 
 clean:
 	rm -rf $(VENV) target/wheels

@@ -161,8 +161,12 @@ SCENARIOS = {
 
 
 def stderr_progress(label):
-    def cb(frac, events):
-        print(f"  [{label}] {100 * frac:5.1f}%  {events:,} events", file=sys.stderr, flush=True)
+    last = [0.0]
+
+    def cb(frac, events, sim_time_s):  # called every 0.1 s; a line every 2 s
+        if time.monotonic() - last[0] >= 2.0:
+            last[0] = time.monotonic()
+            print(f"  [{label}] {100 * frac:5.1f}%  {events:,} events, {sim_time_s * 1e3:.3f} ms simulated", file=sys.stderr, flush=True)
 
     return cb
 
@@ -204,7 +208,7 @@ def child(key):
         row["note"] = f"JCT {r['jobs'][0]['jct_s'] * 1e3:.3f} ms, finished={r['jobs'][0]['finished']}"
     else:
         c = r["conservation"]
-        row["note"] = f"delivered {c['delivered_packets']:,} / sent {c['sent_packets']:,} pkts, dropped {c['dropped_packets']:,}"
+        row["note"] = f"delivered {c['delivered_packets']:,} / sent {c['sent_packets']:,} pkts, lost {c['lost_packets']:,}, absorbed {c['absorbed_packets']:,}"
     return row
 
 

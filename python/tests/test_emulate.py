@@ -88,6 +88,10 @@ def test_a_star_scenario_runs_for_real_and_matches_the_simulator(shaper):
     assert emu.switches.drops_socket.sum() == 0 and emu.hosts.drops_loss.sum() == 0
     assert sum(p["queue_drops"] for p in sw["ports"]) == 0
     assert emu.raw["emulation"]["shaping"].startswith("tc" if shaper == "tc" else "user space")
+    from inalab.columns import undocumented
+
+    assert undocumented(emu.raw) == [], "every emulated column is defined in docs/results.md"
+    assert emu.ok and emu.summary()["outcome"] == "completed"
 
 
 LEAF_SPINE = {

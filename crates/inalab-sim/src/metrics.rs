@@ -52,6 +52,7 @@ impl Sim {
                 kind: j.kind(),
                 finished,
                 status,
+                start_s: to_secs(start),
                 reason,
                 jct_s: jct,
                 iterations: iters,

@@ -46,6 +46,8 @@ pub struct JobResult {
     pub finished: bool,
     /// "finished", "failed" or "unfinished" (not ended when the run stopped).
     pub status: &'static str,
+    /// When the job started, s (its `start`).
+    pub start_s: f64,
     /// Why a job did not finish (the first failure, naming the worker, link or cause; or what
     /// it had done when the run stopped); `None` for a finished job.
     pub reason: Option<String>,

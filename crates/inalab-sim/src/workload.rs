@@ -329,6 +329,7 @@ impl Workloads {
         for (switch, programs) in setup.programs {
             world.install_ina(switch, programs);
         }
+        let parts = world.topology().parts();
         for (f, fs) in spec.flows.iter().enumerate() {
             let field = format!("flows[{f}]");
             let host = |name: &String, what: &str| host_named(world.topology(), format!("{field}.{what}"), name);
@@ -336,7 +337,7 @@ impl Workloads {
             if src == dst {
                 return Err(SimError::new(format!("{field}.dst"), "a flow needs two different hosts"));
             }
-            crate::setup::connected(world.topology(), &world.topology().parts(), &field, [src, dst].iter())?;
+            crate::setup::connected(world.topology(), &parts, &field, [src, dst].iter())?;
             let (sp, dp) = flow_ports(f as u32);
             let src_ep = world.add_endpoint(
                 src,
@@ -381,7 +382,7 @@ impl Workloads {
             if hosts.len() < 2 {
                 return Err(SimError::new("background.hosts", "background traffic needs at least two hosts"));
             }
-            crate::setup::connected(world.topology(), &world.topology().parts(), "background.hosts", hosts.iter())?;
+            crate::setup::connected(world.topology(), &parts, "background.hosts", hosts.iter())?;
             let mut gap = vec![];
             for &h in &hosts {
                 let send = DatagramSender::new(Endpoint { host: h, port: BG_SEND_PORT }, DatagramConfig { packet_bytes: bg.packet_bytes }).map_err(|e| SimError::new("background.packet", e.0))?;
