@@ -963,7 +963,12 @@ def read_source(source: Union[str, Path, dict], shipped: dict[str, Path], what: 
     path = Path(source)
     if not path.exists():
         if str(source) not in shipped:
-            raise ConfigError("scenario", f"no file {str(source)!r} and no {what} of that name; "
+            from .analysis.scenario import shipped_analyses
+
+            hint = ""
+            if what == "shipped scenario" and str(source) in shipped_analyses():
+                hint = f"; {str(source)!r} is an analysis scenario: run it with `inalab analyze` or `inalab plan grid`"
+            raise ConfigError("scenario", f"no file {str(source)!r} and no {what} of that name{hint}; "
                               f"shipped: {', '.join(shipped)}")
         path = shipped[str(source)]
     try:
