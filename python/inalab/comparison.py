@@ -1,6 +1,8 @@
 """Two results side by side (``inalab compare A B``): typically a simulated and an emulated run
 of one scenario. Jobs are matched by name, links by (src, dst); each row has both values and
-the relative difference ``(b - a) / a``."""
+the relative difference ``(b - a) / a``. Where it has no meaning (``a`` is 0, or a value is
+missing: a link only one result has, a job that did not finish) it is missing (NaN here,
+null in JSON), never a division by zero; :func:`change_text` says which case it is."""
 from __future__ import annotations
 
 import json
@@ -34,8 +36,31 @@ def _side_by_side(a: pd.DataFrame, b: pd.DataFrame, keys: list[str], metrics: tu
         return pd.DataFrame(columns=keys)
     m = a[keys + cols].merge(b[keys + cols], on=keys, how="outer", suffixes=("_a", "_b"))
     for c in cols:
-        m[f"{c}_rel"] = (m[f"{c}_b"] - m[f"{c}_a"]) / m[f"{c}_a"].where(m[f"{c}_a"] != 0)
+        base = m[f"{c}_a"].astype(float)
+        m[f"{c}_rel"] = (m[f"{c}_b"].astype(float) - base) / base.where(base != 0)  # 0 or missing: NaN
     return m
+
+
+def _missing(v) -> bool:
+    try:
+        return v is None or bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def number_text(v, fmt: str = "{:,.0f}") -> str:
+    """A table cell: ``v`` formatted, or "-" where it is missing."""
+    return "-" if _missing(v) else fmt.format(v)
+
+
+def change_text(a, b, rel) -> str:
+    """The "B vs A" cell: the relative difference as a signed percentage; "new" where A is 0
+    and B is not; "-" where there is none (both 0, or either missing)."""
+    if not _missing(rel):
+        return f"{rel:+.1%}"
+    if not _missing(a) and not _missing(b) and a == 0 and b != 0:
+        return "new"
+    return "-"
 
 
 def compare(a: Union[str, Path, Result], b: Union[str, Path, Result]) -> dict[str, pd.DataFrame]:

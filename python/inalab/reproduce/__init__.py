@@ -9,10 +9,24 @@ result show the paper's shape), optionally ``checks(rows) -> {name: bool}`` (the
 :func:`reproduce` also writes OUT/NAME.md, .png, .csv and .json, and the committed
 ``docs/reproductions/NAME.md`` only when asked (``docs``). Results are computed, never
 hard-coded. ``inalab reproduce all --report DIR`` (:mod:`.report`) runs them all into one page.
+
+Seeds. A reproduction's ``seeds`` is its documented default (a tuple; most are ``(1,)``, what
+its committed results ran), and ``run`` runs every one of ``self.seeds``: the simulations'
+scenario ``seed``, or R-GRIA's rounding seed for the flow-level GRID ones. :func:`run_one` runs
+a copy with the caller's ``seeds`` (``inalab reproduce NAME --seeds 11,12,13``). With several
+seeds the rows carry a ``seed`` column and ``holds``, ``checks``, ``explain`` and ``plot`` get
+:func:`mean_over_seeds` of them (the rows of one setup matched across seeds by ``keys``, where a
+reproduction names them, else by the columns every seed has equal). ``seed_use`` says what the
+seed draws, for the write-up's **Seeds.** paragraph (:func:`seeds_paragraph`, added to every
+write-up). A reproduction in which nothing is drawn from a seed has ``seeds = None`` and says
+why in ``no_seeds``; it refuses seeds. ``simulates`` is its scale (the hosts simulated, or "LP
+only"), for ``inalab reproduce --list``.
 """
 from __future__ import annotations
 
+import copy
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +51,8 @@ class Reproduction(Protocol):
     figure: str
     claim: str
     tolerance: str
+    simulates: str  # its scale: "9-host star", "1024-host fat tree", "LP only (...)"
+    seeds: Optional[tuple]  # the default seeds; None: nothing is drawn from a seed (``no_seeds`` says why)
 
     def run(self, progress: Progress) -> pd.DataFrame: ...
 
@@ -72,34 +88,238 @@ class Outcome:
     tolerance: str
     holds: bool
     checks: Optional[dict]  # the named parts of `holds` (None: the reproduction names none)
-    rows: pd.DataFrame
+    rows: pd.DataFrame  # every run's rows (with several seeds, a `seed` column)
     writeup: str  # the markdown write-up (`explain`)
     seconds: float  # wall time of the run
     files: dict = field(default_factory=dict)  # what was written: md, png, csv, json (and docs)
+    seeds: Optional[tuple] = None  # the seeds run (None: the reproduction takes none)
+    seeds_default: bool = True  # whether they are its default seeds (not the caller's)
+    means: Optional[pd.DataFrame] = None  # with several seeds: the mean over them, what `holds` judged
+
+    @property
+    def judged(self) -> pd.DataFrame:
+        """The rows `holds` judged: the mean over the seeds, or the rows themselves with one."""
+        return self.rows if self.means is None else self.means
 
     def to_dict(self) -> dict:
-        """JSON-ready: the rows as records (numbers as JSON numbers), their column order."""
+        """JSON-ready: the rows as records (numbers as JSON numbers, a missing one null), their
+        column order; with several seeds ``means``, the mean over them (what ``holds`` judged)."""
         return {"name": self.name, "paper": self.paper, "figure": self.figure, "claim": self.claim,
                 "tolerance": self.tolerance, "holds": self.holds, "checks": self.checks,
+                "seeds": None if self.seeds is None else list(self.seeds), "seeds_default": self.seeds_default,
                 "columns": [str(c) for c in self.rows.columns],
-                "rows": json.loads(self.rows.to_json(orient="records")), "writeup": self.writeup,
-                "seconds": round(self.seconds, 3), "files": {k: str(v) for k, v in self.files.items()}}
+                "rows": json.loads(self.rows.to_json(orient="records")),
+                "means": None if self.means is None else json.loads(self.means.to_json(orient="records")),
+                "writeup": self.writeup, "seconds": round(self.seconds, 3),
+                "files": {k: str(v) for k, v in self.files.items()}}
 
 
 def paper_of(rep: Reproduction) -> str:
     return getattr(rep, "paper", None) or PAPERS.get(rep.name.split("-")[0], rep.name.split("-")[0])
 
 
-def run_one(name: str, progress: Optional[Progress] = None) -> Outcome:
-    """Runs reproduction ``name`` and judges it; writes nothing."""
+# ------------------------------------------------------------------------------------------ seeds
+
+SEEDS_FORM = "a comma-separated list of distinct non-negative integers, e.g. 11,12,13"
+
+
+def default_seeds(rep: Reproduction) -> Optional[tuple]:
+    """A reproduction's default seeds (None: it takes none)."""
+    seeds = getattr(rep, "seeds", None)
+    return None if seeds is None else tuple(seeds)
+
+
+def takes_seeds(rep: Reproduction) -> bool:
+    return default_seeds(rep) is not None
+
+
+def parse_seeds(text: str, option: str = "--seeds") -> tuple:
+    """``"11,12,13"`` -> ``(11, 12, 13)``; anything else is refused naming ``option``."""
+    parts = [p.strip() for p in str(text).split(",")]
+    if not all(re.fullmatch(r"\d+", p) for p in parts):
+        raise ConfigError(option, f"{SEEDS_FORM}; got {text!r}")
+    return check_seeds(tuple(int(p) for p in parts), option)
+
+
+def check_seeds(seeds, option: str = "seeds") -> tuple:
+    """``seeds`` as a tuple of distinct non-negative ints, or a :class:`ConfigError` naming ``option``."""
+    seeds = tuple(seeds) if isinstance(seeds, (list, tuple, range)) else None
+    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
+        raise ConfigError(option, f"{SEEDS_FORM}; got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(option, f"{SEEDS_FORM}: each seed once; got {', '.join(map(str, seeds))}")
+    return seeds
+
+
+def seeds_for(rep: Reproduction, seeds=None, option: str = "seeds") -> Optional[tuple]:
+    """The seeds ``rep`` runs: ``seeds`` checked, or its default when None. A reproduction that
+    takes no seed refuses any, naming ``option`` and why."""
+    if seeds is None:
+        return default_seeds(rep)
+    seeds = check_seeds(seeds, option)
+    if not takes_seeds(rep):
+        raise ConfigError(option, f"{rep.name} takes no seed: {getattr(rep, 'no_seeds', 'nothing in it is drawn at random')}")
+    return seeds
+
+
+def per_seed(seeds, run: Callable[[int], pd.DataFrame], progress: Optional[Progress] = None) -> pd.DataFrame:
+    """``run(seed)`` for each seed; with one seed its rows as they are, with several their
+    concatenation with a ``seed`` column first (``progress``, if given, is told which seed)."""
+    seeds = tuple(seeds)
+    if len(seeds) == 1:
+        return run(seeds[0])
+    frames = []
+    for seed in seeds:
+        if progress is not None:
+            progress(f"seed {seed} ({len(frames) + 1} of {len(seeds)})")
+        df = run(seed).copy()
+        df.insert(0, "seed", seed)
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True)
+
+
+def _same(a, b) -> bool:
+    try:
+        if pd.isna(a) and pd.isna(b):
+            return True
+    except (TypeError, ValueError):  # a list or an array: compare as it is
+        pass
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):
+        return False
+
+
+def _hashable(col: pd.Series) -> bool:
+    try:
+        for v in col:
+            hash(v)
+        return True
+    except TypeError:
+        return False
+
+
+def _inferred_keys(rows: pd.DataFrame, cols: list[str]) -> list[str]:
+    """The columns that name a row: those every seed has equal row by row (the same setups in
+    the same order), else the text and flag columns."""
+    groups = [g.reset_index(drop=True) for _, g in rows.groupby("seed", sort=False)]
+    usable = [c for c in cols if _hashable(rows[c])]
+    if len({len(g) for g in groups}) == 1:
+        first = groups[0]
+        return [c for c in usable if all(_same(a, b) for g in groups[1:] for a, b in zip(first[c], g[c]))]
+    return [c for c in usable if not pd.api.types.is_numeric_dtype(rows[c]) or pd.api.types.is_bool_dtype(rows[c])]
+
+
+def mean_over_seeds(rows: pd.DataFrame, keys=None) -> pd.DataFrame:
+    """Rows of several seeds as one row per setup (``keys``, the columns naming one; default:
+    those every seed has equal, row by row): numbers averaged over the seeds (missing in any
+    seed: missing), a flag true only if it is in every seed, a text that differs joined with
+    " / ", anything else (a series) the first seed's. One seed's rows (or rows without a
+    ``seed`` column) come back as they are."""
+    if "seed" not in rows.columns or rows["seed"].nunique() <= 1:
+        return rows
+    cols = [c for c in rows.columns if c != "seed"]
+    keys = [k for k in keys if k in cols] if keys is not None else _inferred_keys(rows, cols)
+    if not keys:
+        raise ValueError("mean over seeds: no column names a setup (give the reproduction `keys`)")
+
+    def combine(col: pd.Series):
+        vals = list(col)
+        if pd.api.types.is_bool_dtype(col) or all(isinstance(v, bool) for v in vals):
+            return bool(all(vals))
+        if pd.api.types.is_numeric_dtype(col):
+            return float(col.mean(skipna=False))
+        if all(_same(vals[0], v) for v in vals[1:]):
+            return vals[0]
+        if all(isinstance(v, str) for v in vals):
+            return " / ".join(dict.fromkeys(vals))
+        return vals[0]
+
+    out = []
+    for _, g in rows.groupby(keys, sort=False, dropna=False):
+        out.append({c: (g[c].iloc[0] if c in keys else combine(g[c])) for c in cols})
+    means = pd.DataFrame(out, columns=cols)
+    for c in keys:  # the keys keep their types (a groupby's NaN-free ints stay ints)
+        try:
+            means[c] = means[c].astype(rows[c].dtype)
+        except (TypeError, ValueError):
+            pass
+    return means
+
+
+def _seed_list(seeds) -> str:
+    return ", ".join(map(str, seeds))
+
+
+def n_seeds(seeds) -> str:
+    """"one seed" or "3 seeds (their mean)", for a write-up's text."""
+    return "one seed" if len(seeds) == 1 else f"{len(seeds)} seeds (their mean)"
+
+
+def seeds_paragraph(rep: Reproduction, seeds: Optional[tuple], defaults: Optional[tuple], rows: pd.DataFrame,
+                    means: Optional[pd.DataFrame]) -> str:
+    """The write-up's **Seeds.** paragraph: which seeds ran, whether they are the default
+    (``defaults``) or the user's, and what the tables show."""
+    if seeds is None:
+        return f"**Seeds.** None: {getattr(rep, 'no_seeds', 'nothing in this reproduction is drawn at random')}."
+    word = "seed" if len(seeds) == 1 else "seeds"
+    use = getattr(rep, "seed_use", "the simulations' scenario `seed`")
+    if seeds == defaults:
+        text = (f"**Seeds.** {word.capitalize()} {_seed_list(seeds)}, the default ({use}); `inalab reproduce {rep.name} "
+                f"--seeds 11,12,13` runs others.")
+    else:
+        text = (f"**Seeds.** {word.capitalize()} {_seed_list(seeds)}, the user's (`--seeds {','.join(map(str, seeds))}`; "
+                f"{use}); the default is {_seed_list(defaults or ())}.")
+    if means is not None:
+        text += (f" The tables are the mean over the {len(seeds)} seeds (numbers averaged, a flag true only if true "
+                 f"for every seed); `{rep.name}.csv` has each seed's rows.")
+        metrics = [c for c in means.columns if c in rows.columns]
+        per = [g.drop(columns="seed").reset_index(drop=True) for _, g in rows.groupby("seed", sort=False)]
+        if len({len(g) for g in per}) == 1 and all(_same(a, b) for g in per[1:] for c in metrics
+                                                     for a, b in zip(per[0][c], g[c])):
+            text += " Every seed gave the same rows: nothing these runs measure depends on the seed."
+    return text
+
+
+def with_seeds_paragraph(writeup: str, paragraph: str) -> str:
+    """The write-up with ``paragraph`` after its **Command.** paragraph (else after the
+    **Claim.** one, else after the title)."""
+    lines = writeup.rstrip("\n").split("\n")
+    at = None
+    for lead in ("**Command.**", "**Claim.**"):
+        start = next((i for i, line in enumerate(lines) if line.startswith(lead)), None)
+        if start is not None:
+            at = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+            break
+    if at is None:
+        at = 1 if lines and lines[0].startswith("#") else 0
+    before = [""] if at and lines[at - 1].strip() else []
+    after = [] if at < len(lines) and not lines[at].strip() else [""]
+    return "\n".join(lines[:at] + before + [paragraph] + after + lines[at:]).rstrip("\n") + "\n"
+
+
+def run_one(name: str, progress: Optional[Progress] = None, seeds=None) -> Outcome:
+    """Runs reproduction ``name`` on ``seeds`` (default: its own, :func:`default_seeds`) and
+    judges it; writes nothing. With several seeds ``holds``, ``checks`` and the write-up are of
+    the mean over them (:func:`mean_over_seeds`). A reproduction that takes no seed refuses
+    ``seeds`` (:class:`ConfigError`)."""
     rep = get(name)
+    chosen, defaults = seeds_for(rep, seeds), default_seeds(rep)
+    if chosen is not None and chosen != defaults:
+        rep = copy.copy(rep)
+        rep.seeds = chosen
     t0 = time.monotonic()
     rows = rep.run(progress or (lambda _msg: None))
     seconds = time.monotonic() - t0
-    checks = {str(k): bool(v) for k, v in rep.checks(rows).items()} if callable(getattr(rep, "checks", None)) else None
+    means = None
+    if chosen is not None and len(chosen) > 1 and "seed" in rows.columns:
+        means = mean_over_seeds(rows, getattr(rep, "keys", None))
+    judged = rows if means is None else means
+    checks = {str(k): bool(v) for k, v in rep.checks(judged).items()} if callable(getattr(rep, "checks", None)) else None
+    writeup = with_seeds_paragraph(rep.explain(judged), seeds_paragraph(rep, chosen, defaults, rows, means))
     return Outcome(name=name, paper=paper_of(rep), figure=getattr(rep, "figure", ""), claim=rep.claim,
-                   tolerance=getattr(rep, "tolerance", ""), holds=bool(rep.holds(rows)), checks=checks, rows=rows,
-                   writeup=rep.explain(rows).rstrip() + "\n", seconds=seconds)
+                   tolerance=getattr(rep, "tolerance", ""), holds=bool(rep.holds(judged)), checks=checks, rows=rows,
+                   writeup=writeup, seconds=seconds, seeds=chosen, seeds_default=chosen == defaults, means=means)
 
 
 def write_outcome(outcome: Outcome, out: Path) -> dict:
@@ -111,7 +331,7 @@ def write_outcome(outcome: Outcome, out: Path) -> dict:
     files = {"md": out / f"{name}.md", "png": out / f"{name}.png", "csv": out / f"{name}.csv",
              "json": out / f"{name}.json"}
     files["md"].write_text(outcome.writeup)
-    files["png"] = Path(get(name).plot(outcome.rows, files["png"]))
+    files["png"] = Path(get(name).plot(outcome.judged, files["png"]))
     outcome.rows.to_csv(files["csv"], index=False)
     outcome.files.update(files)
     files["json"].write_text(json.dumps(outcome.to_dict(), indent=1) + "\n")
@@ -146,18 +366,18 @@ def source_docs_dir() -> Path:
 
 
 def reproduce(name: str, progress: Optional[Progress] = None, out: Optional[Path] = None,
-              docs: Optional[Path] = None) -> dict:
-    """Runs reproduction ``name``; writes OUT/NAME.md, .png, .csv and .json (OUT default
-    ``out``), and DOCS/NAME.md only if ``docs`` is given (the committed write-ups are
-    :func:`source_docs_dir`); returns the summary."""
-    outcome = run_one(name, progress)
+              docs: Optional[Path] = None, seeds=None) -> dict:
+    """Runs reproduction ``name`` (on ``seeds``, default its own); writes OUT/NAME.md, .png,
+    .csv and .json (OUT default ``out``), and DOCS/NAME.md only if ``docs`` is given (the
+    committed write-ups are :func:`source_docs_dir`); returns the summary."""
+    outcome = run_one(name, progress, seeds)
     write_outcome(outcome, Path("out") if out is None else Path(out))
     if docs is not None:
         update_docs(outcome, docs)
     f = outcome.files
     return {"name": name, "paper": outcome.paper, "figure": outcome.figure, "claim": outcome.claim,
             "tolerance": outcome.tolerance, "rows": outcome.rows, "holds": outcome.holds, "checks": outcome.checks,
-            "seconds": outcome.seconds, "png": str(f["png"]), "markdown": str(f["md"]), "csv": str(f["csv"]),
+            "seconds": outcome.seconds, "seeds": outcome.seeds, "png": str(f["png"]), "markdown": str(f["md"]), "csv": str(f["csv"]),
             "json": str(f["json"]), "docs": str(f["docs"]) if "docs" in f else None}
 
 
@@ -165,7 +385,8 @@ def simulate_all(label: str, runs: list[tuple[dict, dict]], progress: Progress, 
     """Simulates every ``(params, scenario)`` of a reproduction as one sweep, in parallel on
     this machine's cores (``inalab.sweeps.run_points``): one row per point and job (or per
     ``measure(result)`` row, ``measure`` a module-level function), ``params`` as columns.
-    Raises if a run failed: a reproduction needs all of them."""
+    Raises if a run did not complete (a job failed or did not finish by its ``stop``, or the
+    run raised): a reproduction needs all of them, and an unfinished job has no JCT to judge."""
     import tempfile
 
     from ..sweeps import point_id, run_points
@@ -173,9 +394,11 @@ def simulate_all(label: str, runs: list[tuple[dict, dict]], progress: Progress, 
     pts = [{"id": point_id(params), "params": params, "scenario": scenario} for params, scenario in runs]
     with tempfile.TemporaryDirectory(prefix=f"{label}-") as out:
         done = run_points(pts, out, measure=measure, progress=lambda n, total: progress(f"{label}: {n}/{total} runs"))
-    failed = done[done.status != "ok"]
+    failed = done[done.status != "ok"].drop_duplicates("point")
     if len(failed):
-        raise RuntimeError(f"{label}: {len(failed)} of {len(pts)} runs failed; the first: {failed.error.iloc[0]}")
+        first = failed.iloc[0]
+        raise RuntimeError(f"{label}: {len(failed)} of {len(pts)} runs did not complete ({', '.join(sorted(set(failed.status)))}); "
+                           f"the first, {first.status}: {first.error}")
     return done.drop(columns=["point", "status", "error", "wall_s"])
 
 
@@ -199,11 +422,23 @@ def save_figure(fig, path: Path) -> Path:
     return path
 
 
+def is_missing(v) -> bool:
+    """A missing value (None, NaN, pd.NA, NaT), never a list or other container."""
+    try:
+        return v is None or bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False
+
+
+MISSING = "-"  # how a table prints a missing value
+
+
 def markdown_table(rows: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
-    cols = list(rows.columns)
+    """A markdown table; a missing value is "-" (never "nan" or "None")."""
+    cols = [str(c) for c in rows.columns]
     lines = ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
     for _, r in rows.iterrows():
-        cells = [floatfmt.format(v) if isinstance(v, float) else str(v) for v in r]
+        cells = [MISSING if is_missing(v) else floatfmt.format(v) if isinstance(v, float) else str(v) for v in r]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

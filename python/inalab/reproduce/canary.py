@@ -159,7 +159,13 @@ def _ring_congested(ring_congested: bool | None, flow_control: str) -> bool:
 class _CanaryFigure:
     name = ""
     claim = ""
+    simulates = "1024-host fat tree"
+    # The scenario seed: which hosts run the allreduces (drawn in `scenario`) and, in the
+    # simulations, the background's peers and the static trees' roots. (1,): the committed
+    # write-ups'; each figure's `seeds` argument sets it.
     seeds: tuple = (1,)
+    seed_use = ("the scenario `seed`: which hosts run the allreduces, the background's peers and the static trees' "
+                "roots")
     flow_control: str = FLOW_CONTROL
     reroute_queue: str | None = None
 

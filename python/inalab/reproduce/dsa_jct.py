@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import markdown_table, register, simulate_all
+from . import markdown_table, n_seeds, per_seed, register, simulate_all
 from .dsa_policy_ablation import MEMORIES, PAPER_MEMORY, bar_plot, measure, scenario
 
 SCHEMES = (("dsa", "dsa"), ("atp", None), ("switchml", None))
@@ -17,23 +17,36 @@ class DsaJct:
     """One of the two sweeps: ``axis`` "jobs" (Fig. 8, 8 workers each) or "workers" (Fig. 9,
     8 jobs)."""
 
+    # The simulations' scenario seed: it draws the jobs' start times and their backward passes'
+    # jitter. (1,): the committed write-up's.
+    seeds = (1,)
+    seed_use = "the simulations' scenario `seed`: the jobs' start times and their backward passes' jitter"
+
     def __init__(self, axis: str, values=None, mixes=MIXES, memories=MEMORIES):
         self.axis, self.memories = axis, list(memories)
         self.values = list(values or ((1, 2, 4, 6, 8) if axis == "jobs" else (2, 4, 6, 8)))
         self.mixes = list(mixes)
         fig = "8" if axis == "jobs" else "9"
         self.name = f"dsa-jct-vs-{axis}"
+        # jobs of 8 workers + a PS each, or 8 jobs of 2-8 workers + PSes: the star's hosts
+        self.simulates = f"{min(self._hosts())}- to {max(self._hosts())}-host star"
         self.figure = f"Fig. {fig}"
         self.claim = (f"DSA Fig. {fig} (§VII-B): on a 100 Gbps star with 5 MB of switch memory, DSA has the lowest "
                       f"average JCT at every number of {'jobs' if axis == 'jobs' else 'workers per job'}; "
                       + ("ATP/DSA up to about 1.35 and SwitchML/DSA up to about 1.89, both growing with the number of jobs."
                          if axis == "jobs" else "its gain over ATP grows with the workers per job."))
 
+    def _hosts(self) -> list[int]:
+        return [(lambda d: d["jobs"] * (d["workers"] + 1))(self._size(x)) for x in self.values]
+
     def _size(self, x: int) -> dict:
         return {"jobs": x, "workers": 8} if self.axis == "jobs" else {"jobs": 8, "workers": x}
 
     def run(self, progress) -> pd.DataFrame:
-        runs = [({"memory": mem, "mix": mix, self.axis: x, "scheme": scheme}, scenario(scheme, policy, mix, memory=mem, **self._size(x)))
+        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
+
+    def _run(self, seed: int, progress) -> pd.DataFrame:
+        runs = [({"memory": mem, "mix": mix, self.axis: x, "scheme": scheme}, scenario(scheme, policy, mix, seed, memory=mem, **self._size(x)))
                 for mem in self.memories for mix in self.mixes for x in self.values for scheme, policy in SCHEMES]
         df = simulate_all(self.name, runs, progress, measure)
         dsa = df[df.scheme == "dsa"].set_index(["memory", "mix", self.axis])["mean_jct_ms"]
@@ -100,7 +113,7 @@ through the PSes and is slower than ATP; where a fragment ends up split between 
 a PS it waits for the 1 ms minimum timeout (`worker_timeouts`, `ps_reminders`). With 1 MB the jobs contend for memory
 and DSA's preemption pays off, most for the communication-bound DNN A. The paper's claim (DSA
 best everywhere, its gain growing with {self.axis}) {"holds at 5 MB" if self.holds(rows) else "does not hold at 5 MB"};
-see `dsa-policy-ablation` for the counters. One seed; the paper's x-values are only in its
+see `dsa-policy-ablation` for the counters. {n_seeds(self.seeds).capitalize()}; the paper's x-values are only in its
 images (spec §4 item 18).
 """
 
@@ -143,12 +156,20 @@ class DsaUtilization:
     claim = ("DSA Fig. 10 (§VII-B): with 8 jobs x 8 workers, DSA's memory utilization is about 2.27x "
              "SwitchML's and 1.45x ATP's for DNN A, 1.9x and 1.28x for DNN B; the gain is larger for the "
              "communication-bound A.")
+    simulates = "72-host star"
+    # The simulations' scenario seed: it draws the jobs' start times and their backward passes'
+    # jitter. (1,): the committed write-up's.
+    seeds = (1,)
+    seed_use = "the simulations' scenario `seed`: the jobs' start times and their backward passes' jitter"
 
     def __init__(self, jobs: int = 8, workers: int = 8, mixes=("A", "B"), memories=MEMORIES):
         self.jobs, self.workers, self.mixes, self.memories = jobs, workers, list(mixes), list(memories)
 
     def run(self, progress) -> pd.DataFrame:
-        runs = [({"memory": mem, "mix": mix, "scheme": scheme}, scenario(scheme, policy, mix, jobs=self.jobs, workers=self.workers, memory=mem))
+        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
+
+    def _run(self, seed: int, progress) -> pd.DataFrame:
+        runs = [({"memory": mem, "mix": mix, "scheme": scheme}, scenario(scheme, policy, mix, seed, jobs=self.jobs, workers=self.workers, memory=mem))
                 for mem in self.memories for mix in self.mixes for scheme, policy in SCHEMES]
         df = simulate_all(self.name, runs, progress, measure)
         dsa = df[df.scheme == "dsa"].set_index(["memory", "mix"])["utilization"]
@@ -199,7 +220,7 @@ memory is not scarce, but the jobs' address ranges overlap and DSA, which never 
 address, finishes a share of its fragments through the PSes, which stretches the time a job
 waits on its allreduces (the metric divides by that time); with 1 MB the jobs contend for
 memory. The paper's utilization numbers (well below 1 for ATP and SwitchML) suggest its jobs
-were memory-bound at 5 MB; its windows are not given. One seed.
+were memory-bound at 5 MB; its windows are not given. {n_seeds(self.seeds).capitalize()}.
 """
 
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:

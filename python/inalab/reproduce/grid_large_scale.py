@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import markdown_table, register
+from . import markdown_table, per_seed, register
 
 # Numbers the paper's text states (Gbps). (topology, scenario, workers, scheme) -> value.
 PAPER_RATE = {("fat-tree", "b", 100, "grid"): 23.5, ("fat-tree", "b", 100, "atp"): 10.0,
@@ -28,20 +28,32 @@ class GridLargeScale:
              "and in-network aggregation rate, e.g. fat tree, 20 % programmable, 100 workers: GRID 23.5, ATP 10, "
              "SwitchML 8.9, Geryon 1 Gbps.")
 
-    def __init__(self, workers=(20, 40, 60, 80, 100), topologies=("fat-tree", "leaf-spine"), seed: int = 1):
-        self.workers, self.topologies, self.seed = list(workers), list(topologies), seed
+    simulates = "LP only (192, 480 hosts)"
+    seed_use = ("the analysis seed: the switches' random capacities, (b)'s programmable switches and R-GRIA's "
+                "rounding")
 
-    def scenario(self, topology: str, scen: str, n: int) -> dict:
+    # ``seeds``: the analysis scenarios' seed (random switch capacities, which 20 % of the
+    # switches are programmable in (b), R-GRIA's rounding); (1,) is the committed write-up's.
+    def __init__(self, workers=(20, 40, 60, 80, 100), topologies=("fat-tree", "leaf-spine"), seeds=(1,),
+                 seed: int | None = None):
+        self.workers, self.topologies = list(workers), list(topologies)
+        self.seeds = (seed,) if seed is not None else tuple(seeds)  # `seed`: one seed, as before
+
+    def scenario(self, topology: str, scen: str, n: int, seed: int | None = None) -> dict:
+        """The analysis scenario of one point (``seed``: default the first of ``seeds``)."""
         from ..analysis.topologies import grid_fat_tree, grid_leaf_spine
 
         topo = grid_fat_tree() if topology == "fat-tree" else grid_leaf_spine()
         d = {"name": f"{topology}-{scen}-{n}", "topology": topo, "workers": n, "ps_ingress": "100Gbps",
-             "switch_capacity_range": ["100Gbps", "3.2Tbps"], "seed": self.seed}
+             "switch_capacity_range": ["100Gbps", "3.2Tbps"], "seed": self.seeds[0] if seed is None else seed}
         if scen == "b":
             d["programmable_fraction"] = 0.2
         return d
 
     def run(self, progress) -> pd.DataFrame:
+        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
+
+    def _run(self, seed: int, progress) -> pd.DataFrame:
         from ..analysis import analyze
 
         rows = []
@@ -49,7 +61,7 @@ class GridLargeScale:
             for scen in ("a", "b"):
                 for n in self.workers:
                     progress(f"{topology} ({scen}) {n} workers")
-                    a = analyze(self.scenario(topology, scen, n))
+                    a = analyze(self.scenario(topology, scen, n, seed))
                     for scheme, res in a.results.items():
                         key = (topology, scen, n, scheme)
                         rows.append({
@@ -90,7 +102,7 @@ class GridLargeScale:
 
 **Claim.** {self.claim}
 
-**Command.** `inalab reproduce grid-large-scale` (sweeps workers {self.workers}; seed {self.seed}).
+**Command.** `inalab reproduce grid-large-scale` (sweeps workers {self.workers}).
 
 **Setup.** Fat tree: the k=8 switch fabric (32 edge, 32 aggregation, 16 core) with 6 servers per edge
 switch = 192 servers, built as an explicit `edges` topology (`inalab.analysis.topologies.grid_fat_tree`);

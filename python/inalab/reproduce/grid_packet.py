@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import markdown_table, register, simulate_all, subplots
+from . import markdown_table, per_seed, register, simulate_all, subplots
 
 FIG1_WORKERS = [f"W{i}" for i in range(1, 9)]
 # Wire bytes per byte of values, by data plane: GRID's 322-B packets carry 256 B of values,
@@ -27,10 +27,10 @@ def fig1_topology() -> dict:
     return fig1_analysis()["topology"]
 
 
-def fig1_scenario(scheme: str, policy: dict | None, size: str, ina: dict | None = None) -> dict:
+def fig1_scenario(scheme: str, policy: dict | None, size: str, ina: dict | None = None, seed: int = 1) -> dict:
     """Fig. 1's network (3 Gbps links, a 9 Gbps PS link, switches processing 9 Gbps of what they
     aggregate) with one job of 8 workers; ``policy`` for the ``grid`` data plane."""
-    return analysis_packet_scenario(fig1_analysis(), scheme, policy, size, ina)
+    return analysis_packet_scenario(fig1_analysis(), scheme, policy, size, ina, seed)
 
 
 def rounding_classes(seeds=range(1, 61)) -> dict[float, dict]:
@@ -78,11 +78,16 @@ class GridMotivatingPacket:
     claim = ("GRID Fig. 1 on packets: with 1 PS (9 Gbps ingress), 8 workers, 3 programmable switches "
              "(9 Gbps) and 3 Gbps links, GRID's routing policy lets every worker send at 3 Gbps, against "
              "2.43 with ATP and 1 with Geryon; each R-GRIA rounding delivers its feasible rate.")
+    simulates = "9 hosts, 3 switches"
+    # The simulations' scenario seed; the R-GRIA roundings compared are those of seeds 1-60
+    # (`rounding_classes`), whatever the seed. (1,): the committed write-up's.
+    seeds = (1,)
+    seed_use = "the simulations' scenario `seed`; the roundings compared are R-GRIA's of seeds 1-60 whatever it is"
 
     def __init__(self, size: str = "16MiB"):
         self.size = size
 
-    def runs(self) -> list[tuple[dict, dict]]:
+    def runs(self, seed: int = 1) -> list[tuple[dict, dict]]:
         from ..analysis import load_analysis
         from ..analysis.grid import baseline_policy
 
@@ -90,19 +95,22 @@ class GridMotivatingPacket:
         runs = []
         for feasible, p in rounding_classes().items():
             runs.append(({"scheme": "grid", "policy": f"R-GRIA seed {p['seed']}", "feasible_gbps": feasible},
-                         fig1_scenario("grid", p, self.size)))
+                         fig1_scenario("grid", p, self.size, seed=seed)))
         for base in ("switchml", "geryon"):
             p = baseline_policy(pb, base)
             runs.append(({"scheme": base, "policy": "on GRID's data plane", "feasible_gbps": p["feasible_rate_gbps"]},
-                         fig1_scenario("grid", p, self.size)))
+                         fig1_scenario("grid", p, self.size, seed=seed)))
         from ..analysis.flow_model import atp
 
         runs.append(({"scheme": "atp", "policy": "ATP's data plane (2 levels)", "feasible_gbps": float(atp(pb).rate)},
-                     fig1_scenario("atp", None, self.size)))
+                     fig1_scenario("atp", None, self.size, seed=seed)))
         return runs
 
     def run(self, progress) -> pd.DataFrame:
-        df = simulate_all(self.name, self.runs(), progress, measure=measure_rates)
+        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
+
+    def _run(self, seed: int, progress) -> pd.DataFrame:
+        df = simulate_all(self.name, self.runs(seed), progress, measure=measure_rates)
         return with_rates(df[["scheme", "policy", "feasible_gbps", "finished", "jct_s", "goodput_gbps", "send_gbps", "resent"]])
 
     @staticmethod
@@ -226,11 +234,15 @@ class GridRateSync:
     claim = ("GRID §5.2 (rate synchronization, no figure in the paper): with control packets, workers that "
              "collide in a small aggregator memory slow down and resend at once, so aggregation keeps its rate; "
              "without them every collision waits for a timeout.")
+    simulates = "9 hosts, 3 switches"
+    # The simulations' scenario seed: it draws each worker's start jitter. (1,): the committed write-up's.
+    seeds = (1,)
+    seed_use = "the simulations' scenario `seed`: each worker's start jitter"
 
     def __init__(self, size: str = "4MiB", iterations: int = 3, units=(256, 17857), jitter: str = "200us"):
         self.size, self.iterations, self.units, self.jitter = size, iterations, list(units), jitter
 
-    def runs(self) -> list[tuple[dict, dict]]:
+    def runs(self, seed: int = 1) -> list[tuple[dict, dict]]:
         policy = rounding_classes()[3.0]
         runs = []
         for units in self.units:
@@ -238,14 +250,17 @@ class GridRateSync:
                 for control in (True, False):
                     # Hashed units: with the default modulo indexing a window shorter than the
                     # units never collides, and there is nothing to synchronize.
-                    sc = fig1_scenario("grid", policy, self.size, {"control_packets": control, "indexing": "hash"})
+                    sc = fig1_scenario("grid", policy, self.size, {"control_packets": control, "indexing": "hash"}, seed)
                     sc["jobs"][0].update(iterations=self.iterations, jitter=jitter)
                     sc["network"]["aggregator_memory"] = f"{units * 280}B"
                     runs.append(({"units": units, "jitter": jitter, "control_packets": control}, sc))
         return runs
 
     def run(self, progress) -> pd.DataFrame:
-        df = simulate_all(self.name, self.runs(), progress, measure=measure_sync)
+        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
+
+    def _run(self, seed: int, progress) -> pd.DataFrame:
+        df = simulate_all(self.name, self.runs(seed), progress, measure=measure_sync)
         cols = ["units", "jitter", "control_packets", "finished", "jct_s", "switch_agg_gbps", "sent", "rto_resends",
                 "controls", "collisions"]
         return df[cols].sort_values(["units", "jitter", "control_packets"], ascending=[True, True, False]).reset_index(drop=True)
@@ -327,10 +342,11 @@ for its RTO).
 register(GridRateSync())
 
 
-def analysis_packet_scenario(analysis: dict, scheme: str, policy: dict | None, size: str, ina: dict | None = None) -> dict:
+def analysis_packet_scenario(analysis: dict, scheme: str, policy: dict | None, size: str, ina: dict | None = None,
+                             seed: int = 1) -> dict:
     """The simulation scenario of a flow-level analysis scenario (``inalab analyze``): the same
     topology, programmable switches and their capacities (``switch_capacity``, charged to what
-    each aggregates), workers and PS, with one allreduce of ``size``."""
+    each aggregates), workers and PS, with one allreduce of ``size``; ``seed`` the scenario's."""
     from ..analysis import load_analysis
 
     pb = load_analysis(analysis).problem()
@@ -342,7 +358,7 @@ def analysis_packet_scenario(analysis: dict, scheme: str, policy: dict | None, s
         job["policy"] = policy
     if ina:
         job["ina"] = ina
-    return {"name": f"{analysis['name']}-packet-{scheme}", "seed": 1, "payload": False, "stop": "20s", "topology": topology,
+    return {"name": f"{analysis['name']}-packet-{scheme}", "seed": seed, "payload": False, "stop": "20s", "topology": topology,
             "network": {"switch_capacity": {n(s): f"{float(c)}Gbps" for s, c in pb.capacity.items()}}, "jobs": [job]}
 
 
@@ -357,36 +373,49 @@ class GridFatTreePacket:
              "flow model, 2.35 in the paper at 100 workers); with programmable ToRs GRID ties ATP in the flow model "
              "(the paper has 1.19x).")
 
-    def __init__(self, workers: int = 40, size: str = "16MiB", seed: int = 1):
-        self.workers, self.size, self.seed = workers, size, seed
+    simulates = "192-host fat tree"
+    # Rows of a seed are ordered by their feasible rate, and "grid (best of 20)" runs only when
+    # it is another assignment: the mean over seeds matches rows by these.
+    keys = ("scenario", "scheme")
+    seed_use = ("the analysis seed (random switch capacities, (b)'s programmable switches, R-GRIA's rounding) and "
+                "the simulations' scenario `seed`")
 
-    def runs(self) -> list[tuple[dict, dict]]:
+    # ``seeds``: each seed draws the fat tree's switch capacities, (b)'s programmable switches and
+    # R-GRIA's rounding (as `grid-large-scale`), and is the simulations' seed. (1,): the committed write-up's.
+    def __init__(self, workers: int = 40, size: str = "16MiB", seeds=(1,), seed: int | None = None):
+        self.workers, self.size = workers, size
+        self.seeds = (seed,) if seed is not None else tuple(seeds)  # `seed`: one seed, as before
+
+    def runs(self, seed: int = 1) -> list[tuple[dict, dict]]:
         from ..analysis import analyze, load_analysis
         from ..analysis.grid import baseline_policy, plan_grid_best
         from .grid_large_scale import GridLargeScale
 
         runs = []
         for scen in ("a", "b"):
-            d = GridLargeScale(seed=self.seed).scenario("fat-tree", scen, self.workers)
+            d = GridLargeScale().scenario("fat-tree", scen, self.workers, seed)
             a = analyze(d)
             pb = load_analysis(d).problem()
             flow = a.summary.set_index("scheme")
-            grid, best = a.plan.policy(), plan_grid_best(pb, self.seed, 20).policy()
+            grid, best = a.plan.policy(), plan_grid_best(pb, seed, 20).policy()
             plans = {"grid": grid, "switchml": baseline_policy(pb, "switchml"), "geryon": baseline_policy(pb, "geryon")}
             # The best of 20 roundings (spec §3's cheap ablation) when it is another assignment.
             if best["workers"] != grid["workers"]:
                 plans["grid (best of 20)"] = best
             for label, p in plans.items():
                 runs.append(({"scenario": scen, "scheme": label, "feasible_gbps": float(p["feasible_rate_gbps"])},
-                             analysis_packet_scenario(d, "grid", p, self.size)))
+                             analysis_packet_scenario(d, "grid", p, self.size, seed=seed)))
             # ATP aggregating at every programmable switch on its routes (ina.levels = "tree"), as the
             # flow model's ATP takes the first one with spare capacity, then the next.
             runs.append(({"scenario": scen, "scheme": "atp", "feasible_gbps": float(flow.rate_gbps["atp"])},
-                         analysis_packet_scenario(d, "atp", None, self.size, {"levels": "tree"})))
+                         analysis_packet_scenario(d, "atp", None, self.size, {"levels": "tree"}, seed)))
         return runs
 
     def run(self, progress) -> pd.DataFrame:
-        df = simulate_all(self.name, self.runs(), progress, measure=measure_rates)
+        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
+
+    def _run(self, seed: int, progress) -> pd.DataFrame:
+        df = simulate_all(self.name, self.runs(seed), progress, measure=measure_rates)
         cols = ["scenario", "scheme", "feasible_gbps", "finished", "jct_s", "goodput_gbps", "send_gbps", "ps_in_gbps", "resent"]
         return with_rates(df[cols].sort_values(["scenario", "feasible_gbps"], ascending=[True, False]))
 
@@ -412,14 +441,14 @@ class GridFatTreePacket:
         misses = ", ".join(f"({r.scenario}) {r.scheme} {r.vs_feasible:.2f}" for r in off.itertuples()) or "none"
         best20 = ("R-GRIA's best of 20 roundings (rows `grid (best of 20)`) is another assignment"
                   if (rows.scheme == "grid (best of 20)").any() else
-                  "R-GRIA's best of 20 roundings is seed 1's assignment in both scenarios (no extra row)")
+                  "R-GRIA's best of 20 roundings is the seed's own assignment in both scenarios (no extra row)")
         return f"""# {self.name} (GRID Figs. 11-16 spot checks at packet level)
 
 **Claim.** {self.claim}
 
 **Command.** `inalab reproduce {self.name}`: `grid-large-scale`'s fat tree (k = 8, 6 hosts per edge switch:
 192 servers, 100 Gbps links), {self.workers} workers (the first hosts) and the PS on the last host,
-switch capacities drawn from [100 Gbps, 3.2 Tbps] with seed {self.seed}; (a) every ToR programmable, (b) 20 %
+switch capacities drawn from [100 Gbps, 3.2 Tbps] with the seed; (a) every ToR programmable, (b) 20 %
 of all switches, drawn with the same seed. Each scheme's policy from the flow level (`inalab analyze`):
 GRID's R-GRIA rounding (and the best of 20), SwitchML and Geryon as policies on GRID's data plane,
 ATP on its own (aggregating at every programmable switch on its routes). One allreduce of {self.size}
@@ -497,6 +526,12 @@ class GridTestbed:
              "communication time, then ATP, SwitchML and Geryon (VGG16 at 8 workers: -38 % against ATP, -60 % "
              "against Geryon), sending 1.41x ATP's rate and 2.11x Geryon's (Inception-V3).")
 
+    simulates = "3 to 9 hosts, 3 switches"
+    # The analysis seed (R-GRIA's 20 roundings start at it) and the simulations' scenario seed.
+    # (1,): the committed write-up's.
+    seeds = (1,)
+    seed_use = "R-GRIA's rounding seed (its best of 20 roundings starts there) and the simulations' scenario `seed`"
+
     def __init__(self, models=("inception_v3", "vgg16"), workers=(2, 4, 6, 8), sweep_model: str = "inception_v3",
                  scale: float = 1.0):
         self.models, self.workers, self.sweep_model, self.scale = list(models), list(workers), sweep_model, scale
@@ -506,7 +541,7 @@ class GridTestbed:
 
         return int(sum(layer.bytes for layer in get_model(model).layers) * self.scale) // 256 * 256
 
-    def runs(self) -> list[tuple[dict, dict]]:
+    def runs(self, seed: int = 1) -> list[tuple[dict, dict]]:
         from ..analysis import analyze, load_analysis
         from ..analysis.grid import baseline_policy
 
@@ -515,7 +550,7 @@ class GridTestbed:
             counts = self.workers if model == self.sweep_model else [max(self.workers)]
             size = f"{self.gradient_bytes(model)}B"
             for n in counts:
-                d = testbed_analysis(n)
+                d = {**testbed_analysis(n), "seed": seed}
                 a = analyze(d)
                 pb = load_analysis(d).problem()
                 flow = a.summary.set_index("scheme")
@@ -523,13 +558,16 @@ class GridTestbed:
                          "geryon": baseline_policy(pb, "geryon")}
                 for scheme, p in plans.items():
                     runs.append(({"model": model, "workers": n, "scheme": scheme, "feasible_gbps": float(p["feasible_rate_gbps"])},
-                                 analysis_packet_scenario(d, "grid", p, size)))
+                                 analysis_packet_scenario(d, "grid", p, size, seed=seed)))
                 runs.append(({"model": model, "workers": n, "scheme": "atp", "feasible_gbps": float(flow.rate_gbps["atp"])},
-                             analysis_packet_scenario(d, "atp", None, size)))
+                             analysis_packet_scenario(d, "atp", None, size, seed=seed)))
         return runs
 
     def run(self, progress) -> pd.DataFrame:
-        df = simulate_all(self.name, self.runs(), progress, measure=measure_rates)
+        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
+
+    def _run(self, seed: int, progress) -> pd.DataFrame:
+        df = simulate_all(self.name, self.runs(seed), progress, measure=measure_rates)
         df = df.rename(columns={"jct_s": "comm_time_s"})
         cols = ["model", "workers", "scheme", "feasible_gbps", "finished", "comm_time_s", "goodput_gbps", "resent"]
         return with_rates(df[cols].sort_values(["model", "workers", "scheme"]))

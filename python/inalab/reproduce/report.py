@@ -14,6 +14,10 @@ of its own), sometimes solves LPs or flow models and never simulates, then judge
 the rows. So the unit here is the reproduction, ``jobs`` of them at once (default: one per
 CPU); a reproduction's inner sweep keeps its own pool, so the last long one still uses every
 core while the short ones are done.
+
+Each pool process leads a process group of its own, which its sweep's pool inherits: Ctrl-C at
+a terminal reaches only the parent, which kills every reproduction's processes before it
+returns (:mod:`inalab.stop`); nothing is left running.
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import DOCS_DIR, REPRODUCTIONS, get, paper_of, run_one, update_docs, write_outcome
+from . import DOCS_DIR, REPRODUCTIONS, default_seeds, get, paper_of, run_one, takes_seeds, update_docs, write_outcome
 
 # (name, message): a child's progress line, read by the parent between results.
 _QUEUE = None
@@ -37,27 +41,36 @@ _QUEUE = None
 def _init_child(queue) -> None:
     global _QUEUE
     _QUEUE = queue
+    # A process group of its own, which this process's sweep pools inherit: a terminal's Ctrl-C
+    # reaches only the parent, which then kills the group whole (nothing of it is orphaned).
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
 
 
-def _child(name: str, out: str, docs: Optional[str]) -> dict:
+def _child(name: str, out: str, docs: Optional[str], seeds=None) -> dict:
     """Runs one reproduction in a pool process: its files written, its result as a dict
     (:meth:`Outcome.to_dict`, plus ``error`` None), or an error entry. Never raises."""
     progress = (lambda m: _QUEUE.put((name, str(m)))) if _QUEUE is not None else None
-    return _run_entry(name, Path(out), None if docs is None else Path(docs), progress)
+    return _run_entry(name, Path(out), None if docs is None else Path(docs), progress, seeds)
 
 
-def _run_entry(name: str, out: Path, docs: Optional[Path], progress) -> dict:
+def _run_entry(name: str, out: Path, docs: Optional[Path], progress, seeds=None) -> dict:
+    """``seeds`` apply if the reproduction takes seeds (else it runs without)."""
     t0 = time.monotonic()
     try:
-        outcome = run_one(name, progress)
+        outcome = run_one(name, progress, seeds if takes_seeds(get(name)) else None)
         write_outcome(outcome, out)
         if docs is not None:
             update_docs(outcome, docs)
         return entry(outcome)
     except Exception as e:  # one reproduction's failure is a row of the report, not its end
         rep = get(name)
+        planned = default_seeds(rep) if seeds is None or not takes_seeds(rep) else tuple(seeds)
         return {"name": name, "paper": paper_of(rep), "figure": getattr(rep, "figure", ""), "claim": rep.claim,
-                "tolerance": getattr(rep, "tolerance", ""), "holds": None, "checks": None, "columns": [], "rows": [],
+                "tolerance": getattr(rep, "tolerance", ""), "holds": None, "checks": None,
+                "seeds": None if planned is None else list(planned), "columns": [], "rows": [],
                 "writeup": "", "seconds": round(time.monotonic() - t0, 3), "files": {},
                 "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8), "png_base64": None}
 
@@ -71,27 +84,60 @@ def entry(outcome) -> dict:
     return d
 
 
+COMMITTED_REPORT = DOCS_DIR.parent / "report" / "report.json"  # the last full run, committed
+
+
+def previous_run(report_dir: Optional[Path] = None) -> dict:
+    """The wall times of an earlier report: REPORT_DIR/report.json if it has one, else the
+    committed docs/report/report.json. ``{"seconds": {name: s}, "path", "generated",
+    "command", "cpus", "jobs"}``; ``seconds`` empty and ``path`` None when there is none."""
+    paths = ([Path(report_dir) / "report.json"] if report_dir is not None else []) + [COMMITTED_REPORT]
+    for path in paths:
+        try:
+            data = json.loads(path.read_text())
+            seconds = {r["name"]: float(r["seconds"]) for r in data["reproductions"] if r.get("seconds") is not None}
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        return {"seconds": seconds, "path": str(path), "generated": data.get("generated"), "command": data.get("command"),
+                "cpus": (data.get("machine") or {}).get("cpus"), "jobs": data.get("jobs")}
+    return {"seconds": {}, "path": None, "generated": None, "command": None, "cpus": None, "jobs": None}
+
+
 def previous_seconds(report_dir: Path) -> dict:
     """Each reproduction's wall time in an earlier report (this DIR's, else the committed
     docs/report/), to start the longest first."""
-    for path in (Path(report_dir) / "report.json", DOCS_DIR.parent / "report" / "report.json"):
-        try:
-            return {r["name"]: float(r["seconds"]) for r in json.loads(path.read_text())["reproductions"]}
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return {}
+    return previous_run(report_dir)["seconds"]
+
+
+def catalog(report_dir: Optional[Path] = None) -> dict:
+    """Every reproduction, for ``inalab reproduce --list``: paper, figure, scale (what it
+    simulates), default seeds (None: it takes none, ``no_seeds`` why) and ``expected_s``, its
+    wall time in the last full run (:func:`previous_run`: ``source`` says which report, when,
+    by what command on how many CPUs; None where that run did not have it)."""
+    prev = previous_run(report_dir)
+    source = {k: prev[k] for k in ("path", "generated", "command", "cpus", "jobs")}
+    items = []
+    for name in order(list(REPRODUCTIONS)):
+        rep = REPRODUCTIONS[name]
+        seeds = default_seeds(rep)
+        items.append({"name": name, "paper": paper_of(rep), "figure": getattr(rep, "figure", ""),
+                      "scale": getattr(rep, "simulates", None), "seeds": None if seeds is None else list(seeds),
+                      "no_seeds": None if seeds is not None else getattr(rep, "no_seeds", "it takes no seed"),
+                      "expected_s": prev["seconds"].get(name)})
+    return {"source": source, "reproductions": items}
 
 
 def run_many(names: list[str], out: Path, *, jobs: Optional[int] = None, docs: Optional[Path] = None,
              order_hint: Optional[dict] = None, on_progress: Optional[Callable[[str, str], None]] = None,
-             on_done: Optional[Callable[[dict], None]] = None) -> list[dict]:
+             on_done: Optional[Callable[[dict], None]] = None, seeds=None) -> list[dict]:
     """Runs ``names`` (``jobs`` at once, default one per CPU; slowest first by ``order_hint``,
     name -> seconds) writing each one's files into ``out`` (and its write-up into ``docs`` if
-    given); returns their entries in ``names``' order. ``on_progress(name, message)`` gets the
-    reproductions' progress lines, ``on_done(entry)`` each result as it comes."""
+    given); returns their entries in ``names``' order. ``seeds`` apply to each that takes seeds
+    (the others run without). ``on_progress(name, message)`` gets the reproductions' progress
+    lines, ``on_done(entry)`` each result as it comes. Interrupted (Ctrl-C, or any exception
+    while it waits), it kills every reproduction's processes before it raises."""
     import multiprocessing as mp
-    import queue as queue_mod
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures import ProcessPoolExecutor
 
     jobs = jobs or os.cpu_count() or 1
     hint = order_hint or {}
@@ -99,7 +145,7 @@ def run_many(names: list[str], out: Path, *, jobs: Optional[int] = None, docs: O
     done: dict[str, dict] = {}
     if jobs <= 1 or len(todo) <= 1:
         for n in todo:
-            done[n] = _run_entry(n, Path(out), docs, (lambda m, n=n: on_progress(n, m)) if on_progress else None)
+            done[n] = _run_entry(n, Path(out), docs, (lambda m, n=n: on_progress(n, m)) if on_progress else None, seeds)
             if on_done:
                 on_done(done[n])
         return [done[n] for n in names]
@@ -109,30 +155,47 @@ def run_many(names: list[str], out: Path, *, jobs: Optional[int] = None, docs: O
     q = ctx.Queue()
     with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx, initializer=_init_child,
                              initargs=(q,)) as pool:
-        pending = {pool.submit(_child, n, str(out), None if docs is None else str(docs)): n for n in todo}
-        while pending:
-            finished, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-            while True:
-                try:
-                    name, msg = q.get_nowait()
-                except queue_mod.Empty:
-                    break
-                if on_progress:
-                    on_progress(name, msg)
-            for f in finished:
-                n = pending.pop(f)
-                try:
-                    done[n] = f.result()
-                except Exception as e:  # the process died (e.g. killed for memory)
-                    rep = get(n)
-                    done[n] = {"name": n, "paper": paper_of(rep), "figure": getattr(rep, "figure", ""),
-                               "claim": rep.claim, "tolerance": getattr(rep, "tolerance", ""), "holds": None,
-                               "checks": None, "columns": [], "rows": [], "writeup": "", "seconds": None, "files": {},
-                               "error": f"{type(e).__name__}: {e}", "png_base64": None}
-                if on_done:
-                    on_done(done[n])
+        pending = {pool.submit(_child, n, str(out), None if docs is None else str(docs), seeds): n for n in todo}
+        try:
+            _collect(pending, done, q, on_progress, on_done)
+        except BaseException:
+            # Leaving the `with` waits for the running reproductions (minutes): kill them and
+            # their sweeps first, whole process groups.
+            from ..stop import kill_trees
+
+            kill_trees(list(getattr(pool, "_processes", None) or {}), include_roots=True)
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
     q.close()
     return [done[n] for n in names]
+
+
+def _collect(pending: dict, done: dict, q, on_progress, on_done) -> None:
+    """Waits for the futures of ``pending`` (future -> name), relaying progress lines."""
+    import queue as queue_mod
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    while pending:
+        finished, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+        while True:
+            try:
+                name, msg = q.get_nowait()
+            except queue_mod.Empty:
+                break
+            if on_progress:
+                on_progress(name, msg)
+        for f in finished:
+            n = pending.pop(f)
+            try:
+                done[n] = f.result()
+            except Exception as e:  # the process died (e.g. killed for memory)
+                rep = get(n)
+                done[n] = {"name": n, "paper": paper_of(rep), "figure": getattr(rep, "figure", ""),
+                           "claim": rep.claim, "tolerance": getattr(rep, "tolerance", ""), "holds": None,
+                           "checks": None, "columns": [], "rows": [], "writeup": "", "seconds": None, "files": {},
+                           "error": f"{type(e).__name__}: {e}", "png_base64": None}
+            if on_done:
+                on_done(done[n])
 
 
 def order(names: list[str]) -> list[str]:
@@ -201,7 +264,9 @@ def _secs(s: float) -> str:
 
 
 def _cell(v) -> str:
-    if isinstance(v, bool) or v is None:
+    if v is None:  # a missing value (NaN in the rows is null in report.json)
+        return "<td>-</td>"
+    if isinstance(v, bool):
         return f"<td>{_esc(v)}</td>"
     if isinstance(v, float):
         return f'<td class="num">{v:.4g}</td>'
@@ -213,9 +278,11 @@ def _cell(v) -> str:
 
 
 def _rows_table(e: dict) -> str:
-    cols = e["columns"]
+    """The rows (with several seeds their mean, what `holds` judged; each seed's are in report.json)."""
+    rows = e.get("means") or e["rows"]
+    cols = [c for c in e["columns"] if not e.get("means") or c != "seed"]
     head = "".join(f"<th>{_esc(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(_cell(r.get(c)) for c in cols) + "</tr>" for r in e["rows"])
+    body = "".join("<tr>" + "".join(_cell(r.get(c)) for c in cols) + "</tr>" for r in rows)
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
@@ -260,6 +327,10 @@ f", <b>{s['errors']}</b> failed to run" if s['errors'] else ""}.</p>
                      f'<code>{_esc(e["name"])}</code> <span class="badge {cls}">holds: {word}</span></h3>')
         parts.append(f'<div class="claim"><b>The paper\'s claim.</b> {_esc(e["claim"])}</div>')
         parts.append(f"<p><b>Tolerance</b> (what <code>holds</code> checks): {_esc(e['tolerance'])}</p>")
+        if "seeds" in e:
+            seeds = "none (it takes no seed)" if e["seeds"] is None else ", ".join(map(str, e["seeds"])) + (
+                "" if e.get("seeds_default", True) else " (the user's, <code>--seeds</code>)")
+            parts.append(f"<p><b>Seeds</b>: {seeds}" + (" (the table is their mean; each seed's rows are in report.json)" if e.get("means") else "") + "</p>")
         if e.get("checks"):
             items = "".join(f'<li><code>{_esc(k)}</code>: <span class="badge {"yes" if v else "no"}">{"yes" if v else "no"}</span></li>'
                             for k, v in e["checks"].items())
@@ -272,7 +343,8 @@ f", <b>{s['errors']}</b> failed to run" if s['errors'] else ""}.</p>
             continue
         if e.get("png_base64"):
             parts.append(f'<p><img alt="{_esc(e["name"])}" src="data:image/png;base64,{e["png_base64"]}"></p>')
-        parts.append(f"<p><b>inalab's table</b> ({len(e['rows'])} rows; {_secs(e['seconds'])} s wall):</p>{_rows_table(e)}")
+        parts.append(f"<p><b>inalab's table</b> ({len(e.get('means') or e['rows'])} rows"
+                     f"{', the mean over the seeds' if e.get('means') else ''}; {_secs(e['seconds'])} s wall):</p>{_rows_table(e)}")
         parts.append(f'<details><summary>The write-up (claim, setup, result, where and why they differ)</summary>'
                      f'<div class="writeup">{_markdown(e["writeup"])}</div></details></section>')
     parts.append("</body></html>\n")

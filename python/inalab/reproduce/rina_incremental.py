@@ -28,6 +28,11 @@ class RinaIncremental:
     claim = ("Rina Figs. 5 and 11 (ResNet50, fat tree k=4 and dragonfly a=4, g=9, h=2): Rina's throughput rises "
              "with every switch replaced by an INA switch, while PS-based INA (ATP) gains little until a large "
              "part of the network is replaced.")
+    simulates = "analytical (16, 72 hosts)"
+    # Nothing is drawn at random: `inalab reproduce rina-incremental --seeds` is refused, saying this.
+    seeds = None
+    no_seeds = ("an analytical model (BOM throughput and the ring of eq. (1) on fixed topologies, in the planner's "
+                "fixed order): nothing in it is drawn at random")
 
     def run(self, progress) -> pd.DataFrame:
         from ..config import build_topology

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import markdown_table, register, simulate_all
+from . import markdown_table, per_seed, register, simulate_all
 
 RACKS = {"sw0": [f"w{i}" for i in range(4)], "sw1": [f"w{i}" for i in range(4, 8)]}
 
@@ -40,7 +40,8 @@ EMULATED_INA = {"rina": {"rto": "20ms", "repair": "40ms", "window": "24000B", "h
                 "atp": {"packet": "350B", "header": "102B", "timeout": "100ms"}}
 
 
-def testbed_scenario(scheme: str, ina: str, size: str, iterations: int, rate: str = "100Gbps", emulated: bool = False) -> dict:
+def testbed_scenario(scheme: str, ina: str, size: str, iterations: int, rate: str = "100Gbps", emulated: bool = False,
+                     seed: int = 1) -> dict:
     """``emulated``: with :data:`EMULATED_INA`, for `inalab emulate` (and its simulated twin)."""
     workers = [h for hosts in RACKS.values() for h in hosts]
     job = {"name": scheme, "scheme": scheme, "allreduce": size, "iterations": iterations, "workers": workers}
@@ -51,7 +52,7 @@ def testbed_scenario(scheme: str, ina: str, size: str, iterations: int, rate: st
             job["workers"] = workers[:-1]
     if emulated and scheme in EMULATED_INA:
         job["ina"] = EMULATED_INA[scheme]
-    return {"name": f"rina-testbed-{scheme}", "seed": 1, "stop": "600s" if emulated else "10s", "topology": testbed(INA[ina], rate), "jobs": [job]}
+    return {"name": f"rina-testbed-{scheme}", "seed": seed, "stop": "600s" if emulated else "10s", "topology": testbed(INA[ina], rate), "jobs": [job]}
 
 
 class RinaTestbed:
@@ -59,12 +60,21 @@ class RinaTestbed:
     figure = "Fig. 12"
     claim = ("Rina Fig. 12 (testbed, 2 racks x 4 nodes, two Tofino ToRs at 100 Gbps): Rina matches ATP when "
              "both ToRs are INA and beats ATP when only part of them are; both are far above ring-allreduce.")
+    simulates = "9 hosts in 2 racks"
+    # The simulations' scenario seed: it draws loss, jitter and background peers (docs/config.md),
+    # which these scenarios do not have, so seeds are expected to agree (the write-up says when
+    # they do). (1,): the committed write-up's.
+    seeds = (1,)
 
     def __init__(self, size: str = "8MiB", iterations: int = 2):
         self.size, self.iterations = size, iterations
 
     def run(self, progress) -> pd.DataFrame:
-        runs = [({"ina": ina, "scheme": s}, testbed_scenario(s, ina, self.size, self.iterations)) for ina in INA for s in SCHEMES]
+        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
+
+    def _run(self, seed: int, progress) -> pd.DataFrame:
+        runs = [({"ina": ina, "scheme": s}, testbed_scenario(s, ina, self.size, self.iterations, seed=seed))
+                for ina in INA for s in SCHEMES]
         df = simulate_all("rina-testbed", runs, progress)
         df = df[["ina", "scheme", "finished", "jct_s", "goodput_gbps"]].copy()
         atp = df[df.scheme == "atp"].set_index("ina")["goodput_gbps"]
@@ -209,6 +219,11 @@ class RinaIncrementalPacket:
     claim = ("Rina Fig. 11 at packet level (fat tree k=4, dragonfly a=4, g=9, h=2): Rina rises at every ToR replaced "
              "while ATP stays nearly flat until most switches are INA; at 50 % Rina at least 1.5x ATP; at 100 % Rina "
              "within about 15 % of ATP.")
+    simulates = "16-host fat tree, 72-host dragonfly"
+    # The simulations' scenario seed: it draws loss, jitter and background peers (docs/config.md),
+    # which these scenarios do not have, so seeds are expected to agree (the write-up says when
+    # they do). (1,): the committed write-up's.
+    seeds = (1,)
 
     # ATP runs on the fat tree only (ATP_TOPOLOGIES): on the dragonfly its PS's ToR would take
     # more than the 32 level-2 contributors ATP's bitmap (the paper's and inalab's) holds.
@@ -216,6 +231,9 @@ class RinaIncrementalPacket:
         self.size, self.iterations, self.topologies = size, iterations, list(topologies)
 
     def run(self, progress) -> pd.DataFrame:
+        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
+
+    def _run(self, seed: int, progress) -> pd.DataFrame:
         runs = []
         for name in self.topologies:
             topo = INCREMENTAL_TOPOLOGIES[name]
@@ -225,7 +243,7 @@ class RinaIncrementalPacket:
                     job = {"name": scheme, "scheme": scheme, "allreduce": self.size, "iterations": self.iterations, "workers": workers}
                     if scheme in ATP_VARIANTS:
                         job = atp_job({**job, "servers": [ps]}, scheme)
-                    sc = {"name": f"rina-incr-{name}-{k}-{scheme}", "stop": "10s", "topology": {**topo, "programmable": order[:k]}, "jobs": [job]}
+                    sc = {"name": f"rina-incr-{name}-{k}-{scheme}", "seed": seed, "stop": "10s", "topology": {**topo, "programmable": order[:k]}, "jobs": [job]}
                     # `series`, not `scheme`: the result's own `scheme` column says "atp" for both ATPs.
                     runs.append(({"topology": name, "replaced": k, "of": len(order), "series": scheme}, sc))
         df = simulate_all("rina-incremental-packet", runs, progress)
@@ -366,14 +384,14 @@ and at 100 % Rina within 15 % of ATP):
 register(RinaIncrementalPacket())
 
 
-def chain_scenario(scheme: str, n: int, sigma_us: float, size: str, overhead_us: float) -> dict:
+def chain_scenario(scheme: str, n: int, sigma_us: float, size: str, overhead_us: float, seed: int = 1) -> dict:
     """N workers in racks of 4 on a leaf-spine; "rina": every ToR INA (G = N / 4), "ring": none
     (Rina's ring of N autonomous workers, 2N-1 hops per chunk)."""
     topo = {"kind": "leaf_spine", "leaves": n // 4, "spines": 2, "hosts_per_leaf": 4, "host_rate": "100Gbps", "fabric_rate": "100Gbps",
             "link_delay": "1us", "programmable": "tor" if scheme == "rina" else "none"}
     ina = {"step_overhead": f"{overhead_us}us", "step_jitter": f"{sigma_us}us"}
     job = {"name": scheme, "scheme": "rina", "allreduce": size, "iterations": 2, "workers": n, "ina": ina}
-    return {"name": f"rina-chain-{scheme}-{n}-{sigma_us}", "stop": "10s", "topology": topo, "jobs": [job]}
+    return {"name": f"rina-chain-{scheme}-{n}-{sigma_us}", "seed": seed, "stop": "10s", "topology": topo, "jobs": [job]}
 
 
 class RinaDependencyChain:
@@ -382,13 +400,21 @@ class RinaDependencyChain:
     claim = ("Rina §III-A, eq. (1): ring-allreduce's steps form a dependency chain, so its completion time grows with "
              "the number of workers N and with the per-step jitter sigma (about N sigma sqrt(2 ln N)); Rina replaces "
              "the N steps by G = N / L (racks of L workers), so its time follows G.")
+    simulates = "8- to 64-host leaf-spine"
+    # The simulations' scenario seed: it draws each host's per-step jitter (`ina.step_jitter`).
+    # (1,): the committed write-up's.
+    seeds = (1,)
+    seed_use = "the simulations' scenario `seed`: each host's per-step jitter"
 
     def __init__(self, sizes=(8, 16, 32, 64), sigmas_us=(0.0, 20.0), size: str = "1MiB", overhead_us: float = 5.0):
         self.ns, self.sigmas, self.size, self.overhead = list(sizes), list(sigmas_us), size, overhead_us
 
     def run(self, progress) -> pd.DataFrame:
+        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
+
+    def _run(self, seed: int, progress) -> pd.DataFrame:
         # The job rows have their own `scheme` and `workers` (a count): the params are named apart.
-        runs = [({"chain": s, "n": n, "sigma_us": sg}, chain_scenario(s, n, sg, self.size, self.overhead))
+        runs = [({"chain": s, "n": n, "sigma_us": sg}, chain_scenario(s, n, sg, self.size, self.overhead, seed))
                 for s in ("ring", "rina") for n in self.ns for sg in self.sigmas]
         df = simulate_all("rina-dependency-chain", runs, progress)
         df = df[["chain", "n", "sigma_us", "mean_iteration_s"]].rename(columns={"chain": "scheme", "n": "workers"})
@@ -489,7 +515,7 @@ HALF = {"atp": 6, "rina": 4}
 ATP_TOPOLOGIES = {"fat-tree-k4"}
 
 
-def fig10_scenario(label: str, size: str, topology: str = "fat-tree-k4") -> dict:
+def fig10_scenario(label: str, size: str, topology: str = "fat-tree-k4", seed: int = 1) -> dict:
     topo = INCREMENTAL_TOPOLOGIES[topology]
     order, workers, ps, _ = replacement_order(topo)
     scheme, _, share = label.partition("-")
@@ -503,7 +529,7 @@ def fig10_scenario(label: str, size: str, topology: str = "fat-tree-k4") -> dict
     else:
         # Every host is a worker (hierarchical allreduce needs equal racks).
         job["workers"] = [ps] + workers
-    return {"name": f"rina-fig10-{topology}-{label}", "stop": "10s", "topology": {**topo, "programmable": order[:n_ina]}, "jobs": [job]}
+    return {"name": f"rina-fig10-{topology}-{label}", "seed": seed, "stop": "10s", "topology": {**topo, "programmable": order[:n_ina]}, "jobs": [job]}
 
 
 class RinaSchemes:
@@ -511,12 +537,20 @@ class RinaSchemes:
     figure = "Fig. 10"
     claim = ("Rina Fig. 10 (fat tree k=4 and dragonfly a=4, g=9, h=2): PS < ring < hierarchical <= Rina at 50 %, "
              "ATP at 50 % < Rina at 50 %, and Rina at 100 % about ATP at 100 %, for ResNet50 and VGG16.")
+    simulates = "16-host fat tree, 72-host dragonfly"
+    # The simulations' scenario seed: it draws loss, jitter and background peers (docs/config.md),
+    # which these scenarios do not have, so seeds are expected to agree (the write-up says when
+    # they do). (1,): the committed write-up's.
+    seeds = (1,)
 
     def __init__(self, models=tuple(MODELS), topologies=tuple(INCREMENTAL_TOPOLOGIES)):
         self.models, self.topologies = list(models), list(topologies)
 
     def run(self, progress) -> pd.DataFrame:
-        runs = [({"topology": t, "model": m, "label": s}, fig10_scenario(s, MODELS[m], t))
+        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
+
+    def _run(self, seed: int, progress) -> pd.DataFrame:
+        runs = [({"topology": t, "model": m, "label": s}, fig10_scenario(s, MODELS[m], t, seed))
                 for t in self.topologies for m in self.models for s in FIG10 if t in ATP_TOPOLOGIES or not s.startswith("atp")]
         df = simulate_all("rina-schemes", runs, progress)
         df = df[["topology", "model", "label", "finished", "jct_s", "goodput_gbps"]].copy()
