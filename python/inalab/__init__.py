@@ -69,11 +69,17 @@ def simulate(
 ) -> Result:
     """Validates ``config``, simulates it and returns the :class:`Result`.
 
-    ``seed`` overrides the scenario's seed. ``progress=True`` shows a progress bar on stderr for
-    runs longer than a second; a callable gets ``(fraction_done, events)`` about every 0.2 s.
-    ``pcap`` (:class:`inalab.capture.Capture`) writes pcapng captures of the simulated traffic;
+    ``seed`` overrides the scenario's seed. ``progress=True`` shows progress on stderr for runs
+    longer than a second (a bar on a terminal, a line every few seconds otherwise); a callable
+    gets ``(fraction_done, events)`` about every 0.1 s. ``pcap``
+    (:class:`inalab.capture.Capture`) writes pcapng captures of the simulated traffic;
     ``result.captures`` lists the files. Raises :class:`ConfigError` for an invalid scenario,
-    before anything is simulated.
+    before anything is simulated. A run whose jobs failed or did not finish still returns its
+    result: check ``result.ok`` / ``result.outcome`` and ``result.problems()``.
+
+    Ctrl-C stops the run within a fraction of a second: the ``KeyboardInterrupt`` (or whatever
+    a signal handler or ``progress`` raised) propagates with ``.result``, the :class:`Result`
+    of what was simulated until then (``outcome == "interrupted"``).
     """
     from . import _core
     from .config import load_scenario
@@ -90,27 +96,39 @@ def simulate(
 
         with ProgressBar(scenario.name) as bar:
             return _run(_core, spec, bar.update)
-    return _run(_core, spec, progress or None)
+    user = progress or None
+    return _run(_core, spec, None if user is None else (lambda fraction, events, _sim_time_s: user(fraction, events)))
 
 
-def _run(core, spec: str, progress: Optional[ProgressFn]) -> Result:
+def _run(core, spec: str, progress: Optional[Callable[[float, int, float], None]]) -> Result:
     from .config import rust_error
 
     try:
         result = Result.from_json(core.simulate(spec, progress))
-    except ValueError as e:
-        # The simulator's own validation; inalab.config should have caught it first.
-        raise rust_error(e) from None
+    except BaseException as e:
+        partial = getattr(e, "inalab_result", None)
+        if partial is not None:  # stopped by Ctrl-C, a signal handler or the progress callback
+            e.result = Result.from_json(partial)
+            raise
+        if isinstance(e, ValueError):
+            # The simulator's own validation; inalab.config should have caught it first.
+            raise rust_error(e) from None
+        raise
     if result.raw.get("capture_error"):
         # The run itself finished; what it could not write must not pass unnoticed.
         raise OSError(result.raw["capture_error"])
     return result
 
 
-def analyze(config, *, seed: Optional[int] = None, schemes: Optional[list] = None):
-    """Flow-level analysis of an analysis scenario (TOML path, shipped name such as ``"grid-fig1"``,
-    TOML text or dict): returns an :class:`inalab.analysis.Analysis` whose ``summary``,
-    ``workers``, ``switches`` and ``links`` are DataFrames. See docs/analysis.md."""
+def analyze(config, *, seed: Optional[int] = None, schemes: Optional[list] = None, job: Optional[str] = None,
+            notes: Optional[list] = None):
+    """Flow-level analysis of a scenario in either format (TOML path, shipped name such as
+    ``"grid-fig1"`` or ``"emulate-grid-fig1"``, TOML text, dict or Scenario): an analysis
+    scenario, or a simulate scenario whose job with a parameter server is analysed (``job``
+    names it where several have one). Returns an :class:`inalab.analysis.Analysis` whose
+    ``summary``, ``workers``, ``switches`` and ``links`` are DataFrames; ``notes`` (a list, also
+    in ``Analysis.notes``) receives what the flow model did not use of a simulate scenario,
+    issued as ``inalab.analysis.FlowModelNote`` warnings when no list is given. See docs/analysis.md."""
     from .analysis import analyze as _analyze
 
-    return _analyze(config, seed=seed, schemes=schemes)
+    return _analyze(config, seed=seed, schemes=schemes, job=job, notes=notes)

@@ -3,11 +3,18 @@
 Human output goes to stdout as rich tables; progress bars and messages go to stderr, so that
 with ``--json`` the last line of stdout is the summary object. A bad scenario prints one line
 ``error: <field>: <message>`` on stderr and exits with status 2.
+
+Exit statuses (docs/results.md, "Exit statuses"): 0 the run completed (every job finished,
+every flow ended; a sweep: every point did); 1 it could not be carried out (I/O, a process
+that died); 2 bad input (a scenario field, an option); 3 it ran but a job failed or did not
+finish, or a flow did not end (the output names each and why; ``--json`` has ``outcome`` and
+``problems``); 130 stopped by Ctrl-C (SIGINT), 143 by SIGTERM, after printing what was done.
 """
 from __future__ import annotations
 
 import json
 import tomllib
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -27,21 +34,52 @@ app = typer.Typer(
 out_console = Console()
 err_console = Console(stderr=True)
 
+EXIT_ERROR = 1
 EXIT_CONFIG = 2
+EXIT_INCOMPLETE = 3
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print only the summary as one JSON line on stdout.")]
 OutOpt = Annotated[Optional[Path], typer.Option("--out", help="Write result.json, summary.json and CSV tables here.")]
 
 
-def _run(scenario: str, seed: Optional[int], as_json: bool, pcap=None) -> Result:
+@contextmanager
+def interruptible(what: str, on_stop=None):
+    """Ctrl-C and SIGTERM stop the body at once (:func:`inalab.stop.on_signals`: every process
+    below this one is killed; the simulator checks for signals between event batches). Says
+    what was interrupted, lets ``on_stop(exc)`` print what was done (``exc.result``: a
+    simulation's partial :class:`Result`, when there is one) and exits 130 (SIGINT) or 143
+    (SIGTERM)."""
+    import signal
+
+    from .stop import Interrupted, on_signals
+
     try:
-        return run_simulation(scenario, seed=seed, progress=not as_json, pcap=pcap)
+        with on_signals():
+            yield
+    except KeyboardInterrupt as e:
+        signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
+        name = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
+        err_console.print(f"interrupted by {name}: {what} stopped", markup=False, highlight=False, soft_wrap=True)
+        if on_stop is not None:
+            on_stop(e)
+        raise typer.Exit(128 + signum) from None
+
+
+def _run(scenario: str, seed: Optional[int], as_json: bool, pcap=None, out: Optional[Path] = None) -> Result:
+    def stopped(e: KeyboardInterrupt) -> None:
+        partial = getattr(e, "result", None)
+        if partial is not None:  # what was simulated until the interrupt, saved too with --out
+            _report(partial, as_json, out)
+
+    try:
+        with interruptible(f"simulating {scenario}", stopped):
+            return run_simulation(scenario, seed=seed, progress=not as_json, pcap=pcap)
     except ConfigError as e:
         err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_CONFIG) from None
     except OSError as e:
         err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(EXIT_ERROR) from None
 
 
 PcapOpt = Annotated[Optional[Path], typer.Option(
@@ -119,6 +157,33 @@ def _short(v: float) -> str:
     return f"{v:.4g}" if v >= 1 else f"{v:.3f}" if v >= 0.01 else f"{v:.2g}"
 
 
+# The legend under a run's job table: what its rate and share columns are.
+LEGEND = {"algbw": "algbw: tensor bytes allreduced per worker / JCT (compute included for training)",
+          "busbw": "busbw: algbw x 2(n-1)/n, NCCL's bus bandwidth",
+          "comm": "comm: share of the JCT with an allreduce outstanding"}
+
+
+def _outcome_words(result: Result) -> str:
+    """The header's word for how the run went: "completed" only when every job finished and
+    every flow ended; else what did not (e.g. "1 job failed, 2 unfinished at the stop time")."""
+    if result.outcome == "interrupted":
+        return "interrupted"
+    lossy = sum(f.get("status") == "lossy" for f in result.raw.get("flows", []))
+    if result.ok:
+        return "completed" + (f"; {lossy} flow{'s' * (lossy != 1)} lost packets" if lossy else "")
+    jobs = result.raw.get("jobs", [])
+    failed = sum(j["status"] == "failed" for j in jobs)
+    unfinished = sum(j["status"] == "unfinished" for j in jobs)
+    flows = sum(not f.get("finished", True) for f in result.raw.get("flows", []))
+    why = {"stop_time": "at the stop time", "idle": "(stalled)"}.get(result.raw.get("stopped_by"), "")
+    parts = [f"{failed} job{'s' * (failed != 1)} failed"] if failed else []
+    if unfinished:
+        parts.append(f"{unfinished}{' job' + 's' * (unfinished != 1) if not failed else ''} unfinished {why}".rstrip())
+    if flows:
+        parts.append(f"{flows} flow{'s' * (flows != 1)} unfinished {why}".rstrip())
+    return ", ".join(parts)
+
+
 def _report(result: Result, as_json: bool, out: Optional[Path]) -> None:
     if out is not None:
         for path in result.save(out):
@@ -127,23 +192,42 @@ def _report(result: Result, as_json: bool, out: Optional[Path]) -> None:
         print(json.dumps(result.summary()), flush=True)
         return
     s = result.summary()
+    state = _outcome_words(result)
+    style = "" if result.ok else "[red]" if result.outcome == "failed" else "[yellow]"
+    how = f"({style}{state}{'[/]' if style else ''})"
     if "emulation" in result.raw:
-        out_console.print(f"[bold]{s['scenario']}[/]: emulated {s['sim_time_s']:.6g} s ({s['stopped_by']}) "
+        out_console.print(f"[bold]{s['scenario']}[/]: emulated {s['sim_time_s']:.6g} s {how} "
                           f"in {s['wall_s']:.2f} s wall, seed {s['seed']}")
     else:
         out_console.print(
-            f"[bold]{s['scenario']}[/]: simulated {s['sim_time_s']:.6g} s ({s['stopped_by']}) "
+            f"[bold]{s['scenario']}[/]: simulated {s['sim_time_s']:.6g} s {how} "
             f"in {s['wall_s']:.2f} s wall, {s['events']:,} events, seed {s['seed']}"
         )
     if s["jobs"]:
-        table = _compact_table(["job", "scheme"], ["workers", "iters", "JCT\nms", "iter\nms", "Gbps", "comm", "done"])
+        # Columns that say something for these jobs only: a status when one did not finish (the
+        # header says "completed" otherwise), busbw for allreduce benchmarks, comm for training.
+        status_col = any(not j["finished"] for j in s["jobs"])
+        busbw_col = any(j.get("kind") == "allreduce" for j in s["jobs"])
+        comm_col = any(j.get("kind") != "allreduce" for j in s["jobs"])
+        table = _compact_table(["job", "scheme"] + ["status"] * status_col,
+                               ["workers", "iters", "JCT\nms", "iter\nms", "algbw\nGbps"] + ["busbw\nGbps"] * busbw_col
+                               + ["comm"] * comm_col)
+        dash = lambda v, f: "-" if v is None else f(v)  # noqa: E731
         for j in s["jobs"]:
-            share = j.get("comm_share")
-            comm = "-" if share is None else f"{share:.0%}"
-            table.add_row(j["name"], j["scheme"], str(j["workers"]), str(j["iterations"]), _short(j["jct_s"] * 1e3),
-                          _short(j["mean_iteration_s"] * 1e3), f"{j['goodput_gbps']:.2f}",
-                          f"[yellow]{comm}[/]" if j.get("compute_bound") else comm, "yes" if j["finished"] else "[red]no[/]")
+            comm = dash(j.get("comm_share"), lambda v: f"{v:.0%}")
+            status = {"finished": "finished", "failed": "[red]failed[/]"}.get(j["status"], f"[yellow]{j['status']}[/]")
+            iters = str(j["iterations"]) if j["finished"] else f"{j['iterations']}/{j.get('iterations_planned', '?')}"
+            cells = [j["name"], j["scheme"]] + [status] * status_col + [
+                str(j["workers"]), iters, dash(j["jct_s"], lambda v: _short(v * 1e3)),
+                dash(j["mean_iteration_s"], lambda v: _short(v * 1e3)), dash(j["goodput_gbps"], lambda v: f"{v:.2f}")]
+            cells += [dash(j.get("busbw_gbps") if j.get("kind") == "allreduce" else None, lambda v: f"{v:.2f}")] * busbw_col
+            cells += [f"[yellow]{comm}[/]" if j.get("compute_bound") else comm] * comm_col
+            table.add_row(*cells)
         out_console.print(table)
+        shown = ["algbw"] + ["busbw"] * busbw_col + ["comm"] * comm_col
+        out_console.print("; ".join(LEGEND[k] for k in shown) + " (docs/results.md)", style="dim", markup=False, highlight=False)
+        for line in s["problems"]:
+            out_console.print(line, style="red" if ": failed" in line else "yellow", markup=False, highlight=False)
         bound = [j["name"] for j in s["jobs"] if j.get("compute_bound")]
         if bound:
             out_console.print(
@@ -151,9 +235,24 @@ def _report(result: Result, as_json: bool, out: Optional[Path]) -> None:
                 f"{COMPUTE_BOUND_SHARE:.0%}: no network or INA scheme can save more than that share): "
                 f"{', '.join(bound)}. A job's compute_scale < 1 models a faster GPU.", highlight=False)
     if s["flows"]:
-        out_console.print(f"{s['flows']} flows; see --out for flows.csv")
+        f = s["flows"]
+        mib = lambda b: f"{b / 2**20:.4g} MiB"  # noqa: E731
+        fct = "" if f["max_fct_s"] is None else f"; the last ended {f['max_fct_s'] * 1e3:.4g} ms after its start"
+        out_console.print(
+            f"{f['count']} flows: {f['delivered']} delivered whole, {f['lossy']} lost packets (flows do not retransmit), "
+            f"{f['unfinished']} unfinished; {mib(f['bytes_received'])} of {mib(f['bytes'])} arrived "
+            f"({f['delivered_fraction']:.1%}){fct}; flows.csv (--out) has each", highlight=False)
+        if not s["jobs"]:
+            for line in s["problems"]:
+                out_console.print(line, style="yellow", markup=False, highlight=False)
     if s["conservation_holds"] is False:
         err_console.print("[red]warning:[/] packet conservation does not hold; see result.json")
+
+
+def _exit_for(result: Result) -> None:
+    """Exit 3 (``EXIT_INCOMPLETE``) unless the run completed."""
+    if not result.ok:
+        raise typer.Exit(EXIT_INCOMPLETE)
 
 
 @app.command()
@@ -167,7 +266,9 @@ def simulate(
     pcap_job: PcapJobOpt = None,
     pcap_window: PcapWindowOpt = None,
 ) -> None:
-    """Simulate SCENARIO and print its jobs' completion times."""
+    """Simulate SCENARIO and print its jobs' completion times. Exits 0 when every job finished
+    and every flow ended, 3 when one failed or did not finish (each named, with why), 2 for a
+    bad scenario, 130/143 when stopped by Ctrl-C/SIGTERM (what was done is printed)."""
     capture = None
     if pcap is not None:
         from .capture import Capture
@@ -180,10 +281,11 @@ def simulate(
     elif any(v is not None for v in (pcap_at, pcap_job, pcap_window)):
         err_console.print("error: --pcap-at, --pcap-job and --pcap-window need --pcap DIR", highlight=False)
         raise typer.Exit(EXIT_CONFIG)
-    result = _run(scenario, seed, as_json, capture)
+    result = _run(scenario, seed, as_json, capture, out)
     for c in result.raw.get("captures") or []:
         _said(f"wrote {c['path']} ({c['packets']:,} packets)")
     _report(result, as_json, out)
+    _exit_for(result)
 
 
 @app.command()
@@ -202,18 +304,20 @@ def emulate(
     from .emulation import emulate as run_emulation
 
     try:
-        result = run_emulation(scenario, seed=seed, progress=True, keep_logs=logs, shaper=shaper, pcap=pcap)
+        with interruptible(f"emulating {scenario} (its processes are stopped)"):
+            result = run_emulation(scenario, seed=seed, progress=True, keep_logs=logs, shaper=shaper, pcap=pcap)
     except ConfigError as e:
         err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_CONFIG) from None
     except EmulationError as e:
         err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(EXIT_ERROR) from None
     _report(result, as_json, out)
     if not as_json:
         em = result.raw["emulation"]
         err_console.print(f"links shaped by {em['shaping']}" + ("" if em["link_delay_emulated"] else " (link delay not emulated: no netem)"),
                           highlight=False)
+    _exit_for(result)
 
 
 @app.command()
@@ -222,8 +326,9 @@ def compare(
     b: Annotated[Path, typer.Argument(help="Another one (e.g. emulated).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the tables as JSON on stdout.")] = False,
 ) -> None:
-    """Put two results side by side, job by job and link by link, with the relative difference (B - A) / A."""
-    from .comparison import compare as side_by_side
+    """Put two results side by side, job by job and link by link, with the relative difference (B - A) / A
+    ("new" where A is 0 and B is not, "-" where there is none; null in --json)."""
+    from .comparison import change_text, compare as side_by_side, number_text
 
     try:
         tables = side_by_side(a, b)
@@ -236,53 +341,93 @@ def compare(
     jobs = tables["jobs"]
     table = Table("job", "JCT ms (A)", "JCT ms (B)", "B vs A")
     for _, r in jobs.iterrows():
-        table.add_row(str(r["name"]), f"{r['jct_s_a'] * 1e3:.3f}", f"{r['jct_s_b'] * 1e3:.3f}", f"{r['jct_s_rel']:+.1%}")
+        table.add_row(str(r["name"]), number_text(r.get("jct_s_a") * 1e3 if r.get("jct_s_a") is not None else None, "{:.3f}"),
+                      number_text(r.get("jct_s_b") * 1e3 if r.get("jct_s_b") is not None else None, "{:.3f}"),
+                      change_text(r.get("jct_s_a"), r.get("jct_s_b"), r.get("jct_s_rel")))
     out_console.print(table)
     links = tables["links"]
     if not links.empty:
         lt = Table("link", "bytes (A)", "bytes (B)", "B vs A")
         for _, r in links.iterrows():
-            lt.add_row(f"{r['src']}->{r['dst']}", f"{r['tx_bytes_a']:,.0f}", f"{r['tx_bytes_b']:,.0f}", f"{r['tx_bytes_rel']:+.1%}")
+            lt.add_row(f"{r['src']}->{r['dst']}", number_text(r.get("tx_bytes_a")), number_text(r.get("tx_bytes_b")),
+                       change_text(r.get("tx_bytes_a"), r.get("tx_bytes_b"), r.get("tx_bytes_rel")))
         out_console.print(lt)
 
 
 @app.command()
 def sweep(
-    file: Annotated[Path, typer.Argument(help="A sweep file (TOML): base scenario, [vary] fields, seeds.")],
-    out: Annotated[Path, typer.Option("--out", help="The Parquet dataset's directory (reruns skip the points done).")],
+    file: Annotated[Path, typer.Argument(help="A sweep file (TOML): base scenario, [vary] and [zip] fields, seeds (docs/sweeps.md).")],
+    out: Annotated[Path, typer.Option("--out", help="The Parquet dataset's directory (a rerun of the same sweep skips the points done).")],
     workers: Annotated[Optional[int], typer.Option("--workers", help="Local processes (default: one per CPU).")] = None,
     ray: Annotated[Optional[str], typer.Option("--ray", help="Run on Ray instead: local (start one here), auto (the running cluster) or a cluster address.")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Delete the points of another sweep found in --out first (default: refuse).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a summary as one JSON line, no progress bar.")] = False,
 ) -> None:
-    """Simulate every combination of a sweep file's varied fields and seeds, in parallel; one row per job per point."""
+    """Simulate every combination of a sweep file's varied fields and seeds, in parallel; one row per
+    job per point. Exits 0 when every point's run completed, 3 when one failed, did not finish or
+    raised (counted by reason), 2 for a bad sweep file (every point is checked first)."""
+    from .sweeps import load, summarize
     from .sweeps import sweep as run_sweep
 
     if workers is not None and workers < 1:
         err_console.print(f"error: --workers: must be at least 1, got {workers}", highlight=False)
         raise typer.Exit(EXIT_CONFIG)
+
+    def stopped(_e) -> None:
+        try:
+            done = summarize(load(out))
+        except Exception:  # nothing readable written yet
+            return
+        _said(f"{done['points']} points were done and stay in {out}; the same command resumes the sweep")
+
     try:
-        df = run_sweep(file, out, workers=workers, ray=ray, progress=not as_json)
+        with interruptible(f"the sweep {file}", stopped):
+            df = run_sweep(file, out, workers=workers, ray=ray, progress=not as_json, overwrite=overwrite)
     except ConfigError as e:
         err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_CONFIG) from None
-    points = df.drop_duplicates("point") if not df.empty else df
-    summary = {"out": str(out), "points": len(points), "failed": int((points.status == "error").sum()) if len(points) else 0,
-               "rows": len(df)}
+    summary = {"out": str(out), **summarize(df)}
     if as_json:
         print(json.dumps(summary), flush=True)
-        return
-    out_console.print(f"{summary['points']} points ({summary['failed']} failed), {summary['rows']} rows in {out}")
-    for _, r in points[points.status == "error"].head(5).iterrows():
-        err_console.print(f"  point {r['point']}: {r['error']}", markup=False, highlight=False, soft_wrap=True)
+    else:
+        counts = ", ".join(f"{n} {k}" for k, n in summary["by_status"].items())
+        out_console.print(f"{summary['points']} points ({counts}), {summary['rows']} rows in {out}", markup=False, highlight=False,
+                          soft_wrap=True)
+        for r in summary["reasons"][:5]:
+            err_console.print(f"  {r['points']} {r['status']}: {r['error']}", markup=False, highlight=False, soft_wrap=True)
+        if len(summary["reasons"]) > 5:
+            err_console.print(f"  ... and {len(summary['reasons']) - 5} other reasons (the dataset's error column)", highlight=False)
+    if summary["not_ok"]:
+        raise typer.Exit(EXIT_INCOMPLETE)
 
 
 @app.command()
-def scenarios() -> None:
-    """List the scenarios shipped with inalab (usable by name)."""
-    table = Table("name", "description")
-    for name, path in shipped_scenarios().items():
-        with path.open("rb") as f:
-            table.add_row(name, tomllib.load(f).get("description", ""))
+def scenarios(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the list as one JSON array on stdout: name, format, "
+                                          "for, jobs, description, path.")] = False,
+) -> None:
+    """List every scenario shipped with inalab, each usable by name with the commands in its "for"
+    column (analyze and plan take a simulate scenario's job with a parameter server; --job picks
+    one of several)."""
+    from .analysis.scenario import catalog
+
+    try:
+        rows = catalog()
+    except ConfigError as e:
+        raise _config_exit(e) from None
+    if as_json:
+        print(json.dumps(rows), flush=True)
+        return
+    table = Table()
+    # Names whole, never cut: each is what a command takes.
+    table.add_column("name", no_wrap=True, min_width=max(len(r["name"]) for r in rows))
+    table.add_column("for")
+    table.add_column("description")
+    for r in rows:
+        uses = ", ".join(r["for"])
+        if len(r["jobs"]) > 1:
+            uses += f" (--job {' | '.join(r['jobs'])})"
+        table.add_row(r["name"], uses, r["description"])
     out_console.print(table)
 
 
@@ -296,12 +441,13 @@ def demo(
     iteration times and writes OUT/demo.png."""
     from .plots import demo_figure
 
-    result = _run("demo", None, as_json)
+    result = _run("demo", None, as_json, out=out)
     with shipped_scenarios()["demo"].open("rb") as f:
         description = tomllib.load(f).get("description")
     figure = demo_figure(result, out / "demo.png", title=f"demo: {description}" if description else None)
     _report(result, as_json, out)
     _said(f"wrote {figure}")
+    _exit_for(result)
 
 
 @app.command()
@@ -320,19 +466,36 @@ def _config_exit(e: ConfigError) -> typer.Exit:
     return typer.Exit(EXIT_CONFIG)
 
 
+def _notes(notes: list[str]) -> None:
+    """What the flow model did not use of a simulate scenario, one ``note:`` line each on stderr."""
+    for note in notes:
+        err_console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+
+
+ScenarioArg = Annotated[str, typer.Argument(
+    help="A scenario TOML file or a shipped scenario's name (`inalab scenarios`), in either format: an analysis "
+         "scenario (grid-fig1) or a simulate scenario, whose job with a parameter server is analysed.")]
+JobOpt = Annotated[Optional[str], typer.Option(
+    "--job", help="A simulate scenario's job to analyse, by name, where several have a parameter server.")]
+
+
 @app.command()
 def analyze(
-    scenario: Annotated[str, typer.Argument(help="An analysis scenario TOML file, or a shipped one's name (grid-fig1).")],
+    scenario: ScenarioArg,
     as_json: JsonOpt = False,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Override the scenario's seed.")] = None,
+    job: JobOpt = None,
 ) -> None:
     """Flow-level model of SCENARIO: common sending rate and aggregation rates of every scheme."""
     from .analysis import analyze as run_analysis
 
+    notes: list[str] = []
     try:
-        a = run_analysis(scenario, seed=seed)
+        a = run_analysis(scenario, seed=seed, job=job, notes=notes)
     except ConfigError as e:
+        _notes(notes)
         raise _config_exit(e) from None
+    _notes(notes)
     if as_json:
         print(json.dumps(a.to_dict()), flush=True)
         return
@@ -365,10 +528,11 @@ def analyze(
 @app.command()
 def plan(
     scheme: Annotated[str, typer.Argument(help="The planner; only grid.")],
-    scenario: Annotated[str, typer.Argument(help="An analysis scenario TOML file, or a shipped one's name.")],
+    scenario: ScenarioArg,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write the routing policy JSON here.")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Override the scenario's seed.")] = None,
     trials: Annotated[Optional[int], typer.Option("--trials", help="R-GRIA roundings to try (best kept).")] = None,
+    job: JobOpt = None,
 ) -> None:
     """Compute a GRID routing policy (aggregation node, path and rate per worker) as JSON. Rates
     (rate_gbps) are those at which the rounded plan fits every capacity; lp_rate_gbps is the LP bound."""
@@ -378,13 +542,16 @@ def plan(
     if scheme != "grid":
         err_console.print(f"error: scheme: unknown planner {scheme!r}; allowed values: grid", markup=False)
         raise typer.Exit(EXIT_CONFIG)
+    notes: list[str] = []
     try:
-        sc = load_analysis(scenario)
+        sc = load_analysis(scenario, job=job, notes=notes)
         if seed is not None:
             sc = sc.model_copy(update={"seed": seed})
         policy = plan_grid_best(sc.problem(), sc.seed, trials or sc.rounding_trials)
     except ConfigError as e:
+        _notes(notes)
         raise _config_exit(e) from None
+    _notes(notes)
     text = policy.to_json()
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -397,8 +564,8 @@ def plan(
 
 @app.command()
 def reproduce(
-    name: Annotated[str, typer.Argument(help="Reproduction name, or all (every one, in parallel, into one report); an unknown one lists them.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print the result (with all: the report's summary) as one JSON line last on stdout.")] = False,
+    name: Annotated[Optional[str], typer.Argument(help="Reproduction name; all (every one, in parallel, into one report); list (as --list). An unknown one lists them.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result (with all: the report's summary; with --list: the list) as one JSON line last on stdout.")] = False,
     out: Annotated[Path, typer.Option("--out", help="Where to write NAME.md (the write-up), NAME.png, NAME.csv (the rows) and NAME.json.")] = Path("out"),
     update_docs: Annotated[bool, typer.Option("--update-docs", help="Also refresh the committed write-up docs/reproductions/NAME.md of the source checkout "
                                               "(the whole file, except what follows its hand-written marker line: review with git diff). Refused when inalab "
@@ -407,30 +574,86 @@ def reproduce(
                                                     "reproductions run (default with all: OUT/report; with a NAME: none).")] = None,
     only: Annotated[Optional[str], typer.Option("--only", help="With all: only these reproductions, comma-separated (e.g. a quick report).")] = None,
     jobs: Annotated[Optional[int], typer.Option("--jobs", help="With all: reproductions run at once, each in its own process (default: one per CPU).")] = None,
+    seeds: Annotated[Optional[str], typer.Option("--seeds", help="Run on these seeds, comma-separated (e.g. 11,12,13), instead of the reproduction's "
+                                                  "default (--list shows it): the simulations' scenario seed, or R-GRIA's rounding seed for the "
+                                                  "flow-level GRID ones. With several, the rows get a seed column and holds is judged on their "
+                                                  "mean. Refused by a reproduction that takes no seed; with all, applied to every one that takes "
+                                                  "seeds.")] = None,
+    list_: Annotated[bool, typer.Option("--list", help="List every reproduction: its paper, figure, scale (hosts simulated), default seeds "
+                                         "and expected wall time (the last full run's, from docs/report/report.json, or --report DIR's).")] = False,
 ) -> None:
     """Run a paper reproduction: its table, claim, tolerance and whether it holds; writes OUT/NAME.md,
-    .png, .csv and .json (never the docs, unless --update-docs). NAME all runs every one into a report."""
-    from .reproduce import REPRODUCTIONS, run_one, source_docs_dir, update_docs as write_docs, write_outcome
+    .png, .csv and .json (never the docs, unless --update-docs). NAME all runs every one into a report;
+    --list (or NAME list) lists them with their scale, seeds and expected time. Ctrl-C or SIGTERM stops
+    it at once (no process is left) and exits 130 or 143."""
+    from .reproduce import REPRODUCTIONS, get, parse_seeds, run_one, seeds_for, source_docs_dir, update_docs as write_docs, write_outcome
 
     def usage(option: str, message: str) -> typer.Exit:
         err_console.print(f"error: {option}: {message}", markup=False, highlight=False, soft_wrap=True)
         return typer.Exit(EXIT_CONFIG)
 
+    if list_ and name not in (None, "list"):
+        raise usage("--list", f"lists every reproduction; give no NAME (got {name!r})")
+    if list_ or name == "list":
+        from .reproduce.report import catalog
+
+        cat = catalog(report)  # the expected times: --report DIR's report.json, else the committed one
+        if as_json:
+            print(json.dumps(cat), flush=True)
+            return
+
+        def secs(v: Optional[float]) -> str:
+            return ("-" if v is None else f"{v:.2f} s" if v < 1 else f"{v:.1f} s" if v < 10 else f"{v:.0f} s" if v < 120
+                    else f"{v / 60:.0f} min")
+
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+        for col, wrap in (("paper", False), ("figure", True), ("reproduction", False), ("scale", True), ("seeds", False)):
+            table.add_column(col, no_wrap=not wrap, overflow="fold")
+        table.add_column("expected", no_wrap=True, justify="right")
+        for r in cat["reproductions"]:
+            table.add_row(r["paper"], r["figure"], r["name"], r["scale"] or "-",
+                          "none" if r["seeds"] is None else ",".join(map(str, r["seeds"])), secs(r["expected_s"]))
+        out_console.print(table)
+        src = cat["source"]
+        if src["path"] is None:
+            _said("expected: no earlier full run found (docs/report/report.json); `inalab reproduce all` records one")
+            return
+        path = Path(src["path"])
+        try:
+            path = path.relative_to(Path.cwd())
+        except ValueError:
+            pass
+        known = [r["expected_s"] for r in cat["reproductions"] if r["expected_s"] is not None]
+        at_once = f", {src['jobs']} reproductions at once" if src.get("jobs") else ""
+        out_console.print(f"expected: each one's wall time in the last full run, {path} (generated {src['generated']} "
+                          f"by `{src['command']}` on {src['cpus']} CPUs{at_once}; {sum(known) / 60:.0f} min summed). "
+                          "With N seeds expect about N times as long. Seeds \"none\": it takes no seed (--seeds "
+                          "is refused).", markup=False, highlight=False, soft_wrap=False)
+        return
+    if name is None:
+        raise usage("name", f"give a reproduction's name, all or list; allowed values: all, list, {', '.join(REPRODUCTIONS)}")
     if name != "all" and name not in REPRODUCTIONS:
-        raise usage("name", f"unknown reproduction {name!r}; allowed values: all, {', '.join(REPRODUCTIONS)}")
+        raise usage("name", f"unknown reproduction {name!r}; allowed values: all, list, {', '.join(REPRODUCTIONS)}")
     if name != "all" and only is not None:
         raise usage("--only", "only with NAME all")
     if jobs is not None and (name != "all" or jobs < 1):
         raise usage("--jobs", "only with NAME all" if name != "all" else f"must be at least 1, got {jobs}")
     try:
+        chosen = None if seeds is None else parse_seeds(seeds, "--seeds")
+        if name != "all":
+            seeds_for(get(name), chosen, "--seeds")  # a reproduction that takes no seed refuses them
         docs = source_docs_dir() if update_docs else None
     except ConfigError as e:
         raise _config_exit(e) from None
     if name == "all":
-        _reproduce_all(only, out, report if report is not None else out / "report", docs, jobs, as_json)
+        _reproduce_all(only, out, report if report is not None else out / "report", docs, jobs, as_json, chosen)
         return
+    import time
+
+    t0 = time.monotonic()
     try:
-        outcome = run_one(name, progress=lambda m: err_console.print(f"[dim]{m}[/]"))
+        with interruptible(name, lambda _e: _said(f"{name} stopped after {time.monotonic() - t0:.1f} s, unfinished; nothing written")):
+            outcome = run_one(name, progress=lambda m: err_console.print(f"[dim]{m}[/]"), seeds=chosen)
     except ConfigError as e:
         raise _config_exit(e) from None
     files = write_outcome(outcome, out)
@@ -439,7 +662,8 @@ def reproduce(
     if report is not None:
         from .reproduce.report import entry, write_report
 
-        write_report([entry(outcome)], report, wall_s=outcome.seconds, jobs=1, command=f"inalab reproduce {name}")
+        write_report([entry(outcome)], report, wall_s=outcome.seconds, jobs=1, command=f"inalab reproduce {name}"
+                     + (f" --seeds {','.join(map(str, outcome.seeds))}" if chosen is not None else ""))
         outcome.files["report"] = report / "index.html"
     if as_json:
         d = outcome.to_dict()
@@ -447,24 +671,42 @@ def reproduce(
         print(json.dumps(d), flush=True)
         return
     out_console.print(f"[bold]{name}[/] ({outcome.paper} {outcome.figure}): {outcome.claim}", highlight=False)
-    for table in _wide_table(outcome.rows, out_console):
+    if outcome.seeds is not None:
+        whose = "the default" if outcome.seeds_default else "--seeds"
+        s_text = ", ".join(map(str, outcome.seeds))
+        out_console.print(f"seed{'s' * (len(outcome.seeds) > 1)} {s_text} ({whose})"
+                          + (f"; the table is their mean, each seed's rows are in {files['csv']}" if outcome.means is not None else ""),
+                          highlight=False, soft_wrap=True)
+    # A missing value prints as "-", never "nan"; number columns stay right-aligned.
+    import pandas as pd
+
+    shown = outcome.judged
+    numeric = {str(c) for c in shown.columns
+               if pd.api.types.is_numeric_dtype(shown[c]) and not pd.api.types.is_bool_dtype(shown[c])}
+    for table in _wide_table(shown.astype(object).where(shown.notna(), "-"), out_console):
+        for column in table.columns:
+            if str(column.header) in numeric:
+                column.justify = "right"
         out_console.print(table)
     out_console.print(f"tolerance: {outcome.tolerance}", highlight=False)
     if outcome.checks:
         out_console.print("checks: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in outcome.checks.items()), highlight=False)
     out_console.print(f"holds: {'yes' if outcome.holds else 'no'}")
+    out_console.print(f"wall time: {outcome.seconds:.1f} s", highlight=False)
     _said("wrote " + ", ".join(str(f) for k, f in outcome.files.items() if k != "json") + f" and {files['json']}")
 
 
 def _reproduce_all(only: Optional[str], out: Path, report_dir: Path, docs: Optional[Path], jobs: Optional[int],
-                   as_json: bool) -> None:
-    """`inalab reproduce all`: every reproduction (or --only's) in parallel, one report."""
+                   as_json: bool, seeds: Optional[tuple] = None) -> None:
+    """`inalab reproduce all`: every reproduction (or --only's) in parallel, one report; ``seeds``
+    for each that takes seeds. Ctrl-C / SIGTERM: every reproduction's processes are killed, the
+    finished ones are named, exit 130 / 143."""
     import os
     import time
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .reproduce import REPRODUCTIONS
+    from .reproduce import REPRODUCTIONS, takes_seeds
     from .reproduce.report import previous_seconds, run_many, write_report
 
     names = list(REPRODUCTIONS)
@@ -476,8 +718,13 @@ def _reproduce_all(only: Optional[str], out: Path, report_dir: Path, docs: Optio
                               f"allowed values (comma-separated): {', '.join(REPRODUCTIONS)}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_CONFIG)
         names = list(dict.fromkeys(names))
+    if seeds is not None:
+        seedless = [n for n in names if not takes_seeds(REPRODUCTIONS[n])]
+        if seedless:
+            _said(f"--seeds: {', '.join(seedless)} take{'s' * (len(seedless) == 1)} no seed; run{'s' * (len(seedless) == 1)} without")
     jobs = jobs or os.cpu_count() or 1
     running: dict[str, str] = {}
+    finished: list[dict] = []
     bar = None
     if not as_json:
         bar = Progress(TextColumn("[bold]reproduce all"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -494,34 +741,52 @@ def _reproduce_all(only: Optional[str], out: Path, report_dir: Path, docs: Optio
         running[n] = msg
         show()
 
+    def word(e: dict) -> str:
+        return "error: " + e["error"] if e["error"] else ("holds" if e["holds"] else "does not hold")
+
     def on_done(e: dict) -> None:
+        finished.append(e)
         running.pop(e["name"], None)
-        word = "error: " + e["error"] if e["error"] else ("holds" if e["holds"] else "does not hold")
-        line = f"{e['name']}: {word} ({e['seconds'] or 0:.0f} s)"
+        line = f"{e['name']}: {word(e)} ({e['seconds'] or 0:.0f} s)"
         (bar.console if bar is not None else err_console).print(line, markup=False, highlight=False, soft_wrap=True)
         if bar is not None:
             bar.advance(task)
         show()
 
+    def stopped(_e) -> None:
+        if bar is not None:
+            bar.stop()
+        done = {e2["name"] for e2 in finished}
+        cut = [n for n in names if n not in done]
+        _said(f"after {time.monotonic() - t0:.0f} s: "
+              + (f"finished {len(finished)}: " + "; ".join(f"{e2['name']} ({word(e2)})" for e2 in finished)
+                 + f" (their files are in {out})" if finished else "none had finished")
+              + (f"; stopped unfinished: {', '.join(cut)}" if cut else "") + "; no report written")
+
     t0 = time.monotonic()
     try:
-        entries = run_many(names, out, jobs=jobs, docs=docs, order_hint=previous_seconds(report_dir),
-                           on_progress=on_progress, on_done=on_done)
+        with interruptible("reproduce all", stopped):
+            entries = run_many(names, out, jobs=jobs, docs=docs, order_hint=previous_seconds(report_dir),
+                               on_progress=on_progress, on_done=on_done, seeds=seeds)
     finally:
         if bar is not None:
             bar.stop()
-    command = "inalab reproduce all" + (f" --only {','.join(names)}" if only is not None else "") + f" --jobs {jobs}"
+    command = ("inalab reproduce all" + (f" --only {','.join(names)}" if only is not None else "") + f" --jobs {jobs}"
+               + (f" --seeds {','.join(map(str, seeds))}" if seeds is not None else ""))
     rep = write_report(entries, report_dir, wall_s=time.monotonic() - t0, jobs=jobs, command=command)
     summary = {"report": str(report_dir / "index.html"), "json": str(report_dir / "report.json"), "out": str(out),
                **rep["summary"], "wall_s": rep["wall_s"],
-               "holds": {e["name"]: e["holds"] for e in rep["reproductions"]}}
+               "holds": {e["name"]: e["holds"] for e in rep["reproductions"]},
+               "seeds": {e["name"]: e.get("seeds") for e in rep["reproductions"]}}
     if as_json:
         print(json.dumps(summary), flush=True)
     else:
-        table = Table("paper", "figure", "reproduction", "holds", "wall s")
+        table = Table("paper", "figure", "reproduction", "seeds", "holds", "wall s")
         for e in rep["reproductions"]:
             word = "[red]error[/]" if e["error"] else ("yes" if e["holds"] else "no")
-            table.add_row(e["paper"], e["figure"], e["name"], word, "" if e["seconds"] is None else f"{e['seconds']:.{0 if e['seconds'] >= 10 else 1}f}")
+            seeds_text = "-" if e.get("seeds") is None else ",".join(map(str, e["seeds"]))
+            table.add_row(e["paper"], e["figure"], e["name"], seeds_text, word,
+                          "-" if e["seconds"] is None else f"{e['seconds']:.{0 if e['seconds'] >= 10 else 1}f}")
         out_console.print(table)
         s = rep["summary"]
         out_console.print(f"{s['hold']} of {s['reproductions']} hold, {s['do_not_hold']} do not, {s['errors']} failed; "
@@ -564,8 +829,11 @@ def _serve(kind: str, start, as_json: bool, every: float, commands: bool = False
     try:
         node = start()
     except (ValueError, RuntimeError, OSError) as e:
+        # Unreachable peers (ConnectionError) are 1, what cannot run as given (an address in
+        # use, a bad option) 2; each message names the address, the cause and the fix.
         err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_CONFIG)
+        raise typer.Exit(EXIT_ERROR if isinstance(e, ConnectionError) else EXIT_CONFIG) from None
+
     def stop_on_sigterm(*_):
         raise KeyboardInterrupt
 
@@ -621,7 +889,7 @@ def _stdin_commands(node, as_json: bool) -> None:
 def _status_line(kind: str, st: dict) -> str:
     if kind == "switch":
         # Every driver counter of a packet lost (docs/runtime.md, "What the switch drops"); the
-        # programs' own drops (program_drops) are mostly packets consumed by aggregation.
+        # programs' own discards (program_drops: duplicates, stale packets) are not losses either.
         drops = sum(st.get(k, 0) for k in ("malformed", "unknown_source", "spoofed", "unadmitted", "no_route", "dead_port",
                                            "link_down", "outside_job", "unsealed", "processing_drops", "injected_drops"))
         drops += sum(st.get("forged", {}).values())

@@ -186,11 +186,16 @@ def run_point(point: dict, measure: Optional[Callable] = None) -> list[dict]:
 
     t0 = time.monotonic()
     head = {"point": point["id"], **point["params"]}
+    r = None
     try:
         r = _run(_core, json.dumps(point["spec"]), None) if "spec" in point else simulate(point["scenario"])
         measured = measure(r) if measure is not None else None
     except Exception as e:  # a point's failure (its measure's too) is data, not the sweep's end
-        return [{**head, "status": "error", "error": f"{type(e).__name__}: {e}", "wall_s": time.monotonic() - t0}]
+        error = f"{type(e).__name__}: {e}"
+        if r is not None and not r.ok:  # a measure that could not read a run that did not complete
+            return [{**head, "status": STATUS.get(r.outcome, r.outcome), "wall_s": r.raw["wall_s"],
+                     "error": "; ".join(r.problems()) + f" (and the measure raised {error})"}]
+        return [{**head, "status": "error", "error": error, "wall_s": time.monotonic() - t0}]
     status = STATUS.get(r.outcome, r.outcome)
     done = {"status": status, "error": None if status == "ok" else "; ".join(r.problems()), "wall_s": r.raw["wall_s"]}
     if measured is not None:
@@ -284,10 +289,13 @@ def run_points(pts: list[dict], out: Union[str, Path], *, workers: Optional[int]
 
 
 def _ignore_sigint() -> None:
-    """A pool worker's start: Ctrl-C is the parent's to handle (it kills the workers)."""
+    """A pool worker's start: Ctrl-C is the parent's to handle (it kills the workers), and
+    SIGTERM (``Pool.terminate``) ends a worker at once rather than through a Python handler
+    inherited from the parent, which would run only at the simulator's next signal check."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _run_one(point: dict, measure) -> tuple[dict, list[dict]]:

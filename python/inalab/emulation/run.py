@@ -259,8 +259,10 @@ def emulate(
     env.pop("INALAB_SECRET_FILE", None)
     procs = _Procs(net, logdir, env)
 
-    def on_sigterm(*_):
-        raise KeyboardInterrupt
+    def on_sigterm(signum, _frame):
+        from ..stop import Interrupted
+
+        raise Interrupted(signum)
 
     old = signal.signal(signal.SIGTERM, on_sigterm) if _main_thread() else None
     try:
@@ -512,8 +514,8 @@ def _result(spec, net, dep, start_at, results, counters, sw_final, ps_final) -> 
         counters = {k: v for k, v in st.items() if isinstance(v, int)}
         counters.update({f"program.{k}": v for k, v in st.get("program", {}).items()})
         switches.append({"name": sw, "programmable": dep.programmable[sw], "rx_packets": st["received"],
-                         "absorbed_packets": sum(v for k, v in st.get("program_drops", {}).items() if k.endswith("_aggregated")),
-                         "drops_program": sum(v for k, v in st.get("program_drops", {}).items() if not k.endswith("_aggregated")),
+                         "absorbed_packets": sum(st.get("absorbed", {}).values()),
+                         "drops_program": sum(st.get("program_drops", {}).values()),
                          "drops_socket": udp[sw].get("RcvbufErrors", 0),
                          "aggregators_end": st["aggregators_in_use"], "counters": counters})
     hosts = []
