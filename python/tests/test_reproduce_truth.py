@@ -280,6 +280,23 @@ def _wait_for(what, cond, p, timeout: float = 120.0) -> None:
         time.sleep(0.05)
 
 
+def _signal_and_check(p, err, seen: set, sig) -> str:
+    """Sends ``sig`` to ``p``; checks it exits with 128 + sig within 3 s (about a second at
+    most: most of it is exiting Python) and leaves none of the processes ``seen`` under it;
+    returns its stderr as one line."""
+    t0 = time.monotonic()
+    p.send_signal(sig)
+    p.wait(timeout=60)
+    stopped_in = time.monotonic() - t0
+    p.reader.join(timeout=10)  # every line of its stderr
+    time.sleep(0.2)
+    text = " ".join("".join(err).split())
+    assert p.returncode == 128 + sig, text
+    assert stopped_in < 3.0, stopped_in
+    assert _processes_alive(seen) == [], text
+    return text
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_ctrl_c_stops_reproduce_all_at_once_names_what_finished_and_leaves_no_process(tmp_path, start):
     # The earlier run's times (--report DIR's report.json) set the order: the two cheap ones
@@ -298,16 +315,7 @@ def test_ctrl_c_stops_reproduce_all_at_once_names_what_finished_and_leaves_no_pr
         return done == 2 and len(_tree(p.pid)) >= 3  # 2 reproductions, and atp-loss's sweep under one
     _wait_for("the cheap ones finish and atp-loss's sweep start", started, p)
     seen.update(_tree(p.pid))
-    t0 = time.monotonic()
-    p.send_signal(signal.SIGINT)
-    p.wait(timeout=60)
-    stopped_in = time.monotonic() - t0
-    p.reader.join(timeout=10)  # every line of its stderr
-    time.sleep(0.2)
-    text = " ".join("".join(err).split())
-    assert p.returncode == 130, text
-    assert stopped_in < 3.0, stopped_in  # about a second at most; most of it is exiting Python
-    assert _processes_alive(seen) == [], text
+    text = _signal_and_check(p, err, seen, signal.SIGINT)
     assert "interrupted by Ctrl-C (SIGINT): reproduce all stopped" in text and "grid-motivating-example (holds)" in text and "rina-incremental (holds)" in text
     assert re.search(r"stopped unfinished: (atp-loss, grid-large-scale|grid-large-scale, atp-loss)", text), text
 
@@ -321,15 +329,6 @@ def test_sigterm_stops_a_single_reproduction_and_its_sweep(tmp_path, start):
         seen.update(_tree(p.pid))
         return len(_tree(p.pid)) >= 1
     _wait_for("atp-loss's sweep start", started, p)
-    t0 = time.monotonic()
-    p.send_signal(signal.SIGTERM)
-    p.wait(timeout=60)
-    stopped_in = time.monotonic() - t0
-    p.reader.join(timeout=10)  # every line of its stderr
-    time.sleep(0.2)
-    text = " ".join("".join(err).split())
-    assert p.returncode == 143, text
-    assert stopped_in < 3.0, stopped_in
-    assert _processes_alive(seen) == [], text
+    text = _signal_and_check(p, err, seen, signal.SIGTERM)
     assert "interrupted by SIGTERM: atp-loss stopped" in text
     assert not (tmp_path / "out").exists()

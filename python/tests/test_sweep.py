@@ -221,15 +221,17 @@ def test_ctrl_c_stops_a_sweep_at_once_and_leaves_no_worker(tmp_path):
     import signal
     import time
 
+    from inalab.stop import descendants
+
     f = tmp_path / "slow.toml"
     f.write_text('base = "ring-star-allreduce"\n[vary]\n"jobs[0].allreduce" = ["1GiB", "2GiB", "3GiB"]\n')
     out = tmp_path / "o"
     p = subprocess.Popen([sys.executable, "-m", "inalab", "sweep", str(f), "--out", str(out), "--workers", "2"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(children(p.pid)) < 2:  # both workers simulating
+    while time.monotonic() < deadline and len(descendants([p.pid])) < 2:  # both workers simulating
         time.sleep(0.2)
-    workers = children(p.pid)
+    workers = descendants([p.pid])
     assert len(workers) >= 2, "the pool started"
     time.sleep(1.0)
     t = time.monotonic()
@@ -240,22 +242,6 @@ def test_ctrl_c_stops_a_sweep_at_once_and_leaves_no_worker(tmp_path):
     assert "interrupted by Ctrl-C (SIGINT)" in stderr
     time.sleep(0.5)
     assert not [w for w in workers if os.path.exists(f"/proc/{w}") and state(w) != "Z"], "no worker left running"
-
-
-def children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (Linux /proc)."""
-    import os
-
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = open(f"/proc/{entry}/stat").read()
-            except OSError:
-                continue
-            if int(stat[stat.rfind(")") + 2:].split()[1]) == pid:
-                out.append(int(entry))
-    return out
 
 
 def state(pid: int) -> str:
