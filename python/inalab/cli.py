@@ -366,7 +366,7 @@ def sweep(
     """Simulate every combination of a sweep file's varied fields and seeds, in parallel; one row per
     job per point. Exits 0 when every point's run completed, 3 when one failed, did not finish or
     raised (counted by reason), 2 for a bad sweep file (every point is checked first)."""
-    from .sweeps import load, summarize
+    from .sweeps import WorkerDied, load, summarize
     from .sweeps import sweep as run_sweep
 
     if workers is not None and workers < 1:
@@ -386,6 +386,9 @@ def sweep(
     except ConfigError as e:
         err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_CONFIG) from None
+    except WorkerDied as e:
+        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_ERROR) from None
     summary = {"out": str(out), **summarize(df)}
     if as_json:
         print(json.dumps(summary), flush=True)
@@ -656,6 +659,13 @@ def reproduce(
             outcome = run_one(name, progress=lambda m: err_console.print(f"[dim]{m}[/]"), seeds=chosen)
     except ConfigError as e:
         raise _config_exit(e) from None
+    except typer.Exit:  # an interrupt's exit (click's Exit is a RuntimeError too)
+        raise
+    except RuntimeError as e:  # a run that did not complete (a job failed or did not finish), a worker that died
+        from .sweeps import WorkerDied
+
+        _said(f"error: {name}: {e}")
+        raise typer.Exit(EXIT_ERROR if isinstance(e, WorkerDied) else EXIT_INCOMPLETE) from None
     files = write_outcome(outcome, out)
     if docs is not None:
         write_docs(outcome, docs)

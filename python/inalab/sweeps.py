@@ -8,7 +8,8 @@ A sweep file::
     seeds = [1, 2, 3]                     # or a count: seeds = 3 is 1, 2, 3 (default: the base's seed)
     [vary]                                # each field an axis of the product
     "topology.link_rate" = ["10Gbps", "100Gbps"]
-    "network.buffer_bytes" = { from = 100000, to = 400000, step = 100000 }   # inclusive range
+    "network.buffer" = ["100KB", "200KB", "400KB"]
+    "jobs[0].iterations" = { from = 1, to = 4, step = 1 }   # an inclusive numeric range
     [zip]                                 # fields that vary together: one axis ([[zip]]: several)
     "topology.hosts" = [4, 8, 16]
     "jobs[0].workers" = [4, 8, 16]
@@ -23,7 +24,8 @@ A point's ``status`` is its run's outcome: "ok" (every job finished, every flow 
 "error" (the run or its measure raised); ``error`` says why for all but "ok". A point that is
 not ok does not stop the sweep; :func:`sweep` and ``inalab sweep`` report them (the command
 exits 3). A rerun into the same ``out`` skips the points whose file says "ok" and runs the
-others again; an ``out`` holding another sweep's points is refused (``overwrite`` clears it).
+others again; an ``out`` holding points this sweep cannot reuse (another sweep's, or run on a
+scenario that has changed since) is refused (``overwrite`` deletes them).
 Ctrl-C stops the sweep at once, killing its worker processes; the points done stay on disk.
 """
 from __future__ import annotations
@@ -57,8 +59,7 @@ PREFIXED = ("id", "name", "workers", "status", "reason")
 SWEEP_KEYS = ("base", "seeds", "vary", "zip")
 # A point's status from its run's outcome (the other outcomes keep their word).
 STATUS = {"completed": "ok"}
-# Off a terminal, a progress line this often, s.
-PLAIN_EVERY_S = 5.0
+
 _STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
 
@@ -288,40 +289,51 @@ def run_points(pts: list[dict], out: Union[str, Path], *, workers: Optional[int]
     return load(out, [p["id"] for p in pts])
 
 
-def _ignore_sigint() -> None:
+def _worker_start() -> None:
     """A pool worker's start: Ctrl-C is the parent's to handle (it kills the workers), and
-    SIGTERM (``Pool.terminate``) ends a worker at once rather than through a Python handler
-    inherited from the parent, which would run only at the simulator's next signal check."""
+    SIGTERM ends a worker at once rather than through a Python handler inherited from the
+    parent, which would run only at the simulator's next signal check."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _run_one(point: dict, measure) -> tuple[dict, list[dict]]:
-    return point, run_point(point, measure)
+class WorkerDied(RuntimeError):
+    """A pool worker process ended without answering (killed: the OOM killer, a signal)."""
 
 
 def _run_pool(todo: list[dict], write, workers: int, report, measure) -> None:
-    import functools
     import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
 
     # fork: the children start with inalab imported (spawn or a fork server re-import it, a
     # second per worker, a fifth of a 20-point sweep); they only simulate and return rows, so
-    # the parent's threads (the progress bar's) are not a hazard. A Pool rather than a
-    # ProcessPoolExecutor: on Ctrl-C or an error its terminate() kills the workers at once,
-    # where the executor's exit waits for the running points (minutes each).
-    pool = mp.get_context("fork").Pool(min(workers, len(todo)), initializer=_ignore_sigint)
+    # the parent's threads (the progress bar's) are not a hazard. An executor rather than a
+    # multiprocessing.Pool: a worker that dies breaks it (BrokenProcessPool) where a Pool
+    # replaces the worker, loses its point and waits for ever; and a Pool's terminate() hangs
+    # on the task queue's lock when a worker killed while idle held it.
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=mp.get_context("fork"), initializer=_worker_start)
     try:
-        for point, rows in pool.imap_unordered(functools.partial(_run_one, measure=measure), todo):
-            write(point, rows)
+        futures = {pool.submit(run_point, p, measure): p for p in todo}
+        for f in as_completed(futures):
+            try:
+                rows = f.result()
+            except BrokenProcessPool:
+                raise WorkerDied("a worker process died while simulating (killed, e.g. by the kernel's OOM killer); "
+                                 "the points done stay written, and the same sweep resumes from them") from None
+            write(futures[f], rows)
             report(1, rows[0]["status"])
-        pool.close()
     except BaseException:
-        pool.terminate()
+        # Ctrl-C, a dead worker or a failed write: the running points are killed, not waited for
+        # (the executor's exit waits for them, minutes each). `_processes` is the executor's
+        # own table of its workers; it has no public way to stop them.
+        for proc in list((pool._processes or {}).values()):
+            proc.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
         raise
-    finally:
-        pool.join()
+    pool.shutdown()
 
 
 def _run_ray(todo: list[dict], write, address: str, report, measure) -> None:
@@ -369,7 +381,7 @@ def _progress(progress, total: int, already: int):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .progress import left
+    from .progress import PLAIN_EVERY_S, left
 
     console = Console(stderr=True)
     counts = {"done": already, "bad": 0, "last": time.monotonic(), "t0": time.monotonic(), "lines": 0}
@@ -431,24 +443,48 @@ def read_sweep(source: Union[str, Path, dict]) -> dict:
         raise ConfigError("sweep", f"{path}: {e}") from None
 
 
-def _claim(out: Path, spec: dict, overwrite: bool) -> None:
-    """Makes ``out`` this sweep's: refuses a directory holding another sweep's points (whose
-    rows ``pandas.read_parquet(out)`` would return with this one's) unless ``overwrite``,
-    which deletes them first; then records the spec in ``_sweep.json``."""
+def scenario_hash(point: dict) -> str:
+    """A hash of a resolved point's scenario (its simulator spec): a point file is reused only
+    for the very scenario it was run on."""
+    return hashlib.sha1(json.dumps(point["spec"], sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _claim(out: Path, spec: dict, pts: list[dict], overwrite: bool) -> None:
+    """Makes ``out`` this sweep's. ``_sweep.json`` records the sweep file and each point's
+    :func:`scenario_hash`. A point file found there is kept (its point is resumed) when it is one
+    of this sweep's points run on the same scenario, so a sweep that adds values or seeds keeps
+    the points it shares. Any other (another sweep's point, or one run on a scenario that has
+    changed since: an edited base file, an upgraded shipped scenario) would put stale rows into
+    ``pandas.read_parquet(out)``: it is refused, or deleted with ``overwrite``."""
     record = out / "_sweep.json"
-    text = json.dumps(spec, indent=1, sort_keys=True, default=str)
-    files = sorted(out.glob("point-*.parquet")) + sorted(out.glob(".point-*.parquet.tmp"))
-    same = record.exists() and record.read_text() == text
-    if files and not same and not overwrite:
-        what = "another sweep's points (its _sweep.json differs)" if record.exists() else "points of a sweep without _sweep.json"
-        raise ConfigError("--out", f"{out} holds {len(files)} files of {what}; pandas.read_parquet({str(out)!r}) would mix "
-                          "their rows with this sweep's. Choose another --out, or --overwrite to delete them first")
-    if overwrite and not same:
-        for f in files:
-            f.unlink()
+    mine = {p["id"]: scenario_hash(p) for p in pts}
+    try:
+        old = json.loads(record.read_text()) if record.exists() else None
+    except (OSError, json.JSONDecodeError):
+        old = None
+    if isinstance(old, dict) and set(old) == {"sweep", "points"}:
+        recorded = old["points"]
+    elif old == json.loads(json.dumps(spec, default=str)):
+        recorded = mine  # written by an older inalab (the sweep file alone): the same sweep file
+    else:
+        recorded = {}
+    for tmp in out.glob(".point-*.parquet.tmp"):  # half-written by a run that was killed
+        tmp.unlink()
+    files = sorted(out.glob("point-*.parquet"))
+    pid = lambda f: f.name[len("point-"):-len(".parquet")]  # noqa: E731
+    foreign = [f for f in files if pid(f) not in mine]
+    stale = [f for f in files if pid(f) in mine and recorded.get(pid(f)) != mine[pid(f)]]
+    if (foreign or stale) and not overwrite:
+        why = ([f"{len(foreign)} of another sweep (not among this one's points)"] if foreign else []) + (
+            [f"{len(stale)} run on a scenario that differs from this sweep's (an edited base file, another inalab)"] if stale else [])
+        raise ConfigError("--out", f"{out} holds point files this sweep cannot reuse: {' and '.join(why)}; "
+                          f"pandas.read_parquet({str(out)!r}) would mix their rows with this sweep's. Choose another --out, "
+                          "or --overwrite to delete them (the points this sweep shares are kept)")
+    for f in foreign + stale:
+        f.unlink()
     out.mkdir(parents=True, exist_ok=True)
     # Underscore: Parquet readers skip it when they read the directory as a dataset.
-    record.write_text(text)
+    record.write_text(json.dumps({"sweep": spec, "points": mine}, indent=1, sort_keys=True, default=str))
 
 
 def sweep(spec: Union[str, Path, dict], out: Union[str, Path], *, workers: Optional[int] = None,
@@ -461,7 +497,7 @@ def sweep(spec: Union[str, Path, dict], out: Union[str, Path], *, workers: Optio
     sweep's points is refused unless ``overwrite``."""
     spec = read_sweep(spec)
     pts = resolve(points(spec))
-    _claim(Path(out), spec, overwrite)
+    _claim(Path(out), spec, pts, overwrite)
     return run_points(pts, out, workers=workers, ray=ray, progress=progress)
 
 
@@ -483,8 +519,9 @@ def summarize(df: pd.DataFrame) -> dict:
 
 def plot(df: pd.DataFrame, x: str, y: str = "jct_s", hue: Optional[str] = None, path: Union[str, Path, None] = None,
          title: Optional[str] = None):
-    """A line per ``hue`` value of the mean of ``y`` over seeds against ``x`` (min-max band);
-    saved to ``path`` if given; returns the figure. Axis labels are the column names with the
+    """A line per ``hue`` value of the mean of ``y`` over seeds against ``x`` (min-max band),
+    of the points that are ok (the title says when some seeds of a point are left out); saved
+    to ``path`` if given; returns the figure. Axis labels are the column names with the
     unit their suffix names (``jct_s`` -> "jct_s (s)"); ``title`` defaults to what is compared."""
     import matplotlib
 
@@ -506,9 +543,15 @@ def plot(df: pd.DataFrame, x: str, y: str = "jct_s", hue: Optional[str] = None, 
     ax.set(xlabel=unit_label(x), ylabel=unit_label(y))
     if hue:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
-    seeds = ok["seed"].nunique() if "seed" in ok and hue != "seed" else 1
-    fig.suptitle(wrap_title(title or f"{y} against {x}" + (f" for each {hue}" if hue else "")
-                            + (f" (mean of {seeds} seeds, band min-max)" if seeds > 1 else ""), fig), fontsize=10)
+    # Seeds behind each plotted point: a point whose seeds did not all complete is a mean of fewer.
+    if "seed" in ok and hue != "seed":
+        per = ok.groupby(([hue] if hue else []) + [x])["seed"].nunique()
+        lo, hi, of = int(per.min()), int(per.max()), int(df["seed"].nunique())
+    else:
+        lo = hi = of = 1
+    seeds = "" if of == 1 else (f" (mean of {hi} seeds, band min-max)" if lo == hi == of else
+                                f" (mean of {lo}-{hi} of {of} seeds: the runs not ok are left out; band min-max)")
+    fig.suptitle(wrap_title(title or f"{y} against {x}" + (f" for each {hue}" if hue else "") + seeds, fig), fontsize=10)
     if path is not None:
         fig.savefig(path, dpi=120)
     return fig

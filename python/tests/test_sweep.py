@@ -130,6 +130,25 @@ def test_another_sweeps_points_in_out_are_refused_unless_overwritten(tmp_path):
     inalab.sweep(second, out, workers=1, progress=False, overwrite=True)
     assert pd.read_parquet(out)["jobs[0].allreduce"].tolist() == ["512KiB"]
     inalab.sweep(second, out, workers=1, progress=False)  # the same sweep again: resumed, not refused
+    # More seeds keep the points already run (their files untouched).
+    kept = {f: f.stat().st_mtime_ns for f in out.glob("point-*.parquet")}
+    inalab.sweep({**second, "seeds": [1, 2]}, out, workers=1, progress=False)
+    assert len(pd.read_parquet(out)) == 2 and all(f.stat().st_mtime_ns == t for f, t in kept.items())
+
+
+def test_points_run_on_a_scenario_that_changed_since_are_not_reused(tmp_path):
+    # Only the sweep file's text was compared: an edited base file kept its stale "ok" rows.
+    base = tmp_path / "base.toml"
+    base.write_text('[topology]\nkind = "star"\nhosts = 4\n[[jobs]]\nname = "r"\nscheme = "ring"\nallreduce = "1MiB"\n'
+                    'workers = 4\n')
+    spec = {"base": str(base), "vary": {"jobs[0].iterations": [1, 2]}}
+    out = tmp_path / "ds"
+    inalab.sweep(spec, out, workers=1, progress=False)
+    base.write_text(base.read_text().replace("1MiB", "2MiB"))
+    with pytest.raises(ConfigError, match="2 run on a scenario that differs"):
+        inalab.sweep(spec, out, workers=1, progress=False)
+    df = inalab.sweep(spec, out, workers=1, progress=False, overwrite=True)
+    assert (pd.read_parquet(out).bytes_per_iteration == 2 << 20).all() and len(df) == 2
 
 
 def test_same_sweep_same_numbers(tmp_path):
@@ -147,6 +166,16 @@ def test_plot_draws_from_the_dataset(tmp_path):
     fig = plot(df, x="jobs[0].allreduce", y="jct_s", path=tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 1000 and fig.axes[0].get_ylabel() == "jct_s (s)"
     assert fig.axes[0].get_xlabel() == "jobs[0].allreduce" and "jct_s against jobs[0].allreduce" in fig._suptitle.get_text()
+
+
+def test_the_plot_says_when_a_point_is_a_mean_of_fewer_seeds():
+    # It said "mean of 2 seeds" where one seed of a point was not ok and left out.
+    from inalab.sweeps import plot
+
+    df = pd.DataFrame({"point": list("abcd"), "x": [1, 1, 2, 2], "seed": [1, 2, 1, 2], "jct_s": [1.0, 3.0, 2.0, None],
+                       "status": ["ok", "ok", "ok", "unfinished"]})
+    assert "mean of 1-2 of 2 seeds: the runs not ok are left out" in plot(df, x="x")._suptitle.get_text().replace("\n", " ")
+    assert "mean of 2 seeds," in plot(df[df.x == 1], x="x")._suptitle.get_text()
 
 
 def test_cli_sweep_prints_a_summary_and_refuses_bad_files(tmp_path):
@@ -250,6 +279,61 @@ def state(pid: int) -> str:
     except OSError:
         return "gone"
     return stat[stat.rfind(")") + 2:].split()[0]
+
+
+def _sweep_process(tmp_path, sizes: list[str]):
+    f = tmp_path / "s.toml"
+    f.write_text(f'base = "ring-star-allreduce"\n[vary]\n"jobs[0].allreduce" = {json.dumps(sizes)}\n')
+    out = tmp_path / "o"
+    p = subprocess.Popen([sys.executable, "-m", "inalab", "sweep", str(f), "--out", str(out), "--workers", "2"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return p, out
+
+
+def _wait(what: str, cond, timeout: float = 60.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_ctrl_c_with_a_worker_idle_stops_the_sweep(tmp_path):
+    # With fewer points left than workers, a multiprocessing.Pool's idle worker held the task
+    # queue's lock when it was killed, and the sweep hung for ever (later signals ignored).
+    import signal
+    import time
+
+    from inalab.stop import descendants
+
+    p, out = _sweep_process(tmp_path, ["1KiB", "2KiB", "2GiB"])
+    _wait("the two small points", lambda: len(list(out.glob("point-*.parquet"))) >= 2)
+    seen = descendants([p.pid])
+    time.sleep(0.5)
+    t = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 130 and time.monotonic() - t < 10, err
+    time.sleep(0.3)
+    assert not [w for w in seen if state(w) not in ("gone", "Z")], "no worker left"
+
+
+def test_a_worker_that_dies_stops_the_sweep_with_an_error_not_a_hang(tmp_path):
+    # A Pool replaced a dead worker (the OOM killer's victim), lost its point and waited for ever.
+    import os
+    import signal
+
+    from inalab.stop import descendants
+
+    p, out = _sweep_process(tmp_path, ["1KiB", "2KiB", "2GiB", "4KiB"])
+    _wait("the small points", lambda: len(list(out.glob("point-*.parquet"))) >= 3)
+    _wait("a worker simulating", lambda: len(descendants([p.pid])) >= 1)
+    for w in descendants([p.pid]):
+        os.kill(w, signal.SIGKILL)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 1, err
+    assert "a worker process died while simulating" in " ".join(err.split()), err
 
 
 def test_the_docs_example_runs_as_written_and_its_plot_varies(tmp_path):
