@@ -45,7 +45,9 @@ JOBS: dict[str, Column] = {
     "scheme": ("text", "The job's scheme (`ring`, `switchml`, `atp`, ...)."),
     "kind": ("text", "`training` (a model's layers, computed and communicated) or `allreduce` (back-to-back allreduces, no compute)."),
     "workers": ("count", "Workers the job started with."),
-    "status": ("text", "`finished`, `failed` or `unfinished` (not ended when the run stopped)."),
+    "status": ("text", "`finished`, `failed` (a worker or server failed, a scheme that does not go on without one, or a "
+                       "result that differs from the exact sum in payload mode) or `unfinished` (not ended when the run "
+                       "stopped)."),
     "finished": ("bool", "`status == \"finished\"`."),
     "reason": ("text", "Why the job did not finish: its first failure, naming the worker, server or cause, or what it had done "
                        "when the run stopped and why it stopped; empty for a finished job."),
@@ -233,6 +235,10 @@ TABLES: list[tuple[str, str, dict[str, Column]]] = [
     ("Sweep rows", "`inalab.sweep(...)`; `pandas.read_parquet(OUT)`", SWEEP),
 ]
 
+# The row tables of a result by their ``Result.raw`` name.
+TABLE_OF: dict[str, dict[str, Column]] = {"jobs": JOBS, "iterations": ITERATIONS, "links": LINKS, "switches": SWITCHES,
+                                          "hosts": HOSTS, "flows": FLOWS, "timeseries": TIMESERIES, "captures": CAPTURES}
+
 EXIT_STATUSES = [
     ("0", "The run completed: every job finished and every flow ended (a sweep: every point was ok)."),
     ("1", "It could not be carried out: an I/O error, an emulated process that died."),
@@ -248,8 +254,7 @@ def undocumented(raw: dict) -> list[str]:
     """The columns of a result (``Result.raw``) that this reference does not define, as
     "table.column" (empty when every one is)."""
     out = [f"run.{k}" for k in raw if k not in RUN]
-    for name, table in (("jobs", JOBS), ("iterations", ITERATIONS), ("links", LINKS), ("switches", SWITCHES),
-                        ("hosts", HOSTS), ("flows", FLOWS), ("timeseries", TIMESERIES), ("captures", CAPTURES)):
+    for name, table in TABLE_OF.items():
         seen = {k for row in raw.get(name) or [] for k in row}
         out += [f"{name}.{k}" for k in sorted(seen - set(table))]
     out += [f"conservation.{k}" for k in (raw.get("conservation") or {}) if k not in CONSERVATION]

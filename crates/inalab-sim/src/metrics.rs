@@ -28,15 +28,9 @@ impl Sim {
         for j in &self.wl.jobs {
             let start = j.spec.start_ps;
             let iters = j.iter_end.len() as u32;
-            let finished = j.failures.is_empty() && iters == j.iterations;
-            let (status, reason) = if finished {
-                ("finished", None)
-            } else if let Some(first) = j.failures.first() {
-                let more = if j.failures.len() > 1 { format!(" (and {} more failures)", j.failures.len() - 1) } else { String::new() };
-                ("failed", Some(format!("{first}{more}")))
-            } else {
-                ("unfinished", Some(self.unfinished_reason(iters, j.iterations)))
-            };
+            let (status, reason) = job_status(&j.failures, j.payload_errors, j.payload_checked, iters == j.iterations)
+                .unwrap_or_else(|| ("unfinished", Some(self.unfinished_reason(iters, j.iterations))));
+            let finished = status == "finished";
             let jct = finished.then(|| to_secs(j.finished_at.unwrap_or(self.now).saturating_sub(start)));
             let bpi = j.bytes_per_iteration();
             let bits = (bpi * iters as u64) as f64 * 8.0;
@@ -249,6 +243,43 @@ impl Sim {
         } else {
             "completed"
         }
+    }
+}
+
+/// A job's status and why, from its failures, its payload check and whether every iteration
+/// completed; `None` for a job that had not ended (the caller says why it stopped short). A
+/// wrong sum is a failure: a job whose results differ from the exact sums never looks finished.
+fn job_status(failures: &[String], payload_errors: u64, payload_checked: u64, all_iterations: bool) -> Option<(&'static str, Option<String>)> {
+    if let Some(first) = failures.first() {
+        let more = if failures.len() > 1 { format!(" (and {} more failures)", failures.len() - 1) } else { String::new() };
+        return Some(("failed", Some(format!("{first}{more}"))));
+    }
+    if payload_errors > 0 {
+        return Some(("failed", Some(format!("wrong sums: {payload_errors} of {payload_checked} results differ from the exact sums (payload mode)"))));
+    }
+    all_iterations.then_some(("finished", None))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_is_finished_only_with_every_iteration_no_failure_and_no_wrong_sum() {
+        assert_eq!(job_status(&[], 0, 12, true), Some(("finished", None)));
+        assert_eq!(job_status(&[], 0, 4, false), None, "not ended: the caller says why");
+        let (status, reason) = job_status(&[], 3, 12, true).unwrap();
+        assert_eq!((status, reason.as_deref()), ("failed", Some("wrong sums: 3 of 12 results differ from the exact sums (payload mode)")));
+        let two = ["worker 1 on h1 failed".to_string(), "worker 2 on h2 failed".to_string()];
+        assert_eq!(job_status(&two, 3, 12, false).unwrap().1.as_deref(), Some("worker 1 on h1 failed (and 1 more failures)"));
+    }
+
+    #[test]
+    fn simulated_times_read_as_people_write_them() {
+        assert_eq!(human_time(50_000_000), "50 us");
+        assert_eq!(human_time(1_250_000_000), "1.25 ms");
+        assert_eq!(human_time(2_000_000_000_000), "2 s");
+        assert_eq!(human_time(123_456_789_000), "123.5 ms");
     }
 }
 

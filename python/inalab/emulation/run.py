@@ -470,7 +470,11 @@ def _result(spec, net, dep, start_at, results, counters, sw_final, ps_final) -> 
                 break
             ends.append(max(ts))
         failures = [f for r in rs for f in r["failed"]]
-        finished = len(ends) == n_iter and all(r["ok"] for r in rs)
+        wrong = sum(r["wrong"] for r in rs)
+        if wrong:  # a wrong sum is a failure, as in the simulator (never "finished" or "unfinished")
+            failures.append(f"wrong sums: {wrong} of {len(layers) * len(ends) * len(rs)} results differ from the exact sums "
+                            f"beyond the quantization bound")
+        finished = len(ends) == n_iter and all(r["ok"] for r in rs) and not failures
         status = "finished" if finished else "failed" if failures else "unfinished"
         reason = None if finished else failures[0] if failures else (
             f"{len(ends)} of {n_iter} iterations done when its processes ended")
