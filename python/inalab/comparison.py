@@ -11,7 +11,7 @@ from typing import Union
 
 import pandas as pd
 
-from .results import Result
+from .results import MISSING, Result, is_missing
 
 JOB_METRICS = ("jct_s", "mean_iteration_s", "goodput_gbps")
 LINK_METRICS = ("tx_bytes", "utilization")
@@ -41,24 +41,17 @@ def _side_by_side(a: pd.DataFrame, b: pd.DataFrame, keys: list[str], metrics: tu
     return m
 
 
-def _missing(v) -> bool:
-    try:
-        return v is None or bool(pd.isna(v))
-    except (TypeError, ValueError):
-        return False
-
-
 def number_text(v, fmt: str = "{:,.0f}") -> str:
     """A table cell: ``v`` formatted, or "-" where it is missing."""
-    return "-" if _missing(v) else fmt.format(v)
+    return MISSING if is_missing(v) else fmt.format(v)
 
 
 def change_text(a, b, rel) -> str:
     """The "B vs A" cell: the relative difference as a signed percentage; "new" where A is 0
     and B is not; "-" where there is none (both 0, or either missing)."""
-    if not _missing(rel):
+    if not is_missing(rel):
         return f"{rel:+.1%}"
-    if not _missing(a) and not _missing(b) and a == 0 and b != 0:
+    if not is_missing(a) and not is_missing(b) and a == 0 and b != 0:
         return "new"
     return "-"
 

@@ -16,6 +16,18 @@ TABLES = ("jobs", "iterations", "links", "switches", "hosts", "flows", "timeseri
 COMPUTE_BOUND_SHARE = 0.10
 
 
+# How a table prints a missing value (a job that did not finish has no JCT): never "nan" or "None".
+MISSING = "-"
+
+
+def is_missing(v) -> bool:
+    """A missing value (None, NaN, pd.NA, NaT), never a list or other container."""
+    try:
+        return v is None or bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False
+
+
 def comm_share(job: dict) -> float | None:
     """The communication share of a finished job: the time its worker 0 had at least one
     allreduce outstanding (``comm_busy_s``) over its JCT, 0-1. Communication that overlaps
@@ -55,7 +67,15 @@ class Result:
         return cls(json.loads(text))
 
     def _table(self, name: str) -> pd.DataFrame:
-        return pd.DataFrame(self.raw.get(name) or [])
+        from .columns import TABLE_OF
+
+        df = pd.DataFrame(self.raw.get(name) or [])
+        # Times and rates are floats, a missing one NaN: a column of a job that did not
+        # finish would otherwise hold None (object dtype), which float() and arithmetic reject.
+        for col, (unit, _) in TABLE_OF.get(name, {}).items():
+            if unit in ("s", "Gbps", "share") and col in df.columns:
+                df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
+        return df
 
     @cached_property
     def jobs(self) -> pd.DataFrame:

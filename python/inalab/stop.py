@@ -127,17 +127,6 @@ def kill_trees(pids: Iterable[int] = (), include_roots: bool = False) -> list[in
     return frozen
 
 
-def reap() -> None:
-    """Collects this process's dead children, so that none stays a zombie."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
 @contextmanager
 def on_signals() -> Iterator[None]:
     """Within it, SIGINT and SIGTERM kill every descendant of this process at once and raise

@@ -159,6 +159,29 @@ def test_several_seeds_are_judged_on_their_mean(monkeypatch, tmp_path):
     assert "holds: yes" in r.stdout and "seeds 11, 13 (--seeds)" in r.stdout
 
 
+class _Incomplete(_Seeded):
+    """A reproduction one of whose runs does not finish by its stop time."""
+
+    name = "incomplete-example"
+
+    def run(self, progress):
+        from inalab.reproduce import simulate_all
+
+        cut = {"name": "cut", "stop": "2us", "topology": {"kind": "star", "hosts": 4},
+               "jobs": [{"name": "r", "scheme": "ring", "allreduce": "1MiB", "workers": 4}]}
+        return simulate_all(self.name, [({"stop": "2us"}, cut)], progress)
+
+
+def test_a_reproduction_whose_run_does_not_complete_says_so_without_a_traceback(monkeypatch, tmp_path):
+    # simulate_all's RuntimeError reached the user as a traceback (exit 1).
+    monkeypatch.setitem(REPRODUCTIONS, "incomplete-example", _Incomplete())
+    r = runner.invoke(app, ["reproduce", "incomplete-example", "--out", str(tmp_path)])
+    assert r.exit_code == 3, r.output
+    text = " ".join(r.output.split())
+    assert "error: incomplete-example: incomplete-example: 1 of 1 runs did not complete (unfinished)" in text
+    assert "not finished at the stop time, 2 us" in text and "Traceback" not in r.output
+
+
 def test_mean_over_seeds_matches_rows_by_their_setup_not_their_order():
     rows = pd.DataFrame({"seed": [1, 1, 2, 2], "scheme": ["a", "b", "b", "a"], "rate": [1.0, 10.0, 30.0, 3.0],
                          "drops": [1, 2, 4, 5]})

@@ -35,6 +35,7 @@ from typing import Callable, Optional, Protocol
 import pandas as pd
 
 from ..errors import ConfigError
+from ..results import MISSING, is_missing
 
 Progress = Callable[[str], None]
 
@@ -176,6 +177,14 @@ def per_seed(seeds, run: Callable[[int], pd.DataFrame], progress: Optional[Progr
         df.insert(0, "seed", seed)
         frames.append(df)
     return pd.concat(frames, ignore_index=True)
+
+
+class Seeded:
+    """A reproduction that runs one seed at a time (``_run(seed, progress)``): ``run`` runs
+    every one of ``self.seeds`` (:func:`per_seed`)."""
+
+    def run(self, progress: Progress) -> pd.DataFrame:
+        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
 
 
 def _same(a, b) -> bool:
@@ -420,17 +429,6 @@ def save_figure(fig, path: Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
-
-
-def is_missing(v) -> bool:
-    """A missing value (None, NaN, pd.NA, NaT), never a list or other container."""
-    try:
-        return v is None or bool(pd.isna(v))
-    except (TypeError, ValueError):
-        return False
-
-
-MISSING = "-"  # how a table prints a missing value
 
 
 def markdown_table(rows: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import markdown_table, per_seed, register
+from . import Seeded, markdown_table, register
 
 AGGREGATOR_BYTES = 272
 PACKET = 306  # bytes: an ATP gradient packet
@@ -16,7 +16,7 @@ BUFFER = 1 << 20     # bytes: inalab's default drop-tail buffer per switch egres
 MIN_SPEEDUP = 1.5    # training throughput with CC >= 1.5 x without CC (paper: 2.9x)
 
 
-class AtpCongestion:
+class AtpCongestion(Seeded):
     name = "atp-congestion-control"
     figure = "Fig. 15"
     claim = ("ATP Fig. 15: a VGG16 job (8 workers, 1 PS) with only 50 % of the aggregators it needs "
@@ -52,8 +52,6 @@ class AtpCongestion:
                 "network": {"aggregator_memory": f"{aggregators * AGGREGATOR_BYTES}B", "buffer": f"{BUFFER}B"},
                 "jobs": [job], "metrics": {"bin": f"{self.bin_us}us"}}
 
-    def run(self, progress) -> pd.DataFrame:
-        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
 
     def _run(self, seed: int, progress) -> pd.DataFrame:
         import inalab

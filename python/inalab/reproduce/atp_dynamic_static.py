@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import markdown_table, per_seed, register
+from . import Seeded, markdown_table, register
 from .atp_pta import static_need
 
 AGGREGATOR_BYTES = 272  # ATP aggregator: 62 x 4 B values + 6 x 4 B metadata
@@ -15,7 +15,7 @@ PEAK_TOL = 0.10      # at 100 % PTA dynamic and static are within 10 % of each o
 MIN_ADVANTAGE = 1.10  # below 100 % PTA dynamic beats static by >= 10 % at the most contended point
 
 
-class AtpDynamicVsStatic:
+class AtpDynamicVsStatic(Seeded):
     name = "atp-dynamic-vs-static"
     figure = "Fig. 13a"
     claim = ("ATP Fig. 13a: 3 identical jobs share one switch's aggregators. With 100 % of the peak "
@@ -51,8 +51,6 @@ class AtpDynamicVsStatic:
                 "network": {"aggregator_memory": f"{aggregators * AGGREGATOR_BYTES}B"},
                 "jobs": jobs, "metrics": {"bin": "1ms"}}
 
-    def run(self, progress) -> pd.DataFrame:
-        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
 
     def _run(self, seed: int, progress) -> pd.DataFrame:
         rows = self.sweep(self.model, progress, seed)
@@ -76,7 +74,8 @@ class AtpDynamicVsStatic:
         iter_s = float(big.iterations.duration_s.median())
 
         def alone(n: int) -> float:
-            return float(sim(n, "static", slots=n, n_jobs=1).jobs.goodput_gbps.iloc[0])
+            # A job that does not finish with n slots has no goodput: n is too few (0).
+            return float(sim(n, "static", slots=n, n_jobs=1).jobs.goodput_gbps.fillna(0.0).iloc[0])
 
         need = static_need(alone, full, 4 * int(big.switches.aggregators_peak.iloc[0]))
         pta = 3 * need
@@ -96,7 +95,7 @@ class AtpDynamicVsStatic:
                              "finished": bool(r.jobs.finished.all()),
                              "iteration_ms": 1e3 * float(steady.mean()),
                              "throughput": float((batch / steady).mean()),
-                             "goodput_gbps": float(r.jobs.goodput_gbps.mean()),
+                             "goodput_gbps": float(r.jobs.goodput_gbps.mean(skipna=False)),
                              "switch_agg_fraction": float(c["aggregated"] / max(1, r.switches.rx_packets.iloc[0])),
                              "collisions": int(c["collisions"]),
                              "rehashes": int(sum(h.get("rehashes", 0) for h in r.hosts["counters"])),

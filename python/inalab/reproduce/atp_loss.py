@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import markdown_table, n_seeds, per_seed, register, simulate_all
+from . import Seeded, markdown_table, n_seeds, register, simulate_all
 
 LOSS = (0.0, 1e-5, 1e-4, 1e-3, 1e-2)  # 0, 0.001 %, 0.01 %, 0.1 %, 1 %
 
@@ -32,7 +32,7 @@ def measure(r) -> list[dict]:
              "lossy_worker_resends": int(c.get("resends", c.get("retransmissions", 0)))}]
 
 
-class AtpLoss:
+class AtpLoss(Seeded):
     name = "atp-loss"
     figure = "Fig. 10"
     claim = ("ATP Fig. 10 (§5.2.3): with one worker dropping 0.001 %-1 % of its packets and congestion "
@@ -47,8 +47,6 @@ class AtpLoss:
     def __init__(self, size: str = "32MiB", workers: int = 4, loss=LOSS):
         self.size, self.workers, self.loss = size, workers, list(loss)
 
-    def run(self, progress) -> pd.DataFrame:
-        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
 
     def _run(self, seed: int, progress) -> pd.DataFrame:
         runs = [({"scheme": scheme, "loss_pct": p * 100}, scenario(scheme, p, self.size, self.workers, seed))

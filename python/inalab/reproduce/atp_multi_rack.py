@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import markdown_table, per_seed, register, simulate_all
+from . import Seeded, markdown_table, register, simulate_all
 
 WORKERS = {"w0": "sw0", "w1": "sw0", "w2": "sw1", "w3": "sw1", "w4": "sw2", "w5": "sw2"}
 
@@ -52,7 +52,7 @@ VARIANTS = {
 }
 
 
-class AtpMultiRack:
+class AtpMultiRack(Seeded):
     name = "atp-multi-rack"
     figure = "§5.2.2, Fig. 9"
     claim = ("ATP §5.2.2 (Fig. 9): with workers w0-w5 in three racks (two per ToR, the PS under SW2), a "
@@ -67,8 +67,6 @@ class AtpMultiRack:
     def __init__(self, size: str = "4MiB", iterations: int = 3, variants=tuple(VARIANTS)):
         self.size, self.iterations, self.variants = size, iterations, list(variants)
 
-    def run(self, progress) -> pd.DataFrame:
-        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
 
     def _run(self, seed: int, progress) -> pd.DataFrame:
         from ..units import parse_size

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import markdown_table, per_seed, register, simulate_all
+from . import Seeded, markdown_table, register, simulate_all
 
 SCHEMES = ("atp", "switchml", "ring", "ps_sharded", "ps")
 LABELS = {"atp": "ATP", "switchml": "SwitchML", "ring": "ring allreduce", "ps_sharded": "PS N-to-N",
@@ -18,7 +18,7 @@ SWITCHML_MARGIN = 1.0  # ATP >= SwitchML on the network-intensive model
 # and ATP's gain over PS N-to-N is larger on the network-intensive model than on the compute-intensive one
 
 
-class AtpSingleJob:
+class AtpSingleJob(Seeded):
     name = "atp-single-job"
     figure = "Fig. 8"
     claim = ("ATP Fig. 8: for a single 8-worker job ATP gives the best training throughput: comparable "
@@ -52,8 +52,6 @@ class AtpSingleJob:
                 "topology": {"kind": "star", "hosts": nw + 1},
                 "jobs": [job], "metrics": {"bin": "10ms"}}
 
-    def run(self, progress) -> pd.DataFrame:
-        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
 
     def _run(self, seed: int, progress) -> pd.DataFrame:
         from ..models import get_model

@@ -122,8 +122,9 @@ def measure(r) -> list[dict]:
     util = r.links.utilization
     sw = list(r.switches["counters"])
     hosts = list(r.hosts["counters"])
-    return [{"goodput_gbps": float(r.jobs.goodput_gbps.mean()), "min_goodput_gbps": float(r.jobs.goodput_gbps.min()),
-             "runtime_us": float(r.jobs.jct_s.max() * 1e6), "finished": bool(r.jobs.finished.all()),
+    # skipna=False: a tenant that did not finish has no goodput or runtime, nor has the run.
+    return [{"goodput_gbps": float(r.jobs.goodput_gbps.mean(skipna=False)), "min_goodput_gbps": float(r.jobs.goodput_gbps.min(skipna=False)),
+             "runtime_us": float(r.jobs.jct_s.max(skipna=False) * 1e6), "finished": bool(r.jobs.finished.all()),
              "util_mean": float(util.mean()), "util_idle": float((util < 0.05).mean()), "util_above_80": float((util > 0.8).mean()),
              "util_p10": float(util.quantile(0.1)), "util_p50": float(util.quantile(0.5)), "util_p90": float(util.quantile(0.9)),
              "stragglers": _sum(sw, "stragglers"), "collisions": _sum(sw, "collisions"), "rerouted": _sum(sw, "rerouted"),

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import markdown_table, n_seeds, per_seed, register, simulate_all
+from . import Seeded, markdown_table, n_seeds, register, simulate_all
 from .dsa_policy_ablation import MEMORIES, PAPER_MEMORY, bar_plot, measure, scenario
 
 SCHEMES = (("dsa", "dsa"), ("atp", None), ("switchml", None))
 MIXES = ("A", "B", "AB")
 
 
-class DsaJct:
+class DsaJct(Seeded):
     """One of the two sweeps: ``axis`` "jobs" (Fig. 8, 8 workers each) or "workers" (Fig. 9,
     8 jobs)."""
 
@@ -42,8 +42,6 @@ class DsaJct:
     def _size(self, x: int) -> dict:
         return {"jobs": x, "workers": 8} if self.axis == "jobs" else {"jobs": 8, "workers": x}
 
-    def run(self, progress) -> pd.DataFrame:
-        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
 
     def _run(self, seed: int, progress) -> pd.DataFrame:
         runs = [({"memory": mem, "mix": mix, self.axis: x, "scheme": scheme}, scenario(scheme, policy, mix, seed, memory=mem, **self._size(x)))
@@ -147,7 +145,7 @@ register(DsaJct("jobs"))
 register(DsaJct("workers"))
 
 
-class DsaUtilization:
+class DsaUtilization(Seeded):
     """DSA Fig. 10: "switch memory utilization" = each job's aggregation throughput while it has
     an allreduce outstanding, over 100 Gbps, averaged over the 8 x 8 jobs (spec §4 item 21)."""
 
@@ -165,8 +163,6 @@ class DsaUtilization:
     def __init__(self, jobs: int = 8, workers: int = 8, mixes=("A", "B"), memories=MEMORIES):
         self.jobs, self.workers, self.mixes, self.memories = jobs, workers, list(mixes), list(memories)
 
-    def run(self, progress) -> pd.DataFrame:
-        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
 
     def _run(self, seed: int, progress) -> pd.DataFrame:
         runs = [({"memory": mem, "mix": mix, "scheme": scheme}, scenario(scheme, policy, mix, seed, jobs=self.jobs, workers=self.workers, memory=mem))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import markdown_table, n_seeds, per_seed, register, simulate_all
+from . import Seeded, markdown_table, n_seeds, register, simulate_all
 
 JOBS, WORKERS = 8, 8
 # (scheme, policy) pairs; policy None for the baselines.
@@ -53,17 +53,18 @@ def measure(r) -> list[dict]:
     """A run's row: mean and slowest JCT, and where fragments were finished."""
     sw = list(r.switches["counters"])
     hosts = list(r.hosts["counters"])
-    return [{"mean_jct_ms": float(r.jobs.jct_s.mean() * 1e3), "max_jct_ms": float(r.jobs.jct_s.max() * 1e3),
+    # skipna=False: a job that did not finish has no JCT, nor has the run's mean.
+    return [{"mean_jct_ms": float(r.jobs.jct_s.mean(skipna=False) * 1e3), "max_jct_ms": float(r.jobs.jct_s.max(skipna=False) * 1e3),
              # DSA's "memory utilization" (Fig. 10, spec §4 item 21): each job's aggregation
              # rate while it waits on an allreduce, over the 100 Gbps link, averaged over jobs.
-             "utilization": float(sum(j["aggregation_gbps"] for j in r.raw["jobs"]) / len(r.raw["jobs"]) / 100),
+             "utilization": float(r.jobs.aggregation_gbps.mean(skipna=False) / 100),
              "finished": bool(r.jobs.finished.all()),
              "collisions": _sum(sw, "collisions"), "preemptions": _sum(sw, "preemptions"),
              "switch_completed": _sum(sw, "completed"), "ps_completed": _sum(hosts, "completed"),
              "ps_reminders": _sum(hosts, "reminders"), "worker_timeouts": _sum(hosts, "timeouts")}]
 
 
-class DsaPolicy:
+class DsaPolicy(Seeded):
     name = "dsa-policy-ablation"
     figure = "Figs. 11, 8 (8 jobs)"
     claim = ("DSA Fig. 11 (§VII-C) and Fig. 8 (§VII-B): with 8 jobs of 8 workers sharing one switch, the "
@@ -78,8 +79,6 @@ class DsaPolicy:
     def __init__(self, jobs: int = JOBS, workers: int = WORKERS, mixes=tuple(MIXES), memories=MEMORIES):
         self.jobs, self.workers, self.mixes, self.memories = jobs, workers, list(mixes), list(memories)
 
-    def run(self, progress) -> pd.DataFrame:
-        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
 
     def _run(self, seed: int, progress) -> pd.DataFrame:
         size = {"jobs": self.jobs, "workers": self.workers}

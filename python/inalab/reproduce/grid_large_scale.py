@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import markdown_table, per_seed, register
+from . import Seeded, markdown_table, register
 
 # Numbers the paper's text states (Gbps). (topology, scenario, workers, scheme) -> value.
 PAPER_RATE = {("fat-tree", "b", 100, "grid"): 23.5, ("fat-tree", "b", 100, "atp"): 10.0,
@@ -20,7 +20,7 @@ PAPER_RATIO = {("fat-tree", "a", 40, "atp"): 1.19, ("fat-tree", "a", 40, "switch
                ("fat-tree", "a", 40, "geryon"): 12.0}
 
 
-class GridLargeScale:
+class GridLargeScale(Seeded):
     name = "grid-large-scale"
     figure = "Figs. 11-16"
     claim = ("GRID Figs. 11-16: on a 192-server fat tree and a 500-server leaf-spine (100 Gbps links and PS "
@@ -50,8 +50,6 @@ class GridLargeScale:
             d["programmable_fraction"] = 0.2
         return d
 
-    def run(self, progress) -> pd.DataFrame:
-        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
 
     def _run(self, seed: int, progress) -> pd.DataFrame:
         from ..analysis import analyze

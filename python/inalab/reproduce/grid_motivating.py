@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import markdown_table, per_seed, register
+from . import Seeded, markdown_table, register
 
 PAPER = {"geryon": 1.0, "atp": 2.43, "switchml": None, "grid": 3.0}
 
 
-class GridMotivating:
+class GridMotivating(Seeded):
     name = "grid-motivating-example"
     figure = "Fig. 1"
     claim = ("GRID Fig. 1: with 1 PS (9 Gbps ingress), 8 workers, 3 programmable switches (9 Gbps) and "
@@ -23,8 +23,6 @@ class GridMotivating:
     seeds = (1,)
     seed_use = "R-GRIA's rounding seed: GRID's rounded plan and its feasible rate; the other schemes draw nothing"
 
-    def run(self, progress) -> pd.DataFrame:
-        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
 
     def _run(self, seed: int, progress) -> pd.DataFrame:
         from ..analysis import analyze

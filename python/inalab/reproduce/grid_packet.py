@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import markdown_table, per_seed, register, simulate_all, subplots
+from . import Seeded, markdown_table, register, simulate_all, subplots
 
 FIG1_WORKERS = [f"W{i}" for i in range(1, 9)]
 # Wire bytes per byte of values, by data plane: GRID's 322-B packets carry 256 B of values,
@@ -72,7 +72,7 @@ def with_rates(df: pd.DataFrame) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
-class GridMotivatingPacket:
+class GridMotivatingPacket(Seeded):
     name = "grid-motivating-packet"
     figure = "Fig. 1 (packet level)"
     claim = ("GRID Fig. 1 on packets: with 1 PS (9 Gbps ingress), 8 workers, 3 programmable switches "
@@ -106,8 +106,6 @@ class GridMotivatingPacket:
                      fig1_scenario("atp", None, self.size, seed=seed)))
         return runs
 
-    def run(self, progress) -> pd.DataFrame:
-        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
 
     def _run(self, seed: int, progress) -> pd.DataFrame:
         df = simulate_all(self.name, self.runs(seed), progress, measure=measure_rates)
@@ -223,7 +221,7 @@ def measure_sync(r) -> list[dict]:
              "collisions": int(sum(c.get("collisions", 0) for c in sw))}]
 
 
-class GridRateSync:
+class GridRateSync(Seeded):
     """Beyond the paper (spec §3 item 4): what GRID's rate synchronization (§5.2: a collision
     drops the packet and sends its sender a control packet, which halves its window and makes it
     send the fragment again) buys against dropping alone, when the memory is small and the
@@ -256,8 +254,6 @@ class GridRateSync:
                     runs.append(({"units": units, "jitter": jitter, "control_packets": control}, sc))
         return runs
 
-    def run(self, progress) -> pd.DataFrame:
-        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
 
     def _run(self, seed: int, progress) -> pd.DataFrame:
         df = simulate_all(self.name, self.runs(seed), progress, measure=measure_sync)
@@ -362,7 +358,7 @@ def analysis_packet_scenario(analysis: dict, scheme: str, policy: dict | None, s
             "network": {"switch_capacity": {n(s): f"{float(c)}Gbps" for s, c in pb.capacity.items()}}, "jobs": [job]}
 
 
-class GridFatTreePacket:
+class GridFatTreePacket(Seeded):
     """Figs. 11-16 spot checks on packets: the paper's are algorithm simulations (R-GRIA's outputs
     summed); here each policy runs on the data plane."""
 
@@ -411,8 +407,6 @@ class GridFatTreePacket:
                          analysis_packet_scenario(d, "atp", None, self.size, {"levels": "tree"}, seed)))
         return runs
 
-    def run(self, progress) -> pd.DataFrame:
-        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
 
     def _run(self, seed: int, progress) -> pd.DataFrame:
         df = simulate_all(self.name, self.runs(seed), progress, measure=measure_rates)
@@ -517,7 +511,7 @@ def testbed_analysis(workers: int) -> dict:
             "ps_ingress": "100Gbps", "default_switch_capacity": "300Gbps", "rounding_trials": 20}
 
 
-class GridTestbed:
+class GridTestbed(Seeded):
     """Figs. 5-7 analogue on packets: the communication time of one iteration's allreduce."""
 
     name = "grid-testbed"
@@ -563,8 +557,6 @@ class GridTestbed:
                              analysis_packet_scenario(d, "atp", None, size, seed=seed)))
         return runs
 
-    def run(self, progress) -> pd.DataFrame:
-        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
 
     def _run(self, seed: int, progress) -> pd.DataFrame:
         df = simulate_all(self.name, self.runs(seed), progress, measure=measure_rates)

@@ -66,13 +66,19 @@ def _run_entry(name: str, out: Path, docs: Optional[Path], progress, seeds=None)
             update_docs(outcome, docs)
         return entry(outcome)
     except Exception as e:  # one reproduction's failure is a row of the report, not its end
-        rep = get(name)
-        planned = default_seeds(rep) if seeds is None or not takes_seeds(rep) else tuple(seeds)
-        return {"name": name, "paper": paper_of(rep), "figure": getattr(rep, "figure", ""), "claim": rep.claim,
-                "tolerance": getattr(rep, "tolerance", ""), "holds": None, "checks": None,
-                "seeds": None if planned is None else list(planned), "columns": [], "rows": [],
-                "writeup": "", "seconds": round(time.monotonic() - t0, 3), "files": {},
-                "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8), "png_base64": None}
+        return error_entry(name, e, round(time.monotonic() - t0, 3), seeds, traceback.format_exc(limit=8))
+
+
+def error_entry(name: str, e: BaseException, seconds: Optional[float], seeds=None, trace: Optional[str] = None) -> dict:
+    """A report's entry for a reproduction that raised (``trace``: its traceback) or whose
+    process died: no rows, ``holds`` None, ``error`` the exception, the seeds it was to run."""
+    rep = get(name)
+    planned = default_seeds(rep) if seeds is None or not takes_seeds(rep) else tuple(seeds)
+    return {"name": name, "paper": paper_of(rep), "figure": getattr(rep, "figure", ""), "claim": rep.claim,
+            "tolerance": getattr(rep, "tolerance", ""), "holds": None, "checks": None,
+            "seeds": None if planned is None else list(planned), "columns": [], "rows": [],
+            "writeup": "", "seconds": seconds, "files": {},
+            "error": f"{type(e).__name__}: {e}", "traceback": trace, "png_base64": None}
 
 
 def entry(outcome) -> dict:
@@ -189,11 +195,7 @@ def _collect(pending: dict, done: dict, q, on_progress, on_done) -> None:
             try:
                 done[n] = f.result()
             except Exception as e:  # the process died (e.g. killed for memory)
-                rep = get(n)
-                done[n] = {"name": n, "paper": paper_of(rep), "figure": getattr(rep, "figure", ""),
-                           "claim": rep.claim, "tolerance": getattr(rep, "tolerance", ""), "holds": None,
-                           "checks": None, "columns": [], "rows": [], "writeup": "", "seconds": None, "files": {},
-                           "error": f"{type(e).__name__}: {e}", "png_base64": None}
+                done[n] = error_entry(n, e, None, seeds)
             if on_done:
                 on_done(done[n])
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import markdown_table, per_seed, register, simulate_all
+from . import Seeded, markdown_table, register, simulate_all
 
 RACKS = {"sw0": [f"w{i}" for i in range(4)], "sw1": [f"w{i}" for i in range(4, 8)]}
 
@@ -55,7 +55,7 @@ def testbed_scenario(scheme: str, ina: str, size: str, iterations: int, rate: st
     return {"name": f"rina-testbed-{scheme}", "seed": seed, "stop": "600s" if emulated else "10s", "topology": testbed(INA[ina], rate), "jobs": [job]}
 
 
-class RinaTestbed:
+class RinaTestbed(Seeded):
     name = "rina-testbed"
     figure = "Fig. 12"
     claim = ("Rina Fig. 12 (testbed, 2 racks x 4 nodes, two Tofino ToRs at 100 Gbps): Rina matches ATP when "
@@ -69,8 +69,6 @@ class RinaTestbed:
     def __init__(self, size: str = "8MiB", iterations: int = 2):
         self.size, self.iterations = size, iterations
 
-    def run(self, progress) -> pd.DataFrame:
-        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
 
     def _run(self, seed: int, progress) -> pd.DataFrame:
         runs = [({"ina": ina, "scheme": s}, testbed_scenario(s, ina, self.size, self.iterations, seed=seed))
@@ -213,7 +211,7 @@ def atp_job(job: dict, variant: str = "atp") -> dict:
     return {**job, "scheme": "atp", "ina": ATP_VARIANTS[variant]}
 
 
-class RinaIncrementalPacket:
+class RinaIncrementalPacket(Seeded):
     name = "rina-incremental-packet"
     figure = "Fig. 11 (packet level)"
     claim = ("Rina Fig. 11 at packet level (fat tree k=4, dragonfly a=4, g=9, h=2): Rina rises at every ToR replaced "
@@ -230,8 +228,6 @@ class RinaIncrementalPacket:
     def __init__(self, size: str = "4MiB", iterations: int = 1, topologies=tuple(INCREMENTAL_TOPOLOGIES)):
         self.size, self.iterations, self.topologies = size, iterations, list(topologies)
 
-    def run(self, progress) -> pd.DataFrame:
-        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
 
     def _run(self, seed: int, progress) -> pd.DataFrame:
         runs = []
@@ -394,7 +390,7 @@ def chain_scenario(scheme: str, n: int, sigma_us: float, size: str, overhead_us:
     return {"name": f"rina-chain-{scheme}-{n}-{sigma_us}", "seed": seed, "stop": "10s", "topology": topo, "jobs": [job]}
 
 
-class RinaDependencyChain:
+class RinaDependencyChain(Seeded):
     name = "rina-dependency-chain"
     figure = "§III-A, eq. 1"
     claim = ("Rina §III-A, eq. (1): ring-allreduce's steps form a dependency chain, so its completion time grows with "
@@ -409,8 +405,6 @@ class RinaDependencyChain:
     def __init__(self, sizes=(8, 16, 32, 64), sigmas_us=(0.0, 20.0), size: str = "1MiB", overhead_us: float = 5.0):
         self.ns, self.sigmas, self.size, self.overhead = list(sizes), list(sigmas_us), size, overhead_us
 
-    def run(self, progress) -> pd.DataFrame:
-        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
 
     def _run(self, seed: int, progress) -> pd.DataFrame:
         # The job rows have their own `scheme` and `workers` (a count): the params are named apart.
@@ -532,7 +526,7 @@ def fig10_scenario(label: str, size: str, topology: str = "fat-tree-k4", seed: i
     return {"name": f"rina-fig10-{topology}-{label}", "seed": seed, "stop": "10s", "topology": {**topo, "programmable": order[:n_ina]}, "jobs": [job]}
 
 
-class RinaSchemes:
+class RinaSchemes(Seeded):
     name = "rina-schemes"
     figure = "Fig. 10"
     claim = ("Rina Fig. 10 (fat tree k=4 and dragonfly a=4, g=9, h=2): PS < ring < hierarchical <= Rina at 50 %, "
@@ -546,8 +540,6 @@ class RinaSchemes:
     def __init__(self, models=tuple(MODELS), topologies=tuple(INCREMENTAL_TOPOLOGIES)):
         self.models, self.topologies = list(models), list(topologies)
 
-    def run(self, progress) -> pd.DataFrame:
-        return per_seed(self.seeds, lambda seed: self._run(seed, progress), progress)
 
     def _run(self, seed: int, progress) -> pd.DataFrame:
         runs = [({"topology": t, "model": m, "label": s}, fig10_scenario(s, MODELS[m], t, seed))
