@@ -4,11 +4,9 @@ Human output goes to stdout as rich tables; progress bars and messages go to std
 with ``--json`` the last line of stdout is the summary object. A bad scenario prints one line
 ``error: <field>: <message>`` on stderr and exits with status 2.
 
-Exit statuses (docs/results.md, "Exit statuses"): 0 the run completed (every job finished,
-every flow ended; a sweep: every point did); 1 it could not be carried out (I/O, a process
-that died); 2 bad input (a scenario field, an option); 3 it ran but a job failed or did not
-finish, or a flow did not end (the output names each and why; ``--json`` has ``outcome`` and
-``problems``); 130 stopped by Ctrl-C (SIGINT), 143 by SIGTERM, after printing what was done.
+Exit statuses: 0 the run completed, 1 it could not be carried out, 2 bad input, 3 a job failed
+or did not finish, 130/143 Ctrl-C/SIGTERM; docs/results.md ("Exit statuses",
+``inalab.columns.EXIT_STATUSES``) says each in full.
 """
 from __future__ import annotations
 
