@@ -126,12 +126,17 @@ impl Scheme for Canary {
     fn servers(&self) -> Servers {
         Servers::None
     }
+    /// A block's leader answers its peers' requests for a result they lost (§3.3), also after
+    /// its own last allreduce finished.
+    fn workers_serve_peers(&self) -> bool {
+        true
+    }
     fn normalize(&self, config: &Value) -> Result<Value, PlanError> {
         let c = parse(config)?;
         Ok(serde_json::json!({"scheme": PROGRAM, "ina": c.ina}))
     }
     fn quantization(&self, config: &Value) -> Quantization {
-        let scale = parse_config::<CanaryParams>(config).map_or(inalab_host::quant::ATP_SCALE, |c| c.ina.scale);
+        let scale = parse_config::<CanaryParams>(config, &Canary.params()).map_or(inalab_host::quant::ATP_SCALE, |c| c.ina.scale);
         Quantization::FixedPoint { scale }
     }
     fn program(&self, switch: NodeId, net: &dyn NetView) -> Option<Box<dyn SwitchProgram>> {

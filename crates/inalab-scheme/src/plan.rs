@@ -416,6 +416,13 @@ pub trait Scheme: Sync {
         vec![]
     }
     fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError>;
+    /// Whether a worker that finished its last allreduce must go on answering its peers until
+    /// they finished too (Canary: a block's leader restores a result a peer lost), so that a
+    /// runtime worker's `close` lingers until every worker of the job left. Default false: a
+    /// worker is done once its protocol has nothing left to send.
+    fn workers_serve_peers(&self) -> bool {
+        false
+    }
     /// The priority a tensor's allreduce request carries (`TensorAttrs::priority`, higher
     /// first); 0 for schemes that do not rank tensors.
     fn priority(&self, _config: &Value, _tensor: &TensorContext) -> u32 {
