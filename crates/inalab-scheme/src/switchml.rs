@@ -107,12 +107,17 @@ impl Scheme for SwitchMl {
         // The pool must fit the switch's memory before anything is built for it: each worker
         // keeps state per slot, so a pool the switch would refuse must not be allocated first
         // (2^31 slots took a shared switch's process down before its admission said no).
-        let need = ina.pool_slots as u64 * slot_units(width) as u64 * SLOT_BYTES;
-        let memory = net.memory_bytes(tor);
-        if need > memory {
+        let (units, memory) = (slot_units(width) as u64, net.memory_bytes(tor));
+        let total = memory / SLOT_BYTES;
+        if ina.pool_slots as u64 * units > total {
+            // (Worded as the program's own refusal, which counts the free slots.)
             return Err(PlanError::new(
                 "ina.pool_slots",
-                format!("a pool of {} slots of {} values needs {need} B of aggregator memory; {} has {memory} B ({} such slots)", ina.pool_slots, width, net.name(tor), memory / SLOT_BYTES / slot_units(width).max(1) as u64),
+                format!(
+                    "a pool of {} slots of {width} values ({units} hardware slot(s) each) does not fit: at most {total} of the switch's {total} slots ({SLOT_BYTES} B each, {memory} B at {}) could be free",
+                    ina.pool_slots,
+                    net.name(tor)
+                ),
             ));
         }
         let port = job.worker_port;
