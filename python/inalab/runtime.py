@@ -352,7 +352,7 @@ class Client:
     def close(self) -> None:
         """Leaves the job; the switch frees its aggregators when every worker left. A worker
         whose scheme has it serve its peers (Canary's leaders) first lingers until every worker
-        of the job left (at most 30 s; 2 s without a packet end it too); Ctrl-C ends that."""
+        of the job left (at most 30 s); Ctrl-C ends that."""
         self._c.close()
 
     def __enter__(self) -> "Client":
