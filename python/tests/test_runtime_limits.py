@@ -58,9 +58,11 @@ def test_a_configuration_out_of_range_or_not_json_names_the_field(switchml):
         inalab.Client(switch=switchml.control_addr, job=2, world=1, config={"ina": {"pool_slots": 2**31 - 1}}, join_timeout_s=10)
     with pytest.raises(ValueError, match=r"config\.ina\.timeout_ps: nan is not a finite number"):
         inalab.Client(switch=switchml.control_addr, job=2, world=1, config={"ina": {"timeout_ps": math.nan}}, join_timeout_s=10)
-    # The switch serves on.
+    # The switch serves on, and says so.
     with inalab.Client(switch=switchml.control_addr, job=3, world=1, join_timeout_s=10) as c:
         assert c.allreduce(np.ones(2, np.float32)).tolist() == [1.0, 1.0]
+    assert switchml.health() is None and switchml.stats()["data_plane"] == "running"
+    assert switchml.stats()["program_panics"] == 0
 
 
 def test_the_join_timeout_holds_against_a_switch_that_never_answers():
