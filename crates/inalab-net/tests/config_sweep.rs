@@ -68,7 +68,7 @@ fn worker_conn(switch: SocketAddr) -> Result<(TcpStream, BufReader<TcpStream>), 
 /// Joins both ranks of a 2-worker job `job` with the configuration `config` (JSON text), then
 /// leaves: `Ok` if it was admitted, else the switch's refusal (of rank 0; neither is admitted).
 fn join_pair(switch: SocketAddr, job: u32, config: &str) -> Result<(), String> {
-    let mut conns = vec![worker_conn(switch)?, worker_conn(switch)?];
+    let mut conns = [worker_conn(switch)?, worker_conn(switch)?];
     for (rank, (c, _)) in conns.iter_mut().enumerate() {
         let line = format!("{{\"op\":\"join\",\"job\":{job},\"rank\":{rank},\"world\":2,\"timeout_s\":10,\"udp\":\"127.0.0.1:{}\",\"config\":{config}}}\n", 9 + rank);
         c.write_all(line.as_bytes()).map_err(|e| format!("write: {e}"))?;
