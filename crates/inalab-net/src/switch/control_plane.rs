@@ -444,7 +444,17 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
         Ok(spec)
     });
     let mut cp = crate::lock(&s.cp);
-    let st = cp.jobs.get_mut(&job).expect("present");
+    let Some(st) = cp.jobs.get_mut(&job) else {
+        // Every rank's connection closed while the job was admitted: nobody runs it.
+        drop(cp);
+        if let Ok(spec) = &result {
+            release_here(s, job, Some(spec));
+            if let Ok(Some(addr)) = next_hop(s, spec) {
+                let _ = control::request(addr, Some(&s.secret.credential(AuthRole::Switch)), &json!({"op": "release", "job": job}), CONTROL_TIMEOUT);
+            }
+        }
+        return Err(NetError::JobFailed(format!("job {job}: every worker left during its admission")));
+    };
     let reply = match &result {
         Ok(spec) => {
             st.spec = Some(spec.clone());
@@ -493,7 +503,8 @@ pub(super) fn reap_rendezvous(s: &Shared) {
     let mut late = vec![];
     {
         let mut cp = crate::lock(&s.cp);
-        for (&job, st) in cp.jobs.iter_mut().filter(|(_, st)| st.spec.is_none()) {
+        // (A job whose ranks are all in is being admitted: its replies come from there.)
+        for (&job, st) in cp.jobs.iter_mut().filter(|(_, st)| st.spec.is_none() && st.members.len() < st.world) {
             let ranks: Vec<usize> = st.members.values().filter(|m| m.deadline <= now).map(|m| m.rank).collect();
             for r in ranks {
                 let m = st.members.remove(&r).expect("listed");
