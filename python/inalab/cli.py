@@ -811,7 +811,8 @@ def _reproduce_all(only: Optional[str], out: Path, report_dir: Path, docs: Optio
 StatsEvery = Annotated[float, typer.Option("--stats-every", help="Seconds between status lines (0: none).")]
 ServeJsonOpt = Annotated[bool, typer.Option("--json", help=(
     'JSON lines on stdout instead of text: {"event": "ready", ...} once listening, {"event": "stats", ...} '
-    'every --stats-every s and {"event": "stopped", ...} with the final counters (and {"event": "standby"} / '
+    'every --stats-every s and {"event": "stopped", ...} with the final counters, or {"event": "failed", "error": ...} '
+    'if its data plane stopped (exit status 1) (and {"event": "standby"} / '
     '{"event": "command", ...} with --standby / --stdin-commands). Without it: status lines on stderr, the '
     'final counters as indented JSON on stdout.'))]
 
@@ -855,9 +856,14 @@ def _serve(kind: str, start, as_json: bool, every: float, commands: bool = False
 
         threading.Thread(target=_stdin_commands, args=(node, as_json), name="inalab-stdin", daemon=True).start()
     try:
+        next_line = time.monotonic() + every
         while True:
-            time.sleep(every if every > 0 else 3600)
-            if every > 0:
+            # The data plane is checked every half second, status line or not: a switch whose
+            # data plane stopped exits with the reason instead of living on serving nothing.
+            time.sleep(min(0.5, every) if every > 0 else 0.5)
+            node.health()
+            if every > 0 and time.monotonic() >= next_line:
+                next_line += every
                 st = node.stats()
                 if as_json:
                     print(json.dumps({"event": "stats", **st}), flush=True)
@@ -865,6 +871,12 @@ def _serve(kind: str, start, as_json: bool, every: float, commands: bool = False
                     err_console.print(_status_line(kind, st), highlight=False, soft_wrap=True)
     except KeyboardInterrupt:
         pass
+    except RuntimeError as e:
+        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+        if as_json:
+            print(json.dumps({"event": "failed", "kind": kind, "error": str(e)}), flush=True)
+        node.stop()
+        raise typer.Exit(EXIT_ERROR) from None
     final = node.stats()
     node.stop()
     print(json.dumps({"event": "stopped", **final}) if as_json else json.dumps(final, indent=1), flush=True)

@@ -404,12 +404,64 @@ def _taking(param: str) -> str:
     return "schemes " + " and ".join(n for n in schemes.names() if schemes.takes(n, param))
 
 
+def _show_base(value: Any, unit: str) -> str:
+    """A registry default in its base unit, as a user would write it."""
+    if unit == "bytes":
+        return f"{value} B"
+    if unit == "ps":
+        for name, ps in (("s", 10**12), ("ms", 10**9), ("us", 10**6), ("ns", 10**3)):
+            if value % ps == 0:
+                return f"{value // ps}{name}"
+        return f"{value}ps"
+    return _show(value)
+
+
+def _show_bound(value: Any, unit: str) -> str:
+    """A range's bound as a user would write it: sizes in binary units where exact (64KiB)."""
+    if unit == "bytes" and value:
+        for name, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+            if value % size == 0:
+                return f"{value // size}{name}"
+    return _show_base(value, unit)
+
+
+def _allowed(ranges: dict[str, dict], unit: str) -> str:
+    """ " Allowed: 1us to 60s." for the schemes' ranges of one parameter (the registry's bounds,
+    which every job's configuration is checked against); per scheme where they differ. Names
+    and booleans are described by the parameter's own text."""
+    def words(r: dict) -> Optional[str]:
+        if "min" not in r:
+            return None
+        return f"{_show_bound(r['min'], unit)} to {_show_bound(r['max'], unit)}"
+
+    shown: dict[str, list[str]] = {}
+    for scheme, r in ranges.items():
+        w = words(r)
+        if w is not None:
+            shown.setdefault(w, []).append(scheme)
+    if not shown:
+        return ""
+    if len(shown) == 1:
+        return f" Allowed: {next(iter(shown))}."
+    return " Allowed: " + "; ".join(f"{', '.join(names)}: {w}" for w, names in shown.items()) + "."
+
+
+def _param_allowed(param: str) -> str:
+    """ " Allowed: ..." of a parameter the hand-written models document (`transport.rto_ps`,
+    `partition_bytes`), as the registry bounds it for every scheme that takes it."""
+    for entry in schemes.registry().values():
+        for p in entry["params"]:
+            if p["name"] == param:
+                return _allowed({"": p["range"]}, p["unit"])
+    return ""
+
+
 class Transport(_Model):
-    mss: Size = opt("1436B", "Maximum segment (payload) size of a packet.")
-    header: Size = opt("64B", "Header bytes added to every packet on the wire.")
-    rto: Duration = opt("1ms", "Retransmission timeout.")
-    init_window: Size = opt("60000B", "Initial congestion window.")
-    increment: Size = opt("1500B", "Additive increase of the window per round trip.")
+    mss: Size = opt("1436B", "Maximum segment (payload) size of a packet." + _param_allowed("transport.mss_bytes"))
+    header: Size = opt("64B", "Header bytes added to every packet on the wire." + _param_allowed("transport.header_bytes"))
+    rto: Duration = opt("1ms", "Retransmission timeout." + _param_allowed("transport.rto_ps"))
+    init_window: Size = opt("60000B", "Initial congestion window." + _param_allowed("transport.init_window_bytes"))
+    increment: Size = opt("1500B", "Additive increase of the window per round trip." + _param_allowed("transport.increment_bytes"))
 
 
 def _ina_model() -> type:
@@ -423,9 +475,10 @@ def _ina_model() -> type:
                 continue
             key = p["name"][len("ina."):]
             user = re.sub(r"_(bytes|ps)$", "", key)
-            f = fields.setdefault(user, {"key": key, "unit": p["unit"], "docs": {}, "defaults": {}})
+            f = fields.setdefault(user, {"key": key, "unit": p["unit"], "docs": {}, "defaults": {}, "ranges": {}})
             f["defaults"][scheme] = p["default"]
             f["docs"].setdefault(p["doc"], []).append(scheme)
+            f["ranges"][scheme] = p["range"]
     model_fields = {}
     for user, f in fields.items():
         kind = {"bytes": _quantity(SIZE, optional=True), "ps": _quantity(DURATION, optional=True)}.get(f["unit"])
@@ -439,21 +492,10 @@ def _ina_model() -> type:
         docs = f["docs"]
         doc = (f"{next(iter(docs))} Schemes: {takers}." if len(docs) == 1
                else " ".join(f"{', '.join(names)}: {d}" for d, names in docs.items()))
+        doc += _allowed(f["ranges"], f["unit"])
         model_fields[user] = (kind, opt(None, doc, default_doc=f"the scheme's ({shown})"))
     INA_FIELDS.update({user: f["key"] for user, f in fields.items()})
     return create_model("Ina", __base__=_Model, **model_fields)
-
-
-def _show_base(value: Any, unit: str) -> str:
-    """A registry default in its base unit, as a user would write it."""
-    if unit == "bytes":
-        return f"{value} B"
-    if unit == "ps":
-        for name, ps in (("s", 10**12), ("ms", 10**9), ("us", 10**6), ("ns", 10**3)):
-            if value % ps == 0:
-                return f"{value // ps}{name}"
-        return f"{value}ps"
-    return _show(value)
 
 
 Ina = _ina_model()
@@ -497,7 +539,7 @@ class Job(_Model):
         '"layer1.part1", "layer2.part1"]).',
         default_doc="the backward pass's order, each gradient as soon as it is computed", type_doc="array of strings",
     )
-    partition: Size = opt("4MiB", "Tensor partition size for parameter servers.")
+    partition: Size = opt("4MiB", "Tensor partition size for parameter servers." + _param_allowed("partition_bytes"))
     transport: Transport = opt(Transport(), "Transport parameters, see [jobs.transport] (atp uses init_window and "
                                "increment for its window).", default_doc="see below")
     ina: Ina = opt(Ina(), "In-network aggregation parameters of the INA schemes (atp, switchml, dsa, canary, rina, "

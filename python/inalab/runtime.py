@@ -37,6 +37,33 @@ def _check_choice(field: str, value: str, allowed) -> str:
     return value
 
 
+#: The longest timeout a call takes, seconds (a day): longer, or not a positive number, is a
+#: ValueError naming the argument.
+MAX_TIMEOUT_S = 86_400.0
+
+
+def _check_timeout(field: str, seconds: Any) -> float:
+    """``seconds`` as a timeout in (0, MAX_TIMEOUT_S], or a ValueError naming ``field`` and the
+    range (inf, nan, 0, negative and 1e300 are all refused)."""
+    ok = isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and math.isfinite(seconds) and 0 < seconds <= MAX_TIMEOUT_S
+    if not ok:
+        raise ValueError(f"{field}: {seconds!r} is not a number of seconds in (0, {MAX_TIMEOUT_S:g}] (0 excluded, at most a day)")
+    return float(seconds)
+
+
+def _check_config(value: Any, field: str = "config") -> None:
+    """A job's configuration must be JSON: NaN and infinities have no JSON form (the switch
+    would see a malformed line), so they are refused here, naming where they are."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{field}: {value} is not a finite number (a configuration is JSON)")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_config(v, f"{field}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_config(v, f"{field}[{i}]")
+
+
 def _check_node(node: int) -> int:
     if not 1 <= node <= 65535:
         raise ValueError(f"node: {node} is not in 1..65535 (worker ids are switch node << 16 | n)")
@@ -57,7 +84,13 @@ class _Service:
         return self._h.control_addr
 
     def stats(self) -> dict:
+        """Counters; ``RuntimeError`` once the data plane stopped (it then serves nothing: the
+        message says why)."""
         return json.loads(self._h.stats())
+
+    def health(self) -> None:
+        """Nothing while it serves; ``RuntimeError`` saying why once its data plane stopped."""
+        self._h.health()
 
     def stop(self) -> None:
         self._h.stop()
@@ -131,6 +164,11 @@ class Switch(_Service):
         for name, v in (("memory_bytes", memory_bytes), ("pool_slots", pool_slots), ("timeout_us", timeout_us), ("buffer_bytes", buffer_bytes)):
             if v <= 0:
                 raise ValueError(f"{name}: must be positive, got {v}")
+        # They become the values of jobs that set none, which every job is checked against.
+        if timeout_us > 60_000_000:
+            raise ValueError(f"timeout_us: {timeout_us} is not in 1..60000000 (60 s)")
+        if pool_slots > 2**24:
+            raise ValueError(f"pool_slots: {pool_slots} is not in 1..{2**24}")
         if seed < 0:
             raise ValueError(f"seed: must be a non-negative integer, got {seed}")
         if not 0 <= packet_values <= 16_000:
@@ -213,7 +251,8 @@ class TensorContext:
 class Client:
     """A worker of job ``job`` (rank ``rank`` of ``world``) attached to the switch whose control
     address is ``switch``. Construction blocks until all ``world`` ranks joined (at most
-    ``join_timeout_s``, default 60 s). ``scheme`` must be one of the switch's programs (default
+    ``join_timeout_s``, default 60 s, from the first connect on: a stalled or slow switch
+    included; Ctrl-C interrupts it; 0 < ``join_timeout_s`` <= 86400, else ValueError). ``scheme`` must be one of the switch's programs (default
     "switchml"); ``config`` sets the scheme's parameters (``{"ina": {"scale": 1e6}}``; see
     ``inalab.schemes.registry()``), the same for every worker of the job. What it leaves out
     takes the scheme's defaults, and for the loss-recovery timeout and the switch pool the
@@ -242,6 +281,8 @@ class Client:
             raise ValueError(f"rank: {rank} is not in 0..{world} (world)")
         if not 0 <= job < 2**32:
             raise ValueError(f"job: {job} is not in 0..2^32")
+        join_timeout_s = _check_timeout("join_timeout_s", join_timeout_s)
+        _check_config(config or {})
         self.scheme, self.job, self.rank, self.world = scheme, job, rank, world
         self._c = _core.Client(switch, job, rank, world, json.dumps({**(config or {}), "scheme": scheme}), join_timeout_s, job_secret,
                                  None if link_rate is None else int(link_rate))
@@ -263,10 +304,12 @@ class Client:
         """Element-wise sum of ``array`` over the job's workers, as a new float32 array of the
         same shape. ``context`` (a :class:`TensorContext`, default none) tells a scheme that
         schedules tensors where this one stands (DSA turns it into the packets' priority;
-        without it every tensor has the lowest). Waits at most ``timeout_s`` seconds (default 30) and raises ``RuntimeError``
+        without it every tensor has the lowest). Waits at most ``timeout_s`` seconds (default 30; 0 < ``timeout_s`` <= 86400,
+        else ValueError) and raises ``RuntimeError``
         naming the cause (switch gone, PS gone, peer rank gone, job released, timeout); Ctrl-C
         raises ``KeyboardInterrupt``. After a timeout or an interrupt this worker is out of step
         with the others, so the client fails every later call."""
+        timeout_s = _check_timeout("timeout_s", timeout_s)
         a = _as_f32(array)
         out = np.frombuffer(self._c.allreduce(a, timeout_s, _context(context)), dtype=np.float32)
         return out.reshape(np.shape(array))
@@ -307,7 +350,9 @@ class Client:
         return self._c.peer_failed(int(rank))
 
     def close(self) -> None:
-        """Leaves the job; the switch frees its aggregators when every worker left."""
+        """Leaves the job; the switch frees its aggregators when every worker left. A worker
+        whose scheme has it serve its peers (Canary's leaders) first lingers until every worker
+        of the job left (at most 30 s); Ctrl-C ends that."""
         self._c.close()
 
     def __enter__(self) -> "Client":

@@ -7,7 +7,11 @@ all at once and for the job's whole life:
 - unauthenticated ``attach`` (as a switch and as a PS), ``admit`` and ``release`` (findings 1,
   3, 5);
 - a client that joins nothing, pipelines ``stats`` requests and never reads (finding 2);
-- ten connections sending 50 MiB lines (finding 4).
+- ten connections sending 50 MiB lines (finding 4);
+- issue #36: 200 idle connections from the one attacker host (at most 128 per source are
+  served, so the switch stays reachable from every other host), and, with the worker key a
+  tenant has, the two job configurations that took a shared switch down (SwitchML
+  ``ina.pool_slots = 2^31-1``, Rina ``ina.rto_ps = 2^62``): refused, naming the field.
 
 Asserted: every allreduce of the job is exact; every forged datagram that reached the switch
 is counted as forged and none touched an aggregator; every control attack is refused; the
@@ -162,6 +166,9 @@ def run_attacks(star: netns.Star, procs: Procs, tmp: Path) -> None:
             procs.start(w, w, [sys.executable, str(script), f"{star.switch_ip(w)}:{SWITCH_CONTROL}", str(r), str(WORLD),
                                str(go), str(ROUNDS), str(VALUES)])
         nodes = [procs.wait_event(w, "joined", 20)["node"] for w in WORKERS]
+        from inalab import _core
+
+        worker_key = _core.worker_key()
     finally:
         for k in env_secret:
             os.environ.pop(k)
@@ -187,7 +194,9 @@ def run_attacks(star: netns.Star, procs: Procs, tmp: Path) -> None:
         time.sleep(0.01)
 
     # The control-plane attacks, from the attacker's namespace.
-    refused = run_in(star, "evil", CONTROL_ATTACKS, sw_evil, str(SWITCH_CONTROL), str(nodes[1]), str(stop), wait=False)
+    # A tenant holds the worker key (issue #36's hostile configurations need it).
+    tenant = {**os.environ, "INALAB_WORKER_KEY": worker_key}
+    refused = run_in(star, "evil", CONTROL_ATTACKS, sw_evil, str(SWITCH_CONTROL), str(nodes[1]), str(stop), wait=False, env=tenant)
     go.touch()
     stats_worst, stats_probes = 0.0, 0
     deadline = time.monotonic() + 60
@@ -227,6 +236,9 @@ def run_attacks(star: netns.Star, procs: Procs, tmp: Path) -> None:
     assert live["malformed"] == 0 and live["spoofed"] == 0, live
     assert all(v == "refused" for v in control["verdicts"].values()), control
     assert control["never_reader_requests"] > 0 and control["oversized_replies"] == 10, control
+    assert control["idle_served"] <= 128 < control["idle_opened"], control  # issue #36: a source's share
+    assert control["configs"] == {"pool_slots_2^31-1": "refused, naming config.ina.pool_slots",
+                                  "rto_ps_2^62": "refused, naming config.ina.rto_ps"}, control
     assert stats_probes >= 3 and stats_worst < STATS_WITHIN_S, (stats_probes, stats_worst)
     assert after["peak_mib"] - before["rss_mib"] < MEMORY_BOUND_MIB, (before, after)
     assert stop_s < 1.5, stop_s  # SIGTERM within ~1 s (+ process exit on a loaded machine)
@@ -302,15 +314,47 @@ CONTROL_ATTACKS = textwrap.dedent('''
     ts = [threading.Thread(target=oversized) for _ in range(10)]
     [x.start() for x in ts]
     [x.join() for x in ts]
+
+    # Issue #36: 200 idle connections from this one host; the switch serves at most 128 from a
+    # source and closes the rest at accept.
+    idle = []
+    for _ in range(200):
+        try:
+            idle.append(socket.create_connection(addr, timeout=5))
+        except OSError:
+            break
+    time.sleep(1.0)
+    served = 0
+    for c in idle:
+        c.setblocking(False)
+        try:
+            served += c.recv(1) != b""  # b"": closed at accept
+        except BlockingIOError:
+            served += 1  # open, nothing to read
+        except OSError:
+            pass
+    # Issue #36: a tenant's join with either configuration that took a shared switch down.
+    import inalab
+    configs = {}
+    for name, scheme, ina, field in [("pool_slots_2^31-1", "switchml", {"pool_slots": 2**31 - 1}, "config.ina.pool_slots"),
+                                     ("rto_ps_2^62", "rina", {"rto_ps": 2**62}, "config.ina.rto_ps")]:
+        try:
+            inalab.Client(switch=f"{host}:{port}", job=900, world=1, scheme=scheme, config={"ina": ina}, join_timeout_s=10).close()
+            configs[name] = "ACCEPTED"
+        except (RuntimeError, ValueError) as e:
+            configs[name] = f"refused, naming {field}" if field in str(e) else f"refused: {e}"
+    for c in idle:
+        c.close()
     t.join()
     print(json.dumps({"verdicts": verdicts, "never_reader_requests": reader_requests,
-                      "oversized_replies": sum(0 < n < 512 for n in replies), "oversized_reply_bytes": replies}), flush=True)
+                      "oversized_replies": sum(0 < n < 512 for n in replies), "oversized_reply_bytes": replies,
+                      "idle_opened": len(idle), "idle_served": served, "configs": configs}), flush=True)
 ''')
 
 
-def run_in(star: netns.Star, host: str, code: str, *args: str, wait: bool = True):
+def run_in(star: netns.Star, host: str, code: str, *args: str, wait: bool = True, env: dict | None = None):
     p = subprocess.Popen(star.exec(host, [sys.executable, "-c", code, *args]), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, env=env)
     if not wait:
         return p
     out, err = p.communicate(timeout=10)

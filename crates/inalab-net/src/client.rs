@@ -29,14 +29,14 @@ use inalab_core::{AppRequest, HostEvent, HostProtocol, Payload, TensorAttrs};
 use inalab_scheme::{Role, TensorContext};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, VecDeque};
-use std::io::{BufReader, Read};
+use std::io::{BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Client settings.
 #[derive(Debug, Clone)]
@@ -68,6 +68,13 @@ pub struct ClientOptions {
 /// last data) before it stops: 5 s.
 pub const LINGER: Duration = Duration::from_secs(5);
 
+/// Longest [`Client::close`] of a worker whose peers may still need it (a scheme whose
+/// workers serve their peers, `inalab_scheme::Scheme::workers_serve_peers`: Canary) waits for
+/// every worker of the job to leave: 30 s. (No shorter sign tells that the peers are done: a
+/// peer missing a result asks again only when its backed-off timeout expires, seconds later
+/// under load; a linger that ended after 2 s of silence failed 2 runs in 40.)
+pub const PEER_LINGER: Duration = Duration::from_secs(30);
+
 /// How long a blocking [`Client::allreduce`] waits for its sum by default: 30 s.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -92,6 +99,15 @@ struct State {
     failed_before_close: bool,
     finished: Vec<(Completion, Result<Vec<f32>, NetError>)>,
     completed: u64,
+    /// Control lines not yet written (the connection is non-blocking).
+    control_out: Vec<u8>,
+    /// `close` asked the I/O thread to say `leave` (and it did), and the switch said that
+    /// every worker of the job left.
+    leaving: bool,
+    leave_sent: bool,
+    all_left: bool,
+    /// The protocol panicked (caught): it is not called again.
+    broken: bool,
 }
 
 struct Inner {
@@ -111,46 +127,76 @@ pub struct Client {
 
 impl Client {
     /// Binds a UDP socket on the address the switch is reached from, joins the job and waits
-    /// until every rank joined and the job is admitted.
+    /// until every rank joined and the job is admitted, at most `opts.join_timeout` from the
+    /// first connect on.
     pub fn connect(opts: ClientOptions) -> Result<Client, NetError> {
+        Client::connect_with(opts, || Ok(()))
+    }
+
+    /// As [`Client::connect`]; `interrupted` is asked every 100 ms or so whether to give up
+    /// (Python checks for Ctrl-C there), from the first connect to the end of the rendezvous.
+    /// The join timeout bounds every step: connecting, the handshake (against a stalled or
+    /// slow switch too) and the wait for the other ranks.
+    pub fn connect_with(opts: ClientOptions, mut interrupted: impl FnMut() -> Result<(), NetError>) -> Result<Client, NetError> {
         if opts.world == 0 || opts.rank >= opts.world {
             return Err(NetError::Config(format!("rank must be in 0..world ({}), got {}", opts.world, opts.rank)));
         }
-        let mut conn = TcpStream::connect_timeout(&opts.switch, control::CONTROL_TIMEOUT).map_err(|e| {
-            crate::unreachable(e, crate::SWITCH_CONTROL, opts.switch, "Start it first (`inalab switch`), or set INALAB_SWITCH (switch=) to its control address")
+        let deadline = Instant::now() + opts.join_timeout;
+        let stalled = |step: &str| {
+            NetError::JobFailed(format!(
+                "job {}: {step} the switch's control plane at {} within the join timeout ({:?}): the switch is stalled or overloaded, \
+                 or that address is not an inalab switch",
+                opts.job, opts.switch, opts.join_timeout
+            ))
+        };
+        let mut conn = connect_by(opts.switch, deadline, &mut interrupted).map_err(|e| match e {
+            ConnectError::Interrupted(e) => e,
+            ConnectError::TimedOut => stalled("no connection to"),
+            ConnectError::Io(e) => crate::unreachable(e, crate::SWITCH_CONTROL, opts.switch, "Start it first (`inalab switch`), or set INALAB_SWITCH (switch=) to its control address"),
         })?;
         let udp = Udp::bind(SocketAddr::new(conn.local_addr()?.ip(), 0))?;
         let cred = match &opts.secret {
             Some(s) => s.credential(control::AuthRole::Worker),
             None => crate::auth::Credential::worker().map_err(NetError::Config)?,
         };
-        conn.set_read_timeout(Some(control::CONTROL_TIMEOUT))?;
-        let mut reader = BufReader::new(conn.try_clone()?);
-        control::authenticate(&mut conn, &mut reader, &cred)?;
-        let mut msg = json!({"op": "join", "job": opts.job, "rank": opts.rank, "world": opts.world, "config": opts.config, "udp": udp.local_addr()?});
+        // Every read below waits at most until the deadline, in slices that ask `interrupted`.
+        let mut reader = BufReader::new(Paced { conn: conn.try_clone()?, deadline, interrupted: &mut interrupted, why: None });
+        let finish = |reader: &mut BufReader<Paced<'_>>, e: NetError, timed_out: NetError| match reader.get_mut().why.take() {
+            Some(why) => why,
+            None if matches!(&e, NetError::Io(io) if matches!(io.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)) => timed_out,
+            None => e,
+        };
+        conn.set_write_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))?;
+        if let Err(e) = control::authenticate(&mut conn, &mut reader, &cred) {
+            return Err(finish(&mut reader, e, stalled("no answer from")));
+        }
+        let mut msg = json!({"op": "join", "job": opts.job, "rank": opts.rank, "world": opts.world, "config": opts.config, "udp": udp.local_addr()?,
+                             "timeout_s": opts.join_timeout.as_secs_f64()});
         if let Some(j) = opts.job_secret.clone().or_else(|| std::env::var("INALAB_JOB_SECRET").ok()) {
             msg["job_secret"] = json!(j);
         }
         control::send_line(&mut conn, &msg)?;
-        conn.set_read_timeout(Some(opts.join_timeout))?;
-        let reply = match control::read_line(&mut reader) {
-            Ok(Some(v)) => control::check_ok(v)?,
-            Ok(None) => return Err(NetError::JobFailed("the switch closed the control connection during the rendezvous".into())),
-            Err(NetError::Io(e)) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                return Err(NetError::JobFailed(format!(
-                    "job {}: not every one of the {} workers joined within {:?}",
-                    opts.job, opts.world, opts.join_timeout
-                )))
+        let waited = NetError::JobFailed(format!("job {}: not every one of the {} workers joined within {:?}", opts.job, opts.world, opts.join_timeout));
+        // Events may come before the reply (a peer's connection dropped while the switch was
+        // still writing the replies) and after it: they are the job's, handled once it runs.
+        let mut events = vec![];
+        let reply = loop {
+            match control::read_line(&mut reader) {
+                Ok(Some(v)) if v.get("event").is_some() && v.get("ok").is_none() => events.push(v),
+                Ok(Some(v)) => break control::check_ok(v)?,
+                Ok(None) => return Err(NetError::JobFailed("the switch closed the control connection during the rendezvous".into())),
+                Err(e) => return Err(finish(&mut reader, e, waited)),
             }
-            Err(e) => return Err(e),
         };
-        // Events may follow the reply at once (another worker already failed the job).
-        let leftover = reader.buffer().to_vec();
+        let mut leftover: Vec<u8> = events.iter().flat_map(|v| format!("{v}\n").into_bytes()).collect();
+        leftover.extend_from_slice(reader.buffer());
+        drop(reader);
         let spec: JobSpec = field(&reply, "spec")?;
         let node: u32 = field(&reply, "node")?;
         // The switch's data-plane address: the only source the worker accepts packets from.
         let gateway: SocketAddr = field(&reply, "switch_udp")?;
         conn.set_read_timeout(None)?;
+        conn.set_write_timeout(None)?;
         conn.set_nonblocking(true)?;
         Client::start(spec, opts.rank, node, udp, gateway, opts.link_rate_bps, Some(conn), leftover)
     }
@@ -196,12 +242,17 @@ impl Client {
                 failed_before_close: false,
                 finished: vec![],
                 completed: 0,
+                control_out: vec![],
+                leaving: false,
+                leave_sent: false,
+                all_left: false,
+                broken: false,
             }),
             waker: Waker::new()?,
             stop: AtomicBool::new(false),
             clock: Clock::new(),
         });
-        inner.st.lock().expect("client lock").parse_control(inner.clock.now());
+        crate::lock(&inner.st).parse_control(inner.clock.now());
         let (tx, rx) = mpsc::channel::<(Completion, Result<Vec<f32>, NetError>)>();
         let i = inner.clone();
         let io = std::thread::Builder::new().name("inalab-client-io".into()).spawn(move || io_loop(&i, tx))?;
@@ -223,7 +274,7 @@ impl Client {
     /// model's iteration (`ctx`): a scheme that schedules by it (DSA's priority) computes its
     /// priority from it, the others ignore it.
     pub fn allreduce_about(&self, values: Vec<f32>, ctx: Option<TensorContext>, done: Completion) {
-        let mut st = self.inner.st.lock().expect("client lock");
+        let mut st = crate::lock(&self.inner.st);
         if let Some(reason) = &st.failed {
             let reason = reason.clone();
             drop(st);
@@ -278,7 +329,7 @@ impl Client {
 
     /// Fails this client's job here: pending and later calls end with `reason`.
     fn give_up(&self, reason: String) {
-        self.inner.st.lock().expect("client lock").fail(reason);
+        crate::lock(&self.inner.st).fail(reason);
         self.inner.waker.wake();
     }
 
@@ -287,7 +338,7 @@ impl Client {
     /// without it, or every pending and later request fails. Returns whether it goes on.
     pub fn peer_failed(&self, rank: u32) -> bool {
         let now = self.inner.clock.now();
-        let mut st = self.inner.st.lock().expect("client lock");
+        let mut st = crate::lock(&self.inner.st);
         let goes_on = st.proto.peer_failed(now, rank);
         if !goes_on {
             st.fail(format!("worker rank {rank} of the job failed, and its protocol does not go on without it"));
@@ -299,46 +350,80 @@ impl Client {
 
     /// Protocol and I/O counters.
     pub fn stats(&self) -> Value {
-        let st = self.inner.st.lock().expect("client lock");
+        let st = crate::lock(&self.inner.st);
         json!({"node": self.node, "rank": st.rank, "job": st.spec.job, "completed": st.completed,
                "failed": st.failed, "protocol": counters_json(st.proto.as_ref()), "io": st.io.stats()})
     }
 
     /// Tells the switch this worker is done (the job is released when all are) and stops.
     pub fn close(mut self) {
-        self.shutdown();
+        self.shutdown(&mut || Ok(()));
     }
 
-    fn shutdown(&mut self) {
+    /// As [`Client::close`]; `interrupted` is asked every few milliseconds whether to stop
+    /// lingering (Python checks for Ctrl-C there).
+    pub fn close_with(mut self, mut interrupted: impl FnMut() -> Result<(), NetError>) {
+        self.shutdown(&mut interrupted);
+    }
+
+    fn shutdown(&mut self, interrupted: &mut dyn FnMut() -> Result<(), NetError>) {
         if self.threads.is_empty() {
             return;
         }
-        // Linger while the protocol still has a timer armed (data a peer has not acknowledged:
-        // in a ring, this worker's last chunk may still be on its way to its successor, whose
-        // allreduce would never finish if we stopped resending it), at most LINGER.
-        let deadline = std::time::Instant::now() + LINGER;
-        while std::time::Instant::now() < deadline {
-            let st = self.inner.st.lock().expect("client lock");
-            if st.failed.is_some() || (st.active.is_empty() && st.proto.poll_timeout().is_none()) {
-                break;
+        let serves_peers = self.spec.scheme().is_ok_and(|s| s.workers_serve_peers());
+        let has_control = crate::lock(&self.inner.st).control.is_some();
+        if serves_peers && has_control {
+            // Say `leave` now and keep serving the peers (a Canary leader restores a result a
+            // slower peer lost) until the switch says every worker left or the job failed; at
+            // most PEER_LINGER.
+            crate::lock(&self.inner.st).leaving = true;
+            self.inner.waker.wake();
+            let deadline = Instant::now() + PEER_LINGER;
+            loop {
+                let st = crate::lock(&self.inner.st);
+                if st.failed.is_some() || st.all_left || st.broken || Instant::now() >= deadline {
+                    break;
+                }
+                drop(st);
+                if interrupted().is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
             }
-            drop(st);
-            std::thread::sleep(Duration::from_millis(2));
+        } else {
+            // Linger while the protocol still has a timer armed (data a peer has not
+            // acknowledged: in a ring, this worker's last chunk may still be on its way to its
+            // successor, whose allreduce would never finish if we stopped resending it), at
+            // most LINGER.
+            let deadline = Instant::now() + LINGER;
+            while Instant::now() < deadline {
+                let st = crate::lock(&self.inner.st);
+                if st.failed.is_some() || st.broken || (st.active.is_empty() && st.proto.poll_timeout().is_none()) {
+                    break;
+                }
+                drop(st);
+                if interrupted().is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
         }
         self.inner.stop.store(true, Ordering::SeqCst);
         self.inner.waker.wake();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
-        // With the I/O thread gone, say `leave` and wait for the switch to record it, so that
-        // once every worker's close returned the job is released (its aggregators free).
-        let st = self.inner.st.lock().expect("client lock");
-        if st.failed_before_close {
+        // With the I/O thread gone, say `leave` (unless it did) and wait for the switch to
+        // record it, so that once every worker's close returned the job is released (its
+        // aggregators free).
+        let st = crate::lock(&self.inner.st);
+        if st.failed_before_close || st.leave_sent {
             return;
         }
         let Some(Ok(mut conn)) = st.control.as_ref().map(TcpStream::try_clone) else { return };
         let _ = conn.set_nonblocking(false);
         let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = conn.set_write_timeout(Some(Duration::from_secs(5)));
         if control::send_line(&mut conn, &json!({"op": "leave"})).is_err() {
             return;
         }
@@ -353,27 +438,27 @@ impl Client {
 
 impl Drop for Client {
     fn drop(&mut self) {
-        self.shutdown();
+        self.shutdown(&mut || Ok(()));
     }
 }
 
 fn io_loop(inner: &Inner, done_tx: mpsc::Sender<(Completion, Result<Vec<f32>, NetError>)>) {
     let (udp_fd, ctl_fd) = {
-        let st = inner.st.lock().expect("client lock");
+        let st = crate::lock(&inner.st);
         // A negative descriptor is ignored by ppoll: no control connection, nothing to read.
         (st.io.udp.fd(), st.control.as_ref().map_or(-1, |c| c.as_raw_fd()))
     };
     loop {
         let stopping = inner.stop.load(Ordering::SeqCst);
         let finished = {
-            let mut st = inner.st.lock().expect("client lock");
+            let mut st = crate::lock(&inner.st);
             std::mem::take(&mut st.finished)
         };
         for f in finished {
             let _ = done_tx.send(f);
         }
         if stopping {
-            let mut st = inner.st.lock().expect("client lock");
+            let mut st = crate::lock(&inner.st);
             st.failed_before_close = st.failed.is_some();
             st.fail("the client was closed".into());
             for f in std::mem::take(&mut st.finished) {
@@ -382,20 +467,33 @@ fn io_loop(inner: &Inner, done_tx: mpsc::Sender<(Completion, Result<Vec<f32>, Ne
             return;
         }
         let next = {
-            let st = inner.st.lock().expect("client lock");
+            let st = crate::lock(&inner.st);
             [st.proto.as_ref().poll_timeout(), st.io.wake_at()].into_iter().flatten().min()
         };
         let timeout = next.map_or(Duration::from_millis(50), |at| inner.clock.until(at).min(Duration::from_millis(50)));
         let ready = wait(&[(udp_fd, libc::POLLIN), (inner.waker.fd(), libc::POLLIN), (ctl_fd, libc::POLLIN)], Some(timeout))
             .unwrap_or_else(|_| vec![false; 3]);
-        let mut st = inner.st.lock().expect("client lock");
+        let mut st = crate::lock(&inner.st);
         if ready[1] {
             inner.waker.drain();
         }
-        if ready[2] {
-            st.read_control(inner.clock.now());
+        if st.leaving && !st.leave_sent && st.failed.is_none() {
+            st.leave_sent = true;
+            st.queue_control(&json!({"op": "leave"}));
         }
-        st.pump(&inner.clock);
+        st.flush_control();
+        // The protocol's own code runs here: a panic fails this worker's calls with its
+        // message, rather than leave them waiting on a dead thread.
+        let served = crate::guarded(|| {
+            if ready[2] {
+                st.read_control(inner.clock.now());
+            }
+            st.pump(&inner.clock);
+        });
+        if let Err(m) = served {
+            st.broken = true;
+            st.fail(format!("the job's protocol failed on this worker (a bug): {m}"));
+        }
     }
 }
 
@@ -404,6 +502,11 @@ impl State {
     /// then fires due timers: a timer must not fire for a packet that already waits in the
     /// socket.
     fn pump(&mut self, clock: &Clock) {
+        if self.broken {
+            // Nothing is handed to a protocol that panicked; the socket is drained.
+            while self.io.recv(|_| {}).unwrap_or(0) > 0 {}
+            return;
+        }
         for _ in 0..64 {
             let now = clock.now();
             let proto = self.proto.as_mut();
@@ -491,6 +594,8 @@ impl State {
             let reason = v["reason"].as_str().unwrap_or("unknown").to_string();
             if v["event"] == "failed" {
                 self.fail(reason);
+            } else if v["event"] == "all_left" {
+                self.all_left = true;
             } else if v["event"] == "peer_failed" {
                 // Another worker died: the protocol goes on without it (Rina rebuilds its
                 // ring) or the job ends for every worker.
@@ -498,10 +603,34 @@ impl State {
                 if rank.is_some_and(|r| self.proto.peer_failed(now, r)) {
                     self.step(now);
                 } else {
-                    if let Some(c) = self.control.as_mut() {
-                        let _ = control::send_line(c, &json!({"op": "abort", "job": self.spec.job, "reason": reason}));
-                    }
+                    self.queue_control(&json!({"op": "abort", "job": self.spec.job, "reason": reason}));
                     self.fail(reason);
+                }
+            }
+        }
+    }
+
+    /// Queues a control line and writes what the (non-blocking) connection takes.
+    fn queue_control(&mut self, v: &Value) {
+        if self.control.is_none() {
+            return;
+        }
+        self.control_out.extend_from_slice(serde_json::to_string(v).expect("JSON values serialize").as_bytes());
+        self.control_out.push(b'\n');
+        self.flush_control();
+    }
+
+    fn flush_control(&mut self) {
+        while !self.control_out.is_empty() {
+            let Some(c) = self.control.as_mut() else { return };
+            match c.write(&self.control_out) {
+                Ok(0) => return,
+                Ok(n) => drop(self.control_out.drain(..n)),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(_) => {
+                    // The connection is gone; read_control says so.
+                    self.control_out.clear();
+                    return;
                 }
             }
         }
@@ -517,6 +646,62 @@ impl State {
         }
         for (_, _, done) in std::mem::take(&mut self.queue) {
             self.finished.push((done, Err(NetError::JobFailed(reason.clone()))));
+        }
+    }
+}
+
+/// How often a blocking wait of the client asks whether to give up (Ctrl-C).
+const POLL_SLICE: Duration = Duration::from_millis(100);
+
+enum ConnectError {
+    Interrupted(NetError),
+    TimedOut,
+    Io(std::io::Error),
+}
+
+/// Connects to `addr` by `deadline`, in slices that ask `interrupted` between them (a refused
+/// connection fails at once).
+fn connect_by(addr: SocketAddr, deadline: Instant, interrupted: &mut dyn FnMut() -> Result<(), NetError>) -> Result<TcpStream, ConnectError> {
+    loop {
+        interrupted().map_err(ConnectError::Interrupted)?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ConnectError::TimedOut);
+        }
+        match TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(1))) {
+            Ok(c) => return Ok(c),
+            Err(e) if matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) => continue,
+            Err(e) => return Err(ConnectError::Io(e)),
+        }
+    }
+}
+
+/// A control connection read with a deadline, in slices of [`POLL_SLICE`] that ask
+/// `interrupted` between them: a switch that stalls, or trickles its answer, cannot hold a
+/// worker past its timeout, and Ctrl-C ends the wait. An interruption is kept in `why`.
+struct Paced<'a> {
+    conn: TcpStream,
+    deadline: Instant,
+    interrupted: &'a mut dyn FnMut() -> Result<(), NetError>,
+    why: Option<NetError>,
+}
+
+impl Read for Paced<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            if let Err(e) = (self.interrupted)() {
+                self.why = Some(e);
+                return Err(std::io::Error::other("interrupted"));
+            }
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ErrorKind::TimedOut.into());
+            }
+            self.conn.set_read_timeout(Some(left.min(POLL_SLICE)))?;
+            match self.conn.read(buf) {
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => continue,
+                r => return r,
+            }
         }
     }
 }

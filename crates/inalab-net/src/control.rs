@@ -219,11 +219,34 @@ pub fn announce(bound: SocketAddr, peer: SocketAddr) -> SocketAddr {
     local.map_or(bound, |l| SocketAddr::new(l.ip(), bound.port()))
 }
 
-/// Writes one JSON line.
+/// Writes one JSON line. A socket with a write timeout gets the whole line written within it,
+/// not each `send` call: a peer that reads nothing but lets the kernel take a few bytes now
+/// and then (its receive queue collapsed under memory pressure) would otherwise hold a writer
+/// for ever, one partial write at a time (issue #36: connections that never read held a PS).
 pub fn send_line(stream: &mut TcpStream, v: &Value) -> std::io::Result<()> {
     let mut s = serde_json::to_string(v).expect("JSON values serialize");
     s.push('\n');
-    stream.write_all(s.as_bytes())
+    let Some(limit) = stream.write_timeout()? else { return stream.write_all(s.as_bytes()) };
+    let deadline = std::time::Instant::now() + limit;
+    let mut rest = s.as_bytes();
+    let result = loop {
+        if rest.is_empty() {
+            break Ok(());
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            break Err(std::io::ErrorKind::TimedOut.into());
+        }
+        stream.set_write_timeout(Some(left))?;
+        match stream.write(rest) {
+            Ok(0) => break Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => rest = &rest[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => break Err(e),
+        }
+    };
+    let _ = stream.set_write_timeout(Some(limit));
+    result
 }
 
 /// Longest control line read, bytes (newline included): 256 KiB. The longest legitimate line,
@@ -267,14 +290,14 @@ pub fn request(addr: SocketAddr, auth: Option<&Credential>, v: &Value, timeout: 
     exchange_reply(&mut r, addr)
 }
 
-fn exchange_reply(r: &mut BufReader<TcpStream>, addr: SocketAddr) -> Result<Value, NetError> {
+fn exchange_reply<R: BufRead>(r: &mut R, addr: SocketAddr) -> Result<Value, NetError> {
     let reply = read_line(r)?.ok_or_else(|| NetError::Protocol(format!("{addr} closed the control connection")))?;
     check_ok(reply)
 }
 
 /// Proves `role`'s key to the server on `conn` and checks the server's proof of the same
 /// secret (mutual: a worker then trusts the job key the switch hands it).
-pub fn authenticate(conn: &mut TcpStream, r: &mut BufReader<TcpStream>, cred: &Credential) -> Result<(), NetError> {
+pub fn authenticate<R: BufRead>(conn: &mut TcpStream, r: &mut R, cred: &Credential) -> Result<(), NetError> {
     let (role, key) = (cred.role, cred.key);
     let peer = conn.peer_addr()?;
     send_line(conn, &serde_json::json!({"op": "hello"}))?;

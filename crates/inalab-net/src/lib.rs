@@ -26,6 +26,28 @@ pub mod client;
 mod service;
 
 use std::fmt;
+use std::sync::{Mutex, MutexGuard};
+
+/// Locks `m`, taking over a lock poisoned by a panic. Every place where a scheme's or job's own
+/// code runs under a lock catches its panics ([`guarded`]), so a poisoned lock means a panic in
+/// the driver between two consistent states; serving on is better than a switch or PS that
+/// panics at every later request while its process lives on (issue #36).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Runs `f`, turning a panic into an error holding its message: the boundary around a scheme's
+/// or job's own code (a plan, a program's admission, a packet's handling), so that one job's
+/// panic refuses or fails that job alone and never takes the data plane or its lock with it.
+pub fn guarded<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| panic_message(p.as_ref()))
+}
+
+/// The message of a caught panic.
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    let text = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
+    inalab_scheme::clip(&text.unwrap_or_else(|| "a panic without a message".into()), 300)
+}
 
 /// Errors of the runtime, each with a message a user can act on.
 #[derive(Debug)]
@@ -46,6 +68,9 @@ pub enum NetError {
     /// A control plane could not be reached: the message names the address, the cause and
     /// what to start (Python: `ConnectionError`).
     Unreachable(String),
+    /// A switch or PS whose data plane stopped (a bug, caught): it serves nothing any more,
+    /// and says why at every request.
+    Stopped(String),
 }
 
 /// What a peer at `addr` is, for messages: "the switch's control plane (inalab switch
@@ -85,7 +110,7 @@ impl fmt::Display for NetError {
             NetError::Io(e) => write!(f, "I/O error: {e}"),
             NetError::Config(m) | NetError::Protocol(m) | NetError::Remote(m) | NetError::TooLong(m) | NetError::Auth(m) => f.write_str(m),
             NetError::JobFailed(m) => write!(f, "job failed: {m}"),
-            NetError::Unreachable(m) => f.write_str(m),
+            NetError::Unreachable(m) | NetError::Stopped(m) => f.write_str(m),
         }
     }
 }

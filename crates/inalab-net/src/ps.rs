@@ -4,6 +4,17 @@
 //! second: the switch fails the PS's jobs when it closes or goes silent, and refuses a second
 //! PS while it lives. Jobs are admitted and released by the switch (`admit` / `release` with
 //! the job's [`JobSpec`]).
+//!
+//! # Recovery
+//! A PS that loses its switch (the switch restarted, or either of them stalled past the
+//! switch's liveness limit) says so and attaches again, every second until it succeeds, naming
+//! the jobs it still runs; the switch answers with those it still serves, and the PS frees the
+//! others (their workers were told they failed). Later jobs then find it as before.
+//!
+//! # Failure of one job
+//! A server endpoint that panics (a bug in its protocol) is caught: that job is dropped here
+//! and reported to the switch (`{"op": "fail"}` on the attach connection), which fails it on
+//! every worker; the PS and its other jobs go on.
 
 use crate::clock::Clock;
 use crate::control::{self, err, field, ok, JobSpec, CONTROL_TIMEOUT};
@@ -63,6 +74,11 @@ struct PsState {
     servers: BTreeMap<u32, Box<dyn HostProtocol>>,
     /// Packets for jobs not admitted here, dropped.
     unadmitted: u64,
+    /// Jobs whose server endpoint panicked (dropped), with why, not yet reported to the switch.
+    failed: Vec<(u32, String)>,
+    /// Server endpoints that panicked, and times this PS attached to its switch.
+    panics: u64,
+    attaches: u64,
 }
 
 struct Shared {
@@ -70,6 +86,8 @@ struct Shared {
     secret: crate::auth::Secret,
     st: Mutex<PsState>,
     stop: AtomicBool,
+    /// Why the data-plane thread stopped, if it did (then `stats` and every request say it).
+    dead: Mutex<Option<String>>,
 }
 
 pub struct PsHandle {
@@ -90,35 +108,42 @@ impl PsHandle {
         let listener = TcpListener::bind(opts.control).map_err(|e| crate::bind_error(e, "--control", opts.control))?;
         let (udp_addr, control_addr) = (udp.local_addr()?, listener.local_addr()?);
         if let Some(f) = &opts.fabric {
-            let shared = Arc::new(Shared { node: opts.node, secret, st: Mutex::new(PsState::new(udp, f.gateway, opts.link_rate_bps)), stop: AtomicBool::new(false) });
+            let shared = Arc::new(Shared { node: opts.node, secret, st: Mutex::new(PsState::new(udp, f.gateway, opts.link_rate_bps)), stop: AtomicBool::new(false), dead: Mutex::new(None) });
             for spec in &f.jobs {
                 admit(&shared, spec).map_err(|e| NetError::Config(format!("fabric: job {}: {e}", spec.job)))?;
             }
             let threads = spawn(&shared, listener)?;
             return Ok(PsHandle { shared, threads, udp_addr, control_addr });
         }
-        let mut attach = TcpStream::connect_timeout(&opts.switch, CONTROL_TIMEOUT).map_err(|e| {
-            crate::unreachable(e, crate::SWITCH_CONTROL, opts.switch, "Start the switch first (`inalab switch --program SCHEME`, the scheme of the jobs this PS serves), or give --switch its control address")
+        let place = Place { node: opts.node, switch: opts.switch, udp: udp_addr, control: control_addr };
+        let (attach, replies, reply) = attach(&place, &secret, &[]).map_err(|e| match e {
+            NetError::Io(e) => crate::unreachable(
+                e,
+                crate::SWITCH_CONTROL,
+                opts.switch,
+                "Start the switch first (`inalab switch --program SCHEME`, the scheme of the jobs this PS serves), or give --switch its control address",
+            ),
+            e => e,
         })?;
-        attach.set_read_timeout(Some(CONTROL_TIMEOUT))?;
-        attach.set_write_timeout(Some(CONTROL_TIMEOUT))?;
-        let msg = json!({"op": "attach", "role": "ps", "node": opts.node,
-                         "udp": control::announce(udp_addr, opts.switch), "control": control::announce(control_addr, opts.switch)});
-        let mut replies = BufReader::new(attach.try_clone()?);
-        control::authenticate(&mut attach, &mut replies, &secret.credential(control::AuthRole::Ps))?;
-        control::send_line(&mut attach, &msg)?;
-        let reply = control::read_line(&mut replies)?.ok_or_else(|| NetError::Protocol(format!("{} closed the control connection", opts.switch)))?;
-        let reply = control::check_ok(reply)?;
         let gateway: SocketAddr = field(&reply, "udp")?;
-        let shared = Arc::new(Shared { node: opts.node, secret, st: Mutex::new(PsState::new(udp, gateway, opts.link_rate_bps)), stop: AtomicBool::new(false) });
+        let shared = Arc::new(Shared { node: opts.node, secret, st: Mutex::new(PsState::new(udp, gateway, opts.link_rate_bps)), stop: AtomicBool::new(false), dead: Mutex::new(None) });
+        crate::lock(&shared.st).attaches = 1;
         let mut threads = spawn(&shared, listener)?;
         let s = shared.clone();
-        threads.push(std::thread::Builder::new().name("inalab-ps-ping".into()).spawn(move || heartbeat(&s, attach, replies))?);
+        threads.push(std::thread::Builder::new().name("inalab-ps-ping".into()).spawn(move || heartbeat(&s, place, attach, replies))?);
         Ok(PsHandle { shared, threads, udp_addr, control_addr })
     }
 
     pub fn stats(&self) -> Value {
         stats(&self.shared)
+    }
+
+    /// `Ok` while the PS serves; an error saying why once its data plane stopped.
+    pub fn health(&self) -> Result<(), NetError> {
+        match crate::lock(&self.shared.dead).as_ref() {
+            Some(why) => Err(NetError::Stopped(why.clone())),
+            None => Ok(()),
+        }
     }
 
     pub fn stop(mut self) {
@@ -136,59 +161,173 @@ impl Drop for PsHandle {
     }
 }
 
-/// Pings the switch every second on the attach connection until the PS stops or the switch is
-/// gone (then says so once: the switch has failed the PS's jobs meanwhile).
-fn heartbeat(s: &Shared, mut conn: TcpStream, mut replies: BufReader<TcpStream>) {
+/// Where a PS is and which switch it attaches to.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    node: NodeId,
+    switch: SocketAddr,
+    udp: SocketAddr,
+    control: SocketAddr,
+}
+
+/// Attaches to the switch as its PS, naming the jobs it runs (`jobs`); returns the connection,
+/// its reader and the switch's reply (its data-plane address `udp`, the `jobs` it still
+/// serves here).
+fn attach(p: &Place, secret: &crate::auth::Secret, jobs: &[u32]) -> Result<(TcpStream, BufReader<TcpStream>, Value), NetError> {
+    let mut conn = TcpStream::connect_timeout(&p.switch, CONTROL_TIMEOUT)?;
+    conn.set_read_timeout(Some(CONTROL_TIMEOUT))?;
+    conn.set_write_timeout(Some(CONTROL_TIMEOUT))?;
+    let msg = json!({"op": "attach", "role": "ps", "node": p.node, "jobs": jobs,
+                     "udp": control::announce(p.udp, p.switch), "control": control::announce(p.control, p.switch)});
+    let mut replies = BufReader::new(conn.try_clone()?);
+    control::authenticate(&mut conn, &mut replies, &secret.credential(control::AuthRole::Ps))?;
+    control::send_line(&mut conn, &msg)?;
+    let reply = control::read_line(&mut replies)?.ok_or_else(|| NetError::Protocol(format!("{} closed the control connection", p.switch)))?;
+    Ok((conn, replies, control::check_ok(reply)?))
+}
+
+/// Pings the switch every second on the attach connection until the PS stops, reporting jobs
+/// whose server failed. When the switch is lost (no answer within [`CONTROL_TIMEOUT`], the
+/// connection closed), it says so and attaches again every second until it can (see the
+/// module docs, "Recovery").
+fn heartbeat(s: &Shared, place: Place, mut conn: TcpStream, mut replies: BufReader<TcpStream>) {
     loop {
-        for _ in 0..20 {
-            if s.stop.load(Ordering::Relaxed) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let alive = control::send_line(&mut conn, &json!({"op": "ping"})).is_ok() && matches!(control::read_line(&mut replies), Ok(Some(_)));
-        if !alive {
-            eprintln!("inalab ps: lost the switch's control plane; its jobs have failed there");
+        if sleep_unless_stopped(s, Duration::from_secs(1)) {
             return;
         }
+        let failed = std::mem::take(&mut crate::lock(&s.st).failed);
+        let mut alive = true;
+        for (job, reason) in &failed {
+            alive &= exchange(&mut conn, &mut replies, &json!({"op": "fail", "job": job, "reason": reason})).is_ok();
+        }
+        alive = alive && exchange(&mut conn, &mut replies, &json!({"op": "ping"})).is_ok();
+        if alive {
+            continue;
+        }
+        let lost_at = std::time::Instant::now();
+        eprintln!(
+            "inalab ps: lost the switch's control plane at {}: the jobs it had here failed there. Attaching again every second \
+             (if the switch is gone for good, start it again: `inalab switch ...`)",
+            place.switch
+        );
+        let mut tries = 0u64;
+        (conn, replies) = loop {
+            if sleep_unless_stopped(s, if tries == 0 { Duration::ZERO } else { Duration::from_secs(1) }) {
+                return;
+            }
+            tries += 1;
+            let held: Vec<u32> = crate::lock(&s.st).servers.keys().copied().collect();
+            match attach(&place, &s.secret, &held) {
+                Ok((c, r, reply)) => {
+                    reattached(s, &reply);
+                    eprintln!("inalab ps: attached to the switch at {} again after {:.1} s", place.switch, lost_at.elapsed().as_secs_f64());
+                    break (c, r);
+                }
+                Err(e) if tries % 30 == 1 => eprintln!("inalab ps: the switch at {} does not take this PS yet: {e}", place.switch),
+                Err(_) => {}
+            }
+        };
+    }
+}
+
+/// Sleeps `d` in short steps; true if the PS is stopping.
+fn sleep_unless_stopped(s: &Shared, d: Duration) -> bool {
+    let until = std::time::Instant::now() + d;
+    loop {
+        if s.stop.load(Ordering::Relaxed) {
+            return true;
+        }
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(50)));
+    }
+}
+
+/// One request on the attach connection and its answer.
+fn exchange(conn: &mut TcpStream, replies: &mut BufReader<TcpStream>, v: &Value) -> Result<Value, NetError> {
+    control::send_line(conn, v)?;
+    let reply = control::read_line(replies)?.ok_or_else(|| NetError::Protocol("the switch closed the connection".into()))?;
+    control::check_ok(reply)
+}
+
+/// The switch took this PS back: its data plane may be at a new address, and only the jobs it
+/// lists are still served; the others' servers are freed.
+fn reattached(s: &Shared, reply: &Value) {
+    let kept: Vec<u32> = field(reply, "jobs").unwrap_or_default();
+    let mut st = crate::lock(&s.st);
+    st.attaches += 1;
+    if let Ok(gateway) = field::<SocketAddr>(reply, "udp") {
+        st.io.gateway = gateway;
+    }
+    let dropped: Vec<u32> = st.servers.keys().copied().filter(|j| !kept.contains(j)).collect();
+    for job in dropped {
+        st.servers.remove(&job);
+        st.io.remove_job(job);
     }
 }
 
 fn stats(s: &Shared) -> Value {
-    let st = s.st.lock().expect("ps lock");
+    let st = crate::lock(&s.st);
     let jobs: serde_json::Map<String, Value> = st.servers.iter().map(|(j, p)| (j.to_string(), counters_json(p.as_ref()))).collect();
-    json!({"node": s.node, "io": st.io.stats(), "unadmitted": st.unadmitted, "jobs": jobs})
+    let data_plane = match crate::lock(&s.dead).as_ref() {
+        Some(why) => json!({"stopped": why}),
+        None => json!("running"),
+    };
+    json!({"node": s.node, "io": st.io.stats(), "unadmitted": st.unadmitted, "jobs": jobs, "server_panics": st.panics, "attaches": st.attaches, "data_plane": data_plane})
 }
 
 fn data_loop(s: &Shared) {
     let clock = Clock::new();
-    let fd = s.st.lock().expect("ps lock").io.udp.fd();
+    let fd = crate::lock(&s.st).io.udp.fd();
     while !s.stop.load(Ordering::Relaxed) {
         let next = {
-            let st = s.st.lock().expect("ps lock");
+            let st = crate::lock(&s.st);
             st.servers.values().filter_map(|p| p.poll_timeout()).chain(st.io.wake_at()).min()
         };
         let timeout = next.map_or(Duration::from_millis(10), |at| clock.until(at).min(Duration::from_millis(10)));
         let _ = wait(&[(fd, libc::POLLIN)], Some(timeout));
-        let mut guard = s.st.lock().expect("ps lock");
+        let mut guard = crate::lock(&s.st);
         let st = &mut *guard;
         for _ in 0..32 {
             let now = clock.now();
             let (servers, unadmitted) = (&mut st.servers, &mut st.unadmitted);
+            // A server's panic is caught (see the module docs): its job is dropped, the rest
+            // go on.
+            let mut panicked: Vec<(u32, String)> = vec![];
             let n = st.io.recv(|pkt| {
-                let server = pkt.header.job().and_then(|j| servers.get_mut(&j));
-                match server {
-                    Some(p) => p.handle_packet(now, pkt),
+                let job = pkt.header.job();
+                match job.and_then(|j| servers.get_mut(&j).map(|p| (j, p))) {
+                    Some((j, p)) => {
+                        if let Err(m) = crate::guarded(|| p.handle_packet(now, pkt)) {
+                            panicked.push((j, format!("its server endpoint panicked handling a packet: {m}")));
+                        }
+                    }
                     None => *unadmitted += 1,
                 }
             });
             let now = clock.now();
-            for p in st.servers.values_mut() {
-                if p.poll_timeout().is_some_and(|t| t <= now) {
-                    p.handle_timeout(now);
+            for (&j, p) in st.servers.iter_mut() {
+                let io = &mut st.io;
+                let served = crate::guarded(|| {
+                    if p.poll_timeout().is_some_and(|t| t <= now) {
+                        p.handle_timeout(now);
+                    }
+                    io.transmit(now, p.as_mut());
+                    while p.poll_event().is_some() {}
+                });
+                if let Err(m) = served {
+                    panicked.push((j, format!("its server endpoint panicked: {m}")));
                 }
-                st.io.transmit(now, p.as_mut());
-                while p.poll_event().is_some() {}
+            }
+            for (job, reason) in panicked {
+                if st.servers.remove(&job).is_some() {
+                    eprintln!("inalab ps: job {job}: {reason}; the job is dropped here and failed at the switch, the others go on");
+                    st.io.remove_job(job);
+                    st.panics += 1;
+                    st.failed.push((job, reason));
+                }
             }
             st.io.flush();
             if !matches!(n, Ok(k) if k > 0) {
@@ -204,14 +343,20 @@ impl PsState {
         if let Some(rate) = link_rate_bps {
             io.pace(rate);
         }
-        PsState { io, servers: BTreeMap::new(), unadmitted: 0 }
+        PsState { io, servers: BTreeMap::new(), unadmitted: 0, failed: vec![], panics: 0, attaches: 0 }
     }
 }
 
 /// The data-plane thread and the control listener.
 fn spawn(shared: &Arc<Shared>, listener: TcpListener) -> Result<Vec<JoinHandle<()>>, NetError> {
     let s = shared.clone();
-    let data = std::thread::Builder::new().name("inalab-ps-dp".into()).spawn(move || data_loop(&s))?;
+    let data = std::thread::Builder::new().name("inalab-ps-dp".into()).spawn(move || {
+        if let Err(msg) = crate::guarded(|| data_loop(&s)) {
+            let why = format!("the parameter server's data plane stopped: {msg}");
+            eprintln!("inalab ps: {why}");
+            *crate::lock(&s.dead) = Some(why);
+        }
+    })?;
     let s = shared.clone();
     let ctl = std::thread::Builder::new().name("inalab-ps-cp".into()).spawn(move || {
         let conn_shared = s.clone();
@@ -223,9 +368,11 @@ fn spawn(shared: &Arc<Shared>, listener: TcpListener) -> Result<Vec<JoinHandle<(
 /// Runs the PS's part of `spec`.
 fn admit(s: &Shared, spec: &JobSpec) -> Result<(), NetError> {
     let index = spec.servers.iter().position(|p| p.node == s.node).ok_or_else(|| NetError::Config(format!("job {}: node {} is not one of its servers", spec.job, s.node)))?;
-    let server = spec.endpoint(s.node, Role::Server { index: index as u32 })?;
+    // The scheme's own code: a panic refuses this job alone.
+    let server = crate::guarded(|| spec.endpoint(s.node, Role::Server { index: index as u32 }))
+        .map_err(|p| NetError::Config(format!("job {}: refused: setting up its server panicked ({p})", spec.job)))??;
     let mac = spec.frame_mac()?;
-    let mut st = s.st.lock().expect("ps lock");
+    let mut st = crate::lock(&s.st);
     if st.servers.contains_key(&spec.job) {
         return Err(NetError::Config(format!("job {} is already admitted at the PS", spec.job)));
     }
@@ -235,18 +382,28 @@ fn admit(s: &Shared, spec: &JobSpec) -> Result<(), NetError> {
 }
 
 fn serve(s: &Shared, conn: TcpStream) {
-    let Ok(mut w) = conn.try_clone() else { return };
+    let Ok(w) = conn.try_clone() else { return };
+    let mut w = crate::service::Replies::new(w);
     let mut r = BufReader::new(conn);
     let mut auth = control::ServerAuth::new(s.secret.clone());
     while let Ok(Some(msg)) = control::read_line(&mut r) {
         let op = msg["op"].as_str().unwrap_or("");
-        let reply = match auth.handle(op, &msg) {
-            Some(r) => r,
+        if let Some(r) = auth.handle(op, &msg) {
+            let failed = r.is_err();
+            if w.send(&r.unwrap_or_else(err)).is_err() || failed {
+                break; // a failed authentication closes the connection (as at the switch)
+            }
+            continue;
+        }
+        let dead = crate::lock(&s.dead).clone();
+        let reply = match dead {
+            // A PS whose data plane stopped serves nothing: it says why.
+            Some(why) => Err(NetError::Stopped(why)),
             // Only the switch admits and releases jobs here.
             None if matches!(op, "admit" | "release") => auth.require(op, &[control::AuthRole::Switch]).and_then(|_| handle(s, &msg)),
             None => handle(s, &msg),
         };
-        if control::send_line(&mut w, &reply.unwrap_or_else(err)).is_err() {
+        if w.send(&reply.unwrap_or_else(err)).is_err() {
             break;
         }
     }
@@ -261,12 +418,12 @@ fn handle(s: &Shared, msg: &Value) -> Result<Value, NetError> {
         }
         "release" => {
             let job: u32 = field(msg, "job")?;
-            let mut st = s.st.lock().expect("ps lock");
+            let mut st = crate::lock(&s.st);
             st.servers.remove(&job);
             st.io.remove_job(job);
             Ok(ok(json!({})))
         }
         "stats" => Ok(ok(stats(s))),
-        other => Err(NetError::Protocol(format!("field `op`: {other:?} is not one of \"admit\", \"release\", \"stats\""))),
+        other => Err(NetError::Protocol(format!("field `op`: {:?} is not one of \"admit\", \"release\", \"stats\"", inalab_scheme::clip(other, 64)))),
     }
 }

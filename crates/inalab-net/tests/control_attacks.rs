@@ -259,3 +259,266 @@ fn a_rendezvous_secret_keeps_strangers_out_of_a_jobs_ranks() {
     assert_eq!(second.allreduce(vec![2.0; 10]).unwrap(), vec![3.0; 10]);
     assert_eq!(t.join().unwrap(), vec![3.0; 10]);
 }
+
+// ---------------------------------------------------------------- issue #36, items 5, 6 and 9
+
+/// A TCP connection to `to` from the local address `src` (127.0.0.2 and up are loopback too):
+/// an attacker on a host of its own.
+fn connect_from(src: &str, to: SocketAddr) -> std::io::Result<TcpStream> {
+    connect_with(src, to, None)
+}
+
+/// As [`connect_from`], with a receive buffer of `rcvbuf` bytes (a peer that reads nothing
+/// then fills up after that many bytes, not the megabytes loopback's autotuning allows).
+fn connect_with(src: &str, to: SocketAddr, rcvbuf: Option<usize>) -> std::io::Result<TcpStream> {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    if let Some(n) = rcvbuf {
+        s.set_recv_buffer_size(n)?;
+    }
+    s.bind(&SocketAddr::new(src.parse().unwrap(), 0).into())?;
+    s.connect_timeout(&to.into(), Duration::from_secs(5))?;
+    Ok(s.into())
+}
+
+/// An authenticated worker connection from `src`, or why not (closed at accept).
+fn worker_from(src: &str, to: SocketAddr) -> Result<(TcpStream, BufReader<TcpStream>), NetError> {
+    let mut c = connect_from(src, to)?;
+    c.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut r = BufReader::new(c.try_clone()?);
+    control::authenticate(&mut c, &mut r, &secret().credential(control::AuthRole::Worker))?;
+    Ok((c, r))
+}
+
+#[test]
+fn joins_that_never_complete_hold_at_most_a_sources_share_and_only_until_their_deadline() {
+    // Issue #36, item 6: a tenant filled the switch's 256 connections with joins of a job that
+    // never completes, and held them with no traffic. Now one address holds at most 128, and a
+    // join ends at its join timeout (here 2 s; at most 600 s).
+    let sw = switch("switchml");
+    let mut held = vec![];
+    let mut refused = 0;
+    for rank in 0..200 {
+        match worker_from("127.0.0.2", sw.control_addr) {
+            Ok((mut c, r)) => {
+                let join = json!({"op": "join", "job": 77, "rank": rank, "world": 1000, "timeout_s": 2, "config": {"scheme": "switchml"}, "udp": format!("127.0.0.2:{}", 1000 + rank)});
+                control::send_line(&mut c, &join).unwrap();
+                held.push((c, r));
+            }
+            Err(_) => refused += 1,
+        }
+    }
+    let joined_at = Instant::now();
+    assert_eq!((held.len(), refused), (service_cap(), 200 - service_cap()), "one source holds at most its share");
+    // Meanwhile another host's job joins and runs.
+    let (a, b) = pair(&sw, "switchml", 78);
+    let t = std::thread::spawn(move || b.allreduce(vec![2.0; 100]).unwrap());
+    assert_eq!(a.allreduce(vec![1.0; 100]).unwrap(), vec![3.0; 100]);
+    assert_eq!(t.join().unwrap(), vec![3.0; 100]);
+    // Every held join is told and closed at its deadline.
+    for (_, r) in held.iter_mut() {
+        let v = control::read_line(r).expect("an answer, not a hang").expect("an answer");
+        assert!(v["error"].as_str().unwrap().contains("joined in time"), "{v}");
+        assert!(matches!(control::read_line(r), Ok(None) | Err(_)), "the connection is closed");
+    }
+    assert!(joined_at.elapsed() < Duration::from_secs(10), "released within the deadline (2 s) and margin: {:?}", joined_at.elapsed());
+    let as_switch = secret().credential(control::AuthRole::Switch);
+    let v = control::request(sw.control_addr, Some(&as_switch), &json!({"op": "stats"}), Duration::from_secs(5)).unwrap();
+    assert!(!v["jobs"].as_array().unwrap().contains(&json!(77)), "{}", v["jobs"]);
+}
+
+fn service_cap() -> usize {
+    // inalab_net's per-source cap (half the 256 connections).
+    128
+}
+
+#[test]
+fn stats_without_the_switch_role_shows_no_job_in_its_rendezvous() {
+    // Issue #36, item 6: unauthenticated `stats` listed jobs still waiting for ranks, and a
+    // tenant took a victim's free rank (its sum became 1001).
+    let sw = switch("switchml");
+    let (mut c, mut r) = worker_from("127.0.0.1", sw.control_addr).unwrap();
+    control::send_line(&mut c, &json!({"op": "join", "job": 91, "rank": 0, "world": 2, "config": {"scheme": "switchml"}, "udp": "127.0.0.1:9"})).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    for auth in [None, Some(secret().credential(control::AuthRole::Worker))] {
+        let v = control::request(sw.control_addr, auth.as_ref(), &json!({"op": "stats"}), Duration::from_secs(5)).unwrap();
+        assert_eq!(v["jobs"], json!([]), "a waiting job's id leaks: {}", v["jobs"]);
+    }
+    let v = control::request(sw.control_addr, Some(&secret().credential(control::AuthRole::Switch)), &json!({"op": "stats"}), Duration::from_secs(5)).unwrap();
+    assert_eq!(v["jobs"], json!([91]), "the operator sees it");
+    assert_eq!(sw.stats()["jobs"], json!([91]), "the operator sees it");
+    // A joiner with another configuration learns nothing of the first joiner's.
+    let (mut d, mut rd) = worker_from("127.0.0.1", sw.control_addr).unwrap();
+    control::send_line(&mut d, &json!({"op": "join", "job": 91, "rank": 1, "world": 2, "config": {"scheme": "switchml", "ina": {"pool_slots": 9}}, "udp": "127.0.0.1:10"})).unwrap();
+    let e = control::read_line(&mut rd).unwrap().unwrap();
+    let e = e["error"].as_str().unwrap();
+    assert!(e.contains("differ") && !e.contains("\"pool_slots\":128"), "{e}");
+    drop((c, r.get_mut()));
+}
+
+#[test]
+fn a_failed_auth_at_the_ps_closes_the_connection() {
+    // Issue #36, item 6: runtime.md said so; the PS answered and kept the connection open.
+    let sw = switch("atp");
+    let ps = ps(&sw, 2).unwrap();
+    let mut c = TcpStream::connect(ps.control_addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut r = BufReader::new(c.try_clone().unwrap());
+    control::send_line(&mut c, &json!({"op": "hello"})).unwrap();
+    assert!(control::read_line(&mut r).unwrap().unwrap()["nonce"].is_string());
+    control::send_line(&mut c, &json!({"op": "auth", "role": "switch", "nonce": "00", "proof": "00"})).unwrap();
+    let v = control::read_line(&mut r).unwrap().unwrap();
+    assert!(v["error"].as_str().unwrap().contains("failed"), "{v}");
+    assert!(matches!(control::read_line(&mut r), Ok(None)), "the PS closed the connection");
+}
+
+#[test]
+fn connections_that_never_read_cannot_hold_the_ps() {
+    // Issue #36, item 6: the PS set no write timeout, so 256 connections pipelining `stats`
+    // without reading held every one of its connections for ever (new jobs got "Connection
+    // reset by peer"). Each write now gives up after 5 s and closes its connection.
+    let sw = switch("atp");
+    let ps = ps(&sw, 2).unwrap();
+    let line = b"{\"op\":\"stats\"}\n".repeat(100);
+    let mut held = vec![];
+    for src in ["127.0.0.2", "127.0.0.3"] {
+        for _ in 0..service_cap() {
+            let Ok(c) = connect_with(src, ps.control_addr, Some(4096)) else { continue };
+            c.set_nonblocking(true).unwrap();
+            held.push(c);
+        }
+    }
+    // Pipeline requests until the PS stops reading them (its writes to us are stuck).
+    let began = Instant::now();
+    for c in held.iter_mut() {
+        for _ in 0..100 {
+            if c.write(&line).is_err() {
+                break;
+            }
+        }
+    }
+    let stuffed = Instant::now();
+    eprintln!("stuffed in {:?}", began.elapsed());
+    // The holds end within the write timeout plus a margin: the PS answers `stats` again.
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        match control::request(ps.control_addr, None, &json!({"op": "stats"}), Duration::from_secs(2)) {
+            Ok(v) => {
+                assert_eq!(v["node"], 2);
+                eprintln!("answered after {:?} ({} held)", stuffed.elapsed(), held.len());
+                break;
+            }
+            Err(e) => assert!(Instant::now() < deadline, "the PS is still held after {:?}: {e}", stuffed.elapsed()),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // And jobs still find it.
+    let (a, b) = pair(&sw, "atp", 3);
+    let t = std::thread::spawn(move || b.allreduce(vec![2.0; 100]).unwrap());
+    assert_eq!(a.allreduce(vec![1.0; 100]).unwrap(), vec![3.0; 100]);
+    assert_eq!(t.join().unwrap(), vec![3.0; 100]);
+}
+
+/// A loopback control address no one listens on yet.
+fn free_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+#[test]
+fn a_ps_attaches_again_to_a_restarted_switch_and_serves_later_jobs() {
+    // Issue #36, item 5: after a switch restart every later ATP job failed with "no parameter
+    // server" while the PS ran on. It now attaches again and names the jobs it still runs
+    // (here none survives: the switch restarted).
+    let control = free_addr();
+    let start = || SwitchHandle::start(SwitchOptions { udp: any_port(), control, ..SwitchOptions::new(&["atp"]) }).unwrap();
+    let first = start();
+    let p = ps(&first, 2).unwrap();
+    let (a, b) = pair(&first, "atp", 1);
+    let t = std::thread::spawn(move || b.allreduce(vec![2.0; 100]).unwrap());
+    assert_eq!(a.allreduce(vec![1.0; 100]).unwrap(), vec![3.0; 100]);
+    t.join().unwrap();
+    assert_eq!(p.stats()["jobs"].as_object().unwrap().len(), 1);
+    first.stop();
+    // The job failed with its switch; the PS frees it once the new switch says it serves none.
+    assert!(a.allreduce(vec![1.0; 10]).is_err());
+    let second = start();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while p.stats()["attaches"] != 2 {
+        assert!(Instant::now() < deadline, "the PS did not attach again: {}", p.stats());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(p.stats()["jobs"], json!({}), "the lost job's server is freed");
+    let (c, d) = pair(&second, "atp", 2);
+    let t = std::thread::spawn(move || d.allreduce(vec![2.0; 100]).unwrap());
+    assert_eq!(c.allreduce(vec![1.0; 100]).unwrap(), vec![3.0; 100]);
+    assert_eq!(t.join().unwrap(), vec![3.0; 100]);
+}
+
+#[test]
+fn a_returning_ps_replaces_its_older_connection_and_keeps_its_jobs() {
+    // A PS that lost its switch (either stalled past the liveness limit) comes back before
+    // the switch noticed: the same node replaces its attachment (it was "a second one is
+    // refused"), the end of its old connection then fails nothing, and another node is
+    // still refused.
+    let sw = switch("atp");
+    let attach = |node: u32, udp: &str| {
+        let mut c = TcpStream::connect(sw.control_addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut r = BufReader::new(c.try_clone().unwrap());
+        control::authenticate(&mut c, &mut r, &secret().credential(control::AuthRole::Ps)).unwrap();
+        control::send_line(&mut c, &json!({"op": "attach", "role": "ps", "node": node, "udp": udp, "control": "127.0.0.1:9", "jobs": []})).unwrap();
+        let v = control::read_line(&mut r).unwrap().unwrap();
+        (c, v)
+    };
+    let (old, v) = attach(7, "127.0.0.1:7");
+    assert_eq!(v["ok"], true, "{v}");
+    let (_new, v) = attach(7, "127.0.0.1:7");
+    assert_eq!((v["ok"].clone(), v["jobs"].clone()), (json!(true), json!([])), "{v}");
+    let (_other, v) = attach(8, "127.0.0.1:8");
+    assert!(v["error"].as_str().unwrap().contains("second one is refused"), "{v}");
+    drop(old);
+    std::thread::sleep(Duration::from_millis(300));
+    let info = control::request(sw.control_addr, Some(&secret().credential(control::AuthRole::Switch)), &json!({"op": "ps_info"}), Duration::from_secs(5)).unwrap();
+    assert_eq!(info["ps"], 7, "the returning PS is still attached: {info}");
+}
+
+#[test]
+fn the_join_timeout_bounds_every_step_against_a_stalled_or_slow_switch() {
+    // Issue #36, item 9: against a switch that accepts and never answers, `join_timeout` was
+    // not honoured (10 s, then "os error 11"); against one that trickles its answer, no
+    // bound at all.
+    let stalled = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let slow = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let slow_addr = slow.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for c in slow.incoming() {
+            let Ok(mut c) = c else { continue };
+            std::thread::spawn(move || {
+                // One byte of a never-ending line every 100 ms.
+                while c.write_all(b" ").is_ok() {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            });
+        }
+    });
+    for addr in [stalled.local_addr().unwrap(), slow_addr] {
+        let opts = ClientOptions { switch: addr, job: 1, rank: 0, world: 1, config: json!({"scheme": "switchml"}), join_timeout: Duration::from_millis(1500), secret: None, job_secret: None, link_rate_bps: None };
+        let t = Instant::now();
+        let e = Client::connect(opts).map(|_| ()).unwrap_err().to_string();
+        assert!(t.elapsed() < Duration::from_secs(5), "{addr}: {:?}", t.elapsed());
+        assert!(e.contains("join timeout") && !e.contains("os error"), "{e}");
+    }
+}
+
+#[test]
+fn a_wait_for_the_other_ranks_can_be_interrupted() {
+    // Issue #36, item 9: Ctrl-C was ignored while `Client()` waited for the other ranks (60 s
+    // by default). The wait asks its caller every 100 ms or so (Python: for signals).
+    let sw = switch("switchml");
+    let opts = ClientOptions { switch: sw.control_addr, job: 5, rank: 0, world: 2, config: json!({"scheme": "switchml"}), join_timeout: Duration::from_secs(60), secret: None, job_secret: None, link_rate_bps: None };
+    let t = Instant::now();
+    let e = Client::connect_with(opts, || if t.elapsed() > Duration::from_millis(300) { Err(NetError::JobFailed("interrupted".into())) } else { Ok(()) })
+        .map(|_| ())
+        .unwrap_err();
+    assert!(e.to_string().contains("interrupted"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+}

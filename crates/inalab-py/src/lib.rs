@@ -95,7 +95,8 @@ fn ecmp_paths(topology_json: &str, flows_json: &str) -> PyResult<String> {
 }
 
 /// The scheme registry as JSON: `[{name, doc, servers, program, quantization, params: [{name,
-/// default, unit, doc}]}]`, where `servers` is "none", "exactly_one" or "at_least_one",
+/// default, unit, doc, range, allowed}]}]` (`range` as [`range_json`] gives it, `allowed` in
+/// words), where `servers` is "none", "exactly_one" or "at_least_one",
 /// `program` whether the scheme installs a switch program (so the UDP switch can run it) and
 /// `quantization` `{"kind": "none" | "fixed_point" | "agreed_exponent", "scale"?}`.
 #[pyfunction]
@@ -108,7 +109,7 @@ fn schemes() -> String {
                 .iter()
                 .map(|p| {
                     let default: serde_json::Value = serde_json::from_str(p.default).expect("parameter defaults are JSON");
-                    serde_json::json!({"name": p.name, "default": default, "unit": p.unit, "doc": p.doc})
+                    serde_json::json!({"name": p.name, "default": default, "unit": p.unit, "doc": p.doc, "range": range_json(&p.range), "allowed": p.range.describe(p.unit)})
                 })
                 .collect();
             let servers = match s.servers() {
@@ -126,6 +127,19 @@ fn schemes() -> String {
         })
         .collect();
     serde_json::Value::Array(list).to_string()
+}
+
+/// A parameter's range as the registry's JSON gives it: `{"min", "max"}` for integers and
+/// numbers, `{"choices": [...]}`, `{"bool": true}` or `{"list": true}`.
+fn range_json(r: &inalab_scheme::Range) -> serde_json::Value {
+    use inalab_scheme::Range;
+    match *r {
+        Range::Int { min, max } => serde_json::json!({"min": min, "max": max}),
+        Range::Float { min, max } => serde_json::json!({"min": min, "max": max}),
+        Range::Choice(names) => serde_json::json!({"choices": names}),
+        Range::Bool => serde_json::json!({"bool": true}),
+        Range::List => serde_json::json!({"list": true}),
+    }
 }
 
 /// A job's scheme configuration (`{"scheme": NAME, ...}`, JSON) checked by its scheme and

@@ -30,6 +30,30 @@ fn fabric<T: serde::de::DeserializeOwned>(json: Option<&str>) -> PyResult<Option
     json.map(|j| serde_json::from_str(j).map_err(|e| PyValueError::new_err(format!("fabric: {e}")))).transpose()
 }
 
+/// The longest timeout a call takes, seconds: a day. Longer (or not a positive number) is a
+/// `ValueError` naming the argument, not a panic in `Duration`.
+const MAX_TIMEOUT_S: f64 = 86_400.0;
+
+/// `seconds` as a timeout, or a `ValueError` naming `arg` and the allowed range.
+fn timeout(arg: &str, seconds: f64) -> PyResult<Duration> {
+    if !(seconds.is_finite() && seconds > 0.0 && seconds <= MAX_TIMEOUT_S) {
+        return Err(PyValueError::new_err(format!("{arg}: {seconds} is not a number of seconds in (0, {MAX_TIMEOUT_S}] (0 excluded, at most a day)")));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// A closure for the runtime's blocking waits: Ctrl-C (any signal handler's exception) ends
+/// them; the exception is kept in `signal` to be raised once the GIL is back.
+fn signals(signal: &mut Option<PyErr>) -> impl FnMut() -> Result<(), NetError> + '_ {
+    move || match Python::attach(|py| py.check_signals()) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            *signal = Some(e);
+            Err(NetError::JobFailed("interrupted by a signal".into()))
+        }
+    }
+}
+
 fn net_err(e: NetError) -> PyErr {
     match e {
         NetError::Config(m) => PyValueError::new_err(m),
@@ -105,9 +129,16 @@ impl Switch {
     fn control_addr(&self) -> PyResult<String> {
         Ok(self.handle()?.control_addr.to_string())
     }
-    /// Counters as JSON.
+    /// Counters as JSON; `RuntimeError` once the switch's data plane stopped (it then serves
+    /// nothing: the message says why).
     fn stats(&self) -> PyResult<String> {
-        Ok(self.handle()?.stats().to_string())
+        let h = self.handle()?;
+        h.health().map_err(net_err)?;
+        Ok(h.stats().to_string())
+    }
+    /// `RuntimeError` once the switch's data plane stopped; nothing while it serves.
+    fn health(&self) -> PyResult<()> {
+        self.handle()?.health().map_err(net_err)
     }
     /// The link to neighbour `peer` is down (`up` false) or up again.
     fn set_link(&self, py: Python<'_>, peer: u32, up: bool) -> PyResult<()> {
@@ -155,8 +186,15 @@ impl ParameterServer {
     fn control_addr(&self) -> PyResult<String> {
         Ok(self.handle()?.control_addr.to_string())
     }
+    /// Counters as JSON; `RuntimeError` once the PS's data plane stopped.
     fn stats(&self) -> PyResult<String> {
-        Ok(self.handle()?.stats().to_string())
+        let h = self.handle()?;
+        h.health().map_err(net_err)?;
+        Ok(h.stats().to_string())
+    }
+    /// `RuntimeError` once the PS's data plane stopped; nothing while it serves.
+    fn health(&self) -> PyResult<()> {
+        self.handle()?.health().map_err(net_err)
     }
     fn stop(&mut self, py: Python<'_>) {
         if let Some(h) = self.0.take() {
@@ -188,7 +226,8 @@ impl PyClient {
         Ok(PyClient(Some(c)))
     }
 
-    /// Joins the job; blocks (without the GIL) until every rank joined.
+    /// Joins the job; blocks (without the GIL) until every rank joined, at most
+    /// `join_timeout_s` from the first connect on; Ctrl-C ends the wait.
     #[new]
     /// `config_json`: the job's scheme configuration, `{"scheme": NAME, ...}`.
     #[pyo3(signature = (switch, job, rank, world, config_json, join_timeout_s, job_secret=None, link_rate_bps=None))]
@@ -205,9 +244,14 @@ impl PyClient {
         link_rate_bps: Option<u64>,
     ) -> PyResult<PyClient> {
         let config = serde_json::from_str(config_json).map_err(|e| PyValueError::new_err(format!("config: {e}")))?;
-        let opts = ClientOptions { switch: addr("switch", switch)?, job, rank, world, config, join_timeout: Duration::from_secs_f64(join_timeout_s), secret: None, job_secret, link_rate_bps };
-        let c = py.detach(|| Client::connect(opts)).map_err(net_err)?;
-        Ok(PyClient(Some(c)))
+        let join_timeout = timeout("join_timeout_s", join_timeout_s)?;
+        let opts = ClientOptions { switch: addr("switch", switch)?, job, rank, world, config, join_timeout, secret: None, job_secret, link_rate_bps };
+        let mut signal: Option<PyErr> = None;
+        let c = py.detach(|| Client::connect_with(opts, signals(&mut signal)));
+        if let Some(e) = signal {
+            return Err(e);
+        }
+        Ok(PyClient(Some(c.map_err(net_err)?)))
     }
 
     /// Sums a float32 buffer over the job's workers; returns the sum as a bytearray of
@@ -215,21 +259,11 @@ impl PyClient {
     /// signal handler's exception) ends the wait.
     #[pyo3(signature = (data, timeout_s=30.0, context=None))]
     fn allreduce(&self, py: Python<'_>, data: &Bound<'_, PyAny>, timeout_s: f64, context: Option<Context>) -> PyResult<Py<PyByteArray>> {
-        if !(timeout_s.is_finite() && timeout_s > 0.0) {
-            return Err(PyValueError::new_err(format!("timeout_s must be a positive number of seconds, got {timeout_s}")));
-        }
+        let timeout = timeout("timeout_s", timeout_s)?;
         let v = values(py, data)?;
         let c = self.client()?;
         let mut signal: Option<PyErr> = None;
-        let out = py.detach(|| {
-            c.allreduce_within(v, context.map(tensor_context), Duration::from_secs_f64(timeout_s), || match Python::attach(|py| py.check_signals()) {
-                Ok(()) => Ok(()),
-                Err(e) => {
-                    signal = Some(e);
-                    Err(NetError::JobFailed("interrupted by a signal".into()))
-                }
-            })
-        });
+        let out = py.detach(|| c.allreduce_within(v, context.map(tensor_context), timeout, signals(&mut signal)));
         if let Some(e) = signal {
             return Err(e);
         }
@@ -274,11 +308,14 @@ impl PyClient {
         Ok(self.client()?.peer_failed(rank))
     }
 
-    /// Leaves the job (it is released at the switch when every worker left).
-    fn close(&mut self, py: Python<'_>) {
+    /// Leaves the job (it is released at the switch when every worker left); Ctrl-C ends a
+    /// linger for the peers (the close then completes, and the interrupt is raised).
+    fn close(&mut self, py: Python<'_>) -> PyResult<()> {
+        let mut signal: Option<PyErr> = None;
         if let Some(c) = self.0.take() {
-            py.detach(|| c.close());
+            py.detach(|| c.close_with(signals(&mut signal)));
         }
+        signal.map_or(Ok(()), Err)
     }
 }
 

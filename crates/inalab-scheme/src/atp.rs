@@ -11,7 +11,7 @@
 //!   packet.
 
 use crate::atp_tree::atp_tree;
-use crate::plan::{check_servers, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
+use crate::plan::{Range, check_servers, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
 use crate::ring::worker_endpoints;
 use crate::transport::{TransportParams, TRANSPORT_PARAMS};
 use inalab_core::time::MS;
@@ -86,33 +86,37 @@ pub struct AtpParams {
 
 /// ATP's own parameters, after the transport's.
 const INA_PARAMS: [Param; 8] = [
-    Param { name: "ina.packet_bytes", default: "306", unit: "bytes", doc: "Bytes on the wire per gradient packet, headers included." },
-    Param { name: "ina.header_bytes", default: "58", unit: "bytes", doc: "Header bytes of a gradient packet; the rest (a multiple of 4 B) carries 32-bit values." },
+    Param { name: "ina.packet_bytes", default: "306", unit: "bytes", doc: "Bytes on the wire per gradient packet, headers included.", range: Range::PACKET },
+    Param { name: "ina.header_bytes", default: "58", unit: "bytes", doc: "Header bytes of a gradient packet; the rest (a multiple of 4 B) carries 32-bit values.", range: Range::HEADER },
     Param {
         name: "ina.hashing",
         default: "\"hash\"",
         unit: "",
         doc: "How a job's slot table is filled (fragment seq uses slot seq % slots): \"hash\" = HASH(<job, slot>) % aggregators, distinct, and the PS moves a colliding slot to an aggregator the job has not used (ATP); \"linear\" = slot i is aggregator i, so every job starts at 0, and nothing moves (ATP Fig. 14's strawman); \"static\" = the pool is split equally among the scenario's static jobs, each job's slots are its slice, so its window is the slice (the static baseline of Figs. 13a, 14).",
+        range: Range::Choice(&["hash", "linear", "static"]),
     },
     Param {
         name: "ina.slots",
         default: "512",
         unit: "aggregators",
         doc: "Slots of a job's aggregator table: the aggregators it uses per switch and the most fragments a worker has in flight, so a job never collides with itself. A pool smaller than this is used more than once (the surplus falls back to the PS); a static job has at most its slice. At most 2^20.",
+        range: Range::Int { min: 1, max: inalab_host::ATP_MAX_SLOTS as u64 },
     },
     Param {
         name: "ina.congestion_control",
         default: "true",
         unit: "",
         doc: "ECN/loss-driven AIMD window starting at transport.init_window, +1 MTU (transport.increment) per parameter in slow start; false: a fixed window of transport.init_window.",
+        range: Range::Bool,
     },
-    Param { name: "ina.timeout_ps", default: "1000000000", unit: "ps", doc: "Worker loss-recovery timeout: a fragment (ATP) or a slot's packet (SwitchML) is resent after this long without progress." },
-    Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the workers' float32 values (value x scale, rounded, as i32): error at most workers / (2 scale) per value, sums limited to (2^31 - 1) / scale." },
+    Param { name: "ina.timeout_ps", default: "1000000000", unit: "ps", doc: "Worker loss-recovery timeout: a fragment (ATP) or a slot's packet (SwitchML) is resent after this long without progress.", range: Range::TIME },
+    Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the workers' float32 values (value x scale, rounded, as i32): error at most workers / (2 scale) per value, sums limited to (2^31 - 1) / scale.", range: Range::SCALE },
     Param {
         name: "ina.levels",
         default: "\"tor\"",
         unit: "",
         doc: "Where gradients are aggregated: \"tor\" = ATP's two levels, the workers' top-of-rack switches and the PS's (§3.4); \"tree\" = every programmable switch on the job's routes to the PS, which all carry one ECMP key so they form a tree, with results copied down it (the PS-based INA of Rina's BOM model, §III-B; simulator only). Either way at most 32 level-2 contributors.",
+        range: Range::Choice(&["tor", "tree"]),
     },
 ];
 
@@ -120,7 +124,7 @@ pub struct Atp;
 
 /// A job's ATP description, with the ranges serde cannot check.
 fn parse(config: &Value) -> Result<AtpParams, PlanError> {
-    let c: AtpParams = parse_config(config)?;
+    let c: AtpParams = parse_config(config, &Atp.params())?;
     if !(1..=inalab_host::ATP_MAX_SLOTS).contains(&c.ina.slots) {
         return Err(PlanError::new("ina.slots", format!("{} slots; allowed: 1..={}", c.ina.slots, inalab_host::ATP_MAX_SLOTS)));
     }
@@ -148,7 +152,7 @@ impl Scheme for Atp {
         Ok(serde_json::json!({"scheme": PROGRAM, "transport": c.transport, "ina": c.ina}))
     }
     fn quantization(&self, config: &Value) -> Quantization {
-        let scale = parse_config::<AtpParams>(config).map_or(inalab_host::quant::ATP_SCALE, |c| c.ina.scale);
+        let scale = parse_config::<AtpParams>(config, &Atp.params()).map_or(inalab_host::quant::ATP_SCALE, |c| c.ina.scale);
         Quantization::FixedPoint { scale }
     }
     fn program(&self, switch: NodeId, net: &dyn NetView) -> Option<Box<dyn SwitchProgram>> {
@@ -156,7 +160,7 @@ impl Scheme for Atp {
         Some(Box::new(AtpSwitch::new(cfg)))
     }
     fn shares(&self, job: &JobSpec, _net: &dyn NetView) -> Vec<String> {
-        match parse_config::<AtpParams>(&job.config) {
+        match parse_config::<AtpParams>(&job.config, &Atp.params()) {
             Ok(c) if c.ina.hashing == AtpHashing::Static => vec!["atp/static".into()],
             _ => vec![],
         }

@@ -13,7 +13,7 @@
 
 use crate::plan::{
     check_servers, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint,
-    Quantization, Role, Scheme, Servers, SwitchAdmission, TensorContext,
+    Quantization, Range, Role, Scheme, Servers, SwitchAdmission, TensorContext,
 };
 use crate::ring::worker_endpoints;
 use crate::transport::{TransportParams, TRANSPORT_PARAMS};
@@ -83,36 +83,39 @@ pub struct DsaParams {
 }
 
 const INA_PARAMS: [Param; 9] = [
-    Param { name: "ina.packet_bytes", default: "306", unit: "bytes", doc: "Bytes on the wire per gradient packet, headers included (DSA §VII-B: 306, as ATP)." },
-    Param { name: "ina.header_bytes", default: "58", unit: "bytes", doc: "Header bytes of a gradient packet (42 B Ethernet/IPv4/UDP + 16 B DSA); the rest carries 32-bit values." },
+    Param { name: "ina.packet_bytes", default: "306", unit: "bytes", doc: "Bytes on the wire per gradient packet, headers included (DSA §VII-B: 306, as ATP).", range: Range::PACKET },
+    Param { name: "ina.header_bytes", default: "58", unit: "bytes", doc: "Header bytes of a gradient packet (42 B Ethernet/IPv4/UDP + 16 B DSA); the rest carries 32-bit values.", range: Range::HEADER },
     Param {
         name: "ina.policy",
         default: "\"dsa\"",
         unit: "",
         doc: "Who wins a collision on the switch: \"dsa\" = the packet if its priority is strictly higher, a loser halves the aggregator's priority; \"always-preempt\" and \"preempt-half\" = the paper's two strawmen (every collision, or one in two by a seeded coin, no downgrading); \"fcfs\" = never (an ablation that keeps completion on the switch).",
+        range: Range::Choice(&["dsa", "always-preempt", "preempt-half", "fcfs"]),
     },
     Param {
         name: "ina.index",
         default: "\"consecutive\"",
         unit: "",
         doc: "How the switch addresses a fragment to an aggregator: \"consecutive\" = a hashed offset per job and consecutive PSNs on consecutive aggregators, so a window smaller than the array never collides with itself (\"hashing as in statistical INA\", DSA §III-A: ATP's per-job slot table does likewise); \"hash\" = Hash(job, PSN) per fragment (spec §1.4), so a job's fragments in flight also collide with each other (a lone 8-worker job under the paper's send jitter: 1.45x slower, docs/dsa.md).",
+        range: Range::Choice(&["hash", "consecutive"]),
     },
-    Param { name: "ina.min_rto_ps", default: "1000000000", unit: "ps", doc: "Floor and initial value of the workers' and the PS's timeouts (RFC 6298 estimates of RTT and of entry lifetimes, no back-off; DSA §VI: 1 ms)." },
-    Param { name: "ina.retx_before_notify", default: "3", unit: "", doc: "Retransmissions of a fragment before the worker sends the PS a NOTIFY with its gradient, repeated every timeout (DSA §IV-B: 3)." },
-    Param { name: "ina.ps_ack_frees", default: "true", unit: "", doc: "An ACK from the PS frees a switch aggregator still holding its fragment (a leak guard not in the paper)." },
-    Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the workers' float32 values (value x scale, rounded, as i32): error at most workers / (2 scale) per value." },
+    Param { name: "ina.min_rto_ps", default: "1000000000", unit: "ps", doc: "Floor and initial value of the workers' and the PS's timeouts (RFC 6298 estimates of RTT and of entry lifetimes, no back-off; DSA §VI: 1 ms).", range: Range::TIME },
+    Param { name: "ina.retx_before_notify", default: "3", unit: "", doc: "Retransmissions of a fragment before the worker sends the PS a NOTIFY with its gradient, repeated every timeout (DSA §IV-B: 3).", range: Range::Int { min: 0, max: 1000 } },
+    Param { name: "ina.ps_ack_frees", default: "true", unit: "", doc: "An ACK from the PS frees a switch aggregator still holding its fragment (a leak guard not in the paper).", range: Range::Bool },
+    Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the workers' float32 values (value x scale, rounded, as i32): error at most workers / (2 scale) per value.", range: Range::SCALE },
     Param {
         name: "ina.max_window_packets",
         default: "512",
         unit: "packets",
         doc: "Ceiling of a worker's AIMD window. Without one, a worker ahead of its job's slowest (the paper's send jitter) keeps thousands of fragments half-aggregated in the shared array; 512, ATP's slot-table cap, so the two compare alike (the paper gives no ceiling).",
+        range: Range::SLOTS,
     },
 ];
 
 pub struct Dsa;
 
 fn parse(config: &Value) -> Result<DsaParams, PlanError> {
-    let c: DsaParams = parse_config(config)?;
+    let c: DsaParams = parse_config(config, &Dsa.params())?;
     let i = &c.ina;
     if i.header_bytes < 17
         || i.packet_bytes < i.header_bytes + 4
@@ -157,7 +160,7 @@ impl Scheme for Dsa {
         Ok(serde_json::json!({"scheme": PROGRAM, "transport": c.transport, "ina": c.ina}))
     }
     fn quantization(&self, config: &Value) -> Quantization {
-        let scale = parse_config::<DsaParams>(config)
+        let scale = parse_config::<DsaParams>(config, &Dsa.params())
             .map_or(inalab_host::quant::ATP_SCALE, |c| c.ina.scale);
         Quantization::FixedPoint { scale }
     }

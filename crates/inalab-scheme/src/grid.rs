@@ -12,7 +12,7 @@
 //! - results go from the PS to every worker once, replicated along the shortest-path tree
 //!   from the PS (spec §1.6; `ina.results = "unicast"`: one copy per worker).
 
-use crate::plan::{check_servers, parse_config, shortest_path_tree, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
+use crate::plan::{Range, check_servers, parse_config, shortest_path_tree, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
 use crate::ring::worker_endpoints;
 use inalab_core::time::MS;
 use inalab_core::wire::GridHeader;
@@ -97,22 +97,22 @@ pub struct GridParams {
 }
 
 const PARAMS: [Param; 10] = [
-    Param { name: "ina.header_bytes", default: "66", unit: "bytes", doc: "Bytes on the wire per GRID packet besides its 64 values: Ethernet 14, IPv4 20, UDP 8 and the 24-B GRID header; a full packet is 322 B." },
-    Param { name: "ina.rto_ps", default: "1000000000", unit: "ps", doc: "A fragment without its result this long is sent again with RESEND (doubling per expiry up to 64x); the paper has no loss recovery (spec A6)." },
-    Param { name: "ina.window_bytes", default: "60000", unit: "bytes", doc: "Initial window (GRID §5.2 gives none; inalab's ATP default). It grows by ina.increment per result while below the threshold, then per window, and halves on a control packet or an ECN echo." },
-    Param { name: "ina.increment_bytes", default: "1500", unit: "bytes", doc: "Window increase per result (one MTU, §5.2)." },
-    Param { name: "ina.indexing", default: "\"modulo\"", unit: "", doc: "A fragment's memory unit at its switch: \"modulo\" = fragment mod units (consecutive fragments on consecutive units, so a collision always meets an older fragment: §5.1's 'the larger id is throttled'); \"hash\" = splitmix64(job, fragment, switch) mod units (the paper's Hash(fragment id); a younger holder can stall an older fragment, see docs/grid.md)." },
-    Param { name: "ina.stale_timeout_ps", default: "2000000000", unit: "ps", doc: "A unit untouched this long is taken by a colliding fragment (spec A14: 2 x ina.rto)." },
-    Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the workers' float32 values (switches and PS sum int32): error at most workers / (2 scale) per value." },
-    Param { name: "ina.results", default: "\"multicast\"", unit: "", doc: "How the PS returns a result: \"multicast\" = once, replicated by every switch on the shortest-path tree from the PS to the workers (spec §1.6; where the driver knows no links, as the UDP runtime, unicast); \"unicast\" = one copy per worker, which caps each worker at B/N on the PS's link." },
-    Param { name: "ina.control_packets", default: "true", unit: "", doc: "A switch whose unit is held by another fragment drops the packet and sends its sender a control packet (GRID §5.2's rate synchronization: halve, send again); false: it only drops, and the sender recovers by its timeout (the ablation)." },
-    Param { name: "policy.workers", default: "[]", unit: "", doc: "Per worker rank: {target = aggregation node name (a programmable switch, or the PS), path = node names from the worker to the PS through the target}; from `inalab plan grid` through the scenario's policy. [] = every worker sends to the PS." },
+    Param { name: "ina.header_bytes", default: "66", unit: "bytes", doc: "Bytes on the wire per GRID packet besides its 64 values: Ethernet 14, IPv4 20, UDP 8 and the 24-B GRID header; a full packet is 322 B.", range: Range::HEADER },
+    Param { name: "ina.rto_ps", default: "1000000000", unit: "ps", doc: "A fragment without its result this long is sent again with RESEND (doubling per expiry up to 64x); the paper has no loss recovery (spec A6).", range: Range::TIME },
+    Param { name: "ina.window_bytes", default: "60000", unit: "bytes", doc: "Initial window (GRID §5.2 gives none; inalab's ATP default). It grows by ina.increment per result while below the threshold, then per window, and halves on a control packet or an ECN echo.", range: Range::WINDOW },
+    Param { name: "ina.increment_bytes", default: "1500", unit: "bytes", doc: "Window increase per result (one MTU, §5.2).", range: Range::WINDOW },
+    Param { name: "ina.indexing", default: "\"modulo\"", unit: "", doc: "A fragment's memory unit at its switch: \"modulo\" = fragment mod units (consecutive fragments on consecutive units, so a collision always meets an older fragment: §5.1's 'the larger id is throttled'); \"hash\" = splitmix64(job, fragment, switch) mod units (the paper's Hash(fragment id); a younger holder can stall an older fragment, see docs/grid.md).", range: Range::Choice(&["hash", "modulo"]) },
+    Param { name: "ina.stale_timeout_ps", default: "2000000000", unit: "ps", doc: "A unit untouched this long is taken by a colliding fragment (spec A14: 2 x ina.rto).", range: Range::TIME },
+    Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the workers' float32 values (switches and PS sum int32): error at most workers / (2 scale) per value.", range: Range::SCALE },
+    Param { name: "ina.results", default: "\"multicast\"", unit: "", doc: "How the PS returns a result: \"multicast\" = once, replicated by every switch on the shortest-path tree from the PS to the workers (spec §1.6; where the driver knows no links, as the UDP runtime, unicast); \"unicast\" = one copy per worker, which caps each worker at B/N on the PS's link.", range: Range::Choice(&["multicast", "unicast"]) },
+    Param { name: "ina.control_packets", default: "true", unit: "", doc: "A switch whose unit is held by another fragment drops the packet and sends its sender a control packet (GRID §5.2's rate synchronization: halve, send again); false: it only drops, and the sender recovers by its timeout (the ablation).", range: Range::Bool },
+    Param { name: "policy.workers", default: "[]", unit: "", doc: "Per worker rank: {target = aggregation node name (a programmable switch, or the PS), path = node names from the worker to the PS through the target}; from `inalab plan grid` through the scenario's policy. [] = every worker sends to the PS.", range: Range::List },
 ];
 
 pub struct Grid;
 
 fn parse(config: &Value) -> Result<GridParams, PlanError> {
-    let c: GridParams = parse_config(config)?;
+    let c: GridParams = parse_config(config, &Grid.params())?;
     let i = &c.ina;
     let least = 1 + GridHeader::LEN as u32;
     if i.header_bytes < least {
@@ -188,7 +188,7 @@ impl Scheme for Grid {
         Ok(serde_json::json!({"scheme": PROGRAM, "ina": c.ina, "policy": c.policy}))
     }
     fn quantization(&self, config: &Value) -> Quantization {
-        let scale = parse_config::<GridParams>(config).map_or(inalab_host::quant::ATP_SCALE, |c| c.ina.scale);
+        let scale = parse_config::<GridParams>(config, &Grid.params()).map_or(inalab_host::quant::ATP_SCALE, |c| c.ina.scale);
         Quantization::FixedPoint { scale }
     }
     fn program(&self, switch: NodeId, net: &dyn NetView) -> Option<Box<dyn SwitchProgram>> {

@@ -23,7 +23,8 @@ mod switchml;
 mod transport;
 
 pub use plan::{
-    parse_config, JobSpec, NetView, Overrides, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission, TensorContext,
+    check_params, clip, parse_config, quote, JobSpec, NetView, Overrides, Param, Plan, PlanError, PlannedEndpoint, Quantization, Range, Role, Scheme, Servers, SwitchAdmission,
+    TensorContext, MAX_PACKET_BYTES, MAX_SLOTS, MAX_TIME_PS, MAX_WINDOW_BYTES,
 };
 pub use registry::{by_name, scheme_of, schemes};
 pub use transport::TransportParams;

@@ -184,6 +184,131 @@ pub struct Param {
     /// Unit of the value ("ps", "bytes", "slots", "" for plain values).
     pub unit: &'static str,
     pub doc: &'static str,
+    /// The values it may take: checked for every scheme before a configuration is parsed
+    /// ([`parse_config`]), so that no scheme sizes or times anything by a value outside it.
+    pub range: Range,
+}
+
+/// The values a parameter may take. A job's configuration comes from whoever joins a job (a
+/// tenant of a shared switch), so every size and time is bounded: generous for any real use,
+/// small enough that nothing built from it overflows or allocates beyond what the switch's
+/// memory check refuses first.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Range {
+    /// An integer from `min` to `max`, both included, in the parameter's unit.
+    Int { min: u64, max: u64 },
+    /// A finite number from `min` to `max`, both included.
+    Float { min: f64, max: f64 },
+    /// `true` or `false`.
+    Bool,
+    /// One of these strings.
+    Choice(&'static [&'static str]),
+    /// A list, whose items the scheme checks.
+    List,
+}
+
+/// The largest packet a scheme may be configured with, bytes: a 64 KiB datagram.
+pub const MAX_PACKET_BYTES: u64 = 64 << 10;
+/// The longest time a scheme may be configured with: 60 s (loss-recovery timeouts are
+/// milliseconds; a minute is far beyond any round trip).
+pub const MAX_TIME_PS: u64 = 60 * inalab_core::time::S;
+/// The largest window a scheme may be configured with: 1 GiB, 20 times the bandwidth-delay
+/// product of a 400 Gbps link over a 1 ms round trip.
+pub const MAX_WINDOW_BYTES: u64 = 1 << 30;
+/// The most slots, blocks or packets a job may keep per switch or in flight: 2^24, e.g. 16 M
+/// SwitchML slots of 280 B are 4.7 GB, beyond any switch's aggregator memory.
+pub const MAX_SLOTS: u64 = 1 << 24;
+
+impl Range {
+    /// A loss-recovery or similar timeout: 1 us to 60 s.
+    pub const TIME: Range = Range::Int { min: inalab_core::time::US, max: MAX_TIME_PS };
+    /// A time where 0 means none (or the documented default): 0 to 60 s.
+    pub const TIME_OR_ZERO: Range = Range::Int { min: 0, max: MAX_TIME_PS };
+    /// Bytes of a packet: 1 B to a 64 KiB datagram.
+    pub const PACKET: Range = Range::Int { min: 1, max: MAX_PACKET_BYTES };
+    /// Header bytes of a packet: 0 to a 64 KiB datagram (a scheme checks its own header fits).
+    pub const HEADER: Range = Range::Int { min: 0, max: MAX_PACKET_BYTES };
+    /// A window or a window's step, bytes: 1 B to 1 GiB.
+    pub const WINDOW: Range = Range::Int { min: 1, max: MAX_WINDOW_BYTES };
+    /// A count of slots, blocks or packets a job keeps: 1 to 2^24.
+    pub const SLOTS: Range = Range::Int { min: 1, max: MAX_SLOTS };
+    /// A fixed-point scale: 1e-6 to 1e12 (values times it are summed as 32-bit integers).
+    pub const SCALE: Range = Range::Float { min: 1e-6, max: 1e12 };
+
+    /// The allowed values in words, for errors and docs (`unit`: the parameter's).
+    pub fn describe(&self, unit: &str) -> String {
+        match *self {
+            Range::Int { min, max } if unit == "ps" => format!("integers {min}..={max} ps ({} to {})", show_ps(min), show_ps(max)),
+            Range::Int { min, max } if unit.is_empty() => format!("integers {min}..={max}"),
+            Range::Int { min, max } => format!("integers {min}..={max} ({unit})"),
+            Range::Float { min, max } => format!("finite numbers {min:e}..={max:e}"),
+            Range::Bool => "true or false".into(),
+            Range::Choice(names) => names.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", "),
+            Range::List => "a list".into(),
+        }
+    }
+
+    /// Whether `v` is allowed.
+    pub fn allows(&self, v: &Value) -> bool {
+        match *self {
+            Range::Int { min, max } => v.as_u64().is_some_and(|x| (min..=max).contains(&x)),
+            Range::Float { min, max } => v.as_f64().is_some_and(|x| x.is_finite() && (min..=max).contains(&x)),
+            Range::Bool => v.is_boolean(),
+            Range::Choice(names) => v.as_str().is_some_and(|s| names.contains(&s)),
+            Range::List => v.is_array(),
+        }
+    }
+}
+
+/// A time in picoseconds as a person writes it (`1 us`, `60 s`).
+fn show_ps(ps: u64) -> String {
+    use inalab_core::time::{MS, NS, S, US};
+    for (unit, name) in [(S, "s"), (MS, "ms"), (US, "us"), (NS, "ns")] {
+        if ps >= unit && ps % unit == 0 {
+            return format!("{} {name}", ps / unit);
+        }
+    }
+    format!("{ps} ps")
+}
+
+/// Characters of a bad value quoted in an error (a configuration may hold a huge string).
+const QUOTE_CHARS: usize = 64;
+
+/// A JSON value as an error quotes it: at most [`QUOTE_CHARS`] characters.
+pub fn quote(v: &Value) -> String {
+    clip(&v.to_string(), QUOTE_CHARS)
+}
+
+/// `s`, cut to `n` characters with "..." where it was cut.
+pub fn clip(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        return s.to_string();
+    }
+    let head: String = s.chars().take(n).collect();
+    format!("{head}...")
+}
+
+impl Param {
+    /// `Ok` if `v` is one of the parameter's values, else an error naming it, the value and the
+    /// allowed values.
+    pub fn check(&self, v: &Value) -> Result<(), PlanError> {
+        if self.range.allows(v) {
+            return Ok(());
+        }
+        Err(PlanError::new(self.name, format!("{} is not allowed; allowed: {}", quote(v), self.range.describe(self.unit))))
+    }
+}
+
+/// Checks every parameter `config` sets against its [`Range`]; an error names the first one
+/// outside it. A parameter under something that is not an object is left to the parser.
+pub fn check_params(params: &[Param], config: &Value) -> Result<(), PlanError> {
+    for p in params {
+        let value = p.name.split('.').try_fold(config, |v, key| v.as_object()?.get(key));
+        if let Some(v) = value {
+            p.check(v)?;
+        }
+    }
+    Ok(())
 }
 
 /// How many server hosts a scheme takes.
@@ -246,6 +371,9 @@ pub trait Scheme: Sync {
     /// Fills the settings a driver imposes where the configuration left them out, for the
     /// parameters this scheme has, then every default.
     fn apply(&self, config: &Value, o: &Overrides) -> Result<Value, PlanError> {
+        // The job's own values first: an error is about what the job gave, not about a value
+        // derived from it (a packet size from a header out of range).
+        check_params(&self.params(), config)?;
         let mut config = config.clone();
         for (name, value, zero_is_unset) in o.entries() {
             let Some(value) = value.filter(|_| self.params().iter().any(|p| p.name == name)) else { continue };
@@ -288,6 +416,13 @@ pub trait Scheme: Sync {
         vec![]
     }
     fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError>;
+    /// Whether a worker that finished its last allreduce must go on answering its peers until
+    /// they finished too (Canary: a block's leader restores a result a peer lost), so that a
+    /// runtime worker's `close` lingers until every worker of the job left. Default false: a
+    /// worker is done once its protocol has nothing left to send.
+    fn workers_serve_peers(&self) -> bool {
+        false
+    }
     /// The priority a tensor's allreduce request carries (`TensorAttrs::priority`, higher
     /// first); 0 for schemes that do not rank tensors.
     fn priority(&self, _config: &Value, _tensor: &TensorContext) -> u32 {
@@ -295,9 +430,11 @@ pub trait Scheme: Sync {
     }
 }
 
-/// Parses a configuration into a scheme's struct; an error names the offending key by its
-/// dotted path (`ina.pool_slots`).
-pub fn parse_config<T: DeserializeOwned>(config: &Value) -> Result<T, PlanError> {
+/// Parses a configuration into a scheme's struct, after checking every parameter in `params`
+/// (the scheme's, [`Scheme::params`]) against its range ([`check_params`]); an error names the
+/// offending key by its dotted path (`ina.pool_slots`), quoting at most 64 characters of it.
+pub fn parse_config<T: DeserializeOwned>(config: &Value, params: &[Param]) -> Result<T, PlanError> {
+    check_params(params, config)?;
     let mut v = config.clone();
     if let Some(m) = v.as_object_mut() {
         m.remove("scheme");
@@ -306,8 +443,9 @@ pub fn parse_config<T: DeserializeOwned>(config: &Value) -> Result<T, PlanError>
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
         // The path ends at the offending key (an unknown key included); "." is the root.
-        let field = if path == "." { String::new() } else { path };
-        PlanError::new(field, inner)
+        let field = if path == "." { String::new() } else { clip(&path, QUOTE_CHARS) };
+        // serde quotes a bad string or key in full: a configuration may hold a huge one.
+        PlanError::new(field, clip(&inner, 4 * QUOTE_CHARS))
     })
 }
 

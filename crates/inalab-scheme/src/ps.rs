@@ -1,7 +1,7 @@
 //! Parameter servers: N-to-1 (`ps`, separate server hosts) and sharded N-to-N (`ps_sharded`,
 //! BytePS-like, a server on every worker host).
 
-use crate::plan::{check_servers, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Role, Scheme, Servers};
+use crate::plan::{Range, check_servers, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Role, Scheme, Servers};
 use crate::ring::{transport_error, worker_endpoints};
 use crate::transport::{TransportParams, TRANSPORT_PARAMS};
 use inalab_core::Endpoint;
@@ -23,7 +23,7 @@ impl Default for PsParams {
     }
 }
 
-const PARTITION: Param = Param { name: "partition_bytes", default: "4194304", unit: "bytes", doc: "Tensor partition size for parameter servers." };
+const PARTITION: Param = Param { name: "partition_bytes", default: "4194304", unit: "bytes", doc: "Tensor partition size for parameter servers.", range: Range::Int { min: 1, max: 1 << 40 } };
 
 /// `ps` (sharded: false) and `ps_sharded` (true).
 pub struct Ps {
@@ -56,12 +56,12 @@ impl Scheme for Ps {
         }
     }
     fn normalize(&self, config: &Value) -> Result<Value, PlanError> {
-        let c: PsParams = parse_config(config)?;
+        let c: PsParams = parse_config(config, &self.params())?;
         Ok(serde_json::json!({"scheme": self.name(), "transport": c.transport, "partition_bytes": c.partition_bytes}))
     }
     fn plan(&self, job: &JobSpec, _net: &dyn NetView) -> Result<Plan, PlanError> {
         check_servers(self, job)?;
-        let c: PsParams = parse_config(&job.config)?;
+        let c: PsParams = parse_config(&job.config, &self.params())?;
         let cfg = c.transport.config();
         let server_hosts = if self.sharded { &job.workers } else { &job.servers };
         let sep: Vec<Endpoint> = server_hosts.iter().map(|&h| Endpoint { host: h, port: job.server_port }).collect();

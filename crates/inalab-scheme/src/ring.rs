@@ -64,11 +64,11 @@ impl Scheme for Ring {
         Servers::None
     }
     fn normalize(&self, config: &Value) -> Result<Value, PlanError> {
-        Ok(serde_json::json!({"scheme": self.name(), "transport": parse_config::<RingConfig>(config)?.transport}))
+        Ok(serde_json::json!({"scheme": self.name(), "transport": parse_config::<RingConfig>(config, &self.params())?.transport}))
     }
     fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError> {
         check_servers(self, job)?;
-        let cfg: RingConfig = parse_config(&job.config)?;
+        let cfg: RingConfig = parse_config(&job.config, &self.params())?;
         let (eps, racks) = if self.hierarchical { (vec![], racks(job, net)) } else { (worker_endpoints(job), vec![]) };
         let mut plan = Plan::default();
         for (r, &h) in job.workers.iter().enumerate() {

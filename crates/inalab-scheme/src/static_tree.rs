@@ -13,7 +13,7 @@
 //!   network's static-tree jobs, block seq using slot seq mod slice; a host's window is at
 //!   most half the smallest slice (so a slot never serves two blocks, see the switch program).
 
-use crate::plan::{check_servers, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
+use crate::plan::{Range, check_servers, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
 use crate::ring::worker_endpoints;
 use inalab_core::time::MS;
 use inalab_core::wire::StaticTreeHeader;
@@ -51,17 +51,17 @@ pub struct StaticTreeParams {
 }
 
 const PARAMS: [Param; 5] = [
-    Param { name: "ina.trees", default: "1", unit: "trees", doc: "Static trees of a static_tree job, each rooted at a distinct top-tier switch (a spine) drawn from the run's seed; block b uses tree b mod trees (1: SHARP/SwitchML/ATP-like, 4: PANAMA-like, Canary §5.2). At most the number of top-tier switches." },
-    Param { name: "ina.header_bytes", default: "57", unit: "bytes", doc: "Bytes on the wire per packet besides its values (Canary §5.1: 19 B header + 14 B Ethernet + 24 B preamble, gap and FCS); a block is 256 values (1024 B), so a full packet is 1081 B." },
-    Param { name: "ina.rtx_timeout_ps", default: "1000000000", unit: "ps", doc: "A static_tree host sends a block again when its result is this late, doubling per expiry up to 64 times (switches never sum it twice; 1 ms where no loss is expected, Canary spec A13)." },
-    Param { name: "ina.window_blocks", default: "4096", unit: "blocks", doc: "Blocks a static_tree host sends ahead of its oldest unfinished one; at most half the job's slice of the smallest switch table (a slot keeps a result until every host had it)." },
-    Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the hosts' float32 values (switches sum int32): error at most workers / (2 scale) per value." },
+    Param { name: "ina.trees", default: "1", unit: "trees", doc: "Static trees of a static_tree job, each rooted at a distinct top-tier switch (a spine) drawn from the run's seed; block b uses tree b mod trees (1: SHARP/SwitchML/ATP-like, 4: PANAMA-like, Canary §5.2). At most the number of top-tier switches.", range: Range::Int { min: 1, max: 256 } },
+    Param { name: "ina.header_bytes", default: "57", unit: "bytes", doc: "Bytes on the wire per packet besides its values (Canary §5.1: 19 B header + 14 B Ethernet + 24 B preamble, gap and FCS); a block is 256 values (1024 B), so a full packet is 1081 B.", range: Range::HEADER },
+    Param { name: "ina.rtx_timeout_ps", default: "1000000000", unit: "ps", doc: "A static_tree host sends a block again when its result is this late, doubling per expiry up to 64 times (switches never sum it twice; 1 ms where no loss is expected, Canary spec A13).", range: Range::TIME },
+    Param { name: "ina.window_blocks", default: "4096", unit: "blocks", doc: "Blocks a static_tree host sends ahead of its oldest unfinished one; at most half the job's slice of the smallest switch table (a slot keeps a result until every host had it).", range: Range::SLOTS },
+    Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the hosts' float32 values (switches sum int32): error at most workers / (2 scale) per value.", range: Range::SCALE },
 ];
 
 pub struct StaticTree;
 
 fn parse(config: &Value) -> Result<StaticTreeParams, PlanError> {
-    let c: StaticTreeParams = parse_config(config)?;
+    let c: StaticTreeParams = parse_config(config, &StaticTree.params())?;
     let i = &c.ina;
     if !(1..=256).contains(&i.trees) {
         return Err(PlanError::new("ina.trees", format!("{} trees; 1 or more (the header names up to 256), each with a root of its own", i.trees)));
@@ -194,7 +194,7 @@ impl Scheme for StaticTree {
         Ok(serde_json::json!({"scheme": PROGRAM, "ina": c.ina}))
     }
     fn quantization(&self, config: &Value) -> Quantization {
-        let scale = parse_config::<StaticTreeParams>(config).map_or(inalab_host::quant::ATP_SCALE, |c| c.ina.scale);
+        let scale = parse_config::<StaticTreeParams>(config, &StaticTree.params()).map_or(inalab_host::quant::ATP_SCALE, |c| c.ina.scale);
         Quantization::FixedPoint { scale }
     }
     fn program(&self, switch: NodeId, net: &dyn NetView) -> Option<Box<dyn SwitchProgram>> {

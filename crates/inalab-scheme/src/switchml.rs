@@ -4,7 +4,7 @@
 //! Pool policy, the same in both drivers: `ina.pool_slots` slots, or when it is 0 an equal
 //! share of the switch's slots among the SwitchML jobs the driver sets up there.
 
-use crate::plan::{parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
+use crate::plan::{Range, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
 use inalab_core::time::MS;
 use inalab_core::{Admission, Endpoint, NodeId, PortId, SwitchProgram};
 use inalab_host::{Quantized, SwitchMlConfig, SwitchMlWorker};
@@ -40,10 +40,10 @@ pub struct SwitchMlParams {
 }
 
 const PARAMS: [Param; 4] = [
-    Param { name: "ina.packet_bytes", default: "180", unit: "bytes", doc: "Bytes on the wire per gradient packet, headers included." },
-    Param { name: "ina.header_bytes", default: "52", unit: "bytes", doc: "Header bytes of a gradient packet; the rest (a multiple of 4 B) carries 32-bit values." },
-    Param { name: "ina.timeout_ps", default: "1000000000", unit: "ps", doc: "Worker loss-recovery timeout: a slot's packet is resent after this long without its result, until round trips are measured; then the RTO follows them (RFC 6298, this value its floor) and backs off up to 64x." },
-    Param { name: "ina.pool_slots", default: "0", unit: "slots", doc: "Slots of the job's static switch pool, 0 = an equal share of the switch among the jobs of the scheme there." },
+    Param { name: "ina.packet_bytes", default: "180", unit: "bytes", doc: "Bytes on the wire per gradient packet, headers included.", range: Range::PACKET },
+    Param { name: "ina.header_bytes", default: "52", unit: "bytes", doc: "Header bytes of a gradient packet; the rest (a multiple of 4 B) carries 32-bit values.", range: Range::HEADER },
+    Param { name: "ina.timeout_ps", default: "1000000000", unit: "ps", doc: "Worker loss-recovery timeout: a slot's packet is resent after this long without its result, until round trips are measured; then the RTO follows them (RFC 6298, this value its floor) and backs off up to 64x.", range: Range::TIME },
+    Param { name: "ina.pool_slots", default: "0", unit: "slots", doc: "Slots of the job's static switch pool, 0 = an equal share of the switch among the jobs of the scheme there.", range: Range::Int { min: 0, max: crate::plan::MAX_SLOTS } },
 ];
 
 pub struct SwitchMl;
@@ -69,7 +69,7 @@ impl Scheme for SwitchMl {
         Servers::None
     }
     fn normalize(&self, config: &Value) -> Result<Value, PlanError> {
-        Ok(serde_json::json!({"scheme": PROGRAM, "ina": parse_config::<SwitchMlParams>(config)?.ina}))
+        Ok(serde_json::json!({"scheme": PROGRAM, "ina": parse_config::<SwitchMlParams>(config, &SwitchMl.params())?.ina}))
     }
     fn quantization(&self, _config: &Value) -> Quantization {
         Quantization::AgreedExponent
@@ -84,7 +84,7 @@ impl Scheme for SwitchMl {
         if !job.servers.is_empty() {
             return Err(PlanError::new("servers", "scheme \"switchml\" aggregates in the switch and uses no servers; remove `servers`"));
         }
-        let c: SwitchMlParams = parse_config(&job.config)?;
+        let c: SwitchMlParams = parse_config(&job.config, &SwitchMl.params())?;
         let first = *job.workers.first().ok_or_else(|| PlanError::new("workers", "a job needs at least one worker"))?;
         let tor = net.tor(first);
         if let Some(&w) = job.workers.iter().find(|&&w| net.tor(w) != tor) {
@@ -103,6 +103,22 @@ impl Scheme for SwitchMl {
             let slots = net.memory_bytes(tor) / SLOT_BYTES / slot_units(width) as u64;
             let (_, of) = net.share(job.id, &share_key(tor));
             ina.pool_slots = (slots / of.max(1) as u64).min(u32::MAX as u64) as u32;
+        }
+        // The pool must fit the switch's memory before anything is built for it: each worker
+        // keeps state per slot, so a pool the switch would refuse must not be allocated first
+        // (2^31 slots took a shared switch's process down before its admission said no).
+        let (units, memory) = (slot_units(width) as u64, net.memory_bytes(tor));
+        let total = memory / SLOT_BYTES;
+        if ina.pool_slots as u64 * units > total {
+            // (Worded as the program's own refusal, which counts the free slots.)
+            return Err(PlanError::new(
+                "ina.pool_slots",
+                format!(
+                    "a pool of {} slots of {width} values ({units} hardware slot(s) each) does not fit: at most {total} of the switch's {total} slots ({SLOT_BYTES} B each, {memory} B at {}) could be free",
+                    ina.pool_slots,
+                    net.name(tor)
+                ),
+            ));
         }
         let port = job.worker_port;
         let switch = Endpoint { host: tor, port };

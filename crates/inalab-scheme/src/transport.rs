@@ -1,7 +1,7 @@
 //! The windowed transport's parameters, shared by the host-only collectives and by ATP's
 //! window.
 
-use crate::Param;
+use crate::{Param, Range};
 use inalab_core::time::MS;
 use inalab_host::{AimdConfig, TransportConfig};
 use serde::{Deserialize, Serialize};
@@ -29,11 +29,11 @@ impl Default for TransportParams {
 }
 
 pub(crate) const TRANSPORT_PARAMS: [Param; 5] = [
-    Param { name: "transport.mss_bytes", default: "1436", unit: "bytes", doc: "Maximum segment (payload) size of a packet." },
-    Param { name: "transport.header_bytes", default: "64", unit: "bytes", doc: "Header bytes added to every packet on the wire." },
-    Param { name: "transport.rto_ps", default: "1000000000", unit: "ps", doc: "Retransmission timeout." },
-    Param { name: "transport.init_window_bytes", default: "60000", unit: "bytes", doc: "Initial congestion window." },
-    Param { name: "transport.increment_bytes", default: "1500", unit: "bytes", doc: "Additive increase of the window per round trip." },
+    Param { name: "transport.mss_bytes", default: "1436", unit: "bytes", doc: "Maximum segment (payload) size of a packet.", range: Range::PACKET },
+    Param { name: "transport.header_bytes", default: "64", unit: "bytes", doc: "Header bytes added to every packet on the wire.", range: Range::HEADER },
+    Param { name: "transport.rto_ps", default: "1000000000", unit: "ps", doc: "Retransmission timeout.", range: Range::TIME },
+    Param { name: "transport.init_window_bytes", default: "60000", unit: "bytes", doc: "Initial congestion window.", range: Range::WINDOW },
+    Param { name: "transport.increment_bytes", default: "1500", unit: "bytes", doc: "Additive increase of the window per round trip.", range: Range::Int { min: 0, max: crate::plan::MAX_WINDOW_BYTES } },
 ];
 
 impl TransportParams {

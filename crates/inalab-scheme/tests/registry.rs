@@ -1,7 +1,8 @@
 //! The registry's promises: each scheme's documented parameters are exactly its
 //! configuration's defaults, and bad configurations get errors naming the field.
 
-use inalab_scheme::{by_name, schemes, Overrides};
+use inalab_scheme::{by_name, schemes, JobSpec, NetView, Overrides, Range};
+use inalab_core::{NodeId, PortId};
 use serde_json::{json, Value};
 
 fn at<'a>(v: &'a Value, dotted: &str) -> Option<&'a Value> {
@@ -58,8 +59,8 @@ fn a_drivers_overrides_fill_only_what_the_job_left_out() {
     assert_eq!(filled["ina"]["timeout_ps"], 20_000_000_000u64, "the driver's fills the gap");
     let zero = sml.apply(&json!({"scheme": "switchml", "ina": {"pool_slots": 0}}), &o).unwrap();
     assert_eq!(zero["ina"]["pool_slots"], 128, "0 (an equal share) takes the driver's pool");
-    let atp = by_name("atp").unwrap().apply(&json!({"scheme": "atp", "ina": {"timeout_ps": 5}}), &o).unwrap();
-    assert_eq!((atp["ina"]["timeout_ps"].as_u64(), atp["ina"].get("pool_slots")), (Some(5), None), "ATP has no pool parameter");
+    let atp = by_name("atp").unwrap().apply(&json!({"scheme": "atp", "ina": {"timeout_ps": 5_000_000}}), &o).unwrap();
+    assert_eq!((atp["ina"]["timeout_ps"].as_u64(), atp["ina"].get("pool_slots")), (Some(5_000_000), None), "ATP has no pool parameter");
     let ring = by_name("ring").unwrap().apply(&json!({"scheme": "ring"}), &o).unwrap();
     assert_eq!(ring, by_name("ring").unwrap().normalize(&json!({"scheme": "ring"})).unwrap(), "ring takes neither");
 }
@@ -79,4 +80,122 @@ fn a_drivers_values_per_packet_size_the_packets_of_schemes_that_take_any() {
     // DSA's aggregators hold a fixed number of values: its packets keep their size.
     let dsa = by_name("dsa").unwrap();
     assert_eq!(dsa.apply(&json!({"scheme": "dsa"}), &o).unwrap(), dsa.normalize(&json!({"scheme": "dsa"})).unwrap());
+}
+
+/// `config` with the dotted parameter `name` set to `v`.
+fn with(scheme: &str, name: &str, v: Value) -> Value {
+    let mut config = json!({"scheme": scheme});
+    let mut at = &mut config;
+    let keys: Vec<&str> = name.split('.').collect();
+    for k in &keys[..keys.len() - 1] {
+        at = at.as_object_mut().unwrap().entry(k.to_string()).or_insert(json!({}));
+    }
+    at[keys[keys.len() - 1]] = v;
+    config
+}
+
+#[test]
+fn every_parameter_has_bounds_that_hold_its_default() {
+    for s in schemes() {
+        for p in s.params() {
+            let default: Value = serde_json::from_str(p.default).unwrap();
+            assert!(p.range.allows(&default), "{}: {}'s default {default} is outside {:?}", s.name(), p.name, p.range);
+            // Sizes, times and counts are integers with an upper bound; what else a parameter
+            // takes is a fixed set of names, a boolean, a list or a bounded number.
+            if matches!(p.unit, "ps" | "bytes") {
+                assert!(matches!(p.range, Range::Int { .. }), "{}: {} is a size or time without integer bounds", s.name(), p.name);
+            }
+            let words = p.range.describe(p.unit);
+            assert!(!words.is_empty() && words.len() < 200, "{}: {words}", p.name);
+        }
+    }
+}
+
+/// Issue #36, item 1: every parameter of every scheme at hostile values: each is either
+/// allowed (inside the documented range) and accepted, or refused with an error that names the
+/// parameter, quotes the value briefly and says what is allowed; never a panic or an overflow.
+#[test]
+fn hostile_values_of_every_parameter_are_refused_naming_the_field_and_the_range() {
+    let huge = "x".repeat(100_000);
+    let values = [
+        json!(0), json!(-1), json!(1), json!(2_147_483_647), json!(1u64 << 63), json!(u64::MAX), json!(1e300), json!(-1e300), json!(0.5),
+        json!(null), json!([1, 2]), json!({"a": 1}), json!(true), json!(huge),
+    ];
+    for s in schemes() {
+        for p in s.params() {
+            for v in &values {
+                let config = with(s.name(), p.name, v.clone());
+                // (A panic fails the test.)
+                match s.normalize(&config) {
+                    Ok(_) => assert!(p.range.allows(v), "{}: {} = {v} accepted outside {:?}", s.name(), p.name, p.range),
+                    Err(e) => {
+                        let shown = e.to_string();
+                        let leaf = p.name.rsplit('.').next().unwrap();
+                        assert!(e.field == p.name || shown.contains(leaf), "{}: {} = {}: the error names another field: {shown}", s.name(), p.name, inalab_scheme::quote(v));
+                        assert!(shown.len() < 600, "{}: {}: a {}-byte error", s.name(), p.name, shown.len());
+                        if !p.range.allows(v) {
+                            assert_eq!(e.field, p.name, "{shown}");
+                            assert!(e.message.contains("allowed: "), "{shown}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // The two configurations that took a shared switch down (issue #36): refused, with the range.
+    let e = by_name("switchml").unwrap().normalize(&json!({"scheme": "switchml", "ina": {"pool_slots": 2_147_483_647}})).unwrap_err();
+    assert_eq!(e.field, "ina.pool_slots");
+    assert!(e.message.contains("2147483647") && e.message.contains("0..=16777216"), "{e}");
+    let e = by_name("rina").unwrap().normalize(&json!({"scheme": "rina", "ina": {"rto_ps": 1u64 << 62}})).unwrap_err();
+    assert_eq!(e.field, "ina.rto_ps");
+    assert!(e.message.contains("1 us to 60 s"), "{e}");
+}
+
+/// One rack of `n` hosts under a programmable switch with `memory` bytes.
+struct Rack {
+    memory: u64,
+}
+
+impl NetView for Rack {
+    fn tor(&self, _host: NodeId) -> NodeId {
+        100
+    }
+    fn port_toward(&self, _switch: NodeId, host: NodeId) -> Option<PortId> {
+        Some(host as PortId)
+    }
+    fn programmable(&self, switch: NodeId) -> bool {
+        switch == 100
+    }
+    fn memory_bytes(&self, switch: NodeId) -> u64 {
+        if switch == 100 {
+            self.memory
+        } else {
+            0
+        }
+    }
+    fn name(&self, node: NodeId) -> String {
+        format!("n{node}")
+    }
+    fn share(&self, _job: u32, _key: &str) -> (u32, u32) {
+        (0, 1)
+    }
+}
+
+/// Issue #36, item 1: SwitchML's plan built every worker's per-slot state before the switch
+/// checked the pool against its memory, so a job asking for 2^31 slots exhausted the shared
+/// switch's process. The plan now refuses a pool that cannot fit first (the largest pool the
+/// range allows, 2^24 slots, would take 800 MB of worker state for 16 workers).
+#[test]
+fn a_switchml_pool_beyond_the_switchs_memory_is_refused_before_anything_is_built() {
+    let sml = by_name("switchml").unwrap();
+    let config = sml.normalize(&json!({"scheme": "switchml", "ina": {"pool_slots": inalab_scheme::MAX_SLOTS}})).unwrap();
+    let job = JobSpec { id: 1, workers: (0..16).collect(), servers: vec![], config, worker_port: 1, server_port: 1 };
+    let started = std::time::Instant::now();
+    let Err(e) = sml.plan(&job, &Rack { memory: 5_000_000 }) else { panic!("a pool of 2^24 slots was planned on a 5 MB switch") };
+    assert_eq!(e.field, "ina.pool_slots", "{e}");
+    assert!(e.message.contains("5000000 B"), "{e}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}: the plan built something first", started.elapsed());
+    // What fits is planned as before.
+    let config = sml.normalize(&json!({"scheme": "switchml", "ina": {"pool_slots": 64}})).unwrap();
+    assert!(sml.plan(&JobSpec { config, ..job }, &Rack { memory: 5_000_000 }).is_ok());
 }

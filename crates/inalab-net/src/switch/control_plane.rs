@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::io::BufReader;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// A worker waiting in the rendezvous or running in an admitted job.
 struct Member {
@@ -25,7 +26,16 @@ struct Member {
     left: bool,
     /// Its connection dropped without a `leave` (the job went on without it).
     gone: bool,
+    /// When it stops waiting for the other ranks (its join timeout, at most
+    /// [`MAX_JOIN_WAIT`]): then it is told so and its connection closed, so that joins that
+    /// never complete cannot hold the switch's connections.
+    deadline: Instant,
 }
+
+/// The longest a joiner may wait in a rendezvous, whatever join timeout it asks for: 10 min.
+pub const MAX_JOIN_WAIT: Duration = Duration::from_secs(600);
+/// How long a joiner that names no join timeout waits: 60 s (the clients' default).
+pub const DEFAULT_JOIN_WAIT: Duration = Duration::from_secs(60);
 
 struct JobState {
     /// The first joiner's configuration (with the switch's defaults filled in); every other
@@ -47,8 +57,20 @@ fn secret_digest(s: &Shared, job_secret: &str) -> [u8; 32] {
 #[derive(Default)]
 pub(super) struct ControlState {
     jobs: BTreeMap<u32, JobState>,
-    /// Attached PS: (node, control address).
-    ps: Option<(NodeId, SocketAddr)>,
+    /// The attached PS.
+    ps: Option<PsAttachment>,
+    /// Attachments so far, to tell a PS's current connection from one it replaced.
+    attachments: u64,
+}
+
+/// The PS attached here: its node, control address, and which attachment this is (a PS that
+/// comes back replaces its older connection, whose end must then fail nothing).
+#[derive(Debug, Clone, Copy)]
+struct PsAttachment {
+    node: NodeId,
+    udp: SocketAddr,
+    control: SocketAddr,
+    generation: u64,
 }
 
 impl ControlState {
@@ -56,48 +78,62 @@ impl ControlState {
     pub(super) fn job_ids(&self) -> Vec<u32> {
         self.jobs.keys().copied().collect()
     }
+
+    /// The jobs still in their rendezvous (not admitted).
+    pub(super) fn joining(&self) -> Vec<u32> {
+        self.jobs.iter().filter(|(_, j)| j.spec.is_none()).map(|(&id, _)| id).collect()
+    }
+
+    /// Admitted jobs whose server is PS `node`.
+    fn served_by(&self, node: NodeId) -> Vec<u32> {
+        self.jobs.iter().filter(|(_, j)| j.spec.as_ref().is_some_and(|sp| sp.servers.iter().any(|v| v.node == node))).map(|(&id, _)| id).collect()
+    }
 }
 
 /// Serves one control connection until it closes.
 pub(super) fn serve(s: &Arc<Shared>, conn: TcpStream) {
-    // A peer that does not read costs only its own connection, and at most this long a write.
-    let _ = conn.set_write_timeout(Some(WRITE_TIMEOUT));
-    let Ok(mut w) = conn.try_clone() else { return };
+    // (Writes give up after crate::service::WRITE_TIMEOUT: a peer that does not read costs
+    // only its own connection.)
+    let Ok(w) = conn.try_clone() else { return };
+    let mut w = crate::service::Replies::new(w);
     let mut r = BufReader::new(conn);
     // A join turns this connection into a worker's: (job, rank).
     let mut member: Option<(u32, usize)> = None;
-    // An attach as PS turns it into the PS's: it must ping at least every PS_LIVENESS.
-    let mut ps_node: Option<NodeId> = None;
+    // An attach as PS turns it into the PS's, (node, attachment): it must ping at least every
+    // PS_LIVENESS.
+    let mut ps: Option<(NodeId, u64)> = None;
     let mut auth = ServerAuth::new(s.secret.clone());
     loop {
         let msg = match control::read_line(&mut r) {
             Ok(Some(m)) => m,
             Ok(None) | Err(NetError::Io(_)) => break,
             Err(e @ NetError::TooLong(_)) => {
-                let _ = control::send_line(&mut w, &err(e));
+                let _ = w.send(&err(e));
                 break;
             }
             Err(e) => {
-                let _ = control::send_line(&mut w, &err(e));
+                let _ = w.send(&err(e));
                 continue;
             }
         };
         let op = msg["op"].as_str().unwrap_or("");
         if let Some(r) = auth.handle(op, &msg) {
             let failed = r.is_err();
-            if control::send_line(&mut w, &r.unwrap_or_else(err)).is_err() || failed {
+            if w.send(&r.unwrap_or_else(err)).is_err() || failed {
                 break; // a failed authentication closes the connection
             }
             continue;
         }
-        if let Err(e) = allowed(op, &msg).map_or(Ok(()), |roles| auth.require(op, roles)) {
-            if control::send_line(&mut w, &err(e)).is_err() {
+        // A switch whose data plane stopped serves nothing: it says why, and nothing else.
+        let refused = super::health(s).and_then(|()| allowed(op, &msg).map_or(Ok(()), |roles| auth.require(op, roles)));
+        if let Err(e) = refused {
+            if w.send(&err(e)).is_err() {
                 break;
             }
             continue;
         }
         let reply = match op {
-            "join" if member.is_none() => match join(s, &msg, &w) {
+            "join" if member.is_none() => match join(s, &msg, &w.conn) {
                 Ok(m) => {
                     member = Some(m);
                     // A worker's connection idles for its job's whole life.
@@ -123,29 +159,35 @@ pub(super) fn serve(s: &Arc<Shared>, conn: TcpStream) {
                 }
                 None => err("`abort` needs a `join` first on this connection"),
             },
-            _ => handle(s, op, &msg, &w).unwrap_or_else(err),
+            "attach" if msg["role"] == "ps" && ps.is_none() => match attach_ps(s, &msg, &w.conn) {
+                Ok((reply, attached)) => {
+                    ps = Some(attached);
+                    let _ = r.get_ref().set_read_timeout(Some(PS_LIVENESS));
+                    reply
+                }
+                Err(e) => err(e),
+            },
+            // The PS lost a job (its server endpoint panicked): the job fails everywhere.
+            "fail" => match ps {
+                Some((node, _)) => ps_failed_job(s, node, &msg).unwrap_or_else(err),
+                None => err("`fail` is the attached PS's: attach first on this connection"),
+            },
+            _ => handle(s, op, &msg, &w.conn, auth.role()).unwrap_or_else(err),
         };
-        if op == "attach" && msg["role"] == "ps" && reply["ok"] == true {
-            ps_node = msg["node"].as_u64().map(|n| n as NodeId);
-            let _ = r.get_ref().set_read_timeout(Some(PS_LIVENESS));
-        }
-        if control::send_line(&mut w, &reply).is_err() {
+        if w.send(&reply).is_err() {
             break;
         }
     }
     if let Some((job, rank)) = member {
         disconnected(s, job, rank);
     }
-    if let Some(node) = ps_node {
-        ps_gone(s, node);
+    if let Some((node, attachment)) = ps {
+        ps_gone(s, node, attachment);
     }
 }
 
-/// Longest a write to one control connection may block.
-const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
-
 /// Sends each line on its connection, with no lock held (each write is bounded by
-/// [`WRITE_TIMEOUT`]).
+/// [`crate::service::WRITE_TIMEOUT`]).
 fn send_all(lines: Vec<(TcpStream, Value)>) {
     for (mut c, v) in lines {
         let _ = control::send_line(&mut c, &v);
@@ -157,17 +199,22 @@ fn send_all(lines: Vec<(TcpStream, Value)>) {
 pub(crate) const PS_LIVENESS: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The PS's control connection closed or went silent: every job it serves fails, with the
-/// reason on every worker, and another PS may attach.
-fn ps_gone(s: &Arc<Shared>, node: NodeId) {
+/// reason and what to do on every worker, and another PS may attach. Nothing happens if the
+/// PS came back on a newer connection meanwhile (`attachment` is no longer the current one).
+fn ps_gone(s: &Arc<Shared>, node: NodeId, attachment: u64) {
     let jobs: Vec<u32> = {
-        let mut cp = s.cp.lock().expect("control lock");
-        if cp.ps.is_some_and(|p| p.0 == node) {
-            cp.ps = None;
+        let mut cp = crate::lock(&s.cp);
+        if !cp.ps.is_some_and(|p| p.node == node && p.generation == attachment) {
+            return;
         }
-        cp.jobs.iter().filter(|(_, j)| j.spec.as_ref().is_some_and(|sp| sp.servers.iter().any(|v| v.node == node))).map(|(&id, _)| id).collect()
+        cp.ps = None;
+        cp.served_by(node)
     };
-    s.dp.lock().expect("data plane lock").remove_port(node);
-    let reason = format!("the parameter server (node {node}) disconnected or stopped answering for {PS_LIVENESS:?}");
+    crate::lock(&s.dp).remove_port(node);
+    let reason = format!(
+        "the parameter server (node {node}) disconnected or stopped answering for {PS_LIVENESS:?}: its jobs here failed. A PS that still runs \
+         re-attaches by itself (then start the job again); else restart it (`inalab ps --switch <this switch's control address>`)"
+    );
     if !jobs.is_empty() {
         eprintln!("inalab switch: {reason}; failing jobs {jobs:?}");
     }
@@ -176,38 +223,87 @@ fn ps_gone(s: &Arc<Shared>, node: NodeId) {
     }
 }
 
+/// A PS attaches (`{"op": "attach", "role": "ps", "node", "udp", "control", "jobs"}`): one PS
+/// at a time; the same node coming back (its switch restarted, or either stalled past the
+/// liveness limit) replaces its older connection. `jobs` are the jobs it still runs: those
+/// this switch serves with it and it lists are kept, the others fail here (the PS lost them);
+/// the reply's `jobs` are the kept ones, so the PS frees the rest. Returns the reply and the
+/// attachment (node, generation).
+fn attach_ps(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(Value, (NodeId, u64)), NetError> {
+    let node: NodeId = field(msg, "node")?;
+    let udp: SocketAddr = field(msg, "udp")?;
+    let control: SocketAddr = field(msg, "control")?;
+    let holds: Vec<u32> = if msg.get("jobs").is_some_and(|j| !j.is_null()) { field(msg, "jobs")? } else { vec![] };
+    control::check_node(node)?;
+    let (generation, kept, lost) = {
+        let mut cp = crate::lock(&s.cp);
+        match cp.ps {
+            Some(other) if other.node != node => {
+                return Err(NetError::Config(format!("a parameter server (node {}) is attached to this switch and alive; a second one is refused", other.node)))
+            }
+            _ => {}
+        }
+        // Its jobs survive only if it comes back at the same address (a new address is a new
+        // process, whose servers start empty) and still runs them.
+        let same_place = cp.ps.is_some_and(|p| p.udp == udp);
+        cp.attachments += 1;
+        let generation = cp.attachments;
+        cp.ps = Some(PsAttachment { node, udp, control, generation });
+        let (kept, lost): (Vec<u32>, Vec<u32>) = cp.served_by(node).into_iter().partition(|j| same_place && holds.contains(j));
+        (generation, kept, lost)
+    };
+    for job in lost {
+        release(s, job, Some(&format!("the parameter server (node {node}) came back without job {job} (it restarted or moved): the job's state there is lost")));
+    }
+    let port = {
+        let _one_at_a_time = crate::lock(&s.admitting);
+        crate::lock(&s.dp).add_port(udp, node, PortKind::Ps)
+    };
+    let bound = crate::lock(&s.dp).udp().local_addr()?;
+    Ok((ok(json!({"port": port, "node": s.opts.node, "udp": seen_from(bound, conn), "jobs": kept})), (node, generation)))
+}
+
+/// The attached PS `node` reports that it lost `job` (`{"op": "fail", "job", "reason"}`): the
+/// job fails on every worker with the PS's reason.
+fn ps_failed_job(s: &Arc<Shared>, node: NodeId, msg: &Value) -> Result<Value, NetError> {
+    let job: u32 = field(msg, "job")?;
+    let reason: String = field(msg, "reason")?;
+    if crate::lock(&s.cp).served_by(node).contains(&job) {
+        let reason = format!("the parameter server (node {node}): {}", inalab_scheme::clip(&reason, 400));
+        eprintln!("inalab switch: job {job} failed: {reason}");
+        release(s, job, Some(&reason));
+    }
+    Ok(ok(json!({})))
+}
+
 /// The roles that may send `op` (`None`: anyone, authenticated or not: `stats`, `ping`).
 fn allowed(op: &str, msg: &Value) -> Option<&'static [AuthRole]> {
     match op {
         "join" | "leave" | "abort" => Some(&[AuthRole::Worker]),
         "attach" if msg["role"] == "ps" => Some(&[AuthRole::Ps]),
+        "fail" => Some(&[AuthRole::Ps]),
         "attach" | "ps_info" | "admit" | "release" | "link" => Some(&[AuthRole::Switch]),
         _ => None,
     }
 }
 
-/// Requests that are answered at once.
-fn handle(s: &Arc<Shared>, op: &str, msg: &Value, conn: &TcpStream) -> Result<Value, NetError> {
+/// Requests that are answered at once. `role`: what the connection authenticated as.
+fn handle(s: &Arc<Shared>, op: &str, msg: &Value, conn: &TcpStream, role: Option<AuthRole>) -> Result<Value, NetError> {
     match op {
         "attach" => {
             let role: String = field(msg, "role")?;
             let node: NodeId = field(msg, "node")?;
             let udp: SocketAddr = field(msg, "udp")?;
-            let kind = match role.as_str() {
-                "ps" => PortKind::Ps,
-                "switch" => PortKind::Switch,
-                r => return Err(NetError::Protocol(format!("field `role`: {r:?} is not one of \"ps\", \"switch\""))),
-            };
-            if kind == PortKind::Ps {
-                let control: SocketAddr = field(msg, "control")?;
-                let mut cp = s.cp.lock().expect("control lock");
-                if let Some((other, _)) = cp.ps {
-                    return Err(NetError::Config(format!("a parameter server (node {other}) is attached to this switch and alive; a second one is refused")));
-                }
-                cp.ps = Some((node, control));
+            match role.as_str() {
+                "switch" => {}
+                "ps" => return Err(NetError::Protocol("this connection is attached already".into())),
+                r => return Err(NetError::Protocol(format!("field `role`: {:?} is not one of \"ps\", \"switch\"", inalab_scheme::clip(r, 64)))),
             }
-            let port = s.dp.lock().expect("data plane lock").add_port(udp, node, kind);
-            let bound = s.dp.lock().expect("data plane lock").udp().local_addr()?;
+            let port = {
+                let _one_at_a_time = crate::lock(&s.admitting);
+                crate::lock(&s.dp).add_port(udp, node, PortKind::Switch)
+            };
+            let bound = crate::lock(&s.dp).udp().local_addr()?;
             Ok(ok(json!({"port": port, "node": s.opts.node, "udp": seen_from(bound, conn)})))
         }
         "ps_info" => ps_info(s).map(ok),
@@ -224,14 +320,17 @@ fn handle(s: &Arc<Shared>, op: &str, msg: &Value, conn: &TcpStream) -> Result<Va
         "link" => {
             let peer: NodeId = field(msg, "peer")?;
             let up: bool = field(msg, "up")?;
-            s.dp.lock().expect("data plane lock").set_link(peer, up)?;
+            crate::lock(&s.dp).set_link(peer, up)?;
             Ok(ok(json!({})))
         }
         "ping" => Ok(ok(json!({}))),
-        "stats" => Ok(ok(stats(s))),
+        // Only switches see the jobs still in their rendezvous: a tenant that learns a waiting
+        // job's id could take one of its free ranks (docs/runtime.md, "Threat model").
+        "stats" => Ok(ok(stats(s, role == Some(AuthRole::Switch)))),
         "join" => Err(NetError::Protocol("this connection already joined a job".into())),
         other => Err(NetError::Protocol(format!(
-            "field `op`: {other:?} is not one of \"join\", \"leave\", \"attach\", \"ps_info\", \"admit\", \"release\", \"link\", \"stats\""
+            "field `op`: {:?} is not one of \"join\", \"leave\", \"attach\", \"ps_info\", \"admit\", \"release\", \"link\", \"stats\"",
+            inalab_scheme::clip(other, 64)
         ))),
     }
 }
@@ -249,8 +348,8 @@ fn seen_from(bound: SocketAddr, conn: &TcpStream) -> SocketAddr {
 /// Where this switch's jobs find their PS (attached here, or behind the upstream switch), and
 /// the switches from here to it.
 fn ps_info(s: &Shared) -> Result<Value, NetError> {
-    if let Some((ps, _)) = s.cp.lock().expect("control lock").ps {
-        return Ok(json!({"ps": ps, "rack": s.opts.node, "switches": [s.opts.switch_spec()]}));
+    if let Some(ps) = crate::lock(&s.cp).ps {
+        return Ok(json!({"ps": ps.node, "rack": s.opts.node, "switches": [s.opts.switch_spec()]}));
     }
     match s.opts.upstream {
         Some(up) => {
@@ -279,14 +378,18 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
         let field = if e.field.is_empty() { "config".to_string() } else { format!("config.{}", e.field) };
         plan_err(inalab_scheme::PlanError::new(field, e.message))
     })?;
-    if !s.dp.lock().expect("data plane lock").program.has(scheme.name()) {
-        let runs = s.dp.lock().expect("data plane lock").program.names();
+    if !crate::lock(&s.dp).program.has(scheme.name()) {
+        let runs = crate::lock(&s.dp).program.names();
         return Err(NetError::Config(format!("field `config.scheme`: this switch runs {runs}, the worker asked for {}", scheme.name())));
     }
-    if world == 0 || rank >= world {
+    if !(1..=MAX_WORLD).contains(&world) {
+        return Err(NetError::Config(format!("field `world`: {world} workers; allowed: 1..={MAX_WORLD}")));
+    }
+    if rank >= world {
         return Err(NetError::Config(format!("field `rank`: {rank} is not in 0..{world} (world)")));
     }
-    let mut guard = s.cp.lock().expect("control lock");
+    let wait = join_wait(msg)?;
+    let mut guard = crate::lock(&s.cp);
     let cp = &mut *guard;
     let st = cp.jobs.entry(job).or_insert_with(|| JobState { config: config.clone(), world, secret, members: BTreeMap::new(), spec: None });
     let same = match (&st.secret, &secret) {
@@ -301,12 +404,17 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
         return Err(NetError::Config(format!("job {job} is already running; pick another job id")));
     }
     if st.world != world || st.config != config {
-        return Err(NetError::Config(format!("job {job}: world {world} / configuration {config} disagrees with the first joiner's {} / {}", st.world, st.config)));
+        // The first joiner's configuration is not quoted: it is what a joiner would need to
+        // pass for one of its ranks.
+        return Err(NetError::Config(format!(
+            "job {job}: world {world} and configuration {} (with this switch's defaults) differ from the first joiner's; every worker of a job gives the same",
+            inalab_scheme::clip(&config.to_string(), 200)
+        )));
     }
     if st.members.contains_key(&rank) {
         return Err(NetError::Config(format!("job {job}: rank {rank} already joined")));
     }
-    st.members.insert(rank, Member { rank, udp, conn: conn.try_clone()?, node: 0, left: false, gone: false });
+    st.members.insert(rank, Member { rank, udp, conn: conn.try_clone()?, node: 0, left: false, gone: false, deadline: Instant::now() + wait });
     if st.members.len() < world {
         return Ok((job, rank));
     }
@@ -314,7 +422,7 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
     // ones, so nobody learns a job's ids from the order jobs came in.
     let mut workers = vec![];
     let taken: std::collections::BTreeSet<NodeId> = {
-        let dp = s.dp.lock().expect("data plane lock");
+        let dp = crate::lock(&s.dp);
         dp.routes.keys().copied().chain(cp.jobs.values().flat_map(|j| j.members.values().map(|m| m.node))).collect()
     };
     let st = cp.jobs.get_mut(&job).expect("present");
@@ -335,8 +443,18 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
         admit(s, &spec)?;
         Ok(spec)
     });
-    let mut cp = s.cp.lock().expect("control lock");
-    let st = cp.jobs.get_mut(&job).expect("present");
+    let mut cp = crate::lock(&s.cp);
+    let Some(st) = cp.jobs.get_mut(&job) else {
+        // Every rank's connection closed while the job was admitted: nobody runs it.
+        drop(cp);
+        if let Ok(spec) = &result {
+            release_here(s, job, Some(spec));
+            if let Ok(Some(addr)) = next_hop(s, spec) {
+                let _ = control::request(addr, Some(&s.secret.credential(AuthRole::Switch)), &json!({"op": "release", "job": job}), CONTROL_TIMEOUT);
+            }
+        }
+        return Err(NetError::JobFailed(format!("job {job}: every worker left during its admission")));
+    };
     let reply = match &result {
         Ok(spec) => {
             st.spec = Some(spec.clone());
@@ -344,7 +462,7 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
         }
         Err(e) => Some(err(e)),
     };
-    let bound = s.dp.lock().expect("data plane lock").udp().local_addr()?;
+    let bound = crate::lock(&s.dp).udp().local_addr()?;
     let mut lines = vec![];
     for m in st.members.values() {
         let switch_udp = seen_from(bound, &m.conn);
@@ -359,6 +477,50 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
     drop(cp);
     send_all(lines);
     Ok((job, rank))
+}
+
+/// The most workers a job may have: a control line (an `admit` of the job's spec) holds about
+/// 1,024 workers' worth (see [`crate::control::MAX_LINE_BYTES`]).
+pub const MAX_WORLD: usize = 1024;
+
+/// How long a joiner waits for the other ranks: the `timeout_s` it sends (its own join
+/// timeout), at most [`MAX_JOIN_WAIT`]; [`DEFAULT_JOIN_WAIT`] if it sends none.
+fn join_wait(msg: &Value) -> Result<Duration, NetError> {
+    match msg.get("timeout_s") {
+        None | Some(Value::Null) => Ok(DEFAULT_JOIN_WAIT),
+        Some(v) => match v.as_f64().filter(|t| t.is_finite() && *t > 0.0) {
+            Some(t) => Ok(Duration::from_secs_f64(t.min(MAX_JOIN_WAIT.as_secs_f64()))),
+            None => Err(NetError::Config(format!("field `timeout_s`: {} is not a positive number of seconds", inalab_scheme::quote(v)))),
+        },
+    }
+}
+
+/// Ends the waits of joiners past their deadline: each is told, and its connection closed, so
+/// joins that never complete hold no connection longer than their join timeout (at most
+/// [`MAX_JOIN_WAIT`]). The rendezvous goes on for those still waiting.
+pub(super) fn reap_rendezvous(s: &Shared) {
+    let now = Instant::now();
+    let mut late = vec![];
+    {
+        let mut cp = crate::lock(&s.cp);
+        // (A job whose ranks are all in is being admitted: its replies come from there.)
+        for (&job, st) in cp.jobs.iter_mut().filter(|(_, st)| st.spec.is_none() && st.members.len() < st.world) {
+            let ranks: Vec<usize> = st.members.values().filter(|m| m.deadline <= now).map(|m| m.rank).collect();
+            for r in ranks {
+                let m = st.members.remove(&r).expect("listed");
+                let reason = format!("job {job}: not every one of its {} workers joined in time ({} of them are here); the switch ends rank {r}'s wait", st.world, st.members.len() + 1);
+                late.push((m.conn, reason));
+            }
+        }
+        cp.jobs.retain(|_, st| st.spec.is_some() || !st.members.is_empty());
+    }
+    for (conn, reason) in late {
+        if let Ok(mut c) = conn.try_clone() {
+            let _ = control::send_line(&mut c, &err(reason));
+        }
+        // Its serving thread sees the end of the stream and exits, freeing the connection.
+        let _ = conn.shutdown(std::net::Shutdown::Both);
+    }
 }
 
 fn build_spec(s: &Shared, job: u32, config: Value, workers: Vec<WorkerSpec>) -> Result<JobSpec, NetError> {
@@ -379,26 +541,93 @@ fn next_hop(s: &Shared, spec: &JobSpec) -> Result<Option<SocketAddr>, NetError> 
     if server.rack != s.opts.node {
         return Ok(s.opts.upstream);
     }
-    let ps = s.cp.lock().expect("control lock").ps.filter(|p| p.0 == server.node).map(|p| p.1);
+    let ps = crate::lock(&s.cp).ps.filter(|p| p.node == server.node).map(|p| p.control);
     ps.map(Some).ok_or_else(|| NetError::Config(format!("PS node {} is not attached to switch {}", server.node, s.opts.node)))
 }
 
 /// Installs this switch's part of `spec` and passes it on (upstream switch, PS).
 fn admit(s: &Arc<Shared>, spec: &JobSpec) -> Result<(), NetError> {
     admit_here(s, spec)?;
-    if let Some(next) = next_hop(s, spec)? {
-        control::request(next, Some(&s.secret.credential(AuthRole::Switch)), &json!({"op": "admit", "spec": spec}), CONTROL_TIMEOUT)?;
+    let passed_on = next_hop(s, spec).and_then(|next| match next {
+        Some(next) => control::request(next, Some(&s.secret.credential(AuthRole::Switch)), &json!({"op": "admit", "spec": spec}), CONTROL_TIMEOUT).map(drop),
+        None => Ok(()),
+    });
+    if passed_on.is_err() {
+        // Refused further on (or the next hop is gone): nothing of it may stay here, or
+        // refused jobs would hold this switch's aggregators for ever.
+        release_here(s, spec.job, Some(spec));
     }
-    Ok(())
+    passed_on
 }
 
 /// Installs this switch's part of `spec`: worker ports and routes, the programs' admissions,
 /// the job's key.
+///
+/// The scheme's plan (its own code, sized by the job's configuration) runs with no lock held,
+/// from a snapshot of the ports it may name, and its panics are caught: a plan that is slow,
+/// large or broken refuses its own job and never holds up packets or another tenant's
+/// admission. [`Shared::admitting`] keeps the port table as the snapshot saw it meanwhile.
 pub(super) fn admit_here(s: &Shared, spec: &JobSpec) -> Result<(), NetError> {
     let me = s.opts.node;
     let mac = spec.frame_mac()?;
-    let mut dp = s.dp.lock().expect("data plane lock");
-    // Everything is checked before anything changes: a refused admit leaves no trace.
+    let _one_at_a_time = crate::lock(&s.admitting);
+    let view = {
+        let dp = crate::lock(&s.dp);
+        check_admit(&dp, spec, me)?;
+        PortsView::of(&dp, spec, me)
+    };
+    let planned = crate::guarded(|| -> Result<_, NetError> {
+        let plan = spec.plan(Some(me), &|n| view.port_of(n))?;
+        let routes = plan_routes(spec, &plan, me, &|n| view.neighbour(n))?;
+        // Only what this switch admits is kept; the endpoints the plan built are dropped here,
+        // outside the lock.
+        let admissions: Vec<_> = plan.admissions.into_iter().filter(|a| a.switch == me).collect();
+        Ok((admissions, routes))
+    });
+    let (admissions, (paths, trees)) = planned.map_err(|p| NetError::Config(format!("job {}: refused: setting it up panicked ({p})", spec.job)))??;
+    let mut dp = crate::lock(&s.dp);
+    check_admit(&dp, spec, me)?;
+    if !view.still_holds(&dp) {
+        return Err(NetError::Config(format!("job {}: the switch's ports changed while it was set up; join again", spec.job)));
+    }
+    // The programs first, the only step that may refuse: a refused job leaves no port, route
+    // or key behind. A program's panic refuses the job and releases what it admitted.
+    for adm in admissions {
+        let (program, field) = (adm.program, adm.field);
+        let admitted = crate::guarded(|| dp.program.admit_at(program, spec.job, adm.state));
+        let refusal = match admitted {
+            Ok(Ok(())) => continue,
+            Ok(Err(e)) => format!("field `config.{field}`: {e}"),
+            Err(p) => format!("job {}: refused: the {program} program panicked admitting it ({p})", spec.job),
+        };
+        let _ = crate::guarded(|| dp.program.release(spec.job));
+        return Err(NetError::Config(refusal));
+    }
+    // Worker ports (for workers attached here) and routes to the others via their switch.
+    for w in &spec.workers {
+        if w.rack == me {
+            let p = dp.add_port(w.udp, w.node, PortKind::Worker);
+            debug_assert_eq!(Some(p), view.port_of(w.node), "the port the plan was made with");
+            dp.ports[p as usize].jobs.push(spec.job);
+        } else if let Some(&p) = dp.routes.get(&w.rack) {
+            dp.routes.insert(w.node, p);
+        }
+    }
+    // A server attached here may send the job's packets too.
+    for server in spec.servers.iter().filter(|sv| sv.rack == me) {
+        if let Some(&p) = dp.routes.get(&server.node) {
+            dp.ports[p as usize].jobs.push(spec.job);
+        }
+    }
+    dp.paths.extend(paths.into_iter().map(|(k, p)| (k, (spec.job, p))));
+    dp.trees.extend(trees.into_iter().map(|(src, t)| ((spec.job, src), Arc::new(t))));
+    dp.keys.insert(spec.job, mac);
+    Ok(())
+}
+
+/// What an admission is checked for before anything changes: a job already admitted, or a
+/// worker address that belongs to another node, is refused.
+fn check_admit(dp: &super::DataPlane, spec: &JobSpec, me: NodeId) -> Result<(), NetError> {
     if dp.keys.contains_key(&spec.job) {
         return Err(NetError::Config(format!("job {} is already admitted at switch {me}", spec.job)));
     }
@@ -410,35 +639,52 @@ pub(super) fn admit_here(s: &Shared, spec: &JobSpec) -> Result<(), NetError> {
             }
         }
     }
-    // Worker ports (for workers attached here) and routes to the others via their switch.
-    let mut local = vec![];
-    for w in &spec.workers {
-        if w.rack == me {
-            let p = dp.add_port(w.udp, w.node, PortKind::Worker);
-            dp.ports[p as usize].jobs.push(spec.job);
-            local.push((w.node, p));
-        } else if let Some(&p) = dp.routes.get(&w.rack) {
-            dp.routes.insert(w.node, p);
-        }
-    }
-    // A server attached here may send the job's packets too.
-    for server in spec.servers.iter().filter(|sv| sv.rack == me) {
-        if let Some(&p) = dp.routes.get(&server.node) {
-            dp.ports[p as usize].jobs.push(spec.job);
-        }
-    }
-    // A neighbour's port (a host attached here, or a switch).
-    let neighbour = |node: NodeId| dp.routes.get(&node).copied().filter(|&p| dp.ports[p as usize].node == node && dp.ports[p as usize].live);
-    let port_of = |node: NodeId| local.iter().find(|(n, _)| *n == node).map(|x| x.1).or_else(|| neighbour(node));
-    let plan = spec.plan(Some(me), &port_of)?;
-    let (paths, trees) = plan_routes(spec, &plan, me, &neighbour)?;
-    for adm in plan.admissions.into_iter().filter(|a| a.switch == me) {
-        dp.program.admit_at(adm.program, spec.job, adm.state).map_err(|e| NetError::Config(format!("field `config.{}`: {e}", adm.field)))?;
-    }
-    dp.paths.extend(paths.into_iter().map(|(k, p)| (k, (spec.job, p))));
-    dp.trees.extend(trees.into_iter().map(|(src, t)| ((spec.job, src), Arc::new(t))));
-    dp.keys.insert(spec.job, mac);
     Ok(())
+}
+
+/// The ports a job's plan may name at this switch, taken under the data-plane lock and read
+/// without it: the port each local worker will get (an existing one for its address, else the
+/// next free index) and every live neighbour's.
+struct PortsView {
+    local: Vec<(NodeId, SocketAddr, PortId)>,
+    /// The existing port of each local worker's address, as seen (to check nothing moved).
+    seen: Vec<(SocketAddr, Option<PortId>)>,
+    neighbours: std::collections::HashMap<NodeId, PortId>,
+    ports_len: usize,
+}
+
+impl PortsView {
+    fn of(dp: &super::DataPlane, spec: &JobSpec, me: NodeId) -> PortsView {
+        let mut local: Vec<(NodeId, SocketAddr, PortId)> = vec![];
+        let mut seen = vec![];
+        let mut next = dp.ports.len() as PortId;
+        for w in spec.workers.iter().filter(|w| w.rack == me) {
+            let existing = dp.by_addr.get(&w.udp).copied();
+            seen.push((w.udp, existing));
+            let p = existing.or_else(|| local.iter().find(|l| l.1 == w.udp).map(|l| l.2)).unwrap_or_else(|| {
+                next += 1;
+                next - 1
+            });
+            local.push((w.node, w.udp, p));
+        }
+        let neighbours = dp.routes.iter().filter(|(&n, &p)| dp.ports[p as usize].node == n && dp.ports[p as usize].live).map(|(&n, &p)| (n, p)).collect();
+        PortsView { local, seen, neighbours, ports_len: dp.ports.len() }
+    }
+
+    /// A neighbour's port (a host attached here, or a switch).
+    fn neighbour(&self, node: NodeId) -> Option<PortId> {
+        self.neighbours.get(&node).copied()
+    }
+
+    fn port_of(&self, node: NodeId) -> Option<PortId> {
+        self.local.iter().find(|l| l.0 == node).map(|l| l.2).or_else(|| self.neighbour(node))
+    }
+
+    /// Whether the ports are still as seen (only an admission or an attach adds one, and
+    /// [`Shared::admitting`] holds those off; a release may have removed an address).
+    fn still_holds(&self, dp: &super::DataPlane) -> bool {
+        dp.ports.len() == self.ports_len && self.seen.iter().all(|(addr, p)| dp.by_addr.get(addr).copied() == *p)
+    }
 }
 
 /// A switch's part of a plan's routes: fixed-path visits ((source, destination, ingress port) ->
@@ -493,9 +739,9 @@ fn plan_routes(spec: &JobSpec, plan: &inalab_scheme::Plan, me: NodeId, neighbour
 }
 
 /// Removes a job here and at the switches and PS it was passed to. `reason`: the job failed.
-fn release(s: &Shared, job: u32, reason: Option<&str>) {
+pub(super) fn release(s: &Shared, job: u32, reason: Option<&str>) {
     let (spec, lines) = {
-        let mut cp = s.cp.lock().expect("control lock");
+        let mut cp = crate::lock(&s.cp);
         let st = cp.jobs.remove(&job);
         let mut lines = vec![];
         if let (Some(st), Some(reason)) = (&st, reason) {
@@ -508,8 +754,23 @@ fn release(s: &Shared, job: u32, reason: Option<&str>) {
         (st.and_then(|st| st.spec), lines)
     };
     send_all(lines);
-    let mut dp = s.dp.lock().expect("data plane lock");
-    dp.program.release(job);
+    release_here(s, job, spec.as_ref());
+    let Some(spec) = spec else { return };
+    if let Ok(Some(addr)) = next_hop(s, &spec) {
+        if let Err(e) = control::request(addr, Some(&s.secret.credential(AuthRole::Switch)), &json!({"op": "release", "job": job}), CONTROL_TIMEOUT) {
+            eprintln!("inalab switch: releasing job {job} at {addr}: {e}");
+        }
+    }
+}
+
+/// Removes a job's state from this switch's data plane: its programs' aggregators (a program's
+/// panic here is caught: the job is gone either way), key, paths, trees, and, with its spec,
+/// its workers' ports and routes.
+fn release_here(s: &Shared, job: u32, spec: Option<&JobSpec>) {
+    let mut dp = crate::lock(&s.dp);
+    if let Err(p) = crate::guarded(|| dp.program.release(job)) {
+        eprintln!("inalab switch: releasing job {job}: a program panicked ({p})");
+    }
     dp.keys.remove(&job);
     dp.paths.retain(|_, (j, _)| *j != job);
     dp.trees.retain(|(j, _), _| *j != job);
@@ -522,31 +783,32 @@ fn release(s: &Shared, job: u32, reason: Option<&str>) {
             dp.routes.remove(&w.node);
         }
     }
-    drop(dp);
-    if let Ok(Some(addr)) = next_hop(s, &spec) {
-        if let Err(e) = control::request(addr, Some(&s.secret.credential(AuthRole::Switch)), &json!({"op": "release", "job": job}), CONTROL_TIMEOUT) {
-            eprintln!("inalab switch: releasing job {job} at {addr}: {e}");
-        }
-    }
 }
 
+/// A worker is done. When every worker of the job left (or is gone), each one that left is
+/// told (`{"event": "all_left"}`): a worker keeps serving its peers until then, so that a
+/// fast worker's close does not strand a slower peer's last allreduce (Canary's leaders
+/// answer their blocks' stragglers), and the job is released.
 fn leave(s: &Shared, job: u32, rank: usize) {
-    let done = {
-        let mut cp = s.cp.lock().expect("control lock");
+    let lines = {
+        let mut cp = crate::lock(&s.cp);
         let Some(st) = cp.jobs.get_mut(&job) else { return };
         if let Some(m) = st.members.get_mut(&rank) {
             m.left = true;
         }
-        st.spec.is_some() && st.members.values().all(|m| m.left || m.gone)
+        if !(st.spec.is_some() && st.members.values().all(|m| m.left || m.gone)) {
+            return;
+        }
+        let event = json!({"event": "all_left", "job": job});
+        st.members.values().filter(|m| m.left).filter_map(|m| m.conn.try_clone().ok().map(|c| (c, event.clone()))).collect::<Vec<_>>()
     };
-    if done {
-        release(s, job, None);
-    }
+    release(s, job, None);
+    send_all(lines);
 }
 
 fn disconnected(s: &Shared, job: u32, rank: usize) {
     let (reason, lines, all_gone, here_only) = {
-        let mut cp = s.cp.lock().expect("control lock");
+        let mut cp = crate::lock(&s.cp);
         let Some(st) = cp.jobs.get_mut(&job) else { return };
         let reason = match st.members.get(&rank) {
             Some(m) if m.left || m.gone => return,

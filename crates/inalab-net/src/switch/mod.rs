@@ -44,6 +44,7 @@ use crate::capture::WireCapture;
 use crate::clock::Clock;
 use crate::control::{self, field, JobSpec, SwitchSpec, CONTROL_TIMEOUT};
 use control_plane::{admit_here, serve, ControlState};
+pub use control_plane::{DEFAULT_JOIN_WAIT, MAX_JOIN_WAIT, MAX_WORLD};
 use crate::service::{accept_loop, shut_down};
 use crate::fabric::{Processing, SwitchFabric};
 use crate::pace::{Pacer, ShapedQueue, WIRE_OVERHEAD_BYTES};
@@ -179,8 +180,14 @@ impl SwitchOptions {
             return Err(NetError::Config(format!("drop_probability must be in [0, 1], got {}", self.drop_probability)));
         }
         control::check_node(self.node)?;
-        if self.timeout_us == 0 {
-            return Err(NetError::Config("timeout_us must be positive".into()));
+        // They become jobs' values, which every job's configuration is checked against: a
+        // switch default outside the schemes' bounds would refuse every job that sets none.
+        let max_us = inalab_scheme::MAX_TIME_PS / inalab_core::time::US;
+        if !(1..=max_us).contains(&self.timeout_us) {
+            return Err(NetError::Config(format!("timeout_us must be in 1..={max_us} (60 s), got {}", self.timeout_us)));
+        }
+        if !(1..=inalab_scheme::MAX_SLOTS).contains(&(self.pool_slots as u64)) {
+            return Err(NetError::Config(format!("pool_slots must be in 1..={}, got {}", inalab_scheme::MAX_SLOTS, self.pool_slots)));
         }
         if let Some(sh) = self.shaping {
             if sh.rate_bps == 0 || !(sh.delay_us >= 0.0 && sh.delay_us.is_finite()) || sh.buffer_bytes == 0 {
@@ -294,6 +301,10 @@ struct Counters {
     program_drops: BTreeMap<&'static str, u64>,
     /// The last decode error, for the operator.
     last_malformed: Option<String>,
+    /// Panics of the switch programs, caught (each refused a packet or a timer), and the last
+    /// one's message.
+    program_panics: u64,
+    last_panic: Option<String>,
 }
 
 struct Ctx<'a> {
@@ -391,6 +402,8 @@ struct DataPlane {
     c: Counters,
     /// `--pcap`: every datagram in and out.
     capture: Option<WireCapture>,
+    /// Jobs a program panicked on, with why: the data loop has the control plane fail them.
+    failed_jobs: Vec<(u32, String)>,
 }
 
 /// Bytes of a frame besides its values, at most: envelope 16, the longest protocol header,
@@ -523,7 +536,13 @@ impl DataPlane {
             }
             self.timers.pop();
             let ctx = Ctx { node: self.node, ports: &self.ports, routes: &self.routes, ecmp: &self.ecmp, up: self.default_route, now };
-            self.program.on_timer(now, &ctx, token, &mut self.actions);
+            // A program's panic is caught here, so it never takes the data plane or its lock
+            // with it; a timer names no job, so only the count and message say it happened.
+            if let Err(msg) = crate::guarded(|| self.program.on_timer(now, &ctx, token, &mut self.actions)) {
+                self.actions.clear();
+                self.program_panicked(None, format!("in a timer: {msg}"));
+                continue;
+            }
             self.apply();
         }
         self.release_due(now);
@@ -580,7 +599,11 @@ impl DataPlane {
             return;
         }
         let mut pkt = frame::to_packet(&view);
-        let job = self.program.job_of(&pkt).or_else(|| self.node_jobs.get(&pkt.src).copied());
+        let Ok(claimed) = crate::guarded(|| self.program.job_of(&pkt)) else {
+            self.program_panicked(None, format!("deciding the job of a packet from node {}", pkt.src));
+            return;
+        };
+        let job = claimed.or_else(|| self.node_jobs.get(&pkt.src).copied());
         // A worker may only send its jobs' INA packets; a PS only INA packets of jobs it serves.
         let admitted = job.is_some_and(|j| p.jobs.contains(&j));
         if (p.kind == PortKind::Worker && !admitted) || (p.kind == PortKind::Ps && job.is_some() && !admitted) {
@@ -595,7 +618,13 @@ impl DataPlane {
         // Processing capacity: the packet takes its turn in the FIFO, and what the program does
         // with it leaves when the FIFO has served it (as the simulator's `ready`).
         let mut ready = None;
-        if let Some((cap, fifo)) = self.processing.as_mut().filter(|_| self.program.processes(&ctx, port, &pkt)) {
+        let processes = self.processing.is_some()
+            && crate::guarded(|| self.program.processes(&ctx, port, &pkt)).unwrap_or_else(|_| {
+                // (Counted; the packet is then handled as one the queue does not hold.)
+                self.c.program_panics += 1;
+                false
+            });
+        if let Some((cap, fifo)) = self.processing.as_mut().filter(|_| processes) {
             let backlog = fifo.backlog_bytes(now);
             if backlog + bytes.len() as u64 + WIRE_OVERHEAD_BYTES > cap.buffer_bytes {
                 self.c.processing_drops += 1;
@@ -609,7 +638,14 @@ impl DataPlane {
             self.c.ecn_marked += 1;
             pkt.ecn = true;
         }
-        self.program.on_packet(now, &ctx, port, pkt, &mut self.actions);
+        let src = pkt.src;
+        if let Err(msg) = crate::guarded(|| self.program.on_packet(now, &ctx, port, pkt, &mut self.actions)) {
+            // The job whose packet it was fails (the control plane releases it); its partial
+            // actions are dropped and every other job goes on.
+            self.actions.clear();
+            self.program_panicked(job, format!("handling a packet from node {src}: {msg}"));
+            return;
+        }
         match ready {
             Some(at) if at > now => {
                 let actions = std::mem::take(&mut self.actions);
@@ -617,6 +653,21 @@ impl DataPlane {
             }
             _ => self.apply_from(port),
         }
+    }
+
+    /// A program panicked (caught): counted, said once on stderr, and the job it was handling,
+    /// if known, is failed by the control plane after this poll.
+    fn program_panicked(&mut self, job: Option<u32>, what: String) {
+        self.c.program_panics += 1;
+        let reason = match job {
+            Some(j) => format!("the switch program panicked on job {j} {what}; the job is failed, the others go on"),
+            None => format!("the switch program panicked {what}"),
+        };
+        eprintln!("inalab switch: {reason}");
+        if let Some(j) = job.filter(|j| !self.failed_jobs.iter().any(|(f, _)| f == j)) {
+            self.failed_jobs.push((j, reason.clone()));
+        }
+        self.c.last_panic = Some(reason);
     }
 
     /// Applies the program's actions on a packet that came in on `port`.
@@ -838,6 +889,7 @@ impl DataPlane {
                 "ecn_threshold_bytes": cap.ecn_threshold_bytes, "peak_bytes": c.processing_peak_bytes})),
             "forged": c.forged, "unsealed": c.unsealed, "outside_job": c.outside_job,
             "absorbed": c.absorbed, "program_drops": c.program_drops, "last_malformed": c.last_malformed,
+            "program_panics": c.program_panics, "last_panic": c.last_panic,
             "program": program,
             "ports": self.ports.iter().map(Port::stats).collect::<Vec<_>>(),
             "io": {"datagrams_sent": io.datagrams_sent, "datagrams_received": io.datagrams_received,
@@ -854,6 +906,12 @@ struct Shared {
     dp: Mutex<DataPlane>,
     cp: Mutex<ControlState>,
     stop: AtomicBool,
+    /// Held while a job is admitted here (and a neighbour attaches): the ports an admission
+    /// plans with, outside the data-plane lock, are the ones it then adds.
+    admitting: Mutex<()>,
+    /// Why the data-plane thread stopped, if it did while the switch was meant to serve: then
+    /// every control request but the handshake is refused with it, and `stats` says it.
+    dead: Mutex<Option<String>>,
 }
 
 /// A running switch: its packet loop and control server threads.
@@ -915,6 +973,7 @@ impl SwitchHandle {
             now: 0,
             c: Counters::default(),
             capture,
+            failed_jobs: vec![],
         };
         if let Some(up) = opts.upstream {
             let reply = control::request(
@@ -942,29 +1001,53 @@ impl SwitchHandle {
             dp: Mutex::new(dp),
             cp: Mutex::new(ControlState::default()),
             stop: AtomicBool::new(false),
+            admitting: Mutex::new(()),
+            dead: Mutex::new(None),
         });
         for spec in shared.opts.fabric.iter().flat_map(|f| &f.jobs) {
             admit_here(&shared, spec).map_err(|e| NetError::Config(format!("fabric: job {}: {e}", spec.job)))?;
         }
         let s = shared.clone();
-        let data = std::thread::Builder::new().name("inalab-switch-dp".into()).spawn(move || data_loop(&s))?;
+        let data = std::thread::Builder::new().name("inalab-switch-dp".into()).spawn(move || {
+            // A panic here is the driver's (the programs' are caught per packet): the switch
+            // then says so at every request and in `health`, rather than live on serving nothing.
+            if let Err(msg) = crate::guarded(|| data_loop(&s)) {
+                let why = format!("the switch's data plane stopped: {msg}");
+                eprintln!("inalab switch: {why}");
+                *crate::lock(&s.dead) = Some(why);
+            }
+        })?;
         let s = shared.clone();
         let ctl = std::thread::Builder::new().name("inalab-switch-cp".into()).spawn(move || {
             let conn_shared = s.clone();
             accept_loop(&s.stop, listener, "inalab-switch-conn", move |conn| serve(&conn_shared, conn))
         })?;
-        Ok(SwitchHandle { shared, threads: vec![data, ctl], udp_addr, control_addr })
+        let s = shared.clone();
+        let reaper = std::thread::Builder::new().name("inalab-switch-reap".into()).spawn(move || {
+            while !s.stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+                control_plane::reap_rendezvous(&s);
+            }
+        })?;
+        Ok(SwitchHandle { shared, threads: vec![data, ctl, reaper], udp_addr, control_addr })
     }
 
     /// Reports the link to neighbour `peer` down (`up` false) or up again (see the module
     /// docs, "Links"). An error if `peer` is no neighbour.
     pub fn set_link(&self, peer: NodeId, up: bool) -> Result<(), NetError> {
-        self.shared.dp.lock().expect("data plane lock").set_link(peer, up)
+        crate::lock(&self.shared.dp).set_link(peer, up)
     }
 
     /// Driver and program counters, aggregators in use, I/O batching, admitted jobs.
     pub fn stats(&self) -> Value {
-        stats(&self.shared)
+        stats(&self.shared, true)
+    }
+
+    /// `Ok` while the switch serves; an error saying why once its data plane stopped (it then
+    /// refuses every control request): what `inalab.Switch.stats()` raises and the `inalab
+    /// switch` command exits with.
+    pub fn health(&self) -> Result<(), NetError> {
+        health(&self.shared)
     }
 
     pub fn stop(mut self) {
@@ -982,37 +1065,69 @@ impl Drop for SwitchHandle {
     }
 }
 
-fn stats(s: &Shared) -> Value {
+fn health(s: &Shared) -> Result<(), NetError> {
+    match crate::lock(&s.dead).as_ref() {
+        Some(why) => Err(NetError::Stopped(why.clone())),
+        None => Ok(()),
+    }
+}
+
+/// Counters; `jobs` lists the jobs the data plane holds and, `with_rendezvous` (the operator,
+/// another switch), the jobs still in their rendezvous, whose ids anyone else could use to take
+/// a free rank.
+fn stats(s: &Shared, with_rendezvous: bool) -> Value {
     let (mut v, admitted) = {
-        let dp = s.dp.lock().expect("data plane lock");
+        let dp = crate::lock(&s.dp);
         (dp.stats(), dp.keys.keys().copied().collect::<Vec<u32>>())
     };
-    // Jobs in their rendezvous and jobs the data plane still holds (their keys go in the same
-    // step as their aggregators, so `jobs: []` means nothing is held), static fabrics' too.
-    let mut jobs: std::collections::BTreeSet<u32> = s.cp.lock().expect("control lock").job_ids().into_iter().collect();
-    jobs.extend(admitted);
+    // Jobs the data plane still holds (their keys go in the same step as their aggregators, so
+    // `jobs: []` means nothing is held), static fabrics' too.
+    let mut jobs: std::collections::BTreeSet<u32> = admitted.into_iter().collect();
+    let cp = crate::lock(&s.cp);
+    if with_rendezvous {
+        jobs.extend(cp.job_ids());
+    } else {
+        let joining = cp.joining();
+        jobs.extend(cp.job_ids().into_iter().filter(|j| !joining.contains(j)));
+    }
+    drop(cp);
+    v["data_plane"] = match crate::lock(&s.dead).as_ref() {
+        Some(why) => json!({"stopped": why}),
+        None => json!("running"),
+    };
     v["jobs"] = json!(jobs);
     // What jobs that set no packet size get (after the MTU's bound).
     v["packet_values"] = json!(s.opts.packet_values);
     v
 }
 
-fn data_loop(s: &Shared) {
+fn data_loop(s: &Arc<Shared>) {
     let clock = Clock::new();
-    let fd = s.dp.lock().expect("data plane lock").udp().fd();
+    let fd = crate::lock(&s.dp).udp().fd();
     let mut last_flush = std::time::Instant::now();
     while !s.stop.load(Ordering::Relaxed) {
         let next = {
-            let dp = s.dp.lock().expect("data plane lock");
+            let dp = crate::lock(&s.dp);
             [dp.timers.peek().map(|Reverse((at, _, _))| *at), dp.next_due()].into_iter().flatten().min()
         };
         let timeout = next.map_or(Duration::from_millis(10), |at| clock.until(at).min(Duration::from_millis(10)));
         if wait(&[(fd, libc::POLLIN)], Some(timeout)).is_err() {
             continue;
         }
-        let mut dp = s.dp.lock().expect("data plane lock");
+        let mut dp = crate::lock(&s.dp);
         if let Err(e) = dp.poll(&clock) {
             eprintln!("inalab switch: receive error: {e}");
+        }
+        // Jobs a program panicked on fail, off this thread: a release talks to the PS and the
+        // next switch, which must not stall packets.
+        let failed = std::mem::take(&mut dp.failed_jobs);
+        if !failed.is_empty() {
+            let s = s.clone();
+            let _ = std::thread::Builder::new().name("inalab-switch-fail".into()).spawn(move || {
+                for (job, reason) in failed {
+                    control_plane::release(&s, job, Some(&reason));
+                }
+            });
         }
         // A capture reaches its file within CAPTURE_FLUSH, so a switch that is killed leaves
         // a readable file with all but that last stretch.
@@ -1021,10 +1136,158 @@ fn data_loop(s: &Shared) {
             last_flush = std::time::Instant::now();
         }
     }
-    if let Some(c) = s.dp.lock().expect("data plane lock").capture.as_mut() {
+    if let Some(c) = crate::lock(&s.dp).capture.as_mut() {
         c.flush();
     }
 }
 
 /// How often a capture's buffered packets are written out.
 const CAPTURE_FLUSH: Duration = Duration::from_millis(200);
+
+#[cfg(test)]
+mod tests {
+    //! Issue #36, item 1: a panic in one job's set-up or packet handling takes neither the data
+    //! plane, its lock nor another tenant with it; a switch whose data plane stopped says so.
+    use super::*;
+    use crate::client::{Client, ClientOptions};
+    use inalab_core::{Admission, AdmitError};
+    use std::sync::atomic::AtomicU64;
+
+    fn any_port() -> SocketAddr {
+        "127.0.0.1:0".parse().unwrap()
+    }
+
+    /// Rina's switch program, broken: it panics admitting a job (while `on_admit`) and on
+    /// every packet.
+    struct Broken {
+        inner: Box<dyn SwitchProgram>,
+        on_admit: Arc<AtomicBool>,
+    }
+
+    impl SwitchProgram for Broken {
+        fn on_packet(&mut self, _now: Time, _ctx: &dyn SwitchCtx, _in_port: PortId, _pkt: Packet, _out: &mut Vec<SwitchAction>) {
+            panic!("a broken program's packet handling");
+        }
+        fn admit(&mut self, job: u32, adm: Admission) -> Result<(), AdmitError> {
+            if self.on_admit.load(Ordering::SeqCst) {
+                panic!("a broken program's admission");
+            }
+            self.inner.admit(job, adm)
+        }
+        fn release(&mut self, job: u32) -> u32 {
+            self.inner.release(job)
+        }
+        fn job_of(&self, pkt: &Packet) -> Option<u32> {
+            self.inner.job_of(pkt)
+        }
+    }
+
+    fn opts(sw: &SwitchHandle, scheme: &str, job: u32, rank: usize) -> ClientOptions {
+        ClientOptions {
+            switch: sw.control_addr,
+            job,
+            rank,
+            world: 2,
+            config: json!({"scheme": scheme, "ina": {"pool_slots": 8}}),
+            join_timeout: Duration::from_secs(20),
+            secret: None,
+            job_secret: None,
+            link_rate_bps: None,
+        }
+    }
+
+    /// Both workers of a 2-worker job, or the first error.
+    fn pair(sw: &SwitchHandle, scheme: &str, job: u32) -> Result<(Client, Client), NetError> {
+        let mut config = opts(sw, scheme, job, 1);
+        if scheme != "switchml" {
+            config.config = json!({"scheme": scheme});
+        }
+        let mut first = config.clone();
+        first.rank = 0;
+        let other = std::thread::spawn(move || Client::connect(config));
+        let a = Client::connect(first);
+        let b = other.join().unwrap();
+        Ok((a?, b?))
+    }
+
+    #[test]
+    fn a_panicking_program_refuses_or_fails_its_own_job_and_the_switch_serves_on() {
+        let sw = SwitchHandle::start(SwitchOptions { udp: any_port(), control: any_port(), ..SwitchOptions::new(&["switchml", "rina"]) }).unwrap();
+        let on_admit = Arc::new(AtomicBool::new(true));
+        {
+            // Rina's program is swapped for the broken one (what a bug in it would do).
+            let me = JobSpec { job: 0, config: Value::Null, workers: vec![], servers: vec![], switches: vec![sw.shared.opts.switch_spec()], key: String::new(), network: None };
+            let view = control::RuntimeView::new(&me, Some(1), &|_| None);
+            let program = |name: &str| inalab_scheme::by_name(name).unwrap().program(1, &view).unwrap();
+            let mut programs = Programs::new();
+            programs.install("switchml", program("switchml")).unwrap();
+            programs.install("rina", Box::new(Broken { inner: program("rina"), on_admit: on_admit.clone() })).unwrap();
+            crate::lock(&sw.shared.dp).program = programs;
+        }
+        // The honest tenant: a SwitchML job whose integer sums must stay exact throughout.
+        let (a, b) = pair(&sw, "switchml", 1).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicU64::new(0));
+        let tenant = {
+            let (stop, done) = (stop.clone(), done.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let t = std::thread::scope(|sc| {
+                        let h = sc.spawn(|| b.allreduce(vec![2.0; 1000]));
+                        (a.allreduce(vec![1.0; 1000]), h.join().unwrap())
+                    });
+                    assert_eq!(t.0.unwrap(), vec![3.0; 1000]);
+                    assert_eq!(t.1.unwrap(), vec![3.0; 1000]);
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        };
+        // A job whose admission panics is refused, naming the cause.
+        let e = pair(&sw, "rina", 2).err().expect("refused").to_string();
+        assert!(e.contains("panicked admitting") && e.contains("a broken program's admission"), "{e}");
+        assert!(sw.health().is_ok());
+        // A job whose packets make the program panic fails, alone, naming the cause.
+        on_admit.store(false, Ordering::SeqCst);
+        let (c, d) = pair(&sw, "rina", 3).unwrap();
+        let t = std::thread::spawn(move || d.allreduce_within(vec![2.0; 100], None, Duration::from_secs(20), || Ok(())));
+        let e = c.allreduce_within(vec![1.0; 100], None, Duration::from_secs(20), || Ok(())).unwrap_err().to_string();
+        assert!(e.contains("panicked on job 3") && e.contains("a broken program's packet handling"), "{e}");
+        assert!(t.join().unwrap().is_err());
+        let before = done.load(Ordering::Relaxed);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while done.load(Ordering::Relaxed) < before + 5 {
+            assert!(std::time::Instant::now() < deadline, "the honest job stopped");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        stop.store(true, Ordering::Relaxed);
+        tenant.join().expect("the honest job stayed exact");
+        let st = sw.stats();
+        assert!(st["program_panics"].as_u64().unwrap() >= 1, "{st}");
+        assert!(st["last_panic"].as_str().unwrap().contains("job 3"), "{st}");
+        assert!(sw.health().is_ok());
+    }
+
+    #[test]
+    fn a_data_plane_that_stops_is_reported_and_every_request_says_why() {
+        // A bug in the driver itself (here: its socket gone) stops the data-plane thread. The
+        // switch must not live on serving nothing: `health` says why, and so does every
+        // control request (`inalab switch` exits with it; `inalab.Switch.stats()` raises it).
+        let sw = SwitchHandle::start(SwitchOptions { udp: any_port(), control: any_port(), ..SwitchOptions::new(&["switchml"]) }).unwrap();
+        assert!(sw.health().is_ok());
+        crate::lock(&sw.shared.dp).udp = None;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let why = loop {
+            match sw.health() {
+                Err(e) => break e.to_string(),
+                Ok(()) => assert!(std::time::Instant::now() < deadline, "the stopped data plane is not reported"),
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(why.contains("data plane stopped") && why.contains("socket present"), "{why}");
+        let e = control::request(sw.control_addr, None, &json!({"op": "stats"}), Duration::from_secs(5)).unwrap_err().to_string();
+        assert!(e.contains("data plane stopped"), "{e}");
+        let opts = ClientOptions { world: 1, ..opts(&sw, "switchml", 1, 0) };
+        let e = Client::connect(opts).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains("data plane stopped"), "{e}");
+    }
+}
