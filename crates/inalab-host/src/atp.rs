@@ -1076,17 +1076,9 @@ impl AtpServer {
         if let Some(Payload::I32(v)) = pkt.payload.as_deref() {
             s.len = v.len();
             match &mut s.sum {
-                Some(acc) => {
-                    for (a, b) in acc.iter_mut().zip(v) {
-                        match a.checked_add(*b) {
-                            Some(x) => *a = x,
-                            None => {
-                                *a = a.saturating_add(*b);
-                                s.overflow = true;
-                            }
-                        }
-                    }
-                }
+                // Sticky saturation, as at the switches (inalab_core::rail): reaching an end
+                // of the range takes the float fallback.
+                Some(acc) => s.overflow |= inalab_core::rail::sticky_add(acc, v) > 0,
                 None => s.sum = Some(v.clone()),
             }
         }

@@ -380,9 +380,9 @@ impl CanaryHost {
             l.restore.insert((h.switch, h.children));
         }
         if let (Some(acc), Some(v)) = (&mut l.acc, values) {
-            for (x, y) in acc.iter_mut().zip(v) {
-                *x = x.wrapping_add(*y);
-            }
+            // Sticky saturation, as at the switches (inalab_core::rail): a sum beyond the
+            // range stays at a rail, and every worker fails the call on it.
+            inalab_core::rail::sticky_add(acc, v);
         }
         l.count += h.counter as u32;
         if l.count == (n - 1) as u32 {

@@ -48,9 +48,6 @@ pub struct DsaConfig {
     pub retx_before_notify: u32,
     /// The PS's ACKs are multicast by a DSA switch (false: the PS unicasts one per worker).
     pub multicast: bool,
-    /// Fixed-point scale of float32 inputs (`round(v x scale)` as i32). DSA has no float
-    /// fallback: a value beyond ±(2^31 - 1)/scale saturates. Default 1e8 (ATP's).
-    pub scale: f64,
 }
 
 impl DsaConfig {
@@ -114,8 +111,6 @@ struct Request {
     acked: Vec<bool>,
     left: usize,
     priority: u32,
-    /// The application gave floats: results go back as floats.
-    float: bool,
 }
 
 /// A fragment's timeout doubles on each expiry, up to 2^6 = 64 RTOs.
@@ -264,14 +259,7 @@ impl DsaWorker {
             if q.left == 0 {
                 // The result stays too: a FETCH for a fragment the PS has not seen complete
                 // is answered with it (spec §1.9 item 6).
-                let scale = self.cfg.scale;
-                let data = q.result.as_ref().map(|v| {
-                    if q.float {
-                        Payload::F32(crate::quant::from_fixed(v, scale))
-                    } else {
-                        Payload::I32(v.clone())
-                    }
-                });
+                let data = q.result.as_ref().map(|v| Payload::I32(v.clone()));
                 self.events.push_back(HostEvent::Done { id: q.id, data });
                 q.data = None;
             }
@@ -342,26 +330,17 @@ impl HostProtocol for DsaWorker {
                 reason: "DSA workers only allreduce".into(),
             });
         };
-        let float = matches!(data, Some(Payload::F32(_)));
         let data = match data {
             None => None,
             Some(Payload::I32(v)) => Some(v),
-            // A NaN or infinity goes out as 0 so every worker's call ends; the quantizing
-            // wrapper fails this worker's call on it.
-            Some(Payload::F32(f)) => {
-                let finite: Vec<f32> = f
-                    .iter()
-                    .map(|&x| if x.is_finite() { x } else { 0.0 })
-                    .collect();
-                match crate::quant::to_fixed(&finite, self.cfg.scale) {
-                    Ok(fixed) => Some(fixed.values),
-                    Err(e) => {
-                        return self.events.push_back(HostEvent::Rejected {
-                            id,
-                            reason: e.to_string(),
-                        })
-                    }
-                }
+            // Floats are converted by `Quantized::converting` around this worker, which sends
+            // a value out of range as a rail so that every worker fails the call on it (it
+            // was 0 here, and [1, NaN] + [1, 2] gave [2, 2]).
+            Some(Payload::F32(_)) => {
+                return self.events.push_back(HostEvent::Rejected {
+                    id,
+                    reason: "DSA's worker sums int32: floats go through Quantized::converting".into(),
+                })
             }
         };
         let values = data.as_ref().map_or(bytes.div_ceil(4) as usize, Vec::len);
@@ -384,7 +363,6 @@ impl HostProtocol for DsaWorker {
             acked: vec![false; n],
             left: n,
             priority: attrs.priority.max(1),
-            float,
         });
     }
 
@@ -682,9 +660,9 @@ impl DsaServer {
         e.ecn |= h.has(DsaHeader::FLAG_ECN) || pkt.ecn;
         if e.bitmap & h.bitmap == 0 {
             if let (Some(acc), Some(v)) = (&mut e.values, i32s(pkt)) {
-                for (x, y) in acc.iter_mut().zip(v) {
-                    *x = x.wrapping_add(*y);
-                }
+                // Sticky saturation, as at the switch (inalab_core::rail): a sum beyond the
+                // range stays at a rail, and every worker fails the call on it.
+                inalab_core::rail::sticky_add(acc, v);
             } else if e.values.is_none() {
                 e.values = i32s(pkt).map(<[i32]>::to_vec);
             }
@@ -839,7 +817,6 @@ mod tests {
             min_rto_ps: MS,
             retx_before_notify: 3,
             multicast: true,
-            scale: 1e8,
         }
     }
 

@@ -565,7 +565,9 @@ impl HostProtocol for GridServer {
         f.ecn |= pkt.ecn || h.has(GridHeader::FLAG_ECN);
         if let Some(v) = values {
             match &mut f.sum {
-                Some(s) => s.iter_mut().zip(v).for_each(|(a, b)| *a = a.wrapping_add(*b)),
+                // Sticky saturation, as at the switches (inalab_core::rail): a sum beyond the
+                // range stays at a rail, and every worker fails the call on it.
+                Some(s) => _ = inalab_core::rail::sticky_add(s, v),
                 None => f.sum = Some(v.to_vec()),
             }
         }

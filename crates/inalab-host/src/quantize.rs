@@ -8,8 +8,10 @@
 //!   (ATP's worker, `AtpConfig::scale`), because its overflow fallback (§3.8) needs the
 //!   original floats: this layer hands them over unchanged and rejects only NaN and
 //!   infinities, which have no fixed-point form and no float sum. A protocol that sums i32
-//!   and has no fallback (Canary) is wrapped by [`Quantized::converting`] instead: this layer
-//!   converts (`round(v x scale)`) and converts the sum back.
+//!   and has no fallback (DSA, Canary, static trees, Rina, GRID) is wrapped by
+//!   [`Quantized::converting`] instead: this layer converts (`round(v x scale)`), sends a
+//!   value with no place inside the range as a rail (`inalab_core::rail`), and converts the
+//!   sum back, failing the call on every worker where the sum is at a rail.
 //! - [`Quantization::AgreedExponent`] (SwitchML, with the tensor as the block): per tensor the
 //!   workers first agree on the largest binary exponent of its values, with one extra
 //!   allreduce of a `world`-long i32 vector in which each worker writes `e + 129` in its own
@@ -29,7 +31,8 @@
 //! Values already given as i32 (the simulator's payload mode) are taken as quantized and pass
 //! through; results then come back as i32.
 
-use crate::quant::{all_finite, finite_block_exponent, from_fixed, from_fixed_into, switchml_scale, switchml_to_fixed, ZERO_BLOCK_EXPONENT};
+use crate::quant::{all_finite, finite_block_exponent, from_fixed, from_fixed_into, switchml_scale, switchml_to_fixed, to_fixed_railed, ZERO_BLOCK_EXPONENT};
+use inalab_core::rail::{first_rail, RAIL};
 use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload, TensorAttrs, Time};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -74,8 +77,32 @@ const EXP_BIAS: i32 = 1 - ZERO_BLOCK_EXPONENT as i32;
 /// infinity): every worker sees it in the sum and rejects the tensor, so all stay in step.
 const REJECT_MARK: i32 = -1;
 
-fn non_finite(i: usize, x: f32) -> String {
-    format!("value {i} is {x}, which has no fixed-point form")
+/// Why this worker's value `x` at index `i` fails the call (named on its own worker).
+fn non_finite(rank: usize, i: usize, x: f32) -> String {
+    format!("rank {rank}'s value {i} is {x}, which has no fixed-point form")
+}
+
+/// Largest magnitude a fixed-point value or sum may have at `scale` (`inalab_core::rail`).
+fn fixed_range(scale: f64) -> f64 {
+    (i32::MAX as f64 - 1.5) / scale
+}
+
+/// Why the value at `i` of this worker's tensor went out as a rail ([`to_fixed_railed`]).
+fn out_of_range(rank: usize, i: usize, x: f32, scale: f64) -> String {
+    if !x.is_finite() {
+        return non_finite(rank, i, x);
+    }
+    format!("rank {rank}'s value {i} is {x}, beyond the fixed-point range +/-{:.6} at scale {scale} (this scheme has no overflow fallback)", fixed_range(scale))
+}
+
+/// Why a fixed-point sum with a rail at `i` is no result, on a worker whose own value there
+/// was fine: the value or the sum another worker's input made of it.
+fn railed_sum(i: usize, at: i32, scale: Option<f64>) -> String {
+    let range = scale.map_or(String::new(), |s| format!(" (+/-{:.6} at scale {s})", fixed_range(s)));
+    let sign = if at == RAIL { "+" } else { "-" };
+    format!(
+        "value {i} of the sum is out of the fixed-point range{range}: saturated at its {sign} end, because another rank's value there is NaN, infinite or out of range, or the sum left the range (this scheme has no overflow fallback)"
+    )
 }
 
 /// Why a quantized sum is no result, if a value of `sum` (at `offset` in the tensor) is NaN or
@@ -159,12 +186,13 @@ impl Quantized {
     }
 
     /// Fixed point at `scale` for a protocol that carries only i32 and has no overflow
-    /// fallback (Canary): float32 tensors are converted here (`round(v x scale)`) and the i32
-    /// sums back (`x / scale`); i32 tensors (the simulator's payload mode) pass through. A
-    /// value that has no fixed-point form (NaN, infinity) or does not fit i32 at `scale`
-    /// fails the call on its own worker, naming it; its tensor is still sent (with 0 there) so
-    /// the other workers are not left waiting. A sum beyond +/-(2^31 - 1) / scale wraps at the
-    /// switches, undetected: keep the job's sums within that range.
+    /// fallback (DSA, Canary, static trees, Rina, GRID): float32 tensors are converted here
+    /// (`round(v x scale)`) and the i32 sums back (`x / scale`); i32 tensors (the simulator's
+    /// payload mode) pass through. A value with no place strictly inside the range (NaN, an
+    /// infinity, `|v| >= (2^31 - 1.5) / scale`) is sent as a rail (`inalab_core::rail`) so
+    /// that every worker's sum has the rail there, as has a sum that left the range (the
+    /// switches and servers saturate stickily): every worker fails the call, the value's own
+    /// naming its rank, index and value, the others the index. Never a wrapped sum.
     pub fn converting(inner: Box<dyn HostProtocol>, scale: f64, rank: usize, world: usize) -> Self {
         Quantized { converts: true, ..Quantized::new(inner, Quantization::FixedPoint { scale }, rank, world) }
     }
@@ -190,7 +218,7 @@ impl Quantized {
             return self.convert_fixed(now, id, bytes, v, scale, attrs);
         }
         let bad = match &data {
-            Some(Payload::F32(v)) => v.iter().position(|x| !x.is_finite()).map(|i| non_finite(i, v[i])),
+            Some(Payload::F32(v)) if !all_finite(v) => v.iter().position(|x| !x.is_finite()).map(|i| non_finite(self.rank, i, v[i])),
             _ => None,
         };
         self.submit_inner(now, bytes, data, attrs, Stage::Data { outer: id, scale: None, bad });
@@ -198,18 +226,12 @@ impl Quantized {
 
     /// [`Quantized::converting`]: the floats as i32 at `scale`, the sum back as floats.
     fn convert_fixed(&mut self, now: Time, id: u64, bytes: u64, v: &[f32], scale: f64, attrs: TensorAttrs) {
-        if !(scale.is_finite() && scale > 0.0) {
-            return self.reject(id, format!("the fixed-point scale must be a positive number, got {scale}"));
-        }
-        let limit = i32::MAX as f64 + 0.5;
-        let bad = v.iter().position(|x| !x.is_finite() || (*x as f64 * scale).abs() >= limit).map(|i| {
-            if v[i].is_finite() {
-                format!("value {i} is {}, which does not fit int32 at the fixed-point scale {scale} (|value| < {:.4}; no overflow fallback)", v[i], i32::MAX as f64 / scale)
-            } else {
-                non_finite(i, v[i])
-            }
-        });
-        let fixed: Vec<i32> = v.iter().map(|&x| if x.is_finite() { (x as f64 * scale).round().clamp(-(i32::MAX as f64), i32::MAX as f64) as i32 } else { 0 }).collect();
+        let (fixed, first) = match to_fixed_railed(v, scale) {
+            Ok(converted) => converted,
+            Err(e) => return self.reject(id, e.to_string()),
+        };
+        // Sent with the rail in its place: every worker's sum has it and fails there.
+        let bad = first.map(|i| out_of_range(self.rank, i, v[i], scale));
         self.submit_inner(now, bytes, Some(Payload::I32(fixed)), attrs, Stage::Data { outer: id, scale: Some(scale), bad });
     }
 
@@ -319,9 +341,9 @@ impl Quantized {
                         let reason = match &values {
                             Some(Payload::F32(v)) if r == self.rank => {
                                 let i = v.iter().position(|x| !x.is_finite()).expect("marked for a non-finite value");
-                                non_finite(i, v[i])
+                                non_finite(self.rank, i, v[i])
                             }
-                            _ => format!("worker {r}'s tensor has a value with no fixed-point form (NaN or infinity)"),
+                            _ => format!("rank {r}'s tensor has a value with no fixed-point form (NaN or infinity)"),
                         };
                         self.reject(outer, reason);
                         self.start_exponent_round(now);
@@ -349,10 +371,13 @@ impl Quantized {
                     }
                 }
                 Some(Stage::Data { outer, scale, bad }) => {
-                    if let (true, Some(reason)) = (self.converts, &bad) {
-                        // Sent with 0 in its place: the sum is finite but lacks the value.
-                        self.reject(outer, reason.clone());
-                        continue;
+                    // A rail in a fixed-point sum: a worker's value had no place in the range,
+                    // or the sum left it. Every worker sees it; the value's own names it.
+                    if let (true, Some(Payload::I32(sum))) = (self.converts, &data) {
+                        if let Some(i) = first_rail(sum) {
+                            self.reject(outer, bad.unwrap_or_else(|| railed_sum(i, sum[i], scale)));
+                            continue;
+                        }
                     }
                     let data = match (scale, data) {
                         (Some(s), Some(Payload::I32(sum))) => Some(Payload::F32(from_fixed(&sum, s))),
@@ -449,7 +474,8 @@ mod tests {
 
     /// An i32-only protocol whose "network" doubles each value (two workers with equal data).
     struct Doubler {
-        seen: Vec<Option<Payload>>,
+        /// What it was asked to sum, in submission order (shared with the test).
+        seen: std::sync::Arc<std::sync::Mutex<Vec<Option<Payload>>>>,
         events: VecDeque<HostEvent>,
         /// What the network multiplies by: 2 by default; 1 is a one-worker job.
         times: i32,
@@ -464,7 +490,7 @@ mod tests {
 
     impl Default for Doubler {
         fn default() -> Self {
-            Doubler { seen: vec![], events: VecDeque::new(), times: 2, data_only: false, short: false, sizes: Default::default() }
+            Doubler { seen: Default::default(), events: VecDeque::new(), times: 2, data_only: false, short: false, sizes: Default::default() }
         }
     }
 
@@ -476,12 +502,19 @@ mod tests {
             let AppRequest::Allreduce { id, data, .. } = req else { return };
             let sum = match &data {
                 Some(Payload::I32(v)) if self.data_only && v.len() == 1 => Some(Payload::I32(v.clone())),
-                Some(Payload::I32(v)) => Some(Payload::I32(v.iter().map(|x| x.wrapping_mul(self.times)).take(v.len() - self.short as usize).collect())),
+                // A switch's sticky saturation (inalab_core::rail): a rail stays, a product
+                // beyond the range becomes one.
+                Some(Payload::I32(v)) => Some(Payload::I32(
+                    v.iter()
+                        .map(|&x| if inalab_core::rail::is_rail(x) { x } else { (x as i64 * self.times as i64).clamp(i32::MIN as i64, i32::MAX as i64) as i32 })
+                        .take(v.len() - self.short as usize)
+                        .collect(),
+                )),
                 Some(_) => return self.events.push_back(HostEvent::Rejected { id, reason: "i32 only".into() }),
                 None => None,
             };
             self.sizes.lock().unwrap().push(data.as_ref().map_or(0, Payload::len));
-            self.seen.push(data);
+            self.seen.lock().unwrap().push(data);
             self.events.push_back(HostEvent::Done { id, data: sum });
         }
         fn handle_packet(&mut self, _now: Time, _pkt: Packet) {}
@@ -520,14 +553,38 @@ mod tests {
     }
 
     #[test]
-    fn a_value_without_a_fixed_point_form_fails_its_own_call_but_is_sent() {
+    fn a_value_without_a_fixed_point_form_fails_its_own_call_but_is_sent_as_a_rail() {
         let inner = Box::new(Doubler::default());
+        let (sizes, seen) = (inner.sizes.clone(), inner.seen.clone());
         let mut q = Quantized::converting(inner, 1e8, 0, 2);
-        for (id, bad, says) in [(1, f32::NAN, "NaN"), (2, 30.0, "does not fit int32")] {
+        for (id, bad, says) in [(1, f32::NAN, "NaN, which has no fixed-point form"), (2, 30.0, "30, beyond the fixed-point range +/-21.474836"), (3, -f32::INFINITY, "-inf")] {
             match allreduce(&mut q, id, Payload::F32(vec![1.0, bad])) {
-                HostEvent::Rejected { id: got, reason } => assert!(got == id && reason.contains("value 1") && reason.contains(says), "{reason}"),
+                HostEvent::Rejected { id: got, reason } => assert!(got == id && reason.contains("rank 0's value 1 is") && reason.contains(says), "{reason}"),
                 e => panic!("{e:?}"),
             }
+        }
+        assert_eq!(*sizes.lock().unwrap(), vec![2, 2, 2], "each tensor is still sent");
+        // The rails went out where the bad values were.
+        let rails: Vec<Option<i32>> = seen.lock().unwrap().iter().map(|d| match d {
+            Some(Payload::I32(v)) => Some(v[1]),
+            _ => None,
+        }).collect();
+        assert_eq!(rails, [Some(i32::MAX), Some(i32::MAX), Some(i32::MIN)]);
+    }
+
+    #[test]
+    fn a_sum_at_a_rail_fails_the_call_of_a_worker_whose_values_were_fine() {
+        // 15 + 15 at scale 1e8 leaves the range: the switch saturates (here: doubles to the
+        // rail), and the call fails where it wrapped to -12.95 before.
+        let mut q = Quantized::converting(Box::new(Doubler::default()), 1e8, 1, 2);
+        match allreduce(&mut q, 4, Payload::F32(vec![15.0, -15.0, 1.0])) {
+            HostEvent::Rejected { id: 4, reason } => assert!(reason.starts_with("value 0 of the sum is out of the fixed-point range (+/-21.474836 at scale 100000000): saturated at its + end"), "{reason}"),
+            e => panic!("{e:?}"),
+        }
+        // The simulator's i32 payloads too: a sum at a rail is no result.
+        match allreduce(&mut q, 5, Payload::I32(vec![1, i32::MIN / 2 - 1])) {
+            HostEvent::Rejected { id: 5, reason } => assert!(reason.starts_with("value 1 of the sum is out of the fixed-point range: saturated at its - end"), "{reason}"),
+            e => panic!("{e:?}"),
         }
     }
 

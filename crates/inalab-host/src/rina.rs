@@ -680,7 +680,9 @@ impl RinaHost {
         }
         let done = got.done();
         if let (Some(w), Some(Payload::I32(v))) = (&mut self.reqs[r].work, pkt.payload.as_deref()) {
-            w[at..at + v.len()].iter_mut().zip(v).for_each(|(x, y)| *x = x.wrapping_add(*y));
+            // Sticky saturation, as at the switches (inalab_core::rail): a sum beyond the
+            // range stays at a rail, and every worker fails the call on it.
+            inalab_core::rail::sticky_add(&mut w[at..at + v.len()], v);
         }
         if done {
             self.c.sr_hops += 1;
