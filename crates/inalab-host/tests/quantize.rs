@@ -78,6 +78,9 @@ impl Job {
                 for (_, _, d) in &reqs {
                     match (&mut s, d.as_ref().expect("every worker sends values")) {
                         (Payload::I32(acc), Payload::I32(v)) => _ = inalab_core::rail::sticky_add(acc, v),
+                        // Tensors of different lengths (ranks that disagree) meet where they
+                        // overlap, as fragments at a switch do.
+                        (Payload::F32(acc), Payload::F32(v)) => acc.iter_mut().zip(v).for_each(|(a, b)| *a += b),
                         (s, d) => s.add_at(0, d),
                     }
                 }
@@ -134,12 +137,14 @@ fn agreed_exponent_sums_within_bound_after_an_exponent_round() {
             assert!((*g as f64 - x).abs() <= bound, "{g} vs {x} (bound {bound})");
         }
     }
-    // The protocol saw the exponent vector (one slot per worker), then the data.
+    // The protocol saw the exponent vector (one slot per worker, then one per worker for the
+    // tensor's length), then the data.
     let sub = job.submitted(2);
     assert_eq!(sub.len(), 2);
-    assert_eq!(sub[0].0, world as u64 * 4);
+    assert_eq!(sub[0].0, 2 * world as u64 * 4);
     let Some(Payload::I32(exps)) = &sub[0].1 else { panic!("an exponent vector") };
-    assert!(exps.iter().enumerate().all(|(i, &x)| (i == 2) == (x != 0)), "only worker 2's slot is set: {exps:?}");
+    assert!(exps.iter().enumerate().all(|(i, &x)| (i % world == 2) == (x != 0)), "only worker 2's slots are set: {exps:?}");
+    assert_eq!(exps[world + 2], 100, "its length");
     assert_eq!(sub[1].0, 400);
 }
 
@@ -154,7 +159,7 @@ fn exponent_rounds_keep_one_order_on_every_worker() {
     assert_eq!(job.submitted(0).len(), 1);
     let events = job.run();
     let sizes: Vec<u64> = job.submitted(1).iter().map(|s| s.0).collect();
-    assert_eq!(sizes, [12, 160, 12, 160, 12, 160]);
+    assert_eq!(sizes, [24, 160, 24, 160, 24, 160]);
     let ids: Vec<u64> = events[0].iter().map(|e| floats(e).0).collect();
     assert_eq!(ids, [0, 1, 2]);
 }
@@ -202,8 +207,9 @@ fn fixed_point_hands_every_float_to_the_protocol_and_fails_non_finite_sums_on_ev
         assert_eq!(floats(done), (1, vec![4.0, 60.0]));
     }
     let sub = job.submitted(0);
-    assert_eq!(sub.len(), 3, "every request reaches the protocol");
-    assert_eq!(sub[0].1, Some(Payload::F32(vec![1.5, 30.0])), "floats reach the protocol unchanged");
+    assert_eq!(sub.len(), 6, "every request reaches the protocol, each after its size round");
+    assert_eq!(sub[0].1, Some(Payload::I32(vec![2, 0])), "the size round: this rank's length in its slot");
+    assert_eq!(sub[1].1, Some(Payload::F32(vec![1.5, 30.0])), "floats reach the protocol unchanged");
 }
 
 #[test]
@@ -302,7 +308,7 @@ fn a_value_one_worker_cannot_carry_fails_the_tensor_on_every_worker() {
             e => panic!("worker {w}: {e:?}"),
         }
         // The exponent rounds of both tensors and only the second tensor's data.
-        assert_eq!(job.submitted(w).iter().map(|s| s.0).collect::<Vec<_>>(), [12, 12, 4], "worker {w}");
+        assert_eq!(job.submitted(w).iter().map(|s| s.0).collect::<Vec<_>>(), [24, 24, 4], "worker {w}");
     }
 }
 
@@ -336,7 +342,7 @@ fn without_a_fallback_a_value_or_sum_out_of_range_fails_every_worker() {
                 ([HostEvent::Rejected { id: 1, reason }, next], Some((culprit, i))) => {
                     if culprit == Some(rank) {
                         let v = inputs[rank][i];
-                        assert!(reason.contains(&format!("rank {rank}'s value {i} is {v}")), "{what}, rank {rank}: {reason}");
+                        assert!(reason.contains(&format!("rank {rank}'s value {i} is {v:?}")), "{what}, rank {rank}: {reason}");
                     } else {
                         assert!(reason.starts_with(&format!("value {i} of the sum is out of the fixed-point range")), "{what}, rank {rank}: {reason}");
                     }
@@ -353,6 +359,39 @@ fn without_a_fallback_a_value_or_sum_out_of_range_fails_every_worker() {
                     assert_eq!(floats(next), (2, vec![2.0]), "{what}");
                 }
                 (e, _) => panic!("{what}, rank {rank}: {e:?}"),
+            }
+        }
+    }
+}
+
+/// Ranks that pass tensors of different sizes, or in different orders, all fail the call with
+/// the sizes named (#36 item 7: SwitchML and ATP returned wrong sums, one of them inf, and the
+/// other schemes timed out): SwitchML in its exponent round, before any data goes (the next
+/// tensor pairs up), the fixed-point schemes in a size round that goes with the data (their
+/// protocols are then out of step, so every later call fails too, saying why).
+#[test]
+fn ranks_that_disagree_on_a_tensors_size_all_fail_naming_the_sizes() {
+    for (what, mut job, in_step) in [
+        ("agreed exponent", Job::new(Quantization::AgreedExponent, 3), true),
+        ("fixed point", Job::new(Quantization::FixedPoint { scale: 1e8 }, 3), false),
+        ("converting", Job::converting(1e8, 3), false),
+    ] {
+        job.submit(1, |r| Some(Payload::F32(vec![1.0; if r == 1 { 6 } else { 5 }])), 20);
+        job.submit(2, |_| Some(Payload::F32(vec![2.0; 4])), 16);
+        let events = job.run();
+        for (rank, evs) in events.iter().enumerate() {
+            match &evs[..] {
+                [HostEvent::Rejected { id: 1, reason }, next] => {
+                    let mine = if rank == 1 { 6 } else { 5 };
+                    assert!(reason.starts_with("the ranks disagree on this tensor's size (values per rank: rank 0 5, rank 1 6, rank 2 5)"), "{what}, rank {rank}: {reason}");
+                    assert!(reason.contains(&format!("rank {rank} {mine}")));
+                    match (next, in_step) {
+                        (done @ HostEvent::Done { .. }, true) => assert_eq!(floats(done), (2, vec![6.0; 4]), "{what}"),
+                        (HostEvent::Rejected { id: 2, reason }, false) => assert!(reason.contains("out of step"), "{what}: {reason}"),
+                        (e, _) => panic!("{what}, rank {rank}: {e:?}"),
+                    }
+                }
+                e => panic!("{what}, rank {rank}: {e:?}"),
             }
         }
     }
