@@ -9,8 +9,9 @@
 //!   Values whose scaled magnitude exceeds `i32::MAX` saturate (and are counted). The error
 //!   of a sum of `n` converted values is at most `n / (2 scale)` plus the f32 rounding of the
 //!   result, *as long as the i32 sum does not overflow*: with scale 1e8 a sum must stay
-//!   below 21.47 in magnitude, which heavy-tailed gradients can exceed (the switch then
-//!   wraps or saturates; ATP handles it reactively).
+//!   below 21.47 in magnitude, which heavy-tailed gradients can exceed (the switches then
+//!   saturate stickily, `inalab_core::rail`: ATP falls back to floats, the schemes without a
+//!   fallback fail the call on every worker). [`to_fixed_railed`] is their conversion.
 //! - **SwitchML's per-block exponent** ([`block_exponent`], [`switchml_scale`],
 //!   [`switchml_to_fixed`]): for one block (one packet's values) the workers agree on
 //!   `e_max`, the largest frexp exponent of the block's values over all workers (each worker
