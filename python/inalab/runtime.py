@@ -266,7 +266,10 @@ class Client:
         """Element-wise sum of ``array`` over the job's workers, as a new float32 array of the
         same shape. ``context`` (a :class:`TensorContext`, default none) tells a scheme that
         schedules tensors where this one stands (DSA turns it into the packets' priority;
-        without it every tensor has the lowest). Waits at most ``timeout_s`` seconds (default 30) and raises ``RuntimeError``
+        without it every tensor has the lowest). Raises ``ValueError`` on every rank, naming the
+        value, when a value or sum has no place in the scheme's range (NaN, infinities, beyond
+        +/-21.47 at scale 1e8 without ATP's fallback, a sum beyond float32) or the ranks disagree
+        on the tensor's size (docs/runtime.md, "Workers and quantization"). Waits at most ``timeout_s`` seconds (default 30) and raises ``RuntimeError``
         naming the cause (switch gone, PS gone, peer rank gone, job released, timeout); Ctrl-C
         raises ``KeyboardInterrupt``. After a timeout or an interrupt this worker is out of step
         with the others, so the client fails every later call."""
