@@ -11,9 +11,12 @@ Values are float32 in and out, summed as integers by the switch: SwitchML with a
 exponent (error at most ``n^2 2^e / 2^31`` per value, ``e`` the largest binary exponent of the
 tensor's values over the workers, for every finite float32), ATP with a fixed scale (the job's
 ``ina.scale``, 1e8: error at most ``n / 2e8`` while sums stay within +/-21.47; beyond that ATP's
-overflow fallback sums the original floats, so the result is the float sum). NaN and infinities
-fail the call. Which schemes the switch runs and how each quantizes come from the scheme
-registry (:mod:`inalab.schemes`).
+overflow fallback sums the original floats, so the result is the float sum), the other schemes
+with a fixed scale and no fallback. A call returns that sum on every rank or raises on every
+rank, never a wrong value: a NaN, an infinity, a value or sum beyond a scheme's range, a sum
+beyond float32, or ranks that disagree on a tensor's size fail it, the error naming the value
+(docs/runtime.md, "Workers and quantization"). Which schemes the switch runs and how each
+quantizes come from the scheme registry (:mod:`inalab.schemes`).
 """
 from __future__ import annotations
 
@@ -304,8 +307,11 @@ class Client:
         """Element-wise sum of ``array`` over the job's workers, as a new float32 array of the
         same shape. ``context`` (a :class:`TensorContext`, default none) tells a scheme that
         schedules tensors where this one stands (DSA turns it into the packets' priority;
-        without it every tensor has the lowest). Waits at most ``timeout_s`` seconds (default 30; 0 < ``timeout_s`` <= 86400,
-        else ValueError) and raises ``RuntimeError``
+        without it every tensor has the lowest). Raises ``ValueError`` on every rank, naming the
+        value, when a value or sum has no place in the scheme's range (NaN, infinities, beyond
+        +/-21.47 at scale 1e8 without ATP's fallback, a sum beyond float32) or the ranks disagree
+        on the tensor's size (docs/runtime.md, "Workers and quantization"). Waits at most
+        ``timeout_s`` seconds (default 30; 0 < ``timeout_s`` <= 86400, else ValueError) and raises ``RuntimeError``
         naming the cause (switch gone, PS gone, peer rank gone, job released, timeout); Ctrl-C
         raises ``KeyboardInterrupt``. After a timeout or an interrupt this worker is out of step
         with the others, so the client fails every later call."""

@@ -12,9 +12,22 @@ DRIVERS = ["inalab-sim", "inalab-net"]
 
 
 def code_lines(path):
-    """Lines of Rust source without comments (`//` to the end of a line)."""
+    """Lines of Rust source without comments (`//` to the end of a line) and without unit-test
+    modules (a top-level `#[cfg(test)]` item, to its closing brace): a test picks a concrete
+    scheme to drive the driver with, which is no scheme named in what the driver does."""
+    depth, in_test = 0, False
     for n, line in enumerate(path.read_text().splitlines(), 1):
-        yield n, re.sub(r"//.*", "", line)
+        code = re.sub(r"//.*", "", line)
+        if line.startswith("#[cfg(test)]") and depth == 0:
+            in_test, seen = True, False
+            continue
+        depth += code.count("{") - code.count("}")
+        if in_test:
+            # The item ends where its braces close, or at its `;` (a `use` or a `const`).
+            seen = seen or "{" in code
+            in_test = not (depth == 0 and (seen or code.rstrip().endswith(";")))
+            continue
+        yield n, code
 
 
 def scheme_tokens(line: str, names) -> list:
@@ -39,6 +52,13 @@ def test_drivers_name_no_scheme(crate):
              for p in sorted((REPO / "crates" / crate / "src").rglob("*.rs"))
              for n, line in code_lines(p) if scheme_tokens(line, names)]
     assert not found, "a driver names a scheme:\n" + "\n".join(found)
+
+
+def test_unit_tests_at_the_foot_are_not_driver_code(tmp_path):
+    src = tmp_path / "x.rs"
+    src.write_text('fn f() { run("atp") } // ring\n#[cfg(test)]\nmod tests {\n    fn t() { f("switchml") }\n}\n'
+                   'fn g() -> u8 { rina() }\n#[cfg(test)]\nmod more { fn u() { canary() } }\n#[cfg(test)]\nuse x::grid;\nfn h() {}\n')
+    assert list(code_lines(src)) == [(1, 'fn f() { run("atp") } '), (6, "fn g() -> u8 { rina() }"), (11, "fn h() {}")]
 
 
 def test_the_scheme_finder_finds_names():

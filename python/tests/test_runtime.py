@@ -403,13 +403,33 @@ def test_switchml_carries_the_top_of_float32(switchml):
     assert np.all(np.isfinite(got)) and np.all(np.abs(got.astype(np.float64) - xs) <= bound), (got, bound)
 
 
-@pytest.mark.parametrize("scheme,other", [("switchml", "worker 0"), ("atp", "another worker's value")])
-def test_a_nan_on_one_worker_fails_the_call_on_every_worker_and_the_job_goes_on(request, scheme, other):
+@pytest.fixture
+def any_scheme(request):
+    """A switch running the parametrized scheme's program, and a PS where it has one."""
+    scheme = request.param
+    with inalab.Switch(scheme, udp=ANY, control=ANY) as sw:
+        if scheme in ("atp", "dsa", "grid"):
+            with inalab.ParameterServer(switch=sw.control_addr, udp=ANY, control=ANY):
+                yield scheme, sw
+        else:
+            yield scheme, sw
+
+
+NO_FALLBACK = "of the sum is out of the fixed-point range"
+
+
+@pytest.mark.parametrize("any_scheme,other", [("switchml", "rank 0's tensor"), ("atp", "another worker's value"), ("dsa", NO_FALLBACK),
+                                              ("canary", NO_FALLBACK), ("static_tree", NO_FALLBACK), ("rina", NO_FALLBACK),
+                                              ("grid", NO_FALLBACK)], indirect=["any_scheme"])
+def test_a_nan_on_one_worker_fails_the_call_on_every_worker_and_the_job_goes_on(any_scheme, other):
     """SwitchML: the NaN's worker marks its exponent slot. ATP: the NaN goes through the float
-    fallback (ATP's worker once kept it back, and the other worker waited for ever). Either
-    way every worker gets the error for that tensor, and the next allreduce pairs up right on
-    all of them."""
-    sw = request.getfixturevalue(scheme)
+    fallback (ATP's worker once kept it back, and the other worker waited for ever). The
+    others: the NaN's worker sends the rail there, which every worker finds in the sum (DSA
+    once sent 0 and returned [2, 2]; Canary, static trees, Rina and GRID failed only the
+    NaN's worker and gave the other a wrong sum, #36). Every worker gets a ValueError for that
+    tensor, the NaN's naming its rank, index and value, and the next allreduce pairs up right
+    on all of them."""
+    scheme, sw = any_scheme
     outcome: dict = {}
 
     def worker(rank):
@@ -426,8 +446,31 @@ def test_a_nan_on_one_worker_fails_the_call_on_every_worker_and_the_job_goes_on(
         t.start()
     for t in threads:
         t.join(timeout=60)
-    assert "no fixed-point form" in outcome[0] and other in outcome[1], outcome
+    assert "rank 0's value 1 is NaN, which has no fixed-point form" in outcome[0] and other in outcome[1], outcome
     assert outcome[0, "next"][0] == pytest.approx(3.0) and outcome[1, "next"][0] == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("any_scheme", ["switchml", "atp"], indirect=True)
+def test_ranks_that_disagree_on_a_tensors_size_fail_naming_the_sizes(any_scheme):
+    """#36: SwitchML and ATP returned wrong sums (one of them inf) for tensors of different
+    sizes on different ranks; every rank now gets a ValueError naming each rank's size."""
+    scheme, sw = any_scheme
+    outcome: dict = {}
+
+    def worker(rank):
+        with inalab.Client(switch=sw.control_addr, job=14, rank=rank, world=2, scheme=scheme, join_timeout_s=30) as c:
+            try:
+                outcome[rank] = c.allreduce(np.ones(5 + rank, np.float32))
+            except ValueError as e:
+                outcome[rank] = str(e)
+
+    threads = [threading.Thread(target=worker, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    for r in range(2):
+        assert "the ranks disagree on this tensor's size (values per rank: rank 0 5, rank 1 6)" in str(outcome.get(r)), outcome
 
 
 def test_a_blocked_allreduce_times_out_and_answers_ctrl_c(switchml):

@@ -12,6 +12,7 @@ pub mod frame;
 mod host;
 mod packet;
 mod programs;
+pub mod rail;
 pub mod simd;
 mod switch;
 pub mod time;

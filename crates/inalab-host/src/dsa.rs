@@ -6,8 +6,9 @@
 //! PS) delivers a fragment's sum; a duplicate or late ACK changes nothing: no window change,
 //! no fast retransmit (§III-D). A fragment unanswered for one RTO (RFC 6298 estimate, 1 ms
 //! floor, no back-off) is resent, three times, then the worker sends the PS a NOTIFY with its
-//! gradient every RTO until the ACK comes (§IV-B). Sent gradients are kept until acknowledged
-//! and results for the run, so a FETCH is always answered.
+//! gradient every RTO until the ACK comes (§IV-B). Sent gradients are kept until acknowledged,
+//! and results for the last [`COMPLETED_KEPT`] PSNs (as far back as the PS answers a late
+//! NOTIFY from its own completed results), so a FETCH a worker can still need is answered.
 //!
 //! PS: a dictionary of partial sums per PSN fed by lost-preemption gradients, evicted
 //! partials, reminder replies, NOTIFYs and fetch replies; a full bitmap sends one ACK that the
@@ -30,8 +31,10 @@ const EMPTY_BYTES: u32 = 64;
 /// real runtime on a loaded machine) may not have sent its gradient for many timeouts; about a
 /// second at the 1 ms floor bounds what a forged PSN costs.
 const MAX_REMINDERS: u32 = 1024;
-/// Completed PSNs a PS remembers (to drop stale evictions and answer late NOTIFYs).
-const COMPLETED_KEPT: usize = 1 << 16;
+/// Completed PSNs a PS remembers (to drop stale evictions and answer late NOTIFYs), and how
+/// many PSNs back a worker keeps its results (to answer FETCHes): 65,536 fragments, 16 MiB of
+/// values.
+pub const COMPLETED_KEPT: usize = 1 << 16;
 
 /// Settings shared by a job's workers and PS.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,9 +51,6 @@ pub struct DsaConfig {
     pub retx_before_notify: u32,
     /// The PS's ACKs are multicast by a DSA switch (false: the PS unicasts one per worker).
     pub multicast: bool,
-    /// Fixed-point scale of float32 inputs (`round(v x scale)` as i32). DSA has no float
-    /// fallback: a value beyond ±(2^31 - 1)/scale saturates. Default 1e8 (ATP's).
-    pub scale: f64,
 }
 
 impl DsaConfig {
@@ -114,8 +114,6 @@ struct Request {
     acked: Vec<bool>,
     left: usize,
     priority: u32,
-    /// The application gave floats: results go back as floats.
-    float: bool,
 }
 
 /// A fragment's timeout doubles on each expiry, up to 2^6 = 64 RTOs.
@@ -143,8 +141,10 @@ pub struct DsaWorker {
     cfg: DsaConfig,
     rank: u32,
     me: Endpoint,
-    reqs: Vec<Request>,
-    /// PSN -> (request index); the job's next PSN.
+    /// Requests kept (results for FETCHes, module docs); `reqs[0]` is request number `base`.
+    reqs: VecDeque<Request>,
+    base: usize,
+    /// PSN -> request number, for the kept requests; the job's next PSN.
     psn_req: BTreeMap<u32, usize>,
     next_psn: u32,
     /// Fragments not yet sent, in submission order. Not reordered by layer or priority: the
@@ -172,7 +172,8 @@ impl DsaWorker {
             cfg,
             rank,
             me,
-            reqs: vec![],
+            reqs: VecDeque::new(),
+            base: 0,
             psn_req: BTreeMap::new(),
             next_psn: 0,
             unsent: VecDeque::new(),
@@ -184,23 +185,28 @@ impl DsaWorker {
         }
     }
 
+    /// The kept request number `r`.
+    fn req(&self, r: usize) -> &Request {
+        &self.reqs[r - self.base]
+    }
+
     fn fragment(&self, psn: u32) -> (usize, usize, usize) {
         let r = self.psn_req[&psn];
-        let q = &self.reqs[r];
+        let q = self.req(r);
         let k = psn.wrapping_sub(q.first_psn) as usize;
         let start = k * DSA_VALUES;
         (r, start, (start + DSA_VALUES).min(q.values))
     }
 
     fn is_acked(&self, psn: u32) -> bool {
-        let r = self.psn_req[&psn];
-        self.reqs[r].acked[psn.wrapping_sub(self.reqs[r].first_psn) as usize]
+        let q = self.req(self.psn_req[&psn]);
+        q.acked[psn.wrapping_sub(q.first_psn) as usize]
     }
 
     /// This worker's gradient of `psn` as `kind`.
     fn gradient(&self, psn: u32, kind: DsaKind, flags: u8) -> Packet {
         let (r, s, e) = self.fragment(psn);
-        let q = &self.reqs[r];
+        let q = self.req(r);
         let h = self
             .cfg
             .header(psn, 1 << self.rank, q.priority, kind, flags);
@@ -232,7 +238,7 @@ impl DsaWorker {
         }
         // In payload mode an ACK must carry exactly the fragment's values.
         let (r, s, e) = self.fragment(h.psn);
-        if self.reqs[r].result.is_some() && i32s(pkt).map(<[i32]>::len) != Some(e - s) || h.bitmap != DsaHeader::full_bitmap(self.cfg.fan_in()) {
+        if self.req(r).result.is_some() && i32s(pkt).map(<[i32]>::len) != Some(e - s) || h.bitmap != DsaHeader::full_bitmap(self.cfg.fan_in()) {
             self.c.malformed += 1;
             return;
         }
@@ -253,7 +259,7 @@ impl DsaWorker {
             seq_base as u64,
             self.next_psn as u64,
         );
-        let q = &mut self.reqs[r];
+        let q = &mut self.reqs[r - self.base];
         if let (Some(res), Some(v)) = (&mut q.result, i32s(pkt)) {
             res[s..e].copy_from_slice(v);
         }
@@ -264,18 +270,37 @@ impl DsaWorker {
             if q.left == 0 {
                 // The result stays too: a FETCH for a fragment the PS has not seen complete
                 // is answered with it (spec §1.9 item 6).
-                let scale = self.cfg.scale;
-                let data = q.result.as_ref().map(|v| {
-                    if q.float {
-                        Payload::F32(crate::quant::from_fixed(v, scale))
-                    } else {
-                        Payload::I32(v.clone())
-                    }
-                });
+                let data = q.result.as_ref().map(|v| Payload::I32(v.clone()));
                 self.events.push_back(HostEvent::Done { id: q.id, data });
                 q.data = None;
             }
         }
+    }
+
+    /// Forgets the oldest requests once they are done and [`COMPLETED_KEPT`] PSNs behind the
+    /// job's next one: the PS answers a late NOTIFY from its own completed results that far
+    /// back and no further, so a FETCH for an older fragment cannot help any worker. Kept for
+    /// the run, a worker grew by a result per PSN (2.35 GiB after 500 allreduces of 1 M
+    /// values, #36).
+    fn forget_old_results(&mut self) {
+        while let Some(q) = self.reqs.front() {
+            let n = q.acked.len() as u32;
+            let behind = self.next_psn.wrapping_sub(q.first_psn.wrapping_add(n)) as usize;
+            if q.left > 0 || behind < COMPLETED_KEPT {
+                return;
+            }
+            for k in 0..n {
+                self.psn_req.remove(&q.first_psn.wrapping_add(k));
+            }
+            self.reqs.pop_front();
+            self.base += 1;
+        }
+    }
+
+    /// PSNs whose request (its result, for FETCHes) the worker keeps: at most
+    /// [`COMPLETED_KEPT`] plus the requests not done and the newest one.
+    pub fn retained(&self) -> usize {
+        self.psn_req.len()
     }
 
     fn on_fetch(&mut self, now: Time, h: DsaHeader) {
@@ -287,8 +312,8 @@ impl DsaWorker {
         let Some(&r) = self.psn_req.get(&h.psn) else {
             return;
         };
-        let k = h.psn.wrapping_sub(self.reqs[r].first_psn) as usize;
-        if !self.reqs[r].acked[k] {
+        let k = h.psn.wrapping_sub(self.req(r).first_psn) as usize;
+        if !self.req(r).acked[k] {
             // Not sent yet (the window holds it back) while the PS holds the peers' part:
             // send it now, outside the window. Waiting for the window made a worker whose
             // window had collapsed finish one split fragment per notify cycle (seconds per
@@ -304,7 +329,7 @@ impl DsaWorker {
         // Already acknowledged: answer with the final sum, if this worker kept it.
         self.c.fetch_replies += 1;
         let (_, s, e) = self.fragment(h.psn);
-        let q = &self.reqs[r];
+        let q = self.req(r);
         let full = DsaHeader::full_bitmap(self.cfg.fan_in());
         let hdr = self.cfg.header(
             h.psn,
@@ -342,40 +367,32 @@ impl HostProtocol for DsaWorker {
                 reason: "DSA workers only allreduce".into(),
             });
         };
-        let float = matches!(data, Some(Payload::F32(_)));
         let data = match data {
             None => None,
             Some(Payload::I32(v)) => Some(v),
-            // A NaN or infinity goes out as 0 so every worker's call ends; the quantizing
-            // wrapper fails this worker's call on it.
-            Some(Payload::F32(f)) => {
-                let finite: Vec<f32> = f
-                    .iter()
-                    .map(|&x| if x.is_finite() { x } else { 0.0 })
-                    .collect();
-                match crate::quant::to_fixed(&finite, self.cfg.scale) {
-                    Ok(fixed) => Some(fixed.values),
-                    Err(e) => {
-                        return self.events.push_back(HostEvent::Rejected {
-                            id,
-                            reason: e.to_string(),
-                        })
-                    }
-                }
+            // Floats are converted by `Quantized::converting` around this worker, which sends
+            // a value out of range as a rail so that every worker fails the call on it (it
+            // was 0 here, and [1, NaN] + [1, 2] gave [2, 2]).
+            Some(Payload::F32(_)) => {
+                return self.events.push_back(HostEvent::Rejected {
+                    id,
+                    reason: "DSA's worker sums int32: floats go through Quantized::converting".into(),
+                })
             }
         };
         let values = data.as_ref().map_or(bytes.div_ceil(4) as usize, Vec::len);
         let n = values.div_ceil(DSA_VALUES).max(1);
         let first_psn = self.next_psn;
         self.next_psn = self.next_psn.wrapping_add(n as u32);
-        let r = self.reqs.len();
+        self.forget_old_results();
+        let r = self.base + self.reqs.len();
         for k in 0..n as u32 {
             self.psn_req.insert(first_psn.wrapping_add(k), r);
             self.unsent.push_back(first_psn.wrapping_add(k));
         }
         let result = data.as_ref().map(|_| vec![0; values]);
         // Priority 0 would never win; the spec clamps to at least 1.
-        self.reqs.push(Request {
+        self.reqs.push_back(Request {
             id,
             first_psn,
             values,
@@ -384,7 +401,6 @@ impl HostProtocol for DsaWorker {
             acked: vec![false; n],
             left: n,
             priority: attrs.priority.max(1),
-            float,
         });
     }
 
@@ -682,9 +698,9 @@ impl DsaServer {
         e.ecn |= h.has(DsaHeader::FLAG_ECN) || pkt.ecn;
         if e.bitmap & h.bitmap == 0 {
             if let (Some(acc), Some(v)) = (&mut e.values, i32s(pkt)) {
-                for (x, y) in acc.iter_mut().zip(v) {
-                    *x = x.wrapping_add(*y);
-                }
+                // Sticky saturation, as at the switch (inalab_core::rail): a sum beyond the
+                // range stays at a rail, and every worker fails the call on it.
+                inalab_core::rail::sticky_add(acc, v);
             } else if e.values.is_none() {
                 e.values = i32s(pkt).map(<[i32]>::to_vec);
             }
@@ -839,7 +855,6 @@ mod tests {
             min_rto_ps: MS,
             retx_before_notify: 3,
             multicast: true,
-            scale: 1e8,
         }
     }
 
@@ -1057,6 +1072,35 @@ mod tests {
         assert_eq!(counter(&w, "malformed"), 1);
         w.handle_packet(11, ack(0, 2, 5));
         assert!(matches!(w.poll_event(), Some(HostEvent::Done { id: 7, .. })));
+    }
+
+    #[test]
+    fn a_worker_keeps_results_only_as_far_back_as_a_fetch_can_need_them() {
+        // Found in the real runtime (#36): a worker kept every result and its PSN map for the
+        // run, 2.35 GiB after 500 allreduces of 1 M values. 60 allreduces of 4,096 fragments
+        // (nearly four times the span), each acknowledged: what it keeps stays within the
+        // span and one allreduce, a FETCH within it is still answered with the result, and
+        // one beyond it is ignored.
+        let mut w = DsaWorker::new(cfg(2), 0);
+        let frags = 4096u32;
+        for k in 0..60u32 {
+            w.submit(0, AppRequest::Allreduce { id: k as u64, bytes: 0, data: Some(Payload::I32(vec![1; 62 * frags as usize])), attrs: TensorAttrs::default() });
+            let mut pending: Vec<u32> = drain(&mut w, 0).iter().map(|p| hdr(p).psn).collect();
+            while let Some(psn) = pending.pop() {
+                w.handle_packet(1, ack(psn, 2, psn as i32));
+                pending.extend(drain(&mut w, 1).iter().map(|p| hdr(p).psn));
+            }
+            assert!(matches!(w.poll_event(), Some(HostEvent::Done { .. })), "allreduce {k}");
+            assert!(w.retained() <= COMPLETED_KEPT + 2 * frags as usize, "allreduce {k}: {} PSNs kept", w.retained());
+        }
+        let fetch = |psn| packet(PS, Endpoint { host: 0, port: 1 }, DsaHeader { job: 3, psn, bitmap: 1, priority: 1, fan_in: 2, kind: DsaKind::Fetch, flags: 0 }, None);
+        let recent = 60 * frags - 100;
+        w.handle_packet(2, fetch(recent));
+        let out = drain(&mut w, 2);
+        assert_eq!(out.len(), 1);
+        assert_eq!((hdr(&out[0]).flags, out[0].payload.as_deref()), (DsaHeader::FLAG_RESULT, Some(&Payload::I32(vec![recent as i32; 62]))));
+        w.handle_packet(3, fetch(5));
+        assert!(drain(&mut w, 3).is_empty(), "PSN 5 is long forgotten");
     }
 
     #[test]

@@ -33,7 +33,10 @@
 //! dropped whole (as ATP's PS, §3.6). When every worker is covered it keeps the result and sends
 //! it (`RESULT`, `ECN` if any contribution was marked) to each of `deliver` (every worker by
 //! default; the driver may name fewer for switches to copy). A packet for a finished fragment
-//! is answered again to its sender alone (that worker lost its result).
+//! is answered again to its sender alone (that worker lost its result). A result is kept only
+//! while a worker may ask for it again: once every worker sent fragment `t`, every fragment
+//! [`MAX_FRAGMENT_SPAN`] behind it is forgotten (each worker has its result), and a late packet
+//! for one is dropped (counted in `overlaps`).
 
 use crate::aimd::{AimdConfig, AimdWindow};
 use crate::blocks::Blocks;
@@ -49,6 +52,13 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 pub const GRID_PACKET_VALUES: usize = 64;
 /// A fragment's timeout grows at most to this multiple of `rto_ps`.
 pub const MAX_BACKOFF: u32 = 64;
+/// A worker never sends a fragment this many past its oldest one without a result (32,768
+/// fragments, 2 M values, 10 MB of 322-B packets in flight: above any window a fabric or a
+/// loopback run has needed). So once every worker sent fragment `t`, each has the results of
+/// every fragment up to `t - MAX_FRAGMENT_SPAN`, and the PS forgets them: what it holds stays
+/// within about twice this many fragments (#36: it kept every result, 3.8 GiB after 500
+/// allreduces of 1 M values). It was 2^30, the bound of the wire's 32-bit ids.
+pub const MAX_FRAGMENT_SPAN: u64 = 1 << 15;
 
 /// A worker's place in the policy: where it aggregates and with whom.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -370,8 +380,9 @@ impl HostProtocol for GridWorker {
         }
         let tensor = self.blocks.tensor_of(frag);
         let size = self.size(tensor, frag) as u64;
-        // The wire's 32-bit ids are read relative to the oldest fragment in flight.
-        if self.in_flight_bytes + size > self.window.window() || frag - self.oldest() >= 1 << 30 {
+        // The wire's 32-bit ids are read relative to the oldest fragment in flight, and the
+        // PS forgets results MAX_FRAGMENT_SPAN behind what every worker sent.
+        if self.in_flight_bytes + size > self.window.window() || frag - self.oldest() >= MAX_FRAGMENT_SPAN {
             return None;
         }
         self.next_send += 1;
@@ -450,6 +461,9 @@ pub struct GridServer {
     /// Rank by host, for answering a late packet's sender.
     rank_of: BTreeMap<NodeId, usize>,
     frags: BTreeMap<u32, Frag>,
+    /// Fragments behind it (32-bit serial order: ids wrap after 2^32 fragments) have their
+    /// results at every worker: forgotten.
+    floor: u32,
     txq: VecDeque<Packet>,
     c: ServerCounters,
 }
@@ -474,7 +488,31 @@ impl GridServer {
         ensure!(!cfg.multicast || cfg.workers.iter().all(|w| w.port == cfg.workers[0].port), "multicast results need every worker on one port");
         let rank_of: BTreeMap<NodeId, usize> = cfg.workers.iter().enumerate().map(|(r, w)| (w.host, r)).collect();
         let direct = rank_of.iter().filter(|&(_, &r)| !seen[r]).map(|(&h, &r)| (h, r)).collect();
-        Ok(GridServer { cfg, me, groups, direct, rank_of, frags: BTreeMap::new(), txq: VecDeque::new(), c: ServerCounters::default() })
+        Ok(GridServer { cfg, me, groups, direct, rank_of, frags: BTreeMap::new(), floor: 0, txq: VecDeque::new(), c: ServerCounters::default() })
+    }
+
+    /// Every worker sent fragment `done`: forgets the fragments MAX_FRAGMENT_SPAN behind it.
+    fn forget_behind(&mut self, done: u32) {
+        let floor = done.wrapping_add(1).wrapping_sub(MAX_FRAGMENT_SPAN as u32);
+        // Only forward, in serial order (the first fragments' floor lies "behind" 0).
+        if (floor.wrapping_sub(self.floor) as i32) <= 0 {
+            return;
+        }
+        let old = std::mem::replace(&mut self.floor, floor);
+        let gone: Vec<u32> = if old <= floor {
+            self.frags.range(old..floor).map(|(&k, _)| k).collect()
+        } else {
+            self.frags.range(old..).chain(self.frags.range(..floor)).map(|(&k, _)| k).collect()
+        };
+        for k in gone {
+            self.frags.remove(&k);
+        }
+    }
+
+    /// Fragments the PS holds state for (partial sums and kept results): at most about
+    /// `2 x MAX_FRAGMENT_SPAN` while the job progresses.
+    pub fn retained(&self) -> usize {
+        self.frags.len()
     }
 
     /// The ranks a packet covers, or `None` if it names no group or bits outside it. A packet
@@ -538,6 +576,11 @@ impl HostProtocol for GridServer {
             self.c.rejected += 1;
             return;
         };
+        if (self.floor.wrapping_sub(h.frag) as i32) > 0 {
+            // Every worker has this fragment's result: a late copy.
+            self.c.overlaps += 1;
+            return;
+        }
         let n = self.cfg.workers.len();
         let len = values.map_or((pkt.size.saturating_sub(self.cfg.grid.header_bytes) / 4) as usize, <[i32]>::len);
         let f = self.frags.entry(h.frag).or_insert_with(|| Frag { len, covered: vec![0; n.div_ceil(64)], count: 0, sum: None, ecn: false, result: None });
@@ -565,7 +608,9 @@ impl HostProtocol for GridServer {
         f.ecn |= pkt.ecn || h.has(GridHeader::FLAG_ECN);
         if let Some(v) = values {
             match &mut f.sum {
-                Some(s) => s.iter_mut().zip(v).for_each(|(a, b)| *a = a.wrapping_add(*b)),
+                // Sticky saturation, as at the switches (inalab_core::rail): a sum beyond the
+                // range stays at a rail, and every worker fails the call on it.
+                Some(s) => _ = inalab_core::rail::sticky_add(s, v),
                 None => f.sum = Some(v.to_vec()),
             }
         }
@@ -574,6 +619,7 @@ impl HostProtocol for GridServer {
             self.c.completed += 1;
             let to: Vec<usize> = if self.cfg.deliver.is_empty() { (0..n).collect() } else { self.cfg.deliver.clone() };
             self.answer(h.frag, &to);
+            self.forget_behind(h.frag);
         }
     }
 
@@ -789,5 +835,85 @@ mod tests {
             drain(&mut w, t);
         }
         assert!(ps.counters().iter().any(|&(n, v)| n == "rejected" && v > 0));
+    }
+
+    fn two_direct_workers() -> (Vec<GridWorker>, GridServer) {
+        let cfg = GridServerConfig { grid: GridConfig { job: 1, ..GridConfig::default() }, workers: (0..2).map(ep).collect(), groups: vec![], deliver: vec![], multicast: false };
+        ((0..2).map(|r| worker(r, direct())).collect(), GridServer::new(ep(PS), cfg).unwrap())
+    }
+
+    /// Moves packets between direct workers and the PS (no loss) until none is left.
+    fn shuttle(ws: &mut [GridWorker], ps: &mut GridServer, now: Time) {
+        loop {
+            let mut moved = false;
+            for w in ws.iter_mut() {
+                for p in drain(w, now) {
+                    ps.handle_packet(now, p);
+                    moved = true;
+                }
+            }
+            for p in drain(ps, now) {
+                ws[p.dst as usize].handle_packet(now, p);
+                moved = true;
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    #[test]
+    fn the_ps_forgets_results_every_worker_has() {
+        // Found in the real runtime (#36): the PS kept every fragment, 3.8 GiB after 500
+        // allreduces of 1 M values. 40 allreduces of 4,096 fragments (five times the span):
+        // the PS holds at most twice the span, every sum is exact, and a late copy of a
+        // forgotten fragment gets no answer and creates nothing.
+        let (mut ws, mut ps) = two_direct_workers();
+        let len = GRID_PACKET_VALUES * 4096;
+        let mut first = None;
+        for k in 0..40i32 {
+            for (r, w) in ws.iter_mut().enumerate() {
+                submit(w, (0..len as i32).map(|i| i % 1000 + r as i32 + k).collect());
+            }
+            if k == 0 {
+                first = ws[0].poll_transmit(0);
+                ps.handle_packet(0, first.clone().unwrap());
+            }
+            shuttle(&mut ws, &mut ps, k as Time);
+            for w in &mut ws {
+                let v = done(w).expect("done");
+                assert_eq!((v[0], v[len - 1]), (1 + 2 * k, 2 * ((len as i32 - 1) % 1000) + 1 + 2 * k));
+            }
+            assert!(ps.retained() as u64 <= 2 * MAX_FRAGMENT_SPAN, "allreduce {k}: {} fragments held", ps.retained());
+        }
+        assert!(ps.retained() as u64 >= MAX_FRAGMENT_SPAN / 2, "results within the span are kept");
+        let before = ps.retained();
+        ps.handle_packet(100, first.unwrap());
+        assert!(drain(&mut ps, 100).is_empty(), "no answer: every worker has it");
+        assert_eq!(ps.retained(), before);
+    }
+
+    #[test]
+    fn forgetting_follows_the_ids_around_their_wrap() {
+        // Wire ids wrap after 2^32 fragments: the floor and what it forgets go around too.
+        let (_, mut ps) = two_direct_workers();
+        let span = MAX_FRAGMENT_SPAN as u32;
+        ps.floor = u32::MAX - 2 * span;
+        let first = u32::MAX - span - 10;
+        for id in first..=u32::MAX {
+            ps.frags.insert(id, Frag { len: 0, covered: vec![0], count: 0, sum: None, ecn: false, result: None });
+        }
+        for id in 0..20 {
+            ps.frags.insert(id, Frag { len: 0, covered: vec![0], count: 0, sum: None, ecn: false, result: None });
+        }
+        ps.forget_behind(15);
+        // Everything more than the span behind fragment 15, across the wrap, is gone.
+        assert_eq!(ps.floor, 16u32.wrapping_sub(span));
+        assert_eq!(ps.frags.keys().next(), Some(&0));
+        assert_eq!(ps.frags.range(u32::MAX / 2..).next().map(|(&k, _)| k), Some(16u32.wrapping_sub(span)));
+        assert_eq!(ps.retained(), 20 + (span as usize - 16));
+        // A floor behind the current one changes nothing.
+        ps.forget_behind(3);
+        assert_eq!(ps.floor, 16u32.wrapping_sub(span));
     }
 }

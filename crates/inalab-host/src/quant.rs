@@ -9,8 +9,9 @@
 //!   Values whose scaled magnitude exceeds `i32::MAX` saturate (and are counted). The error
 //!   of a sum of `n` converted values is at most `n / (2 scale)` plus the f32 rounding of the
 //!   result, *as long as the i32 sum does not overflow*: with scale 1e8 a sum must stay
-//!   below 21.47 in magnitude, which heavy-tailed gradients can exceed (the switch then
-//!   wraps or saturates; ATP handles it reactively).
+//!   below 21.47 in magnitude, which heavy-tailed gradients can exceed (the switches then
+//!   saturate stickily, `inalab_core::rail`: ATP falls back to floats, the schemes without a
+//!   fallback fail the call on every worker). [`to_fixed_railed`] is their conversion.
 //! - **SwitchML's per-block exponent** ([`block_exponent`], [`switchml_scale`],
 //!   [`switchml_to_fixed`]): for one block (one packet's values) the workers agree on
 //!   `e_max`, the largest frexp exponent of the block's values over all workers (each worker
@@ -32,6 +33,7 @@
 //!
 //! All functions are pure and deterministic. Rounding is to nearest, ties away from zero.
 
+use inalab_core::rail::{is_rail, NEG_RAIL, RAIL};
 use std::fmt;
 
 /// ATP's default fixed-point scale (values are multiplied by 10^8).
@@ -126,6 +128,44 @@ inalab_core::avx2_dispatch! {
 /// at `±i32::MAX`. Fails on a non-positive or non-finite scale and on the first NaN/Inf.
 pub fn to_fixed(values: &[f32], scale: f64) -> Result<Fixed, QuantError> {
     convert(values, scale, i32::MAX as f64 + 0.5, i32::MAX)
+}
+
+inalab_core::avx2_dispatch! {
+    /// The loop of [`to_fixed_railed`]: `round(v x scale)` into `out`, a rail where that is
+    /// not strictly inside the range; returns how many values went out as rails.
+    fn railed_into(values: &[f32], out: &mut [i32], scale: f64) -> usize {
+        let c = i32::MAX as f64;
+        let mut railed = 0usize;
+        for (o, &value) in out.iter_mut().zip(values) {
+            let x = value as f64 * scale;
+            // NaN goes to the upper rail; infinities clamp to an end like any large value.
+            let q = round_clamped(if x.is_nan() { c } else { x }, c);
+            // An end of the range is a rail (`-i32::MAX` becomes `i32::MIN`), so the value
+            // cannot come back as a number: `inalab_core::rail`.
+            let r = if q == i32::MAX { RAIL } else if q == -i32::MAX { NEG_RAIL } else { q };
+            railed += is_rail(r) as usize;
+            *o = r;
+        }
+        railed
+    }
+}
+
+/// Fixed point for a protocol without an overflow fallback (`inalab_core::rail`): each value
+/// as `round(v x scale)`, and a value with no place strictly inside the range (NaN, an
+/// infinity, or `|round(v x scale)| >= i32::MAX`, i.e. `|v| >= (2^31 - 1.5) / scale`) as the
+/// rail of its sign (NaN: the upper one), so that it reaches every worker's sum as a rail
+/// and fails the call there. Returns the values and the index of the first one sent as a
+/// rail. Fails only on a bad scale.
+pub fn to_fixed_railed(values: &[f32], scale: f64) -> Result<(Vec<i32>, Option<usize>), QuantError> {
+    if !(scale.is_finite() && scale > 0.0) {
+        return Err(QuantError::BadScale { scale });
+    }
+    let mut out = vec![0i32; values.len()];
+    let first = match railed_into(values, &mut out, scale) {
+        0 => None,
+        _ => out.iter().position(|&x| is_rail(x)),
+    };
+    Ok((out, first))
 }
 
 /// Back to floats: `x / scale` (computed in f64, rounded once to f32).
@@ -247,6 +287,22 @@ mod tests {
             "fixed-point scale NaN must be finite and positive"
         );
         assert_eq!(switchml_to_fixed(&[1.0], 0, 0), Err(QuantError::NoWorkers));
+    }
+
+    #[test]
+    fn railed_conversion_marks_what_has_no_place_inside_the_range() {
+        // At scale 1e8 the range is |round(v x 1e8)| <= 2^31 - 2: 21.474836 fits, 21.4748364
+        // rounds to 2^31 - 1, an end, and goes as the rail like everything beyond.
+        let v = [1.5, -2.5e-8, 21.474836, -21.474836, 21.474838, -21.474838, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, 0.0];
+        let (q, first) = to_fixed_railed(&v, ATP_SCALE).unwrap();
+        assert_eq!(q[..4], [150_000_000, -3, 2_147_483_635, -2_147_483_635]); // 21.474836 as f32
+        assert_eq!(q[4..], [RAIL, NEG_RAIL, RAIL, RAIL, NEG_RAIL, RAIL, 0]);
+        assert_eq!(first, Some(4));
+        assert_eq!(to_fixed_railed(&[0.5, -1.0], 1e8).unwrap(), (vec![50_000_000, -100_000_000], None));
+        assert_eq!(to_fixed_railed(&[1.0], 0.0), Err(QuantError::BadScale { scale: 0.0 }));
+        // In range it is the plain conversion, bit for bit.
+        let w: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.731).sin() * 21.0).collect();
+        assert_eq!(to_fixed_railed(&w, ATP_SCALE).unwrap().0, to_fixed(&w, ATP_SCALE).unwrap().values);
     }
 
     #[test]

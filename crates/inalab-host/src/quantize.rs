@@ -8,8 +8,10 @@
 //!   (ATP's worker, `AtpConfig::scale`), because its overflow fallback (§3.8) needs the
 //!   original floats: this layer hands them over unchanged and rejects only NaN and
 //!   infinities, which have no fixed-point form and no float sum. A protocol that sums i32
-//!   and has no fallback (Canary) is wrapped by [`Quantized::converting`] instead: this layer
-//!   converts (`round(v x scale)`) and converts the sum back.
+//!   and has no fallback (DSA, Canary, static trees, Rina, GRID) is wrapped by
+//!   [`Quantized::converting`] instead: this layer converts (`round(v x scale)`), sends a
+//!   value with no place inside the range as a rail (`inalab_core::rail`), and converts the
+//!   sum back, failing the call on every worker where the sum is at a rail.
 //! - [`Quantization::AgreedExponent`] (SwitchML, with the tensor as the block): per tensor the
 //!   workers first agree on the largest binary exponent of its values, with one extra
 //!   allreduce of a `world`-long i32 vector in which each worker writes `e + 129` in its own
@@ -29,9 +31,10 @@
 //! Values already given as i32 (the simulator's payload mode) are taken as quantized and pass
 //! through; results then come back as i32.
 
-use crate::quant::{all_finite, finite_block_exponent, from_fixed, from_fixed_into, switchml_scale, switchml_to_fixed, ZERO_BLOCK_EXPONENT};
+use crate::quant::{all_finite, finite_block_exponent, from_fixed, from_fixed_into, switchml_scale, switchml_to_fixed, to_fixed_railed, ZERO_BLOCK_EXPONENT};
+use inalab_core::rail::{first_rail, RAIL};
 use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload, TensorAttrs, Time};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// How a scheme's worker turns float32 tensors into what its packets carry.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -68,14 +71,58 @@ impl Quantization {
 }
 
 /// Offset of an exponent in the agreement vector, so that every exponent (-149..=128) is
-/// positive and a zero slot (another worker's) loses the maximum.
+/// positive (1..=278) and a zero slot (another worker's) loses the maximum.
 const EXP_BIAS: i32 = 1 - ZERO_BLOCK_EXPONENT as i32;
 /// What a worker writes in its slot when its tensor has a value with no fixed-point form (NaN,
 /// infinity): every worker sees it in the sum and rejects the tensor, so all stay in step.
 const REJECT_MARK: i32 = -1;
 
-fn non_finite(i: usize, x: f32) -> String {
-    format!("value {i} is {x}, which has no fixed-point form")
+/// A tensor's length as a slot of a size vector: exact below `i32::MAX - 1` (8 GiB of
+/// float32), never a rail.
+fn length_slot(len: usize) -> i32 {
+    len.min(i32::MAX as usize - 1) as i32
+}
+
+/// Why a tensor is refused when the ranks' lengths differ (`lens`: the summed size vector, each
+/// rank's [`length_slot`] in its own place), if they do. `mine`: this rank's length.
+fn size_disagreement(rank: usize, mine: usize, lens: &[i32]) -> Option<String> {
+    if lens.iter().all(|&l| l == length_slot(mine)) {
+        return None;
+    }
+    let sizes: Vec<String> = lens.iter().enumerate().map(|(r, &l)| if r == rank { format!("rank {r} {mine}") } else { format!("rank {r} {l}") }).collect();
+    Some(format!(
+        "the ranks disagree on this tensor's size (values per rank: {}): every rank must allreduce the same sizes in the same order",
+        sizes.join(", ")
+    ))
+}
+
+/// Why this worker's value `x` at index `i` fails the call (named on its own worker).
+fn non_finite(rank: usize, i: usize, x: f32) -> String {
+    // Debug: 3e38 rather than 39 digits.
+    format!("rank {rank}'s value {i} is {x:?}, which has no fixed-point form")
+}
+
+/// Largest magnitude a fixed-point value or sum may have at `scale` (`inalab_core::rail`).
+fn fixed_range(scale: f64) -> f64 {
+    (i32::MAX as f64 - 1.5) / scale
+}
+
+/// Why the value at `i` of this worker's tensor went out as a rail ([`to_fixed_railed`]).
+fn out_of_range(rank: usize, i: usize, x: f32, scale: f64) -> String {
+    if !x.is_finite() {
+        return non_finite(rank, i, x);
+    }
+    format!("rank {rank}'s value {i} is {x:?}, beyond the fixed-point range +/-{:.6} at scale {scale} (this scheme has no overflow fallback)", fixed_range(scale))
+}
+
+/// Why a fixed-point sum with a rail at `i` is no result, on a worker whose own value there
+/// was fine: the value or the sum another worker's input made of it.
+fn railed_sum(i: usize, at: i32, scale: Option<f64>) -> String {
+    let range = scale.map_or(String::new(), |s| format!(" (+/-{:.6} at scale {s})", fixed_range(s)));
+    let sign = if at == RAIL { "+" } else { "-" };
+    format!(
+        "value {i} of the sum is out of the fixed-point range{range}: saturated at its {sign} end, because another rank's value there is NaN, infinite or out of range, or the sum left the range (this scheme has no overflow fallback)"
+    )
 }
 
 /// Why a quantized sum is no result, if a value of `sum` (at `offset` in the tensor) is NaN or
@@ -132,6 +179,10 @@ enum Stage {
     Piece { outer: u64, start: usize },
     /// Any other request, passed through under an id of the wrapper's own.
     Pass { outer: u64 },
+    /// Fixed point: the size round of outer request `outer` (`len` values here), a
+    /// `world`-long vector in which each rank writes its tensor's length in its own slot,
+    /// submitted with the data and resolved before the data's result is handed out.
+    Sizes { outer: u64, len: usize },
 }
 
 /// A [`HostProtocol`] wrapper that quantizes. See the module docs.
@@ -150,21 +201,46 @@ pub struct Quantized {
     converts: bool,
     /// AgreedExponent: tensors going out (or coming back) in pieces, by outer id.
     pieces: BTreeMap<u64, Pieces>,
+    /// FixedPoint: outer requests whose size round is out, with their data's outcome when it
+    /// came first (held until the sizes are known to agree).
+    size_pending: BTreeMap<u64, Option<HostEvent>>,
+    /// Outer requests already answered while one of their inner requests is still out: its
+    /// outcome is dropped when it comes.
+    answered: BTreeSet<u64>,
+    /// Why every later call fails: the ranks disagreed on a tensor's size after its data went
+    /// out, so their protocols are out of step.
+    out_of_step: Option<String>,
 }
 
 impl Quantized {
     /// Wraps worker `rank` of `world` (the exponent vector has a slot per worker).
     pub fn new(inner: Box<dyn HostProtocol>, q: Quantization, rank: usize, world: usize) -> Self {
-        Quantized { inner, q, rank, world, waiting: VecDeque::new(), exponent_busy: false, stages: BTreeMap::new(), next_inner: 0, events: VecDeque::new(), converts: false, pieces: BTreeMap::new() }
+        Quantized {
+            inner,
+            q,
+            rank,
+            world,
+            waiting: VecDeque::new(),
+            exponent_busy: false,
+            stages: BTreeMap::new(),
+            next_inner: 0,
+            events: VecDeque::new(),
+            converts: false,
+            pieces: BTreeMap::new(),
+            size_pending: BTreeMap::new(),
+            answered: BTreeSet::new(),
+            out_of_step: None,
+        }
     }
 
     /// Fixed point at `scale` for a protocol that carries only i32 and has no overflow
-    /// fallback (Canary): float32 tensors are converted here (`round(v x scale)`) and the i32
-    /// sums back (`x / scale`); i32 tensors (the simulator's payload mode) pass through. A
-    /// value that has no fixed-point form (NaN, infinity) or does not fit i32 at `scale`
-    /// fails the call on its own worker, naming it; its tensor is still sent (with 0 there) so
-    /// the other workers are not left waiting. A sum beyond +/-(2^31 - 1) / scale wraps at the
-    /// switches, undetected: keep the job's sums within that range.
+    /// fallback (DSA, Canary, static trees, Rina, GRID): float32 tensors are converted here
+    /// (`round(v x scale)`) and the i32 sums back (`x / scale`); i32 tensors (the simulator's
+    /// payload mode) pass through. A value with no place strictly inside the range (NaN, an
+    /// infinity, `|v| >= (2^31 - 1.5) / scale`) is sent as a rail (`inalab_core::rail`) so
+    /// that every worker's sum has the rail there, as has a sum that left the range (the
+    /// switches and servers saturate stickily): every worker fails the call, the value's own
+    /// naming its rank, index and value, the others the index. Never a wrapped sum.
     pub fn converting(inner: Box<dyn HostProtocol>, scale: f64, rank: usize, world: usize) -> Self {
         Quantized { converts: true, ..Quantized::new(inner, Quantization::FixedPoint { scale }, rank, world) }
     }
@@ -185,12 +261,32 @@ impl Quantized {
     /// Fixed point: the protocol converts floats itself (and falls back to them on overflow).
     /// A value with no fixed-point form (NaN, infinity) still goes out, through the fallback,
     /// so every worker's call ends: the non-finite sum fails the tensor on all of them.
+    ///
+    /// A float tensor's data goes with a size round (the size vector first): the ranks learn
+    /// whether they agree on its length, and its result is handed out only once they do.
     fn send_fixed(&mut self, now: Time, id: u64, bytes: u64, data: Option<Payload>, attrs: TensorAttrs) {
+        if let Some(reason) = &self.out_of_step {
+            return self.reject(id, reason.clone());
+        }
+        if let (true, Quantization::FixedPoint { scale }) = (self.converts, self.q) {
+            if !(scale.is_finite() && scale > 0.0) {
+                return self.reject(id, format!("the fixed-point scale must be a positive number, got {scale}"));
+            }
+        }
+        if let Some(Payload::F32(v)) = &data {
+            // Pipelined with the data rather than before it: no extra round trip per tensor.
+            // Only with float values (the runtime, the simulator's float payloads), so that
+            // metadata and integer simulations send what they always did.
+            let mut sizes = vec![0i32; self.world];
+            sizes[self.rank] = length_slot(v.len());
+            self.size_pending.insert(id, None);
+            self.submit_inner(now, self.world as u64 * 4, Some(Payload::I32(sizes)), attrs, Stage::Sizes { outer: id, len: v.len() });
+        }
         if let (true, Quantization::FixedPoint { scale }, Some(Payload::F32(v))) = (self.converts, self.q, &data) {
             return self.convert_fixed(now, id, bytes, v, scale, attrs);
         }
         let bad = match &data {
-            Some(Payload::F32(v)) => v.iter().position(|x| !x.is_finite()).map(|i| non_finite(i, v[i])),
+            Some(Payload::F32(v)) if !all_finite(v) => v.iter().position(|x| !x.is_finite()).map(|i| non_finite(self.rank, i, v[i])),
             _ => None,
         };
         self.submit_inner(now, bytes, data, attrs, Stage::Data { outer: id, scale: None, bad });
@@ -198,18 +294,9 @@ impl Quantized {
 
     /// [`Quantized::converting`]: the floats as i32 at `scale`, the sum back as floats.
     fn convert_fixed(&mut self, now: Time, id: u64, bytes: u64, v: &[f32], scale: f64, attrs: TensorAttrs) {
-        if !(scale.is_finite() && scale > 0.0) {
-            return self.reject(id, format!("the fixed-point scale must be a positive number, got {scale}"));
-        }
-        let limit = i32::MAX as f64 + 0.5;
-        let bad = v.iter().position(|x| !x.is_finite() || (*x as f64 * scale).abs() >= limit).map(|i| {
-            if v[i].is_finite() {
-                format!("value {i} is {}, which does not fit int32 at the fixed-point scale {scale} (|value| < {:.4}; no overflow fallback)", v[i], i32::MAX as f64 / scale)
-            } else {
-                non_finite(i, v[i])
-            }
-        });
-        let fixed: Vec<i32> = v.iter().map(|&x| if x.is_finite() { (x as f64 * scale).round().clamp(-(i32::MAX as f64), i32::MAX as f64) as i32 } else { 0 }).collect();
+        let (fixed, first) = to_fixed_railed(v, scale).expect("send_fixed checked the scale");
+        // Sent with the rail in its place: every worker's sum has it and fails there.
+        let bad = first.map(|i| out_of_range(self.rank, i, v[i], scale));
         self.submit_inner(now, bytes, Some(Payload::I32(fixed)), attrs, Stage::Data { outer: id, scale: Some(scale), bad });
     }
 
@@ -263,13 +350,65 @@ impl Quantized {
                 Some(Payload::F32(v)) => finite_block_exponent(v).map_or(REJECT_MARK, |e| e as i32 + EXP_BIAS),
                 _ => EXP_BIAS,
             };
-            let exps = data.is_some().then(|| {
-                let mut e = vec![0i32; self.world];
+            // A float tensor's vector has a second half, each rank's tensor length in its own
+            // slot: ranks that disagree on a tensor's size (or order) all find out here,
+            // before any data is sent, and stay in step. Integer and metadata rounds (the
+            // simulator's) keep their size.
+            let len = match &data {
+                Some(Payload::F32(_)) => 2 * self.world,
+                _ => self.world,
+            };
+            let exps = data.as_ref().map(|d| {
+                let mut e = vec![0i32; len];
                 e[self.rank] = mine;
+                if len > self.world {
+                    e[self.world + self.rank] = length_slot(d.len());
+                }
                 Payload::I32(e)
             });
             self.exponent_busy = true;
-            self.submit_inner(now, self.world as u64 * 4, exps, attrs, Stage::Exponent { outer: id, bytes, data, attrs });
+            self.submit_inner(now, len as u64 * 4, exps, attrs, Stage::Exponent { outer: id, bytes, data, attrs });
+        }
+    }
+
+    /// What a data round's sum (`data`) makes of outer request `outer`.
+    fn data_outcome(&self, outer: u64, scale: Option<f64>, bad: Option<String>, data: Option<Payload>) -> HostEvent {
+        // A rail in a fixed-point sum: a worker's value had no place in the range, or the sum
+        // left it. Every worker sees it; the value's own names it.
+        if let (true, Some(Payload::I32(sum))) = (self.converts, &data) {
+            if let Some(i) = first_rail(sum) {
+                return HostEvent::Rejected { id: outer, reason: bad.unwrap_or_else(|| railed_sum(i, sum[i], scale)) };
+            }
+        }
+        let data = match (scale, data) {
+            (Some(s), Some(Payload::I32(sum))) => Some(Payload::F32(from_fixed(&sum, s))),
+            (_, d) => d,
+        };
+        // A quantized tensor's non-finite sum is no result: the value's own worker says which
+        // input was at fault, the others where the sum broke. (Without quantization NaN
+        // propagates, as in gloo and NCCL.)
+        if let (Some(Payload::F32(v)), false) = (&data, self.q == Quantization::None) {
+            if let Some(broken) = non_finite_sum(v, 0) {
+                return HostEvent::Rejected { id: outer, reason: bad.unwrap_or(broken) };
+            }
+        }
+        HostEvent::Done { id: outer, data }
+    }
+
+    /// Hands outer request `outer`'s outcome out, or holds it while its size round is out; drops
+    /// it when the size round already answered the request.
+    fn answer(&mut self, outer: u64, mut ev: HostEvent) {
+        if self.answered.remove(&outer) {
+            return;
+        }
+        // A call made before the ranks were found out of step, whose data met other ranks'
+        // data of other calls: no result.
+        if let Some(reason) = &self.out_of_step {
+            ev = HostEvent::Rejected { id: outer, reason: reason.clone() };
+        }
+        match self.size_pending.get_mut(&outer) {
+            Some(held) => *held = Some(ev),
+            None => self.events.push_back(ev),
         }
     }
 
@@ -296,7 +435,21 @@ impl Quantized {
                             self.start_exponent_round(now);
                             outer
                         }
-                        Stage::Data { outer, .. } | Stage::Pass { outer } => outer,
+                        Stage::Pass { outer } => outer,
+                        Stage::Data { outer, .. } => {
+                            self.answer(outer, HostEvent::Failed { id: outer, reason });
+                            continue;
+                        }
+                        Stage::Sizes { outer, .. } => {
+                            // Sizes that cannot be checked: the call fails, once.
+                            if self.answered.remove(&outer) {
+                                continue;
+                            }
+                            if self.size_pending.remove(&outer).is_some_and(|held| held.is_none()) {
+                                self.answered.insert(outer);
+                            }
+                            outer
+                        }
                     };
                     self.events.push_back(HostEvent::Failed { id: outer, reason });
                     continue;
@@ -309,19 +462,35 @@ impl Quantized {
             match self.stages.remove(&id) {
                 Some(Stage::Exponent { outer, bytes, data: values, attrs }) => {
                     self.exponent_busy = false;
+                    // Exponents first, then (float tensors) each rank's length.
+                    let (exps, lens) = match (&data, &values) {
+                        (Some(Payload::I32(sum)), Some(Payload::F32(_))) if sum.len() == 2 * self.world => (&sum[..self.world], Some(&sum[self.world..])),
+                        (Some(Payload::I32(sum)), Some(Payload::F32(_))) => {
+                            self.reject(outer, format!("the exponent round came back with {} values instead of {}", sum.len(), 2 * self.world));
+                            self.start_exponent_round(now);
+                            continue;
+                        }
+                        (Some(Payload::I32(sum)), _) => (&sum[..], None),
+                        _ => (&[][..], None),
+                    };
+                    // Ranks that disagree on the tensor's size all drop it (no data round).
+                    if let (Some(lens), Some(v)) = (lens, &values) {
+                        if let Some(reason) = size_disagreement(self.rank, v.len(), lens) {
+                            self.reject(outer, reason);
+                            self.start_exponent_round(now);
+                            continue;
+                        }
+                    }
                     // A worker that cannot carry its tensor marked its slot: every worker drops
                     // the tensor (no data round), naming who and, on that worker, the value.
-                    let marked = match &data {
-                        Some(Payload::I32(sum)) => sum.iter().position(|&x| x == REJECT_MARK),
-                        _ => None,
-                    };
+                    let marked = exps.iter().position(|&x| x == REJECT_MARK);
                     if let Some(r) = marked {
                         let reason = match &values {
                             Some(Payload::F32(v)) if r == self.rank => {
                                 let i = v.iter().position(|x| !x.is_finite()).expect("marked for a non-finite value");
-                                non_finite(i, v[i])
+                                non_finite(self.rank, i, v[i])
                             }
-                            _ => format!("worker {r}'s tensor has a value with no fixed-point form (NaN or infinity)"),
+                            _ => format!("rank {r}'s tensor has a value with no fixed-point form (NaN or infinity)"),
                         };
                         self.reject(outer, reason);
                         self.start_exponent_round(now);
@@ -333,9 +502,9 @@ impl Quantized {
                             self.start_exponent_round(now);
                         }
                         Some(Payload::F32(v)) => {
-                            let e_max = match data {
-                                Some(Payload::I32(sum)) => (sum.iter().copied().max().unwrap_or(EXP_BIAS) - EXP_BIAS).clamp(ZERO_BLOCK_EXPONENT as i32, 128) as i16,
-                                _ => ZERO_BLOCK_EXPONENT,
+                            let e_max = match exps {
+                                [] => ZERO_BLOCK_EXPONENT,
+                                e => (e.iter().copied().max().unwrap_or(EXP_BIAS) - EXP_BIAS).clamp(ZERO_BLOCK_EXPONENT as i32, 128) as i16,
                             };
                             let p = Pieces { outer, attrs, values: v, n: self.world as u32, e_max, sent: 0, open: 0, broken: None };
                             self.pieces.insert(outer, p);
@@ -349,25 +518,34 @@ impl Quantized {
                     }
                 }
                 Some(Stage::Data { outer, scale, bad }) => {
-                    if let (true, Some(reason)) = (self.converts, &bad) {
-                        // Sent with 0 in its place: the sum is finite but lacks the value.
-                        self.reject(outer, reason.clone());
+                    let ev = self.data_outcome(outer, scale, bad, data);
+                    self.answer(outer, ev);
+                }
+                Some(Stage::Sizes { outer, len }) => {
+                    if self.answered.remove(&outer) {
                         continue;
                     }
-                    let data = match (scale, data) {
-                        (Some(s), Some(Payload::I32(sum))) => Some(Payload::F32(from_fixed(&sum, s))),
-                        (_, d) => d,
+                    let held = self.size_pending.remove(&outer).flatten();
+                    let disagreement = match &data {
+                        _ if self.out_of_step.is_some() => self.out_of_step.clone(),
+                        Some(Payload::I32(lens)) if lens.len() == self.world => size_disagreement(self.rank, len, lens).map(|reason| {
+                            // The data went out with the sizes: the ranks' protocols are out of
+                            // step from here on, so this call's successors fail too.
+                            let reason = format!("{reason}; the ranks' protocols are out of step from this call on, so every later call fails too");
+                            self.out_of_step = Some(reason.clone());
+                            reason
+                        }),
+                        _ => Some(format!("the size round came back without its {} values", self.world)),
                     };
-                    // A quantized tensor's non-finite sum is no result: the value's own worker
-                    // says which input was at fault, the others where the sum broke. (Without
-                    // quantization NaN propagates, as in gloo and NCCL.)
-                    if let (Some(Payload::F32(v)), false) = (&data, self.q == Quantization::None) {
-                        if let Some(broken) = non_finite_sum(v, 0) {
-                            self.reject(outer, bad.unwrap_or(broken));
-                            continue;
+                    match disagreement {
+                        Some(reason) => {
+                            if held.is_none() {
+                                self.answered.insert(outer);
+                            }
+                            self.reject(outer, reason);
                         }
+                        None => self.events.extend(held),
                     }
-                    self.events.push_back(HostEvent::Done { id: outer, data });
                 }
                 Some(Stage::Piece { outer, start }) => self.piece_done(outer, start, data),
                 Some(Stage::Pass { outer }) => self.events.push_back(HostEvent::Done { id: outer, data }),
@@ -425,8 +603,14 @@ impl HostProtocol for Quantized {
         }
     }
 
+    /// None once the ranks are out of step: every call has failed, nothing the protocol would
+    /// resend can become a result, so it stops resending (a worker closes at once instead of
+    /// lingering on retransmissions no peer will ever answer).
     fn poll_timeout(&self) -> Option<Time> {
-        self.inner.poll_timeout()
+        match self.out_of_step {
+            Some(_) => None,
+            None => self.inner.poll_timeout(),
+        }
     }
 
     fn poll_event(&mut self) -> Option<HostEvent> {
@@ -449,13 +633,15 @@ mod tests {
 
     /// An i32-only protocol whose "network" doubles each value (two workers with equal data).
     struct Doubler {
-        seen: Vec<Option<Payload>>,
+        /// What it was asked to sum, in submission order (shared with the test).
+        seen: std::sync::Arc<std::sync::Mutex<Vec<Option<Payload>>>>,
         events: VecDeque<HostEvent>,
         /// What the network multiplies by: 2 by default; 1 is a one-worker job.
         times: i32,
-        /// Multiply only requests of more than one value: a one-worker job's exponent rounds
-        /// (one value) pass, and its data come back changed (not mistaken for what was sent).
-        data_only: bool,
+        /// The job's workers: a request of `world` or `2 world` values is an agreement vector
+        /// (exponents, sizes), answered as if every worker wrote what this one did in its own
+        /// slot; only other requests are data (the tests give them other lengths).
+        world: usize,
         /// Return data sums one value short (a garbled result).
         short: bool,
         /// Values per request, in submission order (shared with the test).
@@ -464,7 +650,7 @@ mod tests {
 
     impl Default for Doubler {
         fn default() -> Self {
-            Doubler { seen: vec![], events: VecDeque::new(), times: 2, data_only: false, short: false, sizes: Default::default() }
+            Doubler { seen: Default::default(), events: VecDeque::new(), times: 2, world: 2, short: false, sizes: Default::default() }
         }
     }
 
@@ -475,13 +661,22 @@ mod tests {
         fn submit(&mut self, _now: Time, req: AppRequest) {
             let AppRequest::Allreduce { id, data, .. } = req else { return };
             let sum = match &data {
-                Some(Payload::I32(v)) if self.data_only && v.len() == 1 => Some(Payload::I32(v.clone())),
-                Some(Payload::I32(v)) => Some(Payload::I32(v.iter().map(|x| x.wrapping_mul(self.times)).take(v.len() - self.short as usize).collect())),
+                Some(Payload::I32(v)) if v.len() == self.world || v.len() == 2 * self.world => {
+                    Some(Payload::I32(v.chunks(self.world).flat_map(|half| vec![half.iter().copied().find(|&x| x != 0).unwrap_or(0); half.len()]).collect()))
+                }
+                // A switch's sticky saturation (inalab_core::rail): a rail stays, a product
+                // beyond the range becomes one.
+                Some(Payload::I32(v)) => Some(Payload::I32(
+                    v.iter()
+                        .map(|&x| if inalab_core::rail::is_rail(x) { x } else { (x as i64 * self.times as i64).clamp(i32::MIN as i64, i32::MAX as i64) as i32 })
+                        .take(v.len() - self.short as usize)
+                        .collect(),
+                )),
                 Some(_) => return self.events.push_back(HostEvent::Rejected { id, reason: "i32 only".into() }),
                 None => None,
             };
             self.sizes.lock().unwrap().push(data.as_ref().map_or(0, Payload::len));
-            self.seen.push(data);
+            self.seen.lock().unwrap().push(data);
             self.events.push_back(HostEvent::Done { id, data: sum });
         }
         fn handle_packet(&mut self, _now: Time, _pkt: Packet) {}
@@ -513,21 +708,45 @@ mod tests {
             e => panic!("{e:?}"),
         }
         // i32 (the simulator's payload mode) passes through both ways.
-        match allreduce(&mut q, 8, Payload::I32(vec![5, -6])) {
-            HostEvent::Done { id: 8, data: Some(Payload::I32(v)) } => assert_eq!(v, vec![10, -12]),
+        match allreduce(&mut q, 8, Payload::I32(vec![5, -6, 7])) {
+            HostEvent::Done { id: 8, data: Some(Payload::I32(v)) } => assert_eq!(v, vec![10, -12, 14]),
             e => panic!("{e:?}"),
         }
     }
 
     #[test]
-    fn a_value_without_a_fixed_point_form_fails_its_own_call_but_is_sent() {
+    fn a_value_without_a_fixed_point_form_fails_its_own_call_but_is_sent_as_a_rail() {
         let inner = Box::new(Doubler::default());
+        let (sizes, seen) = (inner.sizes.clone(), inner.seen.clone());
         let mut q = Quantized::converting(inner, 1e8, 0, 2);
-        for (id, bad, says) in [(1, f32::NAN, "NaN"), (2, 30.0, "does not fit int32")] {
-            match allreduce(&mut q, id, Payload::F32(vec![1.0, bad])) {
-                HostEvent::Rejected { id: got, reason } => assert!(got == id && reason.contains("value 1") && reason.contains(says), "{reason}"),
+        for (id, bad, says) in [(1, f32::NAN, "NaN, which has no fixed-point form"), (2, 30.0, "30.0, beyond the fixed-point range +/-21.474836"), (3, -f32::INFINITY, "-inf")] {
+            match allreduce(&mut q, id, Payload::F32(vec![1.0, bad, 0.5])) {
+                HostEvent::Rejected { id: got, reason } => assert!(got == id && reason.contains("rank 0's value 1 is") && reason.contains(says), "{reason}"),
                 e => panic!("{e:?}"),
             }
+        }
+        assert_eq!(*sizes.lock().unwrap(), vec![2, 3, 2, 3, 2, 3], "each tensor is still sent, after its size round");
+        // The rails went out where the bad values were.
+        let rails: Vec<Option<i32>> = seen.lock().unwrap().iter().skip(1).step_by(2).map(|d| match d {
+            Some(Payload::I32(v)) => Some(v[1]),
+            _ => None,
+        }).collect();
+        assert_eq!(rails, [Some(i32::MAX), Some(i32::MAX), Some(i32::MIN)]);
+    }
+
+    #[test]
+    fn a_sum_at_a_rail_fails_the_call_of_a_worker_whose_values_were_fine() {
+        // 15 + 15 at scale 1e8 leaves the range: the switch saturates (here: doubles to the
+        // rail), and the call fails where it wrapped to -12.95 before.
+        let mut q = Quantized::converting(Box::new(Doubler::default()), 1e8, 1, 2);
+        match allreduce(&mut q, 4, Payload::F32(vec![15.0, -15.0, 1.0])) {
+            HostEvent::Rejected { id: 4, reason } => assert!(reason.starts_with("value 0 of the sum is out of the fixed-point range (+/-21.474836 at scale 100000000): saturated at its + end"), "{reason}"),
+            e => panic!("{e:?}"),
+        }
+        // The simulator's i32 payloads too: a sum at a rail is no result.
+        match allreduce(&mut q, 5, Payload::I32(vec![1, i32::MIN / 2 - 1, 0])) {
+            HostEvent::Rejected { id: 5, reason } => assert!(reason.starts_with("value 1 of the sum is out of the fixed-point range: saturated at its - end"), "{reason}"),
+            e => panic!("{e:?}"),
         }
     }
 
@@ -537,7 +756,7 @@ mod tests {
     /// piece whose sum never came back into the tensor's buffer would show.
     #[test]
     fn an_agreed_exponent_tensor_goes_out_in_pieces_and_comes_back_whole() {
-        let inner = Doubler { times: -1, data_only: true, ..Doubler::default() };
+        let inner = Doubler { times: -1, world: 1, ..Doubler::default() };
         let sizes = inner.sizes.clone();
         let mut q = Quantized::new(Box::new(inner), Quantization::AgreedExponent, 0, 1);
         let n = 2 * super::PIECE_VALUES + 3;
@@ -547,11 +766,11 @@ mod tests {
             q.submit(0, AppRequest::Allreduce { id, bytes: 4 * v.len() as u64, data: Some(Payload::F32(v.clone())), attrs: TensorAttrs::default() });
         }
         // The exponent round and the first piece only: no result yet, tensor 2 not started.
-        assert_eq!(*sizes.lock().unwrap(), vec![1, super::PIECE_VALUES]);
+        assert_eq!(*sizes.lock().unwrap(), vec![2, super::PIECE_VALUES]);
         assert!(q.poll_event().is_none());
         // The protocol has nothing to send: the other pieces go, then tensor 2.
         assert!(q.poll_transmit(0).is_none(), "the fake protocol sends nothing");
-        assert_eq!(*sizes.lock().unwrap(), vec![1, super::PIECE_VALUES, super::PIECE_VALUES, 3, 1, 10]);
+        assert_eq!(*sizes.lock().unwrap(), vec![2, super::PIECE_VALUES, super::PIECE_VALUES, 3, 2, 10]);
         let mut done = vec![];
         while let Some(e) = q.poll_event() {
             done.push(e);
@@ -570,7 +789,7 @@ mod tests {
 
     #[test]
     fn a_piece_whose_sum_comes_back_short_fails_the_tensor() {
-        let inner = Doubler { times: -1, data_only: true, short: true, ..Doubler::default() };
+        let inner = Doubler { times: -1, world: 1, short: true, ..Doubler::default() };
         let mut q = Quantized::new(Box::new(inner), Quantization::AgreedExponent, 0, 1);
         match allreduce(&mut q, 3, Payload::F32(vec![0.5; 10])) {
             HostEvent::Rejected { id: 3, reason } => assert!(reason.contains("piece at value 0"), "{reason}"),

@@ -205,6 +205,10 @@ struct Req {
     full: Vec<Got>,
     chunks_left: usize,
     done: bool,
+    /// Done, and nothing of it can be asked for again (no result kept to repair with):
+    /// `partial` and `full` are freed, and a late packet for it is a duplicate. Kept, they
+    /// grew a worker by a mark per packet per allreduce (#36).
+    forgotten: bool,
     /// When a packet of this request last arrived (a member asks for repairs after quiet).
     last_heard: Time,
 }
@@ -654,6 +658,10 @@ impl RinaHost {
             let to = if from_me && self.role == Role::Agent { self.tor() } else { Endpoint { host: pkt.src, port: pkt.src_port } };
             self.ctrl.push_back(self.control(a, to));
         }
+        if self.reqs[r].forgotten {
+            self.c.duplicates += 1;
+            return;
+        }
         let full = h.has(RinaHeader::FULL);
         if full {
             return self.on_full_packet(now, r, h, pkt, 0);
@@ -680,7 +688,9 @@ impl RinaHost {
         }
         let done = got.done();
         if let (Some(w), Some(Payload::I32(v))) = (&mut self.reqs[r].work, pkt.payload.as_deref()) {
-            w[at..at + v.len()].iter_mut().zip(v).for_each(|(x, y)| *x = x.wrapping_add(*y));
+            // Sticky saturation, as at the switches (inalab_core::rail): a sum beyond the
+            // range stays at a rail, and every worker fails the call on it.
+            inalab_core::rail::sticky_add(&mut w[at..at + v.len()], v);
         }
         if done {
             self.c.sr_hops += 1;
@@ -691,6 +701,10 @@ impl RinaHost {
     /// A packet of a finished chunk (the last ScatterReduce hop, `hop` 0, or an AllGather
     /// packet): stored, and a receiver passes it on while the chunk has hops to go.
     fn on_full_packet(&mut self, now: Time, r: usize, h: RinaHeader, pkt: &Packet, ag_hop: u8) {
+        if self.reqs[r].forgotten {
+            self.c.duplicates += 1;
+            return;
+        }
         let (a, b) = self.span(r, h.chunk);
         let q = &mut self.reqs[r];
         q.last_heard = now;
@@ -742,8 +756,14 @@ impl RinaHost {
         // An agent keeps the result a while to repair members' missed copies.
         let result = if agent { q.result.clone() } else { q.result.take() };
         let purpose = q.purpose;
-        if agent && r >= KEPT_RESULTS {
+        if !agent {
+            // Only an agent repairs: nothing of this request is asked for again.
+            self.forget(r);
+        } else if r >= KEPT_RESULTS {
             self.reqs[r - KEPT_RESULTS].result = None;
+            if self.reqs[r - KEPT_RESULTS].done {
+                self.forget(r - KEPT_RESULTS);
+            }
         }
         match purpose {
             Purpose::App(k) | Purpose::Repair { k, .. } => self.app_finished(k, result),
@@ -752,6 +772,20 @@ impl RinaHost {
         if self.recovering {
             self.open_ready(now);
         }
+    }
+
+    /// Per-packet marks the host keeps over its requests (what grows per allreduce unless
+    /// forgotten): those of requests not done, and an agent's last [`KEPT_RESULTS`].
+    pub fn retained_marks(&self) -> usize {
+        self.reqs.iter().map(|q| q.full.iter().chain(q.partial.values()).map(|g| g.have.len()).sum::<usize>()).sum()
+    }
+
+    /// Frees what request `r` (done) kept to sum and repair: its per-packet marks.
+    fn forget(&mut self, r: usize) {
+        let q = &mut self.reqs[r];
+        q.forgotten = true;
+        q.partial = BTreeMap::new();
+        q.full = Vec::new();
     }
 
     /// The application's k-th allreduce has its result (a repair of one this host already
@@ -790,7 +824,7 @@ impl RinaHost {
             q = q.wrapping_add(full[self.chunk_at(s) as usize].left);
         }
         self.next_q = q;
-        self.reqs.push(Req { purpose, n, step_q, data, work, result, partial: BTreeMap::new(), full, chunks_left: gs, done: false, last_heard: now });
+        self.reqs.push(Req { purpose, n, step_q, data, work, result, partial: BTreeMap::new(), full, chunks_left: gs, done: false, forgotten: false, last_heard: now });
         if self.role != Role::Member {
             self.start_step(now, r, 0);
         }
@@ -908,6 +942,11 @@ impl RinaHost {
 
     fn on_nack(&mut self, h: RinaHeader, pkt: &Packet) {
         let r = h.req as usize;
+        if self.reqs[r].forgotten {
+            // Older than the results an agent keeps.
+            self.c.repairs_unavailable += 1;
+            return;
+        }
         let Some(got) = self.reqs[r].full.get(h.chunk as usize) else { return };
         let to = Endpoint { host: pkt.src, port: pkt.src_port };
         let have: Vec<u32> = (h.seq..h.arg.min(got.have.len() as u32)).filter(|&s| got.have[s as usize]).collect();
@@ -1218,6 +1257,38 @@ mod tests {
                 while host.poll_transmit(t * 1000).is_some() {}
             }
             assert!(host.counters().iter().any(|&(n, v)| n == "malformed" && v > 0));
+        }
+    }
+
+    #[test]
+    fn a_host_forgets_the_packet_marks_of_finished_allreduces() {
+        // Found in the real runtime (#36): every request kept a mark per packet for the job,
+        // about 17 KB per allreduce of 1 M values. Two autonomous workers in a ring, 300
+        // allreduces of 6,200 values: the marks kept stay those of the one in progress.
+        let ep = |h| Endpoint { host: h, port: 1 };
+        let c = RinaConfig { groups: vec![RinaGroup { members: vec![ep(0)], tor: None }, RinaGroup { members: vec![ep(1)], tor: None }], ranks: vec![ep(0), ep(1)], ..cfg() };
+        let mut hosts: Vec<RinaHost> = (0..2).map(|h| RinaHost::new(c.clone(), ep(h)).unwrap()).collect();
+        for k in 0..300u64 {
+            for (r, h) in hosts.iter_mut().enumerate() {
+                h.submit(k, AppRequest::Allreduce { id: k, bytes: 0, data: Some(Payload::I32(vec![r as i32 + k as i32; 6200])), attrs: TensorAttrs::default() });
+            }
+            loop {
+                let out: Vec<Packet> = hosts.iter_mut().flat_map(|h| std::iter::from_fn(move || h.poll_transmit(k))).collect();
+                if out.is_empty() {
+                    break;
+                }
+                for p in out {
+                    let to = p.dst as usize;
+                    hosts[to].handle_packet(k, p);
+                }
+            }
+            for h in &mut hosts {
+                match h.poll_event() {
+                    Some(HostEvent::Done { id, data: Some(Payload::I32(v)) }) => assert_eq!((id, v[6199]), (k, 1 + 2 * k as i32)),
+                    e => panic!("allreduce {k}: {e:?}"),
+                }
+                assert_eq!(h.retained_marks(), 0, "allreduce {k}: nothing in progress, no marks kept");
+            }
         }
     }
 }

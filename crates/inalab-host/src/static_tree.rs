@@ -123,7 +123,9 @@ impl StaticTreeHost {
 
     fn arm(&mut self, block: u64, now: Time) {
         let f = self.flights.get_mut(&block).expect("in flight");
-        let at = now + self.cfg.rtx_timeout_ps * (1u64 << f.expiries).min(MAX_BACKOFF as u64);
+        // The shift bounded first: a block that expires 64 times (one whose peers never send
+        // it, as when ranks disagree on sizes) overflowed `1 << expiries` and panicked.
+        let at = now + self.cfg.rtx_timeout_ps * (1u64 << f.expiries.min(MAX_BACKOFF.ilog2())).min(MAX_BACKOFF as u64);
         f.deadline = Some(at);
         self.deadlines.insert((at, block));
     }
@@ -278,6 +280,24 @@ mod tests {
             HostEvent::Done { data, .. } => Some(data),
             _ => None,
         })
+    }
+
+    #[test]
+    fn a_block_never_answered_backs_off_to_the_cap_without_overflowing() {
+        // Found with ranks that disagree on sizes (#36): their blocks are never completed, and
+        // the 64th expiry's `1 << 64` panicked the worker's I/O thread.
+        let mut h = StaticTreeHost::new(cfg(2, 1, 8), 0).unwrap();
+        h.submit(0, AppRequest::allreduce(1, 4 * 10, None));
+        drain(&mut h, 0);
+        let mut last = 0;
+        for _ in 0..100 {
+            let at = h.poll_timeout().expect("the block stays armed");
+            h.handle_timeout(at);
+            assert_eq!(drain(&mut h, at).len(), 1, "resent");
+            assert!(at - last <= MAX_BACKOFF as Time * RTX);
+            last = at;
+        }
+        assert_eq!(h.poll_timeout(), Some(last + MAX_BACKOFF as Time * RTX));
     }
 
     #[test]

@@ -55,6 +55,13 @@ impl Job {
         Job { workers, logs }
     }
 
+    /// A job whose layer converts (the schemes without an overflow fallback).
+    fn converting(scale: f64, world: usize) -> Job {
+        let logs: Vec<_> = (0..world).map(|_| Arc::new(Mutex::new(Log::default()))).collect();
+        let workers = logs.iter().enumerate().map(|(r, l)| Quantized::converting(Box::new(Recorder(l.clone())), scale, r, world)).collect();
+        Job { workers, logs }
+    }
+
     /// Completes every request all workers have submitted, in order, with the element-wise i32
     /// sum (what a switch computes), until none is left; returns each worker's events.
     fn run(&mut self) -> Vec<Vec<HostEvent>> {
@@ -65,10 +72,18 @@ impl Job {
                 break;
             }
             let reqs: Vec<_> = self.logs.iter().map(|l| l.lock().unwrap().submitted[answered].clone()).collect();
-            // What a switch (i32) or a protocol carrying floats computes.
+            // What a switch (i32, saturating stickily) or a protocol carrying floats computes.
             let sum = reqs[0].2.as_ref().map(|first| {
                 let mut s = first.zeros_like(first.len());
-                reqs.iter().for_each(|(_, _, d)| s.add_at(0, d.as_ref().expect("every worker sends values")));
+                for (_, _, d) in &reqs {
+                    match (&mut s, d.as_ref().expect("every worker sends values")) {
+                        (Payload::I32(acc), Payload::I32(v)) => _ = inalab_core::rail::sticky_add(acc, v),
+                        // Tensors of different lengths (ranks that disagree) meet where they
+                        // overlap, as fragments at a switch do.
+                        (Payload::F32(acc), Payload::F32(v)) => acc.iter_mut().zip(v).for_each(|(a, b)| *a += b),
+                        (s, d) => s.add_at(0, d),
+                    }
+                }
                 s
             });
             for (w, (l, (id, _, _))) in self.logs.iter().zip(&reqs).enumerate() {
@@ -122,12 +137,14 @@ fn agreed_exponent_sums_within_bound_after_an_exponent_round() {
             assert!((*g as f64 - x).abs() <= bound, "{g} vs {x} (bound {bound})");
         }
     }
-    // The protocol saw the exponent vector (one slot per worker), then the data.
+    // The protocol saw the exponent vector (one slot per worker, then one per worker for the
+    // tensor's length), then the data.
     let sub = job.submitted(2);
     assert_eq!(sub.len(), 2);
-    assert_eq!(sub[0].0, world as u64 * 4);
+    assert_eq!(sub[0].0, 2 * world as u64 * 4);
     let Some(Payload::I32(exps)) = &sub[0].1 else { panic!("an exponent vector") };
-    assert!(exps.iter().enumerate().all(|(i, &x)| (i == 2) == (x != 0)), "only worker 2's slot is set: {exps:?}");
+    assert!(exps.iter().enumerate().all(|(i, &x)| (i % world == 2) == (x != 0)), "only worker 2's slots are set: {exps:?}");
+    assert_eq!(exps[world + 2], 100, "its length");
     assert_eq!(sub[1].0, 400);
 }
 
@@ -142,7 +159,7 @@ fn exponent_rounds_keep_one_order_on_every_worker() {
     assert_eq!(job.submitted(0).len(), 1);
     let events = job.run();
     let sizes: Vec<u64> = job.submitted(1).iter().map(|s| s.0).collect();
-    assert_eq!(sizes, [12, 160, 12, 160, 12, 160]);
+    assert_eq!(sizes, [24, 160, 24, 160, 24, 160]);
     let ids: Vec<u64> = events[0].iter().map(|e| floats(e).0).collect();
     assert_eq!(ids, [0, 1, 2]);
 }
@@ -190,8 +207,9 @@ fn fixed_point_hands_every_float_to_the_protocol_and_fails_non_finite_sums_on_ev
         assert_eq!(floats(done), (1, vec![4.0, 60.0]));
     }
     let sub = job.submitted(0);
-    assert_eq!(sub.len(), 3, "every request reaches the protocol");
-    assert_eq!(sub[0].1, Some(Payload::F32(vec![1.5, 30.0])), "floats reach the protocol unchanged");
+    assert_eq!(sub.len(), 6, "every request reaches the protocol, each after its size round");
+    assert_eq!(sub[0].1, Some(Payload::I32(vec![2, 0])), "the size round: this rank's length in its slot");
+    assert_eq!(sub[1].1, Some(Payload::F32(vec![1.5, 30.0])), "floats reach the protocol unchanged");
 }
 
 #[test]
@@ -281,7 +299,7 @@ fn a_value_one_worker_cannot_carry_fails_the_tensor_on_every_worker() {
     for (w, evs) in events.iter().enumerate() {
         match &evs[..] {
             [HostEvent::Rejected { id: 1, reason }, done] => {
-                let named = if w == 0 { "value 1 is inf" } else { "worker 0's tensor" };
+                let named = if w == 0 { "rank 0's value 1 is inf" } else { "rank 0's tensor" };
                 assert!(reason.contains(named), "worker {w}: {reason}");
                 let (id, got) = floats(done);
                 assert_eq!(id, 2);
@@ -290,6 +308,91 @@ fn a_value_one_worker_cannot_carry_fails_the_tensor_on_every_worker() {
             e => panic!("worker {w}: {e:?}"),
         }
         // The exponent rounds of both tensors and only the second tensor's data.
-        assert_eq!(job.submitted(w).iter().map(|s| s.0).collect::<Vec<_>>(), [12, 12, 4], "worker {w}");
+        assert_eq!(job.submitted(w).iter().map(|s| s.0).collect::<Vec<_>>(), [24, 24, 4], "worker {w}");
+    }
+}
+
+/// The numeric cases through the layer of the schemes without an overflow fallback
+/// (DSA, Canary, static trees, Rina, GRID), over a switch that saturates stickily: each an
+/// exact sum on every worker or an error on every worker, the culprit's naming its rank,
+/// index and value (#36: DSA gave [1, NaN] + [1, 2] = [2, 2] and [15, -15] + [15, -15] =
+/// [-12.95, 12.95]; the others failed only the culprit and the rest took a wrong sum).
+#[test]
+fn without_a_fallback_a_value_or_sum_out_of_range_fails_every_worker() {
+    let top = (i32::MAX as f64 - 1.5) / 1e8;
+    let cases: Vec<(&str, [Vec<f32>; 2], Option<(Option<usize>, usize)>)> = vec![
+        ("NaN on rank 0", [vec![1.0, f32::NAN], vec![1.0, 2.0]], Some((Some(0), 1))),
+        ("sum beyond +21.47", [vec![15.0, -15.0], vec![15.0, -15.0]], Some((None, 0))),
+        ("value beyond +21.47 on rank 0", [vec![25.0, 1.0], vec![1.0, 1.0]], Some((Some(0), 0))),
+        ("inf on rank 1", [vec![1.0, 1.0], vec![f32::INFINITY, 1.0]], Some((Some(1), 0))),
+        ("-inf on rank 1", [vec![1.0, 1.0], vec![1.0, f32::NEG_INFINITY]], Some((Some(1), 1))),
+        ("the top of float32", [vec![f32::MAX], vec![0.0]], Some((Some(0), 0))),
+        ("values and sum inside the range", [vec![20.0, -0.5], vec![-10.0, 1e-8]], None),
+        ("values at the range's edge, sum inside", [vec![top as f32 * 0.99, -(top as f32) * 0.99], vec![-1.0, 1.0]], None),
+        ("values at the edge summing beyond it", [vec![-(top as f32) * 0.99], vec![-(top as f32) * 0.99]], Some((None, 0))),
+    ];
+    for (what, inputs, fails) in cases {
+        let mut job = Job::converting(1e8, 2);
+        job.submit(1, |r| Some(Payload::F32(inputs[r].clone())), 4 * inputs[0].len() as u64);
+        // The next tensor pairs up on every worker.
+        job.submit(2, |r| Some(Payload::F32(vec![r as f32 + 0.5])), 4);
+        let events = job.run();
+        for (rank, evs) in events.iter().enumerate() {
+            match (&evs[..], fails) {
+                ([HostEvent::Rejected { id: 1, reason }, next], Some((culprit, i))) => {
+                    if culprit == Some(rank) {
+                        let v = inputs[rank][i];
+                        assert!(reason.contains(&format!("rank {rank}'s value {i} is {v:?}")), "{what}, rank {rank}: {reason}");
+                    } else {
+                        assert!(reason.starts_with(&format!("value {i} of the sum is out of the fixed-point range")), "{what}, rank {rank}: {reason}");
+                    }
+                    assert_eq!(floats(next), (2, vec![2.0]), "{what}");
+                }
+                ([done, next], None) => {
+                    let (id, got) = floats(done);
+                    assert_eq!(id, 1);
+                    let bound = Quantization::FixedPoint { scale: 1e8 }.error_bound(2, top);
+                    for (k, g) in got.iter().enumerate() {
+                        let exact = inputs[0][k] as f64 + inputs[1][k] as f64;
+                        assert!((*g as f64 - exact).abs() <= bound, "{what}, rank {rank}: {g} vs {exact}");
+                    }
+                    assert_eq!(floats(next), (2, vec![2.0]), "{what}");
+                }
+                (e, _) => panic!("{what}, rank {rank}: {e:?}"),
+            }
+        }
+    }
+}
+
+/// Ranks that pass tensors of different sizes, or in different orders, all fail the call with
+/// the sizes named (#36 item 7: SwitchML and ATP returned wrong sums, one of them inf, and the
+/// other schemes timed out): SwitchML in its exponent round, before any data goes (the next
+/// tensor pairs up), the fixed-point schemes in a size round that goes with the data (their
+/// protocols are then out of step, so every later call fails too, saying why).
+#[test]
+fn ranks_that_disagree_on_a_tensors_size_all_fail_naming_the_sizes() {
+    for (what, mut job, in_step) in [
+        ("agreed exponent", Job::new(Quantization::AgreedExponent, 3), true),
+        ("fixed point", Job::new(Quantization::FixedPoint { scale: 1e8 }, 3), false),
+        ("converting", Job::converting(1e8, 3), false),
+    ] {
+        job.submit(1, |r| Some(Payload::F32(vec![1.0; if r == 1 { 6 } else { 5 }])), 20);
+        job.submit(2, |_| Some(Payload::F32(vec![2.0; 4])), 16);
+        let events = job.run();
+        for (rank, evs) in events.iter().enumerate() {
+            match &evs[..] {
+                [HostEvent::Rejected { id: 1, reason }, next] => {
+                    let mine = if rank == 1 { 6 } else { 5 };
+                    assert!(reason.starts_with("the ranks disagree on this tensor's size (values per rank: rank 0 5, rank 1 6, rank 2 5)"), "{what}, rank {rank}: {reason}");
+                    assert!(reason.contains(&format!("rank {rank} {mine}")));
+                    match (next, in_step) {
+                        (done @ HostEvent::Done { .. }, true) => assert_eq!(floats(done), (2, vec![6.0; 4]), "{what}"),
+                        (HostEvent::Rejected { id: 2, reason }, false) => assert!(reason.contains("out of step"), "{what}: {reason}"),
+                        (e, _) => panic!("{what}, rank {rank}: {e:?}"),
+                    }
+                }
+                e => panic!("{what}, rank {rank}: {e:?}"),
+            }
+        }
     }
 }

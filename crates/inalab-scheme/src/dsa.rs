@@ -220,17 +220,13 @@ impl Scheme for Dsa {
             min_rto_ps: c.ina.min_rto_ps,
             retx_before_notify: c.ina.retx_before_notify,
             multicast,
-            scale: c.ina.scale,
         };
         let mut plan = Plan::default();
         for (r, &h) in job.workers.iter().enumerate() {
             let worker = DsaWorker::new(cfg.clone(), r as u32);
-            let proto = Quantized::new(
-                Box::new(worker),
-                self.quantization(&job.config),
-                r,
-                job.workers.len(),
-            );
+            // DSA has no overflow fallback: the layer converts, and a value or sum out of
+            // range reaches every worker as a rail (inalab_core::rail).
+            let proto = Quantized::converting(Box::new(worker), c.ina.scale, r, job.workers.len());
             plan.endpoints.push(PlannedEndpoint {
                 host: h,
                 role: Role::Worker { rank: r as u32 },

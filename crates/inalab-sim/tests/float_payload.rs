@@ -77,3 +77,31 @@ proptest! {
         assert_within_bounds(&r);
     }
 }
+
+/// The schemes that sum int32 without an overflow fallback, in payload mode (#36, the runtime's
+/// numeric contract, `crates/inalab-net/tests/numeric.rs`): tensors of magnitude 1e-3 and 1
+/// (tensors 0 and 1) sum within the bound; tensor 2's (magnitude 20: sums of two or more
+/// workers leave +/-21.47) fails the job with a range error, and no wrong sum is ever taken
+/// as a result. Before sticky saturation DSA's and others' sums wrapped there.
+#[test]
+fn schemes_without_a_fallback_sum_in_range_and_fail_beyond_it() {
+    let n = 4;
+    for scheme in ["dsa", "canary", "static_tree", "rina", "grid"] {
+        for iterations in [2, 3] {
+            let server = format!("h{n}");
+            let servers = if matches!(scheme, "dsa" | "grid") { vec![server] } else { vec![] };
+            let j = job(0, scheme, hosts(0..n), servers, json!({"kind": "allreduce", "bytes": 4 * 700, "iterations": iterations}));
+            let r = simulate(&float_spec(star(n + 1, US), vec![j], 4096, 0.0));
+            let job = &r.jobs[0];
+            assert_eq!(job.payload_errors, 0, "{scheme}: no wrong sum taken");
+            if iterations == 2 {
+                assert_within_bounds(&r);
+            } else {
+                assert!(!job.finished, "{scheme}: tensor 2's sums leave the range");
+                let why = job.failures.join("; ");
+                assert!(why.contains("out of the fixed-point range") || why.contains("beyond the fixed-point range"), "{scheme}: {why}");
+                assert_eq!(job.payload_checked, 2 * n as u64, "{scheme}: tensors 0 and 1 checked on every worker");
+            }
+        }
+    }
+}

@@ -58,16 +58,19 @@
 //!   level*: 0 -> 1 at level 1, 1 -> 2 at level 2 (the header defines `esi = 2` as "heading
 //!   to the PS"), so the PS can always tell complete contributors (`esi == 2`) from packets
 //!   scoped to one contributor (`esi < 2`).
-//! - Overflow: the saturation bit lives in the ECN register (bit 1); completion and level-1
-//!   resend copies set `FLAG_OVERFLOW` on the packet; an incoming `FLAG_OVERFLOW` marks the
-//!   aggregator saturated too (a level-1 overflow is carried through level 2).
+//! - Overflow: sums saturate stickily (`inalab_core::rail`: a value at an end of the i32
+//!   range stays there, so no later contribution pulls it back into range); the saturation
+//!   bit lives in the ECN register (bit 1); completion and level-1 resend copies set
+//!   `FLAG_OVERFLOW` on the packet; an incoming `FLAG_OVERFLOW` marks the aggregator
+//!   saturated too (a level-1 overflow is carried through level 2).
 //! - Packets with `FLAG_FLOAT` (the overflow fallback) are never aggregated.
 //! - An `agg_index` beyond the pool (pool smaller than the job assumed) takes the collision
 //!   path.
 
 use inalab_core::wire::{AtpHeader, Header};
 use inalab_core::{Admission, AdmitError, NodeId, Packet, Payload, PortId, SwitchAction, SwitchCtx, SwitchProgram, Time};
-use crate::pool::{saturating_add, Pool};
+use crate::pool::Pool;
+use inalab_core::rail::sticky_add;
 use std::collections::BTreeMap;
 
 /// Values per aggregator: one 306 B ATP packet carries 62 x 4 B.
@@ -195,9 +198,10 @@ struct Aggregator {
 
 impl Aggregator {
     /// Adds one contribution (box 5 of Fig. 7): values with saturation, bitmap, counter,
-    /// timestamp. Returns whether the value saturated with this packet.
+    /// timestamp. Returns whether a value saturated with this packet (and stays at its rail
+    /// from then on: `inalab_core::rail`).
     fn absorb(&mut self, values: Option<&[i32]>, bitmap: u32, now: Time) -> bool {
-        let saturated = values.is_some_and(|v| saturating_add(&mut self.value, v) > 0);
+        let saturated = values.is_some_and(|v| sticky_add(&mut self.value, v) > 0);
         self.overflow |= saturated;
         self.bitmap |= bitmap;
         self.counter += 1;
@@ -774,8 +778,9 @@ mod tests {
         run(&mut s, 0, 1, l1(5, 0, 1, vec![10, 1]));
         let out = run(&mut s, 0, 2, l1(5, 0, 2, vec![-3, 1]));
         let p = routed(&out);
-        // Saturated values stay saturated (later additions only update the directions).
-        assert_eq!(vals(p), vec![i32::MAX - 3, -3]);
+        // Saturated values stay saturated: a later negative contribution does not pull the
+        // sum back into range (it did before sticky saturation: MAX - 3).
+        assert_eq!(vals(p), vec![i32::MAX, -3]);
         assert!(hdr(p).has(H::FLAG_OVERFLOW));
         assert_eq!(counter(&s, "overflows"), 1);
     }

@@ -208,9 +208,8 @@ impl CanarySwitch {
                     return out.push(SwitchAction::Drop { pkt, reason: "canary_malformed" });
                 }
                 if let (Some(acc), Some(Payload::I32(v))) = (&mut d.acc, pkt.payload.as_deref()) {
-                    for (x, y) in acc.iter_mut().zip(v) {
-                        *x = x.wrapping_add(*y);
-                    }
+                    // Sticky saturation: a sum beyond the range stays at a rail (inalab_core::rail).
+                    inalab_core::rail::sticky_add(acc, v);
                 }
                 d.counter += h.counter;
                 d.children |= 1 << in_port;

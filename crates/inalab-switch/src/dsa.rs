@@ -266,9 +266,8 @@ impl DsaSwitch {
                     return out.push(SwitchAction::Drop { pkt, reason: "dsa_duplicate" });
                 }
                 if let (Some(acc), Some(Payload::I32(v))) = (&mut a.values, pkt.payload.as_deref()) {
-                    for (x, y) in acc.iter_mut().zip(v) {
-                        *x = x.wrapping_add(*y);
-                    }
+                    // Sticky saturation: a sum beyond the range stays at a rail (inalab_core::rail).
+                    inalab_core::rail::sticky_add(acc, v);
                 }
                 a.bitmap |= h.bitmap;
                 self.c.aggregated += 1;

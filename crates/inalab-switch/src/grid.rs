@@ -43,7 +43,8 @@
 //! outside the job's group or a fan-in other than the group's is forged or malformed: counted
 //! (`rejected`) and dropped.
 
-use crate::pool::{saturating_add, Pool};
+use crate::pool::Pool;
+use inalab_core::rail::sticky_add;
 use inalab_core::wire::{GridHeader, Header};
 use inalab_core::{splitmix64, Admission, AdmitError, Packet, Payload, PortId, SwitchAction, SwitchCtx, SwitchProgram, Time};
 use std::collections::BTreeMap;
@@ -273,7 +274,7 @@ impl GridSwitch {
                     let stale = now.saturating_sub(u.ts) >= job.stale_timeout_ps;
                     let new = u.bitmap & h.bitmap == 0;
                     if new {
-                        u.overflow |= values(&pkt).is_some_and(|v| saturating_add(&mut u.value, v) > 0) || overflow;
+                        u.overflow |= values(&pkt).is_some_and(|v| sticky_add(&mut u.value, v) > 0) || overflow;
                         u.bitmap |= h.bitmap;
                         u.count = u.bitmap.count_ones() as u8;
                         u.ts = now;
@@ -329,7 +330,7 @@ impl GridSwitch {
                     self.c.duplicates += 1;
                     return out.push(SwitchAction::Drop { pkt, reason: "grid_duplicate" });
                 }
-                let sat = values(&pkt).is_some_and(|v| saturating_add(&mut u.value, v) > 0);
+                let sat = values(&pkt).is_some_and(|v| sticky_add(&mut u.value, v) > 0);
                 u.overflow |= sat || overflow;
                 u.bitmap |= h.bitmap;
                 u.count = u.bitmap.count_ones() as u8;
@@ -656,9 +657,11 @@ mod tests {
     #[test]
     fn t18_saturation_sets_overflow() {
         let mut s = switch(8);
-        run(&mut s, 0, grad(1, 0, 0, ME, 0, vec![i32::MAX]));
+        run(&mut s, 0, grad(1, 0, 0, ME, 0, vec![i32::MAX - 1]));
         run(&mut s, 1, grad(1, 0, 1, ME, 0, vec![1]));
-        let out = run(&mut s, 2, grad(1, 0, 2, ME, 0, vec![1]));
+        // Sticky: the saturated sum stays at the rail (a wrapping or plain saturating add
+        // would give MAX - 5, a plausible wrong number).
+        let out = run(&mut s, 2, grad(1, 0, 2, ME, 0, vec![-5]));
         let (p, h) = routed(&out);
         assert!(h.has(H::FLAG_OVERFLOW));
         assert_eq!((vals(p), counter(&s, "overflows")), (vec![i32::MAX], 1));

@@ -3,25 +3,6 @@
 //! by the packet, one access per pass). ATP's shared pool uses it; DSA's, Canary's
 //! descriptors and GRID's aggregators are pools of their own slot types.
 
-inalab_core::avx2_dispatch! {
-    /// Adds `v` into an aggregator's values element-wise, saturating as a Tofino's 32-bit ALU
-    /// does; returns how many elements saturated (the programs' overflow flag and counter).
-    /// Branch-free, so it vectorizes: it is the switch's per-value work.
-    pub(crate) fn saturating_add(acc: &mut [i32], v: &[i32]) -> u32 {
-        let mut saturated = 0u32;
-        for (a, &b) in acc.iter_mut().zip(v) {
-            let s = a.wrapping_add(b);
-            // All ones when the signs of both inputs differ from the sum's: an overflow,
-            // toward the inputs' sign.
-            let o = ((*a ^ s) & (b ^ s)) >> 31;
-            let bound = (*a >> 31) ^ i32::MAX;
-            *a = (s & !o) | (bound & o);
-            saturated += (o & 1) as u32;
-        }
-        saturated
-    }
-}
-
 /// `slots` aggregators of type `T`, with a count of those in use.
 #[derive(Debug, Clone)]
 pub struct Pool<T> {

@@ -225,7 +225,8 @@ impl RinaSwitch {
         }
         let values = i32s(&pkt);
         match (&mut s.acc, values) {
-            (Some(acc), Some(v)) if acc.len() == v.len() => acc.iter_mut().zip(v).for_each(|(a, b)| *a = a.wrapping_add(*b)),
+            // Sticky saturation: a sum beyond the range stays at a rail (inalab_core::rail).
+            (Some(acc), Some(v)) if acc.len() == v.len() => _ = inalab_core::rail::sticky_add(acc, v),
             (None, v) if s.bitmap == 0 => s.acc = v.map(<[i32]>::to_vec),
             (None, None) => {}
             _ => {

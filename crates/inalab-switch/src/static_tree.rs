@@ -245,9 +245,8 @@ impl StaticTreeSwitch {
             return out.push(SwitchAction::Drop { pkt, reason: "static_tree_malformed" });
         }
         if let (Some(acc), Some(Payload::I32(v))) = (&mut s.acc, pkt.payload.as_deref()) {
-            for (x, y) in acc.iter_mut().zip(v) {
-                *x = x.wrapping_add(*y);
-            }
+            // Sticky saturation: a sum beyond the range stays at a rail (inalab_core::rail).
+            inalab_core::rail::sticky_add(acc, v);
         }
         s.counter += h.counter;
         s.counted |= 1 << child;

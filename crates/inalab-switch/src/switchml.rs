@@ -33,7 +33,8 @@
 //!
 //! # Deviations from the paper
 //!
-//! - Sums saturate at the i32 range instead of wrapping, and every saturation is counted in
+//! - Sums saturate at the i32 range instead of wrapping, stickily (`inalab_core::rail`: a
+//!   value at an end stays there through later adds), and every saturation is counted in
 //!   `overflows` (SwitchML's block scaling makes overflow impossible; the counter shows when
 //!   a host skipped it).
 //! - Completion is an explicit flag instead of `count mod n == 0`, which also makes a
@@ -422,7 +423,7 @@ impl SwitchProgram for SwitchMlSwitch {
             copy.exp = copy.exp.max(h.exp);
             if let Some(v) = values {
                 if copy.payload {
-                    self.c.overflows += crate::pool::saturating_add(stored, v) as u64;
+                    self.c.overflows += inalab_core::rail::sticky_add(stored, v) as u64;
                     copy.len = copy.len.max(v.len() as u32);
                 }
             }
@@ -670,9 +671,10 @@ mod tests {
     fn sums_saturate_and_count_overflows() {
         let mut sw = SwitchMlSwitch::with_slots(1);
         sw.admit_job(1, job(3, 1)).unwrap();
-        run(&mut sw, pkt(1, 0, 0, 0, 0, vec![i32::MAX - 1, -5, i32::MIN]));
+        run(&mut sw, pkt(1, 0, 0, 0, 0, vec![i32::MAX - 1, -5, i32::MIN + 1]));
         run(&mut sw, pkt(1, 1, 0, 0, 0, vec![1, 5, -1]));
-        let res = results(&run(&mut sw, pkt(1, 2, 0, 0, 0, vec![1, 1, 0])));
+        // Sticky: the saturated values stay at their rails against later contributions.
+        let res = results(&run(&mut sw, pkt(1, 2, 0, 0, 0, vec![-1, 1, 5])));
         assert_eq!(values(&res[0].1), vec![i32::MAX, 1, i32::MIN]);
         assert_eq!(sw.stats().overflows, 2);
     }
