@@ -354,8 +354,10 @@ fn grid_follows_its_policy_paths_and_multicasts_each_result_once() {
         assert_eq!((st["no_route"].as_u64(), st["unadmitted"].as_u64(), st["forged"].clone()), (Some(0), Some(0), json!({})), "{st}");
         assert_eq!(st["aggregators_in_use"].as_u64(), Some(0), "{st}");
     }
-    // One result per fragment leaves the PS (unicast would be 4); the switches copy it.
-    let frags = 3 * (n as u64).div_ceil(64);
+    // One result per fragment leaves the PS (unicast would be 4); the switches copy it. Each
+    // allreduce is its data's fragments and one for the ranks' tensor sizes (a world-long
+    // vector submitted with the data, so that ranks that disagree on a size fail naming it).
+    let frags = 3 * ((n as u64).div_ceil(64) + 1);
     let completed = pst["jobs"]["1"]["fragments_completed"].as_u64().unwrap();
     let again = pst["jobs"]["1"]["answered_again"].as_u64().unwrap();
     assert_eq!(completed, frags, "{pst}");
