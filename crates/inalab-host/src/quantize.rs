@@ -77,19 +77,29 @@ const EXP_BIAS: i32 = 1 - ZERO_BLOCK_EXPONENT as i32;
 /// infinity): every worker sees it in the sum and rejects the tensor, so all stay in step.
 const REJECT_MARK: i32 = -1;
 
-/// A tensor's length as a slot of a size vector: exact below `i32::MAX - 1` (8 GiB of
-/// float32), never a rail.
+/// A tensor's length as a slot of a size vector: one more than the length (a 0 is a rank that
+/// wrote nothing: one that left a scheme that sums on without it, as Rina does), exact below
+/// `i32::MAX - 2` values (8 GiB of float32), never a rail.
 fn length_slot(len: usize) -> i32 {
-    len.min(i32::MAX as usize - 1) as i32
+    len.min(i32::MAX as usize - 2) as i32 + 1
 }
 
 /// Why a tensor is refused when the ranks' lengths differ (`lens`: the summed size vector, each
-/// rank's [`length_slot`] in its own place), if they do. `mine`: this rank's length.
+/// rank's [`length_slot`] in its own place), if they do. `mine`: this rank's length. A rank
+/// that wrote nothing (left the job) disagrees with no one.
 fn size_disagreement(rank: usize, mine: usize, lens: &[i32]) -> Option<String> {
-    if lens.iter().all(|&l| l == length_slot(mine)) {
+    if lens.iter().all(|&l| l == 0 || l == length_slot(mine)) {
         return None;
     }
-    let sizes: Vec<String> = lens.iter().enumerate().map(|(r, &l)| if r == rank { format!("rank {r} {mine}") } else { format!("rank {r} {l}") }).collect();
+    let sizes: Vec<String> = lens
+        .iter()
+        .enumerate()
+        .map(|(r, &l)| match l {
+            _ if r == rank => format!("rank {r} {mine}"),
+            0 => format!("rank {r} gone"),
+            l => format!("rank {r} {}", l - 1),
+        })
+        .collect();
     Some(format!(
         "the ranks disagree on this tensor's size (values per rank: {}): every rank must allreduce the same sizes in the same order",
         sizes.join(", ")
@@ -795,6 +805,17 @@ mod tests {
             HostEvent::Rejected { id: 3, reason } => assert!(reason.contains("piece at value 0"), "{reason}"),
             e => panic!("{e:?}"),
         }
+    }
+
+    #[test]
+    fn a_rank_that_left_disagrees_on_no_size() {
+        // Found in the emulated Rina jobs that lose a worker (#36): the dead rank's slot of the
+        // size vector stayed 0, read as a 0-value tensor, and every survivor failed the call.
+        let (one, other) = (super::length_slot(262_144), super::length_slot(4));
+        assert_eq!(super::size_disagreement(1, 262_144, &[0, one, one]), None);
+        assert_eq!(super::size_disagreement(0, 0, &[super::length_slot(0), super::length_slot(0)]), None);
+        let e = super::size_disagreement(1, 262_144, &[0, one, other]).expect("4 values against 262,144");
+        assert!(e.contains("rank 0 gone, rank 1 262144, rank 2 4"), "{e}");
     }
 
     #[test]

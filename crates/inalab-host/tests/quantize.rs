@@ -144,7 +144,7 @@ fn agreed_exponent_sums_within_bound_after_an_exponent_round() {
     assert_eq!(sub[0].0, 2 * world as u64 * 4);
     let Some(Payload::I32(exps)) = &sub[0].1 else { panic!("an exponent vector") };
     assert!(exps.iter().enumerate().all(|(i, &x)| (i % world == 2) == (x != 0)), "only worker 2's slots are set: {exps:?}");
-    assert_eq!(exps[world + 2], 100, "its length");
+    assert_eq!(exps[world + 2], 101, "its length, plus one (a 0 is a rank that left)");
     assert_eq!(sub[1].0, 400);
 }
 
@@ -208,7 +208,7 @@ fn fixed_point_hands_every_float_to_the_protocol_and_fails_non_finite_sums_on_ev
     }
     let sub = job.submitted(0);
     assert_eq!(sub.len(), 6, "every request reaches the protocol, each after its size round");
-    assert_eq!(sub[0].1, Some(Payload::I32(vec![2, 0])), "the size round: this rank's length in its slot");
+    assert_eq!(sub[0].1, Some(Payload::I32(vec![3, 0])), "the size round: this rank's length plus one in its slot");
     assert_eq!(sub[1].1, Some(Payload::F32(vec![1.5, 30.0])), "floats reach the protocol unchanged");
 }
 
