@@ -44,13 +44,15 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import subprocess
 import sys
 import time
 import traceback
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from udp_allreduce import Node  # noqa: E402 - the switch and PS as `inalab` subprocesses
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "inalab"]
@@ -104,30 +106,6 @@ def worker_main(rank: int, world: int, cfg: dict, done, barrier, results) -> Non
     except BaseException as e:  # noqa: BLE001 - reported by the parent
         results.put({"rank": rank, "error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()})
         raise SystemExit(1)
-
-
-class Node:
-    """`inalab switch` or `inalab ps` as a subprocess."""
-
-    def __init__(self, kind: str, args: list[str]):
-        cmd = CLI + [kind, "--udp", "127.0.0.1:0", "--control", "127.0.0.1:0", "--json", "--stats-every", "0", *args]
-        self.kind = kind
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        if not line:
-            self.proc.wait(timeout=10)
-            raise RuntimeError(f"`inalab {kind}` exited ({self.proc.returncode}): {self.proc.stderr.read().strip()}")
-        ready = json.loads(line)
-        self.pid, self.control = self.proc.pid, ready["control"]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def slope(points: list[tuple[int, int]]) -> float:
