@@ -366,6 +366,23 @@ impl Client {
         self.shutdown(&mut interrupted);
     }
 
+    /// Waits, at most `longest`, until `done` holds, the job failed or its protocol broke, or
+    /// `interrupted` says to stop.
+    fn linger(&self, longest: Duration, interrupted: &mut dyn FnMut() -> Result<(), NetError>, done: impl Fn(&State) -> bool) {
+        let deadline = Instant::now() + longest;
+        while Instant::now() < deadline {
+            let st = crate::lock(&self.inner.st);
+            if st.failed.is_some() || st.broken || done(&st) {
+                break;
+            }
+            drop(st);
+            if interrupted().is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
     fn shutdown(&mut self, interrupted: &mut dyn FnMut() -> Result<(), NetError>) {
         if self.threads.is_empty() {
             return;
@@ -378,35 +395,13 @@ impl Client {
             // most PEER_LINGER.
             crate::lock(&self.inner.st).leaving = true;
             self.inner.waker.wake();
-            let deadline = Instant::now() + PEER_LINGER;
-            loop {
-                let st = crate::lock(&self.inner.st);
-                if st.failed.is_some() || st.all_left || st.broken || Instant::now() >= deadline {
-                    break;
-                }
-                drop(st);
-                if interrupted().is_err() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            self.linger(PEER_LINGER, interrupted, |st| st.all_left);
         } else {
             // Linger while the protocol still has a timer armed (data a peer has not
             // acknowledged: in a ring, this worker's last chunk may still be on its way to its
             // successor, whose allreduce would never finish if we stopped resending it), at
             // most LINGER.
-            let deadline = Instant::now() + LINGER;
-            while Instant::now() < deadline {
-                let st = crate::lock(&self.inner.st);
-                if st.failed.is_some() || st.broken || (st.active.is_empty() && st.proto.poll_timeout().is_none()) {
-                    break;
-                }
-                drop(st);
-                if interrupted().is_err() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
+            self.linger(LINGER, interrupted, |st| st.active.is_empty() && st.proto.poll_timeout().is_none());
         }
         self.inner.stop.store(true, Ordering::SeqCst);
         self.inner.waker.wake();
