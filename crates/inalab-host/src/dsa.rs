@@ -31,10 +31,19 @@ const EMPTY_BYTES: u32 = 64;
 /// real runtime on a loaded machine) may not have sent its gradient for many timeouts; about a
 /// second at the 1 ms floor bounds what a forged PSN costs.
 const MAX_REMINDERS: u32 = 1024;
-/// Completed PSNs a PS remembers (to drop stale evictions and answer late NOTIFYs), and how
-/// many PSNs back a worker keeps its results (to answer FETCHes): 65,536 fragments, 16 MiB of
-/// values.
+/// How many PSNs back from the newest it completed a PS remembers completed fragments (to drop
+/// stale evictions and answer late NOTIFYs), and a worker keeps its results (to answer
+/// FETCHes): 65,536 fragments, 16 MiB of values. A PS drops a contribution further back as
+/// stale. The horizon is in PSNs, not in completions: few fragments complete at the PS, and
+/// keeping its last 65,536 completions grew it for thousands of allreduces (#36, 2.7 KB per
+/// allreduce of 1 M values over 2,000).
 pub const COMPLETED_KEPT: usize = 1 << 16;
+
+/// How far `psn` is behind `newest` in the wrapping PSN space (0 when it is ahead).
+fn psns_behind(newest: u32, psn: u32) -> u32 {
+    let d = newest.wrapping_sub(psn);
+    if d < 1 << 31 { d } else { 0 }
+}
 
 /// Settings shared by a job's workers and PS.
 #[derive(Debug, Clone, PartialEq)]
@@ -555,6 +564,8 @@ pub struct DsaServer {
     /// Recently completed PSNs, oldest first, with the sum (payload mode).
     completed: BTreeMap<u32, Option<Vec<i32>>>,
     completed_order: VecDeque<u32>,
+    /// The newest PSN completed here: the horizon counts back from it.
+    newest: Option<u32>,
     out: VecDeque<Packet>,
     rtt: RttEstimator,
     events: VecDeque<HostEvent>,
@@ -570,6 +581,7 @@ impl DsaServer {
             deadlines: BTreeSet::new(),
             completed: BTreeMap::new(),
             completed_order: VecDeque::new(),
+            newest: None,
             out: VecDeque::new(),
             events: VecDeque::new(),
             c: PsCounters::default(),
@@ -612,8 +624,14 @@ impl DsaServer {
         self.send_ack(psn, e.priority, e.ecn, e.values.as_deref(), e.count);
         self.completed.insert(psn, e.values);
         self.completed_order.push_back(psn);
-        if self.completed_order.len() > COMPLETED_KEPT {
-            let old = self.completed_order.pop_front().expect("non-empty");
+        let newest = *self.newest.insert(self.newest.map_or(psn, |n| if psns_behind(n, psn) == 0 { psn } else { n }));
+        // Oldest completions first: nearly PSN order, so the front is the first to pass the
+        // horizon; the count cap holds whatever the order.
+        while let Some(&old) = self.completed_order.front() {
+            if self.completed_order.len() <= COMPLETED_KEPT && (psns_behind(newest, old) as usize) < COMPLETED_KEPT {
+                break;
+            }
+            self.completed_order.pop_front();
             self.completed.remove(&old);
         }
     }
@@ -679,6 +697,12 @@ impl DsaServer {
         }
         // Values the packet's size accounts for (its count in metadata mode).
         let n = pkt.size.saturating_sub(self.cfg.header_bytes) as usize / 4;
+        let beyond = self.newest.is_some_and(|n| psns_behind(n, h.psn) as usize >= COMPLETED_KEPT);
+        if beyond && !self.entries.contains_key(&h.psn) {
+            // Past the horizon: done long ago (no worker keeps its gradient that long).
+            self.c.stale += 1;
+            return;
+        }
         if let Some(done) = self.completed.get(&h.psn) {
             if h.kind == DsaKind::Notify {
                 let v = done.clone();
@@ -753,6 +777,11 @@ impl DsaServer {
     /// PSNs with a partial sum waiting (empty once every fragment completed).
     pub fn pending(&self) -> usize {
         self.entries.len()
+    }
+
+    /// Completed fragments remembered.
+    pub fn completed_kept(&self) -> usize {
+        self.completed.len()
     }
 }
 
@@ -1072,6 +1101,32 @@ mod tests {
         assert_eq!(counter(&w, "malformed"), 1);
         w.handle_packet(11, ack(0, 2, 5));
         assert!(matches!(w.poll_event(), Some(HostEvent::Done { id: 7, .. })));
+    }
+
+    #[test]
+    fn a_ps_forgets_completions_beyond_the_psn_horizon_and_drops_contributions_from_there() {
+        // Found with benchmarks/memory_slope.py (#36): 15 of a 1 M-value allreduce's 16,913
+        // fragments complete at the PS (the rest at the switch), and the PS kept its last
+        // 65,536 completions, 2.7 KB more per allreduce over 2,000. Here one fragment in 1,000
+        // completes at the PS over 2^20 PSNs: it keeps those within the horizon only.
+        let mut ps = DsaServer::new(cfg(2));
+        let step = 1000u32;
+        for psn in (0..1u32 << 20).step_by(step as usize) {
+            ps.handle_packet(0, contribution2(DsaKind::Grad, psn, 0b01));
+            ps.handle_packet(0, contribution2(DsaKind::Grad, psn, 0b10));
+            drain(&mut ps, 0);
+        }
+        let newest = ((1u32 << 20) - 1) / step * step;
+        assert_eq!(ps.pending(), 0);
+        assert!(ps.completed_kept() <= COMPLETED_KEPT / step as usize + 1, "{} completions kept", ps.completed_kept());
+        // A late NOTIFY within the horizon is answered with the sum; one beyond it is stale.
+        ps.handle_packet(1, contribution2(DsaKind::Notify, newest - 10 * step, 0b01));
+        let out = drain(&mut ps, 1);
+        assert_eq!((out.len(), hdr(&out[0]).kind, out[0].payload.as_deref()), (1, DsaKind::Ack, Some(&Payload::I32(vec![2; 62]))));
+        let stale = counter(&ps, "stale");
+        ps.handle_packet(2, contribution2(DsaKind::Evict, newest - 100 * step, 0b01));
+        assert!(drain(&mut ps, 2).is_empty());
+        assert_eq!((counter(&ps, "stale"), ps.pending()), (stale + 1, 0), "an eviction from beyond the horizon opened an entry");
     }
 
     #[test]
