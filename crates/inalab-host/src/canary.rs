@@ -13,6 +13,14 @@
 //! sends it again; one that has not re-issues the block under its next attempt (Fail to every
 //! host, which re-send it with the new id), and after `max_attempts` re-issues the hosts send
 //! the block to the leader unaggregated (Fallback), which sums it by source.
+//!
+//! Completion (§3.3): a leader keeps the sums it led until every host has them. Each tensor
+//! ends with one more block, its completion barrier: a one-value block every host contributes
+//! once it has the whole tensor, reduced and recovered like any other. Its Result tells every
+//! host that no peer can ask for the tensor's blocks again, and the leaders free them. The
+//! paper has large reductions "always explicitly notify the completion" (a barrier is its
+//! example); without it a host kept up to [`KEEP_LED_BLOCKS`] led sums, 1.4 GiB per host of a
+//! 2-host job (#36).
 
 use crate::{ConfigError, RttConfig, RttEstimator};
 use inalab_core::wire::{CanaryHeader, CanaryType, Header};
@@ -23,8 +31,10 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 pub const CANARY_BLOCK_VALUES: usize = 256;
 /// Size of a packet without values (requests, Fail): a minimum frame.
 const CONTROL_BYTES: u32 = 64;
-/// A leader keeps the blocks it led (to answer late requests) for this many blocks of the
-/// job: half the 22-bit sequence space, so a request never meets an older block's entry.
+/// A leader keeps a block it led (to answer late requests) until the tensor's completion
+/// barrier, and never beyond this many blocks of the job: half the 22-bit sequence space, so a
+/// request never meets an older block's entry. Only a barrier's own sum (one value) and the
+/// blocks of a tensor whose barrier has not completed live that long.
 const KEEP_LED_BLOCKS: u64 = 1 << 21;
 /// Contributions for blocks this host will lead but has not reached yet, kept at most.
 const EARLY_MAX: usize = 1 << 16;
@@ -90,6 +100,11 @@ struct Tensor {
     id: u64,
     values: usize,
     first_block: u64,
+    /// Data blocks; the completion barrier is block `first_block + blocks`.
+    blocks: u64,
+    /// Payload mode (values travel), so the barrier carries its one value too.
+    payload: bool,
+    /// Data blocks without their sum yet here.
     left: u64,
     data: Option<Vec<i32>>,
     result: Option<Vec<i32>>,
@@ -106,6 +121,8 @@ struct Sending {
     /// sent once and never asked for (Karn's rule).
     sent_at: Time,
     expiries: u32,
+    /// A completion barrier this host may not send yet: its tensor is not done here.
+    held: bool,
 }
 
 /// A block this host leads.
@@ -119,6 +136,9 @@ struct Leading {
     /// Fallback: the ranks whose data is in.
     fallback: Option<Vec<bool>>,
     done: bool,
+    /// This host's own contribution is in: always for a data block, and for a completion
+    /// barrier once the tensor is done here.
+    own_in: bool,
 }
 
 #[derive(Default)]
@@ -138,6 +158,30 @@ struct Counters {
     early: u64,
     early_dropped: u64,
     leader_failures: u64,
+    /// Requests, re-issues, fallbacks and resent Results for completion barriers: counted
+    /// apart, since a barrier waits for the slowest host to have the tensor (and the job's
+    /// last one runs after the job released the switches), so its repairs are not losses of
+    /// the allreduce.
+    barrier_repairs: u64,
+}
+
+enum Repair {
+    Request,
+    Reissue,
+    Fallback,
+    Resend,
+}
+
+impl Counters {
+    fn repair(&mut self, barrier: bool, kind: Repair) -> &mut u64 {
+        match (barrier, kind) {
+            (true, _) => &mut self.barrier_repairs,
+            (false, Repair::Request) => &mut self.rtx_requests,
+            (false, Repair::Reissue) => &mut self.reissues,
+            (false, Repair::Fallback) => &mut self.fallback_blocks,
+            (false, Repair::Resend) => &mut self.resent_results,
+        }
+    }
 }
 
 pub struct CanaryHost {
@@ -149,8 +193,11 @@ pub struct CanaryHost {
     /// By sequence number (block mod 2^22): blocks in flight are far fewer.
     sending: BTreeMap<u32, (u64, Sending)>,
     leading: BTreeMap<u32, (u64, Leading)>,
-    /// The led blocks in the order they were submitted, to forget the oldest.
+    /// The led data blocks in the order they were submitted, to forget the oldest.
     led_order: VecDeque<(u64, u32)>,
+    /// The led completion barriers, oldest first: kept to [`KEEP_LED_BLOCKS`], as no later
+    /// event says every host has their Result.
+    led_barriers: VecDeque<(u64, u32)>,
     /// Contributions that arrived before this host submitted the tensor of a block it leads
     /// (its peers run ahead of it): replayed at the submission.
     early: Vec<Packet>,
@@ -187,6 +234,7 @@ impl CanaryHost {
             sending: BTreeMap::new(),
             leading: BTreeMap::new(),
             led_order: VecDeque::new(),
+            led_barriers: VecDeque::new(),
             early: vec![],
             unsent: VecDeque::new(),
             in_flight: 0,
@@ -221,16 +269,32 @@ impl CanaryHost {
         (block % self.n() as u64) as usize
     }
 
-    /// Values [start, end) of `block` in its tensor.
+    fn is_barrier(&self, tensor: usize, block: u64) -> bool {
+        let t = &self.tensors[tensor];
+        block == t.first_block + t.blocks
+    }
+
+    /// Values [start, end) of `block` in its tensor; a barrier carries one value of its own.
     fn span(&self, tensor: usize, block: u64) -> (usize, usize) {
+        if self.is_barrier(tensor, block) {
+            return (0, 1);
+        }
         let t = &self.tensors[tensor];
         let start = ((block - t.first_block) as usize) * CANARY_BLOCK_VALUES;
         (start, (start + CANARY_BLOCK_VALUES).min(t.values))
     }
 
     fn data(&self, tensor: usize, block: u64) -> Option<Vec<i32>> {
+        if self.is_barrier(tensor, block) {
+            return self.tensors[tensor].payload.then(|| vec![0]);
+        }
         let (s, e) = self.span(tensor, block);
         self.tensors[tensor].data.as_ref().map(|d| d[s..e].to_vec())
+    }
+
+    /// Led data blocks of which this host keeps the sum.
+    pub fn led_sums_kept(&self) -> usize {
+        self.leading.values().filter(|(b, l)| l.done && !self.is_barrier(l.tensor, *b)).count()
     }
 
     fn header(&self, block: u64, attempt: u8, kind: CanaryType, dst: NodeId) -> CanaryHeader {
@@ -288,6 +352,9 @@ impl CanaryHost {
     }
 
     fn block_done(&mut self, tensor: usize, block: u64, values: Option<&[i32]>) {
+        if self.is_barrier(tensor, block) {
+            return self.barrier_done(tensor);
+        }
         let (s, e) = self.span(tensor, block);
         let t = &mut self.tensors[tensor];
         if let (Some(r), Some(v)) = (&mut t.result, values) {
@@ -302,7 +369,41 @@ impl CanaryHost {
             // tensor per allreduce (#36).
             t.data = None;
             let data = t.result.take().map(Payload::I32);
+            let barrier = t.first_block + t.blocks;
             self.events.push_back(HostEvent::Done { id: t.id, data });
+            self.release_barrier(barrier);
+        }
+    }
+
+    /// The tensor is done here: this host's part of its completion barrier goes out.
+    fn release_barrier(&mut self, barrier: u64) {
+        let seq = seq_of(barrier);
+        if let Some((_, s)) = self.sending.get_mut(&seq).filter(|(b, _)| *b == barrier) {
+            if std::mem::take(&mut s.held) {
+                self.unsent.push_back(seq);
+            }
+        } else if let Some((_, l)) = self.leading.get_mut(&seq).filter(|(b, _)| *b == barrier) {
+            l.own_in = true;
+            if !l.done && l.count == (self.n() - 1) as u32 {
+                self.lead_done(seq);
+            }
+        }
+    }
+
+    /// Every host has the whole tensor: no one asks for its blocks again, so the sums this
+    /// host led are freed.
+    fn barrier_done(&mut self, tensor: usize) {
+        let (first, blocks) = (self.tensors[tensor].first_block, self.tensors[tensor].blocks);
+        for block in first..first + blocks {
+            if self.leader_of(block) == self.rank {
+                let seq = seq_of(block);
+                if self.leading.get(&seq).is_some_and(|l| l.0 == block) {
+                    self.leading.remove(&seq);
+                }
+            }
+        }
+        while self.led_order.front().is_some_and(|&(b, seq)| self.leading.get(&seq).map_or(true, |l| l.0 != b)) {
+            self.led_order.pop_front();
         }
     }
 
@@ -394,7 +495,7 @@ impl CanaryHost {
             inalab_core::rail::sticky_add(acc, v);
         }
         l.count += h.counter as u32;
-        if l.count == (n - 1) as u32 {
+        if l.count == (n - 1) as u32 && l.own_in {
             self.lead_done(seq);
         }
     }
@@ -414,21 +515,27 @@ impl CanaryHost {
             // The loss was in the broadcast: the sum again, to that host.
             return self.resend_result(seq, r);
         }
+        if !l.own_in {
+            // A barrier whose tensor this leader has not finished: the wait is for this host,
+            // not a loss. Re-issuing would only make every host send it again.
+            self.c.stale += 1;
+            return;
+        }
         if h.attempt() == l.attempt && l.fallback.is_none() {
             // The loss was in the reduction: re-issue the block (or fall back) for everyone.
             let tensor = l.tensor;
-            let own = self.data(tensor, block);
+            let (own, barrier) = (self.data(tensor, block), self.is_barrier(tensor, block));
             let l = &mut self.leading.get_mut(&seq).expect("leading").1;
             l.acc = own;
             l.count = 0;
             l.restore.clear();
             if l.attempt < self.cfg.max_attempts {
                 l.attempt += 1;
-                self.c.reissues += 1;
             } else {
                 l.fallback = Some(vec![false; self.cfg.workers.len()]);
-                self.c.fallback_blocks += 1;
             }
+            let fell_back = l.fallback.is_some();
+            *self.c.repair(barrier, if fell_back { Repair::Fallback } else { Repair::Reissue }) += 1;
             for r in 0..self.n() {
                 if r != self.rank {
                     self.send_fail(seq, r);
@@ -469,7 +576,7 @@ impl CanaryHost {
     fn resend_result(&mut self, seq: u32, r: usize) {
         let (block, l) = &self.leading[&seq];
         let (block, tensor, attempt, acc) = (*block, l.tensor, l.attempt, l.acc.clone());
-        self.c.resent_results += 1;
+        *self.c.repair(self.is_barrier(tensor, block), Repair::Resend) += 1;
         let to = self.cfg.workers[r];
         let (s, e) = self.span(tensor, block);
         let mut h = self.header(block, attempt, CanaryType::Result, to.host);
@@ -493,6 +600,7 @@ impl CanaryHost {
         self.sending.clear();
         self.leading.clear();
         self.led_order.clear();
+        self.led_barriers.clear();
         self.unsent.clear();
         self.deadlines.clear();
         self.urgent.clear();
@@ -526,6 +634,11 @@ impl CanaryHost {
         s.fallback = fallback;
         // The leader answered: its silence so far was loss, not failure.
         s.expiries = 0;
+        if s.held {
+            // A barrier re-issued before this host has the tensor: it goes out, under the
+            // new attempt, once the tensor is done here.
+            return;
+        }
         // Re-send at the head of the queue (spec §1.10 item 3).
         if let Some(d) = s.deadline.take() {
             self.deadlines.remove(&(d, seq));
@@ -558,23 +671,31 @@ impl HostProtocol for CanaryHost {
         let blocks = values.div_ceil(CANARY_BLOCK_VALUES) as u64;
         let tensor = self.tensors.len();
         let first_block = self.next_block;
-        self.next_block += blocks;
-        self.tensors.push(Tensor { id, values, first_block, left: blocks, result: data.clone(), data });
-        while self.led_order.front().is_some_and(|&(b, _)| b + KEEP_LED_BLOCKS < self.next_block) {
-            let (b, seq) = self.led_order.pop_front().expect("checked");
-            if self.leading.get(&seq).is_some_and(|l| l.0 == b) {
-                self.leading.remove(&seq);
+        // The data blocks, then the completion barrier: every host numbers both alike.
+        self.next_block += blocks + 1;
+        let payload = data.is_some();
+        self.tensors.push(Tensor { id, values, first_block, blocks, payload, left: blocks, result: data.clone(), data });
+        for order in [&mut self.led_order, &mut self.led_barriers] {
+            while order.front().is_some_and(|&(b, _)| b + KEEP_LED_BLOCKS < self.next_block) {
+                let (b, seq) = order.pop_front().expect("checked");
+                if self.leading.get(&seq).is_some_and(|l| l.0 == b) {
+                    self.leading.remove(&seq);
+                }
             }
         }
-        for block in first_block..first_block + blocks {
+        for block in first_block..=first_block + blocks {
             let seq = seq_of(block);
+            let barrier = block == first_block + blocks;
             if self.leader_of(block) == self.rank {
                 let acc = self.data(tensor, block);
-                self.leading.insert(seq, (block, Leading { tensor, attempt: 0, acc, count: 0, restore: BTreeSet::new(), fallback: None, done: false }));
-                self.led_order.push_back((block, seq));
+                let l = Leading { tensor, attempt: 0, acc, count: 0, restore: BTreeSet::new(), fallback: None, done: false, own_in: !barrier };
+                self.leading.insert(seq, (block, l));
+                if barrier { &mut self.led_barriers } else { &mut self.led_order }.push_back((block, seq));
             } else {
-                self.sending.insert(seq, (block, Sending { tensor, attempt: 0, fallback: false, deadline: None, sent_at: 0, expiries: 0 }));
-                self.unsent.push_back(seq);
+                self.sending.insert(seq, (block, Sending { tensor, attempt: 0, fallback: false, deadline: None, sent_at: 0, expiries: 0, held: barrier }));
+                if !barrier {
+                    self.unsent.push_back(seq);
+                }
             }
         }
         for pkt in std::mem::take(&mut self.early) {
@@ -641,7 +762,7 @@ impl HostProtocol for CanaryHost {
                 // Fallback data goes straight to the leader: resend it.
                 self.contribution(block, s)
             } else {
-                self.c.rtx_requests += 1;
+                *self.c.repair(self.is_barrier(s.tensor, block), Repair::Request) += 1;
                 let leader = self.cfg.workers[self.leader_of(block)];
                 let mut h = self.header(block, attempt, CanaryType::RtxReq, leader.host);
                 h.bypass = true;
@@ -714,6 +835,7 @@ impl HostProtocol for CanaryHost {
             ("reissues", c.reissues),
             ("fallback_blocks", c.fallback_blocks),
             ("leader_failures", c.leader_failures),
+            ("barrier_repairs", c.barrier_repairs),
             ("restorations", c.restorations),
             ("stale", c.stale),
             ("malformed", c.malformed),
@@ -726,11 +848,7 @@ impl HostProtocol for CanaryHost {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_host_frees_its_inputs_once_a_tensor_is_done() {
-        // Measured with benchmarks/memory_slope.py (#36): a host kept every tensor's own values
-        // for the job, 4 MiB per allreduce of 1 M values. Two hosts, each leading every other
-        // block; the ToR's copy of a Result is delivered to the other host.
+    fn two_hosts() -> Vec<CanaryHost> {
         let ep = |h| Endpoint { host: h, port: 5 };
         let cfg = CanaryConfig {
             tenant: 1,
@@ -745,30 +863,114 @@ mod tests {
             single_leader: false,
             seed: 1,
         };
-        let mut hosts: Vec<CanaryHost> = (0..2).map(|r| CanaryHost::new(cfg.clone(), r).unwrap()).collect();
-        for k in 0..50u64 {
-            for (r, h) in hosts.iter_mut().enumerate() {
-                h.submit(k, AppRequest::Allreduce { id: k, bytes: 0, data: Some(Payload::I32(vec![r as i32 + 1; 256 * 40 + 3])), attrs: Default::default() });
+        (0..2).map(|r| CanaryHost::new(cfg.clone(), r).unwrap()).collect()
+    }
+
+    /// Delivers packets between the two hosts until none is left, firing timers when the
+    /// network is quiet; `drop` loses a packet. Returns the time reached.
+    fn exchange(hosts: &mut [CanaryHost], mut now: Time, mut drop: impl FnMut(&Packet) -> bool) -> Time {
+        for _ in 0..10_000 {
+            let out: Vec<Packet> = hosts.iter_mut().flat_map(|h| std::iter::from_fn(move || h.poll_transmit(now))).collect();
+            if out.is_empty() {
+                let Some(at) = hosts.iter().filter_map(|h| h.poll_timeout()).min() else { return now };
+                now = now.max(at);
+                hosts.iter_mut().for_each(|h| h.handle_timeout(now));
+                continue;
             }
-            loop {
-                let out: Vec<Packet> = hosts.iter_mut().flat_map(|h| std::iter::from_fn(move || h.poll_transmit(k))).collect();
-                if out.is_empty() {
-                    break;
+            for mut p in out {
+                if drop(&p) {
+                    continue;
                 }
-                for mut p in out {
-                    // To the ToR: its multicast copy reaches the host that did not send it.
-                    let to = if p.dst == 10 { 1 - p.src as usize } else { p.dst as usize };
-                    p.dst = to as NodeId;
-                    hosts[to].handle_packet(k, p);
-                }
-            }
-            for h in &mut hosts {
-                match h.poll_event() {
-                    Some(HostEvent::Done { id, data: Some(Payload::I32(v)) }) => assert_eq!((id, v[256 * 40 + 2]), (k, 3)),
-                    e => panic!("allreduce {k}: {e:?}"),
-                }
-                assert_eq!(h.retained_inputs(), 0, "allreduce {k}");
+                // To the ToR: its multicast copy reaches the host that did not send it.
+                let to = if p.dst == 10 { 1 - p.src as usize } else { p.dst as usize };
+                p.dst = to as NodeId;
+                hosts[to].handle_packet(now, p);
             }
         }
+        panic!("no quiet network after 10,000 rounds");
+    }
+
+    fn submit(h: &mut CanaryHost, now: Time, id: u64, rank: usize, values: usize) {
+        h.submit(now, AppRequest::Allreduce { id, bytes: 0, data: Some(Payload::I32(vec![rank as i32 + 1; values])), attrs: Default::default() });
+    }
+
+    const VALUES: usize = 256 * 40 + 3;
+
+    fn expect_done(h: &mut CanaryHost, id: u64) {
+        match h.poll_event() {
+            Some(HostEvent::Done { id: got, data: Some(Payload::I32(v)) }) => assert_eq!((got, v[0], v[VALUES - 1], v.len()), (id, 3, 3, VALUES)),
+            e => panic!("allreduce {id}: {e:?}"),
+        }
+    }
+
+    #[test]
+    fn a_host_frees_its_inputs_and_led_sums_once_a_tensor_is_done_everywhere() {
+        // Measured with benchmarks/memory_slope.py (#36): a host kept every tensor's own values
+        // for the job, 4 MiB per allreduce of 1 M values, and then every sum it led up to
+        // KEEP_LED_BLOCKS (1.4 GiB per host). Two hosts, each leading every other block.
+        let mut hosts = two_hosts();
+        let mut now = 0;
+        for k in 0..50u64 {
+            for (r, h) in hosts.iter_mut().enumerate() {
+                submit(h, now, k, r, VALUES);
+            }
+            now = exchange(&mut hosts, now, |_| false);
+            for h in &mut hosts {
+                expect_done(h, k);
+                assert_eq!(h.retained_inputs(), 0, "allreduce {k}");
+                assert_eq!(h.led_sums_kept(), 0, "allreduce {k}: the completion barrier freed no led sum");
+            }
+        }
+    }
+
+    #[test]
+    fn overlapping_tensors_and_lost_barriers_still_free_every_led_sum() {
+        // Three tensors in flight at once (a layer-wise schedule), and the first two copies of
+        // every barrier packet lost (contributions and Results alike): the barrier recovers as
+        // any block does, and only then are the sums freed.
+        let mut hosts = two_hosts();
+        for k in 0..3u64 {
+            for (r, h) in hosts.iter_mut().enumerate() {
+                submit(h, 0, k, r, VALUES);
+            }
+        }
+        let mut lost = 0;
+        let one_value = |p: &Packet| matches!(p.payload.as_deref(), Some(Payload::I32(v)) if v.len() == 1);
+        exchange(&mut hosts, 0, |p| {
+            let drop = one_value(p) && lost < 2 * 3 * 2;
+            lost += drop as usize;
+            drop
+        });
+        assert!(lost > 0, "no barrier packet was sent");
+        for h in &mut hosts {
+            for k in 0..3 {
+                expect_done(h, k);
+            }
+            assert_eq!(h.led_sums_kept(), 0);
+            assert_eq!(h.poll_timeout(), None, "a barrier is still pending");
+        }
+    }
+
+    #[test]
+    fn a_barrier_waits_for_the_leaders_own_tensor() {
+        // Host 1 leads the first tensor's barrier (block 41) but has not got host 0's led
+        // block sums yet: host 0's barrier contribution alone must not complete it, and the
+        // led sums stay until host 1 has the tensor.
+        let mut hosts = two_hosts();
+        for (r, h) in hosts.iter_mut().enumerate() {
+            submit(h, 0, 0, r, VALUES);
+        }
+        // Host 0 leads blocks 0, 2, ...: lose every Result it sends, once.
+        let mut dropped = std::collections::BTreeSet::new();
+        exchange(&mut hosts, 0, |p| {
+            matches!(p.header, Header::Canary(h) if h.kind == CanaryType::Result && p.src == 0 && p.payload.as_deref().is_some_and(|v| matches!(v, Payload::I32(v) if v.len() > 1)))
+                && dropped.insert(match p.header { Header::Canary(h) => h.seq(), _ => 0 })
+        });
+        assert!(!dropped.is_empty());
+        for h in &mut hosts {
+            expect_done(h, 0);
+            assert_eq!(h.led_sums_kept(), 0);
+        }
+        assert!(hosts[1].c.rtx_requests > 0, "host 1 recovered the lost Results by asking");
     }
 }
