@@ -60,6 +60,10 @@ pub struct DsaConfig {
     pub retx_before_notify: u32,
     /// The PS's ACKs are multicast by a DSA switch (false: the PS unicasts one per worker).
     pub multicast: bool,
+    /// A worker never sends a PSN this many or more beyond its oldest unacknowledged one:
+    /// the job's slot-table length when the switch addresses by slot table (ATP's rule: two
+    /// PSNs in flight never share a slot). `None`: no span limit.
+    pub max_psn_span: Option<u32>,
 }
 
 impl DsaConfig {
@@ -475,6 +479,11 @@ impl HostProtocol for DsaWorker {
         {
             return None;
         }
+        if let (Some(span), Some(&oldest)) = (self.cfg.max_psn_span, self.outstanding.keys().next()) {
+            if psn.wrapping_sub(oldest) >= span {
+                return None;
+            }
+        }
         self.unsent.pop_front();
         let deadline = now + self.rtt.rto();
         self.outstanding.insert(
@@ -884,6 +893,7 @@ mod tests {
             min_rto_ps: MS,
             retx_before_notify: 3,
             multicast: true,
+            max_psn_span: None,
         }
     }
 
@@ -1087,6 +1097,23 @@ mod tests {
             drain(&mut ps, t);
         }
         assert_eq!((ps.pending(), counter(&ps, "abandoned"), counter(&ps, "reminders")), (0, 1, MAX_REMINDERS as u64));
+    }
+
+    #[test]
+    fn a_worker_never_sends_a_psn_a_slot_table_or_more_beyond_its_oldest_unacked() {
+        // ATP's rule for a slot table of 4: PSN p and p + 4 share a slot, so p + 4 waits for
+        // p's ACK however large the window.
+        let mut c = cfg(2);
+        c.max_psn_span = Some(4);
+        c.aimd.initial_window_bytes = 1 << 30;
+        let mut w = DsaWorker::new(c, 0);
+        submit(&mut w, 62 * 10);
+        let psns = |w: &mut DsaWorker, t| drain(w, t).iter().map(|p| hdr(p).psn).collect::<Vec<_>>();
+        assert_eq!(psns(&mut w, 0), vec![0, 1, 2, 3]);
+        w.handle_packet(1, ack(1, 2, 5));
+        assert_eq!(psns(&mut w, 1), Vec::<u32>::new(), "PSN 0 is still unacknowledged");
+        w.handle_packet(2, ack(0, 2, 5));
+        assert_eq!(psns(&mut w, 2), vec![4, 5]);
     }
 
     #[test]

@@ -41,6 +41,7 @@ pub enum DsaPolicyName {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DsaIndexName {
+    Slots,
     Hash,
     Consecutive,
 }
@@ -52,6 +53,7 @@ pub struct DsaIna {
     pub header_bytes: u32,
     pub policy: DsaPolicyName,
     pub index: DsaIndexName,
+    pub slots: u32,
     pub min_rto_ps: u64,
     pub retx_before_notify: u32,
     pub ps_ack_frees: bool,
@@ -65,12 +67,13 @@ impl Default for DsaIna {
             packet_bytes: 306,
             header_bytes: 58,
             policy: DsaPolicyName::Dsa,
-            index: DsaIndexName::Consecutive,
+            index: DsaIndexName::Slots,
+            slots: inalab_host::ATP_DEFAULT_SLOTS,
             min_rto_ps: MS,
             retx_before_notify: 3,
             ps_ack_frees: true,
             scale: inalab_host::quant::ATP_SCALE,
-            max_window_packets: inalab_host::ATP_DEFAULT_SLOTS,
+            max_window_packets: crate::MAX_SLOTS as u32,
         }
     }
 }
@@ -82,7 +85,7 @@ pub struct DsaParams {
     pub ina: DsaIna,
 }
 
-const INA_PARAMS: [Param; 9] = [
+const INA_PARAMS: [Param; 10] = [
     Param { name: "ina.packet_bytes", default: "306", unit: "bytes", doc: "Bytes on the wire per gradient packet, headers included (DSA §VII-B: 306, as ATP).", range: Range::PACKET },
     Param { name: "ina.header_bytes", default: "58", unit: "bytes", doc: "Header bytes of a gradient packet (42 B Ethernet/IPv4/UDP + 16 B DSA); the rest carries 32-bit values.", range: Range::HEADER },
     Param {
@@ -94,10 +97,17 @@ const INA_PARAMS: [Param; 9] = [
     },
     Param {
         name: "ina.index",
-        default: "\"consecutive\"",
+        default: "\"slots\"",
         unit: "",
-        doc: "How the switch addresses a fragment to an aggregator: \"consecutive\" = a hashed offset per job and consecutive PSNs on consecutive aggregators, so a window smaller than the array never collides with itself (\"hashing as in statistical INA\", DSA §III-A: ATP's per-job slot table does likewise); \"hash\" = Hash(job, PSN) per fragment (spec §1.4), so a job's fragments in flight also collide with each other (a lone 8-worker job under the paper's send jitter: 1.45x slower, docs/dsa.md).",
-        range: Range::Choice(&["hash", "consecutive"]),
+        doc: "How the switch addresses a fragment to an aggregator: \"slots\" = ATP's per-job slot table (DSA §III-A: \"by hashing as in statistical INA\"): PSN p on entry p mod `ina.slots` of the same table of distinct hashed aggregators ATP builds for the job and pool, and a worker never sends a PSN `ina.slots` or more beyond its oldest unacknowledged one, so a job never collides with itself; \"consecutive\" = a hashed offset per job and consecutive PSNs on consecutive aggregators (an ablation: jobs' ranges overlap in runs); \"hash\" = Hash(job, PSN) per fragment (spec §1.4), so a job's fragments in flight also collide with each other (a lone 8-worker job under the paper's send jitter: 1.45x slower, docs/dsa.md).",
+        range: Range::Choice(&["slots", "hash", "consecutive"]),
+    },
+    Param {
+        name: "ina.slots",
+        default: "512",
+        unit: "aggregators",
+        doc: "Length of a job's slot table with `ina.index = \"slots\"` (ATP's, 512 by default): the aggregators it uses, and the most PSNs a worker has in flight counted from its oldest unacknowledged one. A pool smaller than this is used more than once, as ATP's. At most 2^20.",
+        range: Range::Int { min: 1, max: inalab_host::ATP_MAX_SLOTS as u64 },
     },
     Param { name: "ina.min_rto_ps", default: "1000000000", unit: "ps", doc: "Floor and initial value of the workers' and the PS's timeouts (RFC 6298 estimates of RTT and of entry lifetimes, no back-off; DSA §VI: 1 ms).", range: Range::TIME },
     Param { name: "ina.retx_before_notify", default: "3", unit: "", doc: "Retransmissions of a fragment before the worker sends the PS a NOTIFY with its gradient, repeated every timeout (DSA §IV-B: 3).", range: Range::Int { min: 0, max: 1000 } },
@@ -105,14 +115,21 @@ const INA_PARAMS: [Param; 9] = [
     Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the workers' float32 values (value x scale, rounded, as i32): error at most workers / (2 scale) per value.", range: Range::SCALE },
     Param {
         name: "ina.max_window_packets",
-        default: "512",
+        default: "16777216",
         unit: "packets",
-        doc: "Ceiling of a worker's AIMD window. Without one, a worker ahead of its job's slowest (the paper's send jitter) keeps thousands of fragments half-aggregated in the shared array; 512, ATP's slot-table cap, so the two compare alike (the paper gives no ceiling).",
+        doc: "Ceiling of a worker's AIMD window, none in practice by default (the paper gives none, #37): with `ina.index = \"slots\"` the slot table already bounds a worker's PSNs in flight, as ATP's does. Set one for the `hash` and `consecutive` ablations, where nothing else stops a worker ahead of its job's slowest from holding thousands of half-aggregated fragments (512 was the default before the slot table).",
         range: Range::SLOTS,
     },
 ];
 
 pub struct Dsa;
+
+/// The slot table ATP builds for job `id` over the pool a switch of `memory_bytes` holds
+/// (`AtpConfig::slot_table`, hashed distinct slots), which DSA addresses by (§III-A).
+pub fn slot_table(id: u16, slots: u32, memory_bytes: u64) -> Vec<u32> {
+    let aggregators = DsaSwitchConfig::aggregators_for(memory_bytes);
+    inalab_host::AtpConfig { job: id as u32, aggregators, slots, hashing: inalab_host::Hashing::Hash, ..Default::default() }.slot_table()
+}
 
 fn parse(config: &Value) -> Result<DsaParams, PlanError> {
     let c: DsaParams = parse_config(config, &Dsa.params())?;
@@ -220,6 +237,7 @@ impl Scheme for Dsa {
             min_rto_ps: c.ina.min_rto_ps,
             retx_before_notify: c.ina.retx_before_notify,
             multicast,
+            max_psn_span: (multicast && c.ina.index == DsaIndexName::Slots).then_some(c.ina.slots),
         };
         let mut plan = Plan::default();
         for (r, &h) in job.workers.iter().enumerate() {
@@ -253,6 +271,7 @@ impl Scheme for Dsa {
                 policy,
                 ps_ack_frees: c.ina.ps_ack_frees,
                 index: match c.ina.index {
+                    DsaIndexName::Slots => DsaIndex::Slots(slot_table(id, c.ina.slots, net.memory_bytes(ps_rack))),
                     DsaIndexName::Hash => DsaIndex::Hash,
                     DsaIndexName::Consecutive => DsaIndex::Consecutive,
                 },

@@ -26,5 +26,6 @@ pub use plan::{
     check_params, clip, parse_config, quote, JobSpec, NetView, Overrides, Param, Plan, PlanError, PlannedEndpoint, Quantization, Range, Role, Scheme, Servers, SwitchAdmission,
     TensorContext, MAX_PACKET_BYTES, MAX_SLOTS, MAX_TIME_PS, MAX_WINDOW_BYTES,
 };
+pub use dsa::slot_table as dsa_slot_table;
 pub use registry::{by_name, scheme_of, schemes};
 pub use transport::TransportParams;

@@ -52,8 +52,13 @@ impl DsaSwitchConfig {
 }
 
 /// How a fragment is addressed to an aggregator: Hash(JobID, PSN) (DSA §III-B).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DsaIndex {
+    /// The job's slot table, as ATP's: PSN p on entry `p mod len` of a table of distinct
+    /// hashed aggregators ("by hashing as in statistical INA", §III-A; the same table ATP
+    /// builds for the same job and pool, `inalab_host::AtpConfig::slot_table`). With the
+    /// workers' PSN span capped at the table's length a job never collides with itself.
+    Slots(Vec<u32>),
     /// Each PSN hashed on its own (spec §1.4): a job's fragments in flight collide with
     /// each other as often as with other jobs'.
     Hash,
@@ -154,9 +159,11 @@ impl DsaSwitch {
     /// The aggregator of (job, psn): a hash the switch computes, not the worker (§III-B).
     pub fn index(&self, job: u16, psn: u32) -> usize {
         let n = self.aggs.len().max(1) as u64;
-        let key = match self.jobs.get(&job).map_or(DsaIndex::Hash, |j| j.index) {
-            DsaIndex::Hash => splitmix64((job as u64) << 32 | psn as u64),
-            DsaIndex::Consecutive => splitmix64(job as u64) % n + psn as u64,
+        let key = match self.jobs.get(&job).map(|j| &j.index) {
+            None | Some(DsaIndex::Hash) => splitmix64((job as u64) << 32 | psn as u64),
+            Some(DsaIndex::Consecutive) => splitmix64(job as u64) % n + psn as u64,
+            Some(DsaIndex::Slots(t)) if !t.is_empty() => t[psn as usize % t.len()] as u64,
+            Some(DsaIndex::Slots(_)) => 0,
         };
         (key % n) as usize
     }
@@ -359,6 +366,11 @@ impl SwitchProgram for DsaSwitch {
         if j.workers.is_empty() || j.workers.len() > DsaHeader::MAX_FAN_IN as usize {
             return Err(AdmitError(format!("{} workers; DSA's bitmap allows 1..=32", j.workers.len())));
         }
+        if let DsaIndex::Slots(t) = &j.index {
+            if t.is_empty() || t.iter().any(|&x| x >= self.aggs.len()) {
+                return Err(AdmitError(format!("a slot table of {} entries must name aggregators of this switch's {}", t.len(), self.aggs.len())));
+            }
+        }
         self.jobs.insert(id, j);
         Ok(())
     }
@@ -427,6 +439,20 @@ mod tests {
         s.admit(1, Admission::new(DsaSwitchJob { ps: PS1, workers: w(&[0, 1, 2, 3]), policy, ps_ack_frees: true, index: DsaIndex::Hash })).unwrap();
         s.admit(2, Admission::new(DsaSwitchJob { ps: PS2, workers: w(&[10, 11]), policy, ps_ack_frees: true, index: DsaIndex::Hash })).unwrap();
         s
+    }
+
+    #[test]
+    fn the_slot_index_is_the_jobs_table_entry_psn_mod_its_length() {
+        let mut s = switch(1000, DsaPolicy::Dsa);
+        s.jobs.get_mut(&1).unwrap().index = DsaIndex::Slots(vec![7, 3, 999]);
+        for psn in [0u32, 1, 2, 3, 4, 3_000_000_001] {
+            assert_eq!(s.index(1, psn), [7, 3, 999][psn as usize % 3], "psn {psn}");
+        }
+        // A table naming an aggregator beyond the array, or none, is refused at admission.
+        for t in [vec![1000], vec![]] {
+            let j = DsaSwitchJob { ps: PS1, workers: vec![Endpoint { host: 0, port: 1 }], policy: DsaPolicy::Dsa, ps_ack_frees: true, index: DsaIndex::Slots(t) };
+            assert!(s.admit(5, Admission::new(j)).is_err());
+        }
     }
 
     #[test]

@@ -131,14 +131,15 @@ class DsaPolicy(Seeded):
             p, pa = d.loc[(PAPER_MEMORY, mix0, "dsa", "dsa")], d.loc[(PAPER_MEMORY, mix0, "atp", "-")]
             share = p.ps_completed / (p.ps_completed + p.switch_completed)
             paper_text = f"""* At the paper's 5 MB DSA's speedup over ATP is {at(PAPER_MEMORY, "dsa/dsa")} ({" / ".join(self.mixes)}):
-  the order does not hold. Memory is not scarce (a worker has at most 512 fragments in flight,
-  `ina.max_window_packets` and ATP's `ina.slots`, so 8 jobs hold at most about 4,000 of the
-  18,939 aggregators), but jobs' address ranges overlap: DSA met {int(p.collisions)} collisions and
-  finished {share:.1%} of its fragments at the PSes (all-{mix0}), ATP {int(pa.collisions)}. ATP's PS moves
-  a colliding slot to another aggregator (dynamic hashing, ATP §3.6), so an overlap costs it a
-  few collisions; DSA's addresses are fixed (the paper has no rehashing), so two jobs whose
-  ranges overlap keep meeting while they slide through the array side by side, and every
-  meeting sends a partial sum or a gradient through the PS.
+  the order does not hold. Memory is not scarce (a worker has at most 512 PSNs in flight, its
+  slot table's length `ina.slots`, as ATP's, so 8 jobs hold at most about 4,000 of the 18,939
+  aggregators), but jobs' slot tables share slots (two tables of 512 share about 14): DSA met
+  {int(p.collisions)} collisions and finished {share:.1%} of its fragments at the PSes (all-{mix0}), ATP
+  {int(pa.collisions)}. ATP's PS moves a colliding slot to another aggregator (dynamic hashing, ATP §3.6),
+  so a shared slot costs it a collision or two; DSA's addresses are fixed (the paper has no
+  rehashing), so a shared slot collides again on every pass of the table, and every meeting
+  sends a partial sum or a gradient through the PS, which completes it only after its 1 ms
+  timeout.
 """
         scarce_text = ""
         if scarce.any() and mem != PAPER_MEMORY:
@@ -168,8 +169,9 @@ U(0, 300 us), one epoch of DNN A (2 layers x 2 partitions of 4 MB, Comm:Comp 2:1
 partitions, 1:2); 306 B packets for ATP and DSA, SwitchML's own (equal split of the pool).
 Priorities from DSA's policy P = (1/T)(L/l)(Comm/Comp) per tensor (partitions share their layer's
 l; T from each worker's own progress); every scheme's workers send the partitions in the paper's
-order L2p1 -> L1 -> L2p2 (`send_order`). DSA addresses a job's consecutive
-PSNs to consecutive aggregators from a hashed offset (`ina.index = "consecutive"`, docs/dsa.md).
+order L2p1 -> L1 -> L2p2 (`send_order`). DSA addresses a job's PSN p to entry p mod 512
+of the slot table ATP builds for the job (`ina.index = "slots"`; "by hashing as in statistical
+INA", §III-A; docs/dsa.md).
 
 **Our result** (`holds` = {self.holds(rows)}; tolerance: at the paper's 5 MB, DSA's speedup at least
 (1 - {self.SLACK}) x that of ATP, SwitchML and both strawmen, in both mixes):
