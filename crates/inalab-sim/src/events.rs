@@ -11,6 +11,8 @@ pub enum Ev {
     Arrive { port: u32 },
     /// A host's NIC finished serializing and may take the next packet.
     NicFree { host: u32 },
+    /// A host's CPU finished the oldest packet waiting for it (`network.host_costs`).
+    CpuRx { host: u32 },
     /// PFC: switch egress port `port` (global index) finished serializing its packet.
     TxDone { port: u32 },
     /// PFC: the head packet of idle port `port` may start (it was not ready when the port was

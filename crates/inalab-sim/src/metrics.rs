@@ -175,6 +175,9 @@ impl Sim {
                 counters.insert("drops_host_failed".to_string(), hs.drops_host_failed);
                 counters.insert("failed_at_ns".to_string(), at / 1000);
             }
+            if let Some(cpu) = hs.cpu {
+                counters.insert("cpu_busy_ns".to_string(), cpu.busy_ps / 1000);
+            }
             r.hosts.push(HostResult {
                 name: name(h as u32),
                 tx_bytes: nic.tx_bytes,

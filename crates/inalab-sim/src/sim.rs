@@ -53,6 +53,37 @@ pub(crate) struct HostState {
     /// Packets between endpoints of this host, delivered by an `Ev::Local` at the same time
     /// (not by a nested call, which would recurse once per packet).
     local: std::collections::VecDeque<Packet>,
+    /// Its processing cost (`network.host_costs`); `None`: free.
+    pub cpu: Option<Cpu>,
+    /// Packets that arrived and wait for the CPU, in order, each delivered by an `Ev::CpuRx`.
+    rx_wait: std::collections::VecDeque<Packet>,
+}
+
+/// A host's CPU as `network.host_costs` sets it: one packet at a time, sends and receives.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Cpu {
+    per_packet_ps: Time,
+    /// 8e12 / copy rate: ps per byte copied (0: free).
+    ps_per_byte: f64,
+    /// When it has finished the packets given to it so far.
+    free_at: Time,
+    /// Time it spent on packets, ps.
+    pub busy_ps: Time,
+}
+
+impl Cpu {
+    fn cost(&self, size: u32) -> Time {
+        self.per_packet_ps + (size as f64 * self.ps_per_byte).round() as Time
+    }
+
+    /// Takes a packet of `size` bytes at `now`: returns when it is done with it.
+    fn take(&mut self, now: Time, size: u32) -> Time {
+        let start = self.free_at.max(now);
+        let cost = self.cost(size);
+        self.free_at = start + cost;
+        self.busy_ps += cost;
+        self.free_at
+    }
 }
 
 pub(crate) struct SwitchState {
@@ -290,6 +321,25 @@ impl Sim {
             let h = host_named(&topo, format!("network.host_loss[{i}].host"), &hl.host)?;
             hosts[h as usize].loss = p;
         }
+        for (i, hc) in net.host_costs.iter().enumerate() {
+            if !(hc.copy_bps.is_finite() && hc.copy_bps >= 0.0) {
+                return Err(SimError::new(format!("network.host_costs[{i}].copy_bps"), format!("must be a rate >= 0 bits/s (0: free), got {}", hc.copy_bps)));
+            }
+            let role = |f: fn(&crate::spec::JobSpec) -> &Vec<String>| -> Vec<NodeId> {
+                spec.jobs.iter().flat_map(f).filter_map(|n| topo.find(n)).collect()
+            };
+            let selected: Vec<NodeId> = match hc.hosts.as_str() {
+                "all" => (0..topo.hosts).collect(),
+                "workers" => role(|j| &j.workers),
+                "servers" => role(|j| &j.servers),
+                name => vec![host_named(&topo, format!("network.host_costs[{i}].hosts"), name)
+                    .map_err(|e| SimError::new(e.field, format!("{}; or one of \"all\", \"workers\", \"servers\"", e.message)))?],
+            };
+            let ps_per_byte = if hc.copy_bps > 0.0 { 8e12 / hc.copy_bps } else { 0.0 };
+            for h in selected {
+                hosts[h as usize].cpu = (hc.per_packet_ps > 0 || ps_per_byte > 0.0).then_some(Cpu { per_packet_ps: hc.per_packet_ps, ps_per_byte, ..Cpu::default() });
+            }
+        }
         let mut switches: Vec<SwitchState> = topo
             .switches()
             .map(|_| SwitchState {
@@ -459,6 +509,13 @@ impl Sim {
                     self.host_rx(node, pkt)
                 } else {
                     self.switch_rx(node, in_port, pkt)
+                }
+            }
+            Ev::CpuRx { host } => {
+                // A host that failed meanwhile got the packet and never handled it.
+                let pkt = self.hosts[host as usize].rx_wait.pop_front().expect("a packet waits for each CpuRx");
+                if !self.live.node_is_down(host) {
+                    self.deliver(host, pkt);
                 }
             }
             Ev::NicFree { host } => {
@@ -793,13 +850,23 @@ impl Sim {
             let down = self.live.link_is_down(self.ports[pi].link);
             let lost = !down && (self.draw(self.hosts[host as usize].loss) || self.draw(self.ports[pi].loss));
             let size = pkt.size;
-            match self.ports[pi].enqueue(now, now, size, None, 0, lost, self.bin) {
+            // A CPU with a cost prepares the packet first; the NIC starts it when both are done.
+            let cpu = self.hosts[host as usize].cpu.as_mut();
+            let (ready, cost) = cpu.map_or((now, 0), |c| (c.take(now, size), c.cost(size)));
+            match self.ports[pi].enqueue(now, ready, size, None, 0, lost, self.bin) {
                 // The NIC still serializes into a failed link, so a sender is not sped up.
                 Enqueued::Sent { .. } if down => self.failure_drop(host, Why::LinkFailed, &pkt),
                 Enqueued::Sent { arrival, .. } => self.put_on_wire(pi, arrival, pkt),
                 _ => self.dropped(&pkt),
             }
-            let free_at = self.ports[pi].busy_until;
+            // The next packet is asked for when the CPU can prepare it by the time the NIC is
+            // free (its cost taken as this one's), so CPU and NIC work side by side; free hosts
+            // ask when the NIC is free.
+            let busy_until = self.ports[pi].busy_until;
+            let free_at = match self.hosts[host as usize].cpu {
+                Some(c) => c.free_at.max(busy_until.saturating_sub(cost)).max(now),
+                None => busy_until,
+            };
             self.q.push(free_at, Ev::NicFree { host });
             return;
         }
@@ -819,6 +886,12 @@ impl Sim {
         let h = &mut self.hosts[host as usize];
         h.rx_packets += 1;
         h.rx_bytes += pkt.size as u64;
+        if let Some(cpu) = h.cpu.as_mut() {
+            let done = cpu.take(self.now, pkt.size);
+            h.rx_wait.push_back(pkt);
+            self.q.push(done, Ev::CpuRx { host });
+            return;
+        }
         self.deliver(host, pkt);
     }
 

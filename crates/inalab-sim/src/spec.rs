@@ -70,6 +70,9 @@ pub struct NetSpec {
     pub link_loss: Vec<LinkLoss>,
     #[serde(default)]
     pub host_loss: Vec<HostLoss>,
+    /// Hosts' processing costs (default: none, every host is free).
+    #[serde(default)]
+    pub host_costs: Vec<HostCost>,
     /// Per-switch processing-capacity limits (GRID's C_s), bits/s of the wire bytes of the
     /// packets a switch's program aggregates (`SwitchProgram::processes`); transit is not
     /// charged. Its queue marks ECN above `ecn_threshold_bytes` and, under drop-tail, drops
@@ -129,6 +132,24 @@ pub struct HostLoss {
     pub host: String,
     /// Probability that a packet the host sends or receives is lost.
     pub prob: f64,
+}
+
+/// What a host's CPU spends on each packet it sends or receives (#37: the ATP paper's testbed
+/// was host-bound, §D.1): `per_packet_ps` plus the packet's bytes copied at `copy_bps`, one
+/// packet at a time, sends and receives alike. A packet to send is prepared while the NIC
+/// serializes the one before, so a host sends at the lower of its NIC's and its CPU's rates.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostCost {
+    /// A host's name, or `workers` / `servers` (every host with a worker / a server of a
+    /// job), or `all`. A later entry overrides an earlier one for the same host.
+    pub hosts: String,
+    /// CPU time per packet, ps. Default 0.
+    #[serde(default)]
+    pub per_packet_ps: u64,
+    /// Rate at which the host copies a packet's bytes, bits/s. Default 0: free.
+    #[serde(default)]
+    pub copy_bps: f64,
 }
 
 #[derive(Debug, Clone, Deserialize)]

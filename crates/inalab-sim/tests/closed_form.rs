@@ -106,3 +106,61 @@ fn a_line_rate_flow_fills_its_bins_but_never_overfills_them() {
     let l = r.links.iter().find(|l| l.src == "h0").unwrap();
     assert!(l.peak_bin_utilization <= 1.0 && l.peak_bin_utilization > 0.999, "{}", l.peak_bin_utilization);
 }
+
+/// One flow of `n` packets of 1500 B from h0 to h1 over a 100 Gbps star (1 us links), with
+/// `network.host_costs`; returns the last delivery, ps.
+fn flow_with_costs(n: u64, costs: serde_json::Value) -> (u64, inalab_sim::SimResult) {
+    let mut s = spec(star(2, US), vec![], vec![json!({"src": "h0", "dst": "h1", "bytes": 1500 * n, "packet_bytes": 1500, "start_ps": 0})]);
+    s["network"]["host_costs"] = costs;
+    let r = simulate(&s);
+    assert_eq!(r.flows[0].bytes_received, 1500 * n);
+    ((r.flows[0].last_rx_s.expect("delivered") * PS_PER_S).round() as u64, r)
+}
+
+#[test]
+fn a_senders_cpu_slower_than_its_nic_paces_its_packets() {
+    // #37 item 1: 1 us of CPU per packet against 120 ns on the wire: one packet per us.
+    let (n, c, s) = (100, US, ser(1500, G100));
+    let (last, r) = flow_with_costs(n, json!([{"hosts": "h0", "per_packet_ps": c}]));
+    assert_eq!(last, n * c + s + US + s + US);
+    let h0 = r.hosts.iter().find(|h| h.name == "h0").unwrap();
+    assert_eq!(h0.counters.get("cpu_busy_ns"), Some(&(n * c / 1000)));
+    // Free hosts (the default, and zero costs) keep the wire's time.
+    let free = n * s + US + s + US;
+    assert_eq!(flow_with_costs(n, json!([])).0, free);
+    assert_eq!(flow_with_costs(n, json!([{"hosts": "all", "per_packet_ps": 0, "copy_bps": 0.0}])).0, free);
+}
+
+#[test]
+fn a_cpu_faster_than_the_nic_prepares_the_next_packet_while_the_nic_sends() {
+    // Half a packet time of CPU: it works beside the NIC, so only the first packet waits.
+    let (n, s) = (100, ser(1500, G100));
+    let (last, _) = flow_with_costs(n, json!([{"hosts": "h0", "per_packet_ps": s / 2}]));
+    assert_eq!(last, s / 2 + n * s + US + s + US);
+}
+
+#[test]
+fn a_receivers_cpu_and_copy_rate_delay_delivery_one_packet_at_a_time() {
+    // 1 us per packet plus 1500 B copied at 12 Gbps (1 us): 2 us per packet received.
+    let (n, s) = (50, ser(1500, G100));
+    let (last, _) = flow_with_costs(n, json!([{"hosts": "h1", "per_packet_ps": US, "copy_bps": 12e9}]));
+    let first_arrival = s + US + s + US;
+    assert_eq!(last, first_arrival + n * 2 * US);
+}
+
+#[test]
+fn host_costs_select_by_role_and_refuse_what_they_cannot_place() {
+    // A PS job's server alone pays: the workers stay free.
+    let jobs = vec![job(0, "ps", hosts(0..2), vec!["h2".into()], json!({"kind": "allreduce", "bytes": 100_000, "iterations": 1}))];
+    let mut s = spec(star(3, US), jobs, vec![]);
+    s["network"]["host_costs"] = json!([{"hosts": "servers", "per_packet_ps": US}]);
+    let r = simulate(&s);
+    let busy = |name: &str| r.hosts.iter().find(|h| h.name == name).unwrap().counters.get("cpu_busy_ns").copied();
+    assert!(busy("h2").is_some_and(|b| b > 0) && busy("h0").is_none() && busy("h1").is_none());
+    for (costs, field) in [(json!([{"hosts": "h9"}]), "network.host_costs[0].hosts"), (json!([{"hosts": "all", "copy_bps": -1.0}]), "network.host_costs[0].copy_bps")] {
+        let mut s = spec(star(3, US), vec![], vec![]);
+        s["network"]["host_costs"] = costs;
+        let e = inalab_sim::run(&inalab_sim::parse_spec(&s.to_string()).unwrap(), None).unwrap_err();
+        assert_eq!(e.field, field, "{e:?}");
+    }
+}
