@@ -132,7 +132,8 @@ HOSTS: dict[str, Column] = {
     "drops_loss": ("packets", "Packets lost to injected loss on its link (emulation: its socket's receive-buffer drops)."),
     "drops_no_endpoint": ("packets", "Packets for a port no endpoint listens on."),
     "counters": ("table", "Its protocols' counters by name (resends, timeouts, ...; each scheme's docs), plus the driver's: "
-                          "`drops_link_failed`, `drops_host_failed` and `failed_at_ns` (failures only), `pfc_*` (PFC only)."),
+                          "`drops_link_failed`, `drops_host_failed` and `failed_at_ns` (failures only), `pfc_*` (PFC only), "
+                          "`cpu_busy_ns` (with `network.host_costs`: its CPU's time on packets)."),
 }
 
 FLOWS: dict[str, Column] = {

@@ -317,6 +317,13 @@ class HostLoss(_Model):
     prob: float = opt(_REQUIRED, "Probability that a packet the host sends or receives is lost.", ge=0, le=1)
 
 
+class HostCost(_Model):
+    hosts: str = opt(_REQUIRED, 'A host name, or "workers" / "servers" (every host with a worker / a server of a job), or "all". '
+                     "A later entry overrides an earlier one for the same host.")
+    per_packet: Duration = opt("0s", "CPU time per packet the host sends or receives (0: free).")
+    copy_rate: Rate = opt("0Gbps", "Rate at which the host copies a packet's bytes, sent or received (0: free).")
+
+
 class Network(_Model):
     buffer: Size = opt(
         "1MiB", "Drop-tail buffer of every switch egress port (with flow_control = \"pfc\" nothing is dropped "
@@ -357,6 +364,12 @@ class Network(_Model):
     )
     link_loss: list[LinkLoss] = opt([], "Random loss on links.")
     host_loss: list[HostLoss] = opt([], "Random loss at hosts.")
+    host_costs: list[HostCost] = opt(
+        [], "Hosts' processing costs (default: every host is free). A host's CPU takes one packet at a time, sends "
+            "and receives alike, for per_packet plus its bytes at copy_rate, and prepares the next packet to send "
+            "while the NIC serializes this one, so it sends at the lower of its NIC's and its CPU's rates. Its time "
+            "on packets is the host counter cpu_busy_ns."
+    )
     switch_capacity: dict[str, Rate] = opt(
         {}, "Processing-capacity limit per switch name, e.g. {s0 = \"1Tbps\"} (GRID's C_s): a FIFO charged, in wire "
             "bytes, only with the packets the switch aggregates (transit passes at line rate), ECN-marking above "
@@ -720,6 +733,11 @@ class Scenario(_Model):
                 "host_loss": [
                     {"host": net.host(l.host, f"network.host_loss[{i}].host"), "prob": l.prob}
                     for i, l in enumerate(n.host_loss)
+                ],
+                "host_costs": [
+                    {"hosts": c.hosts if c.hosts in ("all", "workers", "servers") else net.host(c.hosts, f"network.host_costs[{i}].hosts"),
+                     "per_packet_ps": c.per_packet, "copy_bps": float(c.copy_rate)}
+                    for i, c in enumerate(n.host_costs)
                 ],
                 "switch_capacity": [
                     {"switch": net.switch(s, f"network.switch_capacity.{s}"), "value": v}

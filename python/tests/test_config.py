@@ -406,3 +406,19 @@ def test_a_pfc_incast_loses_nothing_and_reports_pauses():
     assert (senders.pfc_pauses > 0).all() and (senders.pfc_paused_s > 0).all()
     assert senders.pfc_max_ingress_bytes.max() <= 65536 + 2 * 12_500 + 3 * 1500
     assert r.switches.counters[0]["pfc_pauses_sent"] == senders.pfc_pauses.sum()
+
+
+def test_host_costs_reach_the_simulator_and_slow_a_cpu_bound_job(star):
+    # #37 item 1: hosts cost nothing by default; a worker CPU of 1 us per packet makes a ring
+    # job host-bound, and the host's time on packets is its cpu_busy_ns counter.
+    free = inalab.simulate(star)
+    star["network"] = {"host_costs": [{"hosts": "workers", "per_packet": "1us", "copy_rate": "100Gbps"}]}
+    spec = load_scenario(star).to_spec()
+    assert spec["network"]["host_costs"] == [{"hosts": "workers", "per_packet_ps": 10**6, "copy_bps": 1e11}]
+    slow = inalab.simulate(star)
+    assert slow.jobs.jct_s[0] > 2 * free.jobs.jct_s[0]
+    hosts = slow.hosts.set_index("name")
+    assert hosts.loc["h0", "counters"]["cpu_busy_ns"] > 0 and "cpu_busy_ns" not in hosts.loc["h5", "counters"]
+    star["network"] = {"host_costs": [{"hosts": "h42"}]}
+    e = error(star)
+    assert e.field == "network.host_costs[0].hosts" and "h0..h7" in e.message

@@ -59,6 +59,9 @@ def _check(spec: dict, built: dict) -> None:
     if "flow_control" in spec["network"]:
         # Its links are shaped queues that drop: nothing there could pause a sender.
         raise ConfigError("network.flow_control", 'emulate runs drop-tail queues only; set flow_control = "drop_tail"')
+    if spec["network"].get("host_costs"):
+        # Emulated hosts are real processes: their costs are this machine's, not a model's.
+        raise ConfigError("network.host_costs", "emulate runs real processes with this machine's own costs; remove host_costs")
     used = {h for j in spec["jobs"] for h in j["workers"] + j["servers"]}
     rates = [l["rate_bps"] for l in built["links"] if built["nodes"][l["a"]]["name"] in used or built["nodes"][l["b"]]["name"] in used]
     if len(used) > MAX_HOSTS and (len(used) > MAX_HOSTS_LOW_RATE or sum(rates) / 1e9 > LOW_RATE_GBPS):
