@@ -108,6 +108,25 @@ def worker_main(rank: int, world: int, cfg: dict, done, barrier, results) -> Non
         raise SystemExit(1)
 
 
+def held(st, keys=("pending", "completed_kept", "retained")) -> dict:
+    """What a process's protocols say they hold (counters named in ``keys``, summed over the
+    stats' jobs), to tell a bound that fills from growth while the run goes on."""
+    out: dict = {}
+
+    def walk(x):
+        if isinstance(x, dict):
+            for k, v in x.items():
+                if k in keys and isinstance(v, (int, float)):
+                    out[k] = out.get(k, 0) + v
+                else:
+                    walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+    walk(st)
+    return out
+
+
 def slope(points: list[tuple[int, int]]) -> float:
     """Least-squares slope of RSS (bytes) against allreduces done."""
     x = np.array([p[0] for p in points], np.float64)
@@ -137,7 +156,13 @@ def run_scheme(scheme: str, args) -> list[dict]:
             k = done.value
             if time.monotonic() - last_said >= PROGRESS_EVERY_S:
                 last_said = time.monotonic()
-                log(f"{scheme}: {k}/{args.allreduces} allreduces, {k / (last_said - t_start):.1f}/s")
+                state = ""
+                if len(nodes) > 1:
+                    try:
+                        state = f"; PS holds {held(nodes[1].stats())}"
+                    except Exception as e:  # noqa: BLE001 - progress only
+                        state = f"; PS stats unavailable ({e})"
+                log(f"{scheme}: {k}/{args.allreduces} allreduces, {k / (last_said - t_start):.1f}/s{state}")
             # While the allreduces run: closing frees the job's state, which is no slope.
             for name, pid in procs.items():
                 rss = rss_bytes(pid)
