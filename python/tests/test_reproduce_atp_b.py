@@ -59,6 +59,7 @@ def test_dsa_policy_reduced():
     from inalab.reproduce.dsa_policy_ablation import DsaPolicy
 
     rep = DsaPolicy(jobs=4, workers=4, mixes=("A",), memories=("5MB",))
+    rep.seeds = (1,)  # reduced: one seed
     rows = rep.run(lambda m: None)
     assert len(rows) == 7 and rows.finished.all()
     r = rows.set_index("policy")
@@ -75,6 +76,7 @@ def test_dsa_jct_reduced():
     from inalab.reproduce.dsa_jct import DsaJct
 
     rep = DsaJct("jobs", values=(1, 2), mixes=("A",), memories=("5MB",))
+    rep.seeds = (1,)  # reduced: one seed
     rows = rep.run(lambda m: None)
     assert len(rows) == 6 and rows.finished.all()
     assert (rows[rows.scheme == "dsa"].vs_dsa == 1.0).all()
@@ -89,6 +91,7 @@ def test_dsa_utilization_reduced():
     from inalab.reproduce.dsa_jct import DsaUtilization
 
     rep = DsaUtilization(jobs=2, workers=4, mixes=("A",))
+    rep.seeds = (1,)  # reduced: one seed
     rows = rep.run(lambda m: None)
     assert len(rows) == 6 and rows.finished.all() and set(rows.memory) == {"5MB", "1MB"}
     assert ((rows.utilization > 0.05) & (rows.utilization <= 1.0)).all(), rows[["scheme", "utilization"]]

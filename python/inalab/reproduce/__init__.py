@@ -431,6 +431,20 @@ def save_figure(fig, path: Path) -> Path:
     return path
 
 
+def setup_table(rows) -> str:
+    """A write-up's opening table (#37): one row per parameter, (name, the paper's value and
+    where it says so, ours, why ours differs; "" when it does not)."""
+    lines = ["| parameter | the paper (where) | ours | why different |", "| --- | --- | --- | --- |"]
+    lines += [f"| {name} | {paper} | {ours} | {why or '-'} |" for name, paper, ours, why in rows]
+    return "\n".join(lines)
+
+
+def band(value: float, paper: float, factor: float) -> bool:
+    """Two-sided: ``value`` within ``factor`` of the paper's either way (a ratio far above the
+    paper's is as much a miss as one below)."""
+    return bool(paper / factor <= value <= paper * factor)
+
+
 def markdown_table(rows: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
     """A markdown table; a missing value is "-" (never "nan" or "None")."""
     cols = [str(c) for c in rows.columns]
