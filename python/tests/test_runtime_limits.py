@@ -131,6 +131,20 @@ def test_inalab_switch_exits_with_the_reason_when_its_data_plane_stops(every, ca
     assert out[-1] == {"event": "failed", "kind": "switch", "error": "the switch's data plane stopped: a bug"}
 
 
+def _served_again(control: str, within_s: float = 30) -> None:
+    """A new ATP job through the switch at ``control`` is served within ``within_s``: until its
+    PS has attached again, a join fails with "no parameter server"."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            with inalab.Client(switch=control, job=9, world=1, scheme="atp", join_timeout_s=10) as c:
+                assert c.allreduce(np.full(100, 2.0, np.float32)).tolist() == [2.0] * 100
+            return
+        except RuntimeError as e:
+            assert "no parameter server" in str(e) and time.monotonic() < deadline, e
+            time.sleep(0.5)
+
+
 def test_a_ps_stalled_past_the_liveness_limit_attaches_again_and_serves_new_jobs():
     # Issue #36, item 5: a PS stalled over 5 s lost its jobs at the switch and never attached
     # again: every later ATP job failed with "no parameter server" while it ran.
@@ -143,17 +157,30 @@ def test_a_ps_stalled_past_the_liveness_limit_attaches_again_and_serves_new_jobs
             time.sleep(7)  # past the switch's 5 s liveness limit
             ps.send_signal(signal.SIGCONT)
             # It attaches again (the switch dropped it); later jobs find it.
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    with inalab.Client(switch=sw.control_addr, job=9, world=1, scheme="atp", join_timeout_s=10) as c:
-                        assert c.allreduce(np.full(100, 2.0, np.float32)).tolist() == [2.0] * 100
-                    break
-                except RuntimeError as e:
-                    assert "no parameter server" in str(e) and time.monotonic() < deadline, e
-                    time.sleep(0.5)
+            _served_again(sw.control_addr)
         finally:
             ps.send_signal(signal.SIGCONT)
             ps.terminate()
             _, err = ps.communicate(timeout=30)
         assert "lost the switch's control plane" in err and "attached to the switch" in err, err
+
+
+def test_a_ps_attaches_again_after_its_switch_stalled_for_12_s():
+    # Issue #36, item 5: after a switch stalled 12 s every later ATP job failed with "no
+    # parameter server" while the PS ran. The PS notices the lost control connection, attaches
+    # again once the switch answers, and the next job is served.
+    sw = subprocess.Popen([sys.executable, "-m", "inalab", "switch", "--program", "atp", "--udp", ANY, "--control", ANY,
+                           "--json", "--stats-every", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        control = json.loads(sw.stdout.readline())["control"]
+        with inalab.ParameterServer(switch=control, udp=ANY, control=ANY):
+            with inalab.Client(switch=control, job=7, world=1, scheme="atp", join_timeout_s=10) as c:
+                assert c.allreduce(np.full(10, 1.0, np.float32)).tolist() == [1.0] * 10
+            sw.send_signal(signal.SIGSTOP)
+            time.sleep(12)
+            sw.send_signal(signal.SIGCONT)
+            _served_again(control)
+    finally:
+        sw.send_signal(signal.SIGCONT)
+        sw.terminate()
+        sw.communicate(timeout=30)
