@@ -114,7 +114,7 @@ of the 18,939 aggregators), but the jobs' slot tables share slots, and DSA, whic
 a slot (ATP's PS moves a colliding one, ATP §3.6), finishes a share of its fragments
 through the PSes and is slower than ATP; where a fragment ends up split between the switch and
 a PS it waits for the 1 ms minimum timeout (`worker_timeouts`, `ps_reminders`). With 1 MB the jobs contend for memory
-and DSA's preemption pays off, most for the communication-bound DNN A. The paper's claim (DSA
+(ATP/DSA there is in the list above). The paper's claim (DSA
 best everywhere, its gain growing with {self.axis}) {"holds at 5 MB" if self.holds(rows) else "does not hold at 5 MB"};
 see `dsa-policy-ablation` for the counters. {n_seeds(self.seeds).capitalize()}; the paper's x-values are only in its
 images (spec §4 item 18).
