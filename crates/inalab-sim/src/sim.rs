@@ -76,13 +76,14 @@ impl Cpu {
         self.per_packet_ps + (size as f64 * self.ps_per_byte).round() as Time
     }
 
-    /// Takes a packet of `size` bytes at `now`: returns when it is done with it.
-    fn take(&mut self, now: Time, size: u32) -> Time {
+    /// Takes a packet of `size` bytes at `now`: returns when it is done with it, and what the
+    /// packet cost.
+    fn take(&mut self, now: Time, size: u32) -> (Time, Time) {
         let start = self.free_at.max(now);
         let cost = self.cost(size);
         self.free_at = start + cost;
         self.busy_ps += cost;
-        self.free_at
+        (self.free_at, cost)
     }
 }
 
@@ -852,7 +853,7 @@ impl Sim {
             let size = pkt.size;
             // A CPU with a cost prepares the packet first; the NIC starts it when both are done.
             let cpu = self.hosts[host as usize].cpu.as_mut();
-            let (ready, cost) = cpu.map_or((now, 0), |c| (c.take(now, size), c.cost(size)));
+            let (ready, cost) = cpu.map_or((now, 0), |c| c.take(now, size));
             match self.ports[pi].enqueue(now, ready, size, None, 0, lost, self.bin) {
                 // The NIC still serializes into a failed link, so a sender is not sped up.
                 Enqueued::Sent { .. } if down => self.failure_drop(host, Why::LinkFailed, &pkt),
@@ -887,7 +888,7 @@ impl Sim {
         h.rx_packets += 1;
         h.rx_bytes += pkt.size as u64;
         if let Some(cpu) = h.cpu.as_mut() {
-            let done = cpu.take(self.now, pkt.size);
+            let (done, _) = cpu.take(self.now, pkt.size);
             h.rx_wait.push_back(pkt);
             self.q.push(done, Ev::CpuRx { host });
             return;
