@@ -105,7 +105,7 @@ impl PsHandle {
             None => crate::auth::Secret::load().map_err(NetError::Config)?,
         };
         let udp = Udp::bind(opts.udp).map_err(|e| crate::bind_error(e, "--udp", opts.udp))?;
-        let listener = TcpListener::bind(opts.control).map_err(|e| crate::bind_error(e, "--control", opts.control))?;
+        let listener = crate::service::control_listener(opts.control).map_err(|e| crate::bind_error(e, "--control", opts.control))?;
         let (udp_addr, control_addr) = (udp.local_addr()?, listener.local_addr()?);
         if let Some(f) = &opts.fabric {
             let shared = Arc::new(Shared { node: opts.node, secret, st: Mutex::new(PsState::new(udp, f.gateway, opts.link_rate_bps)), stop: AtomicBool::new(false), dead: Mutex::new(None) });

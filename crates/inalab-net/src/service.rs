@@ -24,6 +24,23 @@ const SEND_BUFFER_BYTES: usize = 256 << 10;
 /// its own connection, which is closed when a write gives up.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Pending connections the kernel queues for the accept loop. Past the queue a SYN is dropped
+/// and its client waits a whole retransmission timeout (1 s) to try again: a burst of
+/// connections from one host (an attacker's, or a 128-worker job joining at once) must not
+/// delay everyone else's `stats` (issue #36; found in CI with the platform's default of 128).
+const ACCEPT_BACKLOG: i32 = 1024;
+
+/// A control listener bound to `addr`, with [`ACCEPT_BACKLOG`] (capped by the kernel's
+/// `net.core.somaxconn`) and the address reusable at once after a restart.
+pub(crate) fn control_listener(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(ACCEPT_BACKLOG)?;
+    Ok(socket.into())
+}
+
 /// Accepts control connections until `stop` is set (the listener is polled, non-blocking),
 /// handing each to `serve` on a thread named `name`, at most [`MAX_CONNECTIONS`] at once and
 /// [`MAX_PER_SOURCE`] from one address; each reads with [`IDLE_TIMEOUT`] and writes with

@@ -932,7 +932,7 @@ impl SwitchHandle {
             None => crate::auth::Secret::load().map_err(NetError::Config)?,
         };
         let udp = Udp::bind(opts.udp).map_err(|e| crate::bind_error(e, "--udp", opts.udp))?;
-        let listener = TcpListener::bind(opts.control).map_err(|e| crate::bind_error(e, "--control", opts.control))?;
+        let listener = crate::service::control_listener(opts.control).map_err(|e| crate::bind_error(e, "--control", opts.control))?;
         let (udp_addr, control_addr) = (udp.local_addr()?, listener.local_addr()?);
         // Datagrams must fit the MTU unfragmented (the sockets set don't-fragment).
         let fits = (crate::udp::max_payload_bytes(udp_addr).saturating_sub(FRAME_OVERHEAD_BYTES) / 4) as u32;
