@@ -256,9 +256,16 @@ impl DsaWorker {
         }
         let o = self.outstanding.remove(&h.psn).expect("checked above");
         self.deadlines.remove(&(o.deadline, h.psn));
-        if o.retx == 0 {
-            self.rtt.sample(now - o.sent);
-        }
+        // Sampled from the first send even when the fragment was resent (not Karn's rule, the
+        // spec's choice): a DSA ACK is the whole job's sum, so it can come no sooner than the
+        // slowest peer's contribution whichever of this worker's copies counted, and the time
+        // from the first send is the fragment's completion time, what a timeout has to wait
+        // for. With Karn's rule the only samples were the fragments that beat the timeout, so
+        // a worker whose peer lagged over the 1 ms floor never raised its RTO: in the real
+        // runtime a lone two-worker job resent 80 % of its fragments, and the resends that came
+        // after the ACK reserved aggregators that only collisions and the PS's reminders
+        // cleared (#36: the PS's memory grew with its pending entries).
+        self.rtt.sample(now - o.sent);
         let seq_base = self
             .outstanding
             .keys()
@@ -639,7 +646,14 @@ impl DsaServer {
     fn finish(&mut self, now: Time, psn: u32) {
         let e = self.entries.remove(&psn).expect("finishing an entry");
         self.deadlines.remove(&(e.deadline, psn));
-        self.rtt.sample(now - e.created);
+        // Karn's rule at the PS: an entry a reminder completed lived about one RTO_ps, so its
+        // lifetime measures the timer, not the aggregation (§VI's "entry setup and its
+        // aggregation completion"). Sampled, each RTO_ps became the next SRTT and RTO_ps
+        // climbed to its 1 s ceiling, every split fragment then waited a second at the PS,
+        // and the pending entries grew with it (#36: thousands in a lone real-runtime job).
+        if e.reminders == 0 {
+            self.rtt.sample(now - e.created);
+        }
         self.c.completed += 1;
         self.send_ack(psn, e.priority, e.ecn, e.values.as_deref(), e.count);
         self.completed.insert(psn, e.values);
@@ -1071,6 +1085,55 @@ mod tests {
         // A late duplicate of the finished fragment creates nothing.
         ps.handle_packet(MS + 9, contribution(DsaKind::FetchResp, 5, 0b0100, 2, 0));
         assert_eq!((ps.pending(), counter(&ps, "stale")), (0, 1));
+    }
+
+    #[test]
+    fn entries_a_reminder_completed_do_not_raise_the_ps_timeout() {
+        // #36: each reminder-completed entry lived one RTO_ps; sampled, RTO_ps fed itself up to
+        // its 1 s ceiling and a lone real-runtime job held thousands of pending entries.
+        let mut ps = DsaServer::new(cfg(4));
+        let mut t = 0;
+        for psn in 0..50 {
+            ps.handle_packet(t, contribution(DsaKind::Evict, psn, 0b0011, 3, 0));
+            let at = ps.poll_timeout().expect("the entry's timer");
+            ps.handle_timeout(at);
+            drain(&mut ps, at);
+            ps.handle_packet(at + 5, contribution(DsaKind::RemindSwResp, psn, 0b1100, 4, 0));
+            drain(&mut ps, at + 5);
+            t = at + 10;
+        }
+        assert_eq!((counter(&ps, "completed"), ps.pending()), (50, 0));
+        assert_eq!(ps.rtt.rto(), MS, "RTO_ps stays at its floor");
+        // An entry its own contributions complete is a sample.
+        for psn in 100..110 {
+            ps.handle_packet(t, contribution(DsaKind::Evict, psn, 0b0011, 3, 0));
+            ps.handle_packet(t + 3 * MS / 2, contribution(DsaKind::Evict, psn, 0b1100, 4, 0));
+            t += 2 * MS;
+        }
+        assert!(ps.rtt.rto() > MS, "entry lifetimes are measured");
+    }
+
+    #[test]
+    fn a_worker_whose_peer_lags_past_the_floor_raises_its_timeout() {
+        // #36: with Karn's rule every sample was a fragment that beat the 1 ms floor, so a
+        // worker whose peer lagged 3 ms resent every fragment, for the whole job.
+        let mut w = DsaWorker::new(cfg(2), 0);
+        submit(&mut w, 62 * 40);
+        let mut t = 0;
+        let mut sent = drain(&mut w, t).len();
+        for psn in 0..40 {
+            if sent <= psn as usize {
+                sent += drain(&mut w, t).len();
+            }
+            let ack_at = t + 3 * MS;
+            while let Some(at) = w.poll_timeout().filter(|&at| at < ack_at) {
+                w.handle_timeout(at);
+                drain(&mut w, at);
+            }
+            w.handle_packet(ack_at, ack(psn, 2, 1));
+            t = ack_at;
+        }
+        assert!(w.rtt.rto() > 3 * MS, "the completion time is measured: {}", w.rtt.rto());
     }
 
     #[test]
