@@ -95,4 +95,9 @@ def test_dsa_utilization_reduced():
     rows = rep.run(lambda m: None)
     assert len(rows) == 6 and rows.finished.all() and set(rows.memory) == {"5MB", "1MB"}
     assert ((rows.utilization > 0.05) & (rows.utilization <= 1.0)).all(), rows[["scheme", "utilization"]]
-    assert isinstance(rep.holds(rows), bool) and "Where and why" in rep.explain(rows)
+    text = rep.explain(rows)
+    assert isinstance(rep.holds(rows), bool) and "Where and why" in text
+    # Issue #37's contention indicators: the peak held, against the pool the memory makes.
+    pool = {"5MB": 18_939, "1MB": 3_787}
+    assert (rows.aggregators_peak > 0).all() and (rows.aggregators_peak <= rows.memory.map(pool)).all()
+    assert "of DSA's 18,939" in text and "of DSA's 3,787" in text

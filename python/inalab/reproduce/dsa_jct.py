@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import Seeded, band, markdown_table, n_seeds, register, setup_table, simulate_all
-from .dsa_policy_ablation import BAND, MEMORIES, PAPER_MEMORY, SEEDS, SETUP, bar_plot, measure, scenario
+from .dsa_policy_ablation import BAND, MEMORIES, PAPER_MEMORY, SEEDS, SETUP, bar_plot, contention, measure, scenario
 
 SCHEMES = (("dsa", "dsa"), ("atp", None), ("switchml", None))
 MIXES = ("A", "B", "AB")
@@ -75,7 +75,7 @@ class DsaJct(Seeded):
         wins = rows[rows.scheme != "dsa"].groupby(["memory", "mix", self.axis]).vs_dsa.min()
         best_at = {m: f"{int((wins.loc[m] >= 1 - self.SLACK).sum())} of {len(wins.loc[m])}" for m in self.memories}
         cols = ["memory", "mix", self.axis, "scheme", "mean_jct_ms", "max_jct_ms", "vs_dsa", "collisions", "preemptions",
-                "switch_completed", "ps_completed", "ps_reminders", "worker_timeouts"]
+                "switch_completed", "ps_completed", "ps_reminders", "worker_timeouts", "aggregators_peak"]
         axis_text = "1 to 8 jobs of 8 workers" if self.axis == "jobs" else "8 jobs of 2 to 8 workers"
         atp = rows[rows.scheme == "atp"].set_index(["memory", "mix", self.axis]).vs_dsa
         best = atp.idxmax()
@@ -107,6 +107,8 @@ Average JCT relative to DSA's (above 1: DSA faster):
 All runs:
 
 {markdown_table(rows[cols])}
+
+{contention(rows, jobs_axis=self.axis == "jobs")}
 
 **Where and why they differ.** {gain_text}. ATP/DSA at {self.axis} = {max(self.values)}: {top_text}.
 At the paper's 5 MB memory is not scarce (8 jobs of 512-slot tables hold at most about 4,000
@@ -194,7 +196,7 @@ class DsaUtilization(Seeded):
         per_mix = "; ".join(f"{m} {x}: DSA {r.dsa:.2f}, ATP {r.atp:.2f}, SwitchML {r.switchml:.2f}" for (m, x), r in u.iterrows())
         t = u.reset_index()
         cols = ["memory", "mix", "scheme", "utilization", "dsa_over", "mean_jct_ms", "collisions", "preemptions",
-                "switch_completed", "ps_completed", "ps_reminders", "worker_timeouts"]
+                "switch_completed", "ps_completed", "ps_reminders", "worker_timeouts", "aggregators_peak"]
         return f"""# dsa-memory-utilization (DSA Fig. 10; simulation)
 
 {setup_table(SETUP)}
@@ -214,6 +216,8 @@ Utilization (fraction of 100 Gbps):
 All runs (`dsa_over` = DSA's utilization over this scheme's):
 
 {markdown_table(rows[cols])}
+
+{contention(rows)}
 
 **Where and why they differ.** {per_mix}. The same causes as in `dsa-policy-ablation`: at 5 MB
 memory is not scarce, but the jobs' slot tables share slots and DSA, which never moves a

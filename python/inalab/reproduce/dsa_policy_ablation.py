@@ -70,6 +70,34 @@ def scenario(scheme: str, policy, mix: str, seed: int = 1, min_rto=None, jobs: i
             "network": {"aggregator_memory": memory}, "jobs": specs}
 
 
+# Bytes of one DSA aggregator (crates/inalab-switch/src/dsa.rs, `DSA_AGGREGATOR_BYTES`): the
+# pool a memory holds, against which the contention indicators report the peak held.
+DSA_AGGREGATOR_BYTES = 264
+
+
+def contention(rows: pd.DataFrame, jobs_axis: bool = False) -> str:
+    """The contention indicators (issue #37 item 4): the most aggregators DSA and ATP held at
+    once against the pool, per memory (the largest over mixes and points, mean over seeds), and
+    where the rows have 1 and 8 jobs, ATP's 8-job over 1-job average JCT (1: sharing the
+    switch cost ATP nothing, so there was nothing for preemption to win)."""
+    from ..units import parse_size
+
+    parts = []
+    for mem in sorted(rows.memory.unique(), key=parse_size, reverse=True):
+        r = rows[rows.memory == mem]
+        pool = parse_size(mem) // DSA_AGGREGATOR_BYTES
+        peak = {s: int(r[r.scheme == s].aggregators_peak.max()) for s in ("dsa", "atp") if (r.scheme == s).any()}
+        held = ", ".join(f"{s.upper()} {v:,} ({v / pool:.0%})" for s, v in peak.items())
+        text = f"{mem}: peak aggregators held {held} of DSA's {pool:,}"
+        if jobs_axis and {1, 8} <= set(r.jobs):
+            a = r[r.scheme == "atp"].groupby(["mix", "jobs"]).mean_jct_ms.mean()
+            text += "; ATP's 8-job over 1-job average JCT " + ", ".join(f"{x} {a[(x, 8)] / a[(x, 1)]:.2f}" for x in sorted(r.mix.unique()))
+        parts.append(text)
+    return ("**Contention** (issue #37: is memory scarce where the figure is measured?). " + "; ".join(parts)
+            + ". A pool far from full, and ATP as fast with 8 jobs as with one, mean no contention: preemption "
+            "then has nothing to win, and DSA's cost (fixed addresses, the 1 ms floor) is what shows.")
+
+
 def _sum(counters, name: str) -> int:
     return int(sum(c.get(name, 0) for c in counters))
 
@@ -84,6 +112,7 @@ def measure(r) -> list[dict]:
              # rate while it waits on an allreduce, over the 100 Gbps link, averaged over jobs.
              "utilization": float(r.jobs.aggregation_gbps.mean(skipna=False) / 100),
              "finished": bool(r.jobs.finished.all()),
+             "aggregators_peak": int(r.switches.aggregators_peak.max()),
              "collisions": _sum(sw, "collisions"), "preemptions": _sum(sw, "preemptions"),
              "switch_completed": _sum(sw, "completed"), "ps_completed": _sum(hosts, "completed"),
              "ps_reminders": _sum(hosts, "reminders"), "worker_timeouts": _sum(hosts, "timeouts")}]
@@ -190,7 +219,7 @@ class DsaPolicy(Seeded):
         to_ps = "; ".join(f"{m}: {int(d.loc[(m, mix0, 'dsa', 'dsa')].ps_completed)} against {int(d.loc[(m, mix0, 'dsa', 'always-preempt')].ps_completed)}"
                           for m in self.memories)
         cols = ["memory", "mix", "scheme", "policy", "mean_jct_ms", "max_jct_ms", "speedup_over_atp", "collisions", "preemptions",
-                "switch_completed", "ps_completed", "ps_reminders", "worker_timeouts"]
+                "switch_completed", "ps_completed", "ps_reminders", "worker_timeouts", "aggregators_peak"]
         return f"""# dsa-policy (DSA Fig. 11, and Fig. 8 at 8 jobs; simulation)
 
 {setup_table(SETUP)}
@@ -217,6 +246,8 @@ Average-JCT speedup over ATP:
 All runs:
 
 {markdown_table(rows[cols])}
+
+{contention(rows)}
 
 **Where and why they differ.**
 
