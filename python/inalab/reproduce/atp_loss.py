@@ -5,9 +5,19 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import Seeded, markdown_table, n_seeds, register, simulate_all
+from . import Seeded, band, markdown_table, n_seeds, register, setup_table, simulate_all
 
 LOSS = (0.0, 1e-5, 1e-4, 1e-3, 1e-2)  # 0, 0.001 %, 0.01 %, 0.1 %, 1 %
+
+# The paper's numbers, judged within a band either way on the mean over seeds:
+# §1: "The loss recovery mechanism of ATP outperforms the state-of-the-art (SwitchML) by 34%":
+# ATP's normalized throughput over SwitchML's, the largest over the loss rates, within BAND of 1.34.
+PAPER_OVER_SWITCHML = 1.34
+BAND = 1.25
+# §3.8: "we see no deterioration in training throughput if the packet loss rate is < 0.1%
+# (§5.2.3)": ATP's normalized throughput at every loss rate below 0.1 % within NO_LOSS_BAND of 1.
+NO_LOSS_BELOW_PCT = 0.1
+NO_LOSS_BAND = 1.05
 
 
 def scenario(scheme: str, prob: float, size: str, workers: int, seed: int = 1) -> dict:
@@ -39,13 +49,40 @@ class AtpLoss(Seeded):
              "control off, ATP's throughput (normalized to no loss) degrades gracefully and less than "
              "SwitchML's, whose loss recovery is a 1 ms timeout.")
     simulates = "5-host star"
-    # The simulations' scenario seed: it draws which packets the lossy worker loses. (1,): the
-    # committed write-up's.
-    seeds = (1,)
+    # The simulations' scenario seed: it draws which packets the lossy worker loses. Three: the
+    # project's least.
+    seeds = (1, 2, 3)
     seed_use = "the simulations' scenario `seed`: which packets the lossy worker loses"
+    keys = ["scheme", "loss_pct"]  # a row's setup, to match rows across seeds
 
     def __init__(self, size: str = "32MiB", workers: int = 4, loss=LOSS):
         self.size, self.workers, self.loss = size, workers, list(loss)
+
+    def setup(self) -> list:
+        """The write-up's set-up table: (parameter, the paper (where), ours, why different)."""
+        rates = ", ".join(f"{100 * p:g} %" for p in self.loss if p)
+        return [
+            ("topology", "one 32 x 100 Gbps Tofino, 9 hosts (§5.1)", f"a {self.workers + 1}-host star at 100 Gbps, "
+             "1 us per link", "a smaller job (next row)"),
+            ("workers", "not in §5.2.3; 8 \"unless specified\" (§5.1)", f"{self.workers} workers (+ ATP's PS host)",
+             "a smaller job keeps each run short; one lossy worker either way"),
+            ("workload", "training (Fig. 10a) and the 4 MB-tensor microbenchmark (Fig. 10b; §5.1)",
+             f"one allreduce of {self.size} (the microbenchmark's shape: no compute, always data to send)",
+             "Fig. 10b only; one tensor instead of a run of them"),
+            ("loss", "one worker drops 0.001 %-1 % of its packets (§5.2.3)",
+             f"`host_loss` on worker h0, each packet it sends or receives: {rates}", ""),
+            ("timeouts", "1 ms, SwitchML's, for both (§5.2.3)", "`ina.timeout = \"1ms\"` for both", ""),
+            ("ATP's CC", "off, \"to avoid window back-off due to this adversarial packet loss\" (§5.2.3)",
+             "`ina.congestion_control = false`: a fixed window of 60,000 B (`transport.init_window` default)",
+             "the window is not in the paper; 60 KB is its initial one (§3.7)"),
+            ("packets", "ATP 306 B (§3.6), SwitchML 180 B (§4)", "ATP 306 B, SwitchML 180 B", ""),
+            ("aggregators", "not in the paper", "5 MB (`aggregator_memory` default): ATP's 512 slots, SwitchML an "
+             "equal share of the pool", "ample for one job: only losses slow it"),
+            ("metric", "throughput normalized to no loss (Fig. 10)", "allreduce bytes / JCT, over the scheme's "
+             "no-loss run", ""),
+            ("seeds", "not in the paper", f"{len(self.seeds)} ({', '.join(map(str, self.seeds))}): which packets are lost",
+             "the project's least"),
+        ]
 
 
     def _run(self, seed: int, progress) -> pd.DataFrame:
@@ -59,27 +96,52 @@ class AtpLoss(Seeded):
 
     # Tolerance: at every loss rate > 0, ATP's normalized throughput >= SwitchML's minus 0.05
     # ("ATP degrades ... to a lesser degree than SwitchML"), and ATP keeps >= 50 % at 0.01 % loss
-    # ("degrades gracefully").
+    # ("degrades gracefully"); and the paper's numbers above, within their bands.
     MARGIN = 0.05
 
     @property
     def tolerance(self) -> str:
         """What `holds` checks, with its thresholds (shown by the report and the JSON)."""
-        return (f"at every loss rate ATP's normalized throughput >= SwitchML's - {self.MARGIN}; at 1 % loss ATP keeps "
-                ">= 0.5 of its lossless throughput")
+        return (f"every run finishes; at every loss rate ATP's normalized throughput >= SwitchML's - {self.MARGIN}; at "
+                f"0.01 % loss ATP keeps >= 0.5 of its lossless throughput; ATP's largest normalized throughput over "
+                f"SwitchML's within {BAND}x of the paper's {PAPER_OVER_SWITCHML}x either way (\"outperforms SwitchML by "
+                f"34%\", §1); ATP's normalized throughput at every loss rate below {NO_LOSS_BELOW_PCT:g} % within "
+                f"{NO_LOSS_BAND}x of 1 (\"no deterioration\", §3.8)")
+
+    def _normalized(self, rows: pd.DataFrame) -> pd.DataFrame:
+        return rows[rows.loss_pct > 0].pivot(index="loss_pct", columns="scheme", values="normalized")
+
+    def over_switchml(self, rows: pd.DataFrame) -> float:
+        """ATP's normalized throughput over SwitchML's, the largest over the loss rates."""
+        n = self._normalized(rows)
+        return float((n["atp"] / n["switchml"]).max())
+
+    def checks(self, rows: pd.DataFrame) -> dict:
+        n = self._normalized(rows)
+        low = n[n.index < NO_LOSS_BELOW_PCT]
+        return {"finished": bool(rows.finished.all()),
+                "atp_degrades_less": bool((n["atp"] >= n["switchml"] - self.MARGIN).all()),
+                "graceful": bool(n.loc[0.01, "atp"] >= 0.5) if 0.01 in n.index else True,
+                "over_switchml_band": band(self.over_switchml(rows), PAPER_OVER_SWITCHML, BAND),
+                "no_deterioration_below_0.1%": bool(all(band(v, 1.0, NO_LOSS_BAND) for v in low["atp"]))}
 
     def holds(self, rows: pd.DataFrame) -> bool:
-        n = rows[rows.loss_pct > 0].pivot(index="loss_pct", columns="scheme", values="normalized")
-        graceful = True
-        if 0.01 in n.index:
-            graceful = n.loc[0.01, "atp"] >= 0.5
-        return bool((n["atp"] >= n["switchml"] - self.MARGIN).all() and graceful)
+        return all(self.checks(rows).values())
 
     def explain(self, rows: pd.DataFrame) -> str:
         n = rows.pivot(index="loss_pct", columns="scheme", values="normalized").reset_index()
         a = rows[rows.scheme == "atp"].set_index("loss_pct")
         top = a.index.max()
+        over = self.over_switchml(rows)
+        band_word = "inside" if band(over, PAPER_OVER_SWITCHML, BAND) else "outside"
+        sw = rows[rows.scheme == "switchml"].set_index("loss_pct")
+        sw_lost = float(sw.loc[top, "packets_lost"])
+        sw_slow = float(sw.loc[top, "jct_s"] / sw.loc[0.0, "jct_s"]) if 0.0 in sw.index else float("nan")
+        atp_slow = float(a.loc[top, "jct_s"] / a.loc[0.0, "jct_s"]) if 0.0 in a.index else float("nan")
+        checks = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in self.checks(rows).items())
         return f"""# atp-loss (ATP Fig. 10b, microbenchmark)
+
+{setup_table(self.setup())}
 
 **Claim.** {self.claim}
 
@@ -89,8 +151,9 @@ host) vs SwitchML (1 ms timeout, equal-share slot pool); `host_loss` on worker `
 it sends or receives is lost with this probability). Throughput = allreduce bytes / JCT,
 normalized to the scheme's no-loss run.
 
-**Our result** (`holds` = {self.holds(rows)}; tolerance: ATP's normalized throughput >= SwitchML's - {self.MARGIN}
-at every loss rate, and >= 0.5 at 0.01 %):
+**Our result** (`holds` = {self.holds(rows)}; tolerance: {self.tolerance}; checks: {checks}):
+
+ATP's largest normalized throughput over SwitchML's: {over:.2f}x (paper: {PAPER_OVER_SWITCHML}x).
 
 Normalized throughput:
 
@@ -110,6 +173,11 @@ All runs:
   addition, the paper waits for the timeout). SwitchML's only signal is its 1 ms per-slot
   timeout, so every loss stalls one slot for a millisecond (the `lossy_worker_timeouts` column
   equals its losses).
+* The paper's "34%" (§1): ours is {over:.2f}x, {band_word} the band {PAPER_OVER_SWITCHML / BAND:.2f}-{PAPER_OVER_SWITCHML * BAND:.2f}.
+  The paper does not say at which loss rate, nor in which panel (training, Fig. 10a, or the
+  microbenchmark, Fig. 10b), ATP is 34 % ahead; we judge the largest ratio over our rates in a run
+  with no compute, where nothing hides SwitchML's 1 ms stalls: at {top:g} % loss SwitchML loses
+  {sw_lost:,.0f} packets and takes {sw_slow:.2f}x its lossless time, ATP {atp_slow:.2f}x.
 * At the highest rate ATP still loses {1 - a.loc[top, 'normalized']:.0%} of its throughput: with
   congestion control off its window does not shrink, and resends compete with new fragments.
 * History: an earlier version resent only the oldest missing fragment once and let the PS ignore a
@@ -117,8 +185,7 @@ All runs:
   reproduction showed the reverse order. That was a modelling error (the paper's recovery is
   meant to react within a round trip), fixed in the ATP worker and PS.
 * The paper's SwitchML is its own prototype with 180 B packets; ours is a packet-level model of
-  SwitchML's per-slot protocol with the same packet size. The paper's SwitchML may also lose more
-  per timeout (its Fig. 10 shows it falling much faster), which we cannot check.
+  SwitchML's per-slot protocol with the same packet size.
 * Scaled down: one {self.size} allreduce (~{int(rows.loc[(rows.scheme == 'atp') & (rows.loss_pct == 0), 'jct_s'].iloc[0] * 1e3 + 0.5)} ms simulated without loss)
   instead of a long training run, {n_seeds(self.seeds)}. The lossy worker sends and receives ~1.4e5 (ATP) /
   ~2.6e5 (SwitchML) packets each way, so 0.001 % gives only a few losses and that point is noisy
