@@ -5,10 +5,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import Seeded, markdown_table, n_seeds, register
+from . import Seeded, band, markdown_table, n_seeds, register, setup_table
+from .atp_multi_rack import whole
 from .atp_pta import static_need
 
 AGG_BYTES = 272  # one ATP aggregator (inalab-switch/src/atp.rs, AGGREGATOR_BYTES)
+
+# The paper gives no number for Fig. 14, only "ATP's hash-based scheme matches the baseline
+# static scheme" (§5.4.2): hash / static within BAND of 1 either way at every job count (a hash
+# far above static would be as wrong as one far below). Linear's "greatly outperforms" has no
+# number: it stays a one-sided check (LINEAR_VS_STATIC below).
+PAPER_HASH_OVER_STATIC = 1.0
+BAND = 1.25
 
 
 def scenario(n_jobs: int, hashing: str, aggregators: int, workers: int, size: str, iterations: int,
@@ -37,11 +45,39 @@ class AtpHashVsLinear(Seeded):
     simulates = "4- to 32-host star"
     # The simulations' scenario seed: it draws loss, jitter and background peers (docs/config.md),
     # which these scenarios do not have, so seeds are expected to agree (the write-up says when
-    # they do). (1,): the committed write-up's.
-    seeds = (1,)
+    # they do). Three: the project's least.
+    seeds = (1, 2, 3)
+    keys = ["jobs", "allocation"]  # a row's setup, to match rows across seeds
 
     def __init__(self, jobs=(1, 2, 3, 4, 5, 6, 7, 8), workers: int = 3, size: str = "4MiB", iterations: int = 2):
         self.jobs, self.workers, self.size, self.iterations = list(jobs), workers, size, iterations
+
+    def setup(self) -> list:
+        """The write-up's set-up table: (parameter, the paper (where), ours, why different)."""
+        nmax, per = max(self.jobs), self.workers + 1
+        return [
+            ("topology", "one 32 x 100 Gbps Tofino, 9 hosts (§5.1)", f"a star at 100 Gbps, 1 us per link, "
+             f"{per} hosts per job (up to {nmax * per})",
+             "inalab gives every job hosts of its own (a host serves one job); on the testbed's 9 machines (§5.1) the paper's 8 jobs must have shared hosts"),
+            ("jobs", "1 to 8 concurrent jobs (§5.4.2, Fig. 14)", ", ".join(map(str, self.jobs)), ""),
+            ("workers per job", "not in the paper", f"{self.workers} workers + 1 PS host", "a small job keeps 8 of them cheap"),
+            ("workload", "the microbenchmark: each worker repeatedly sends 4 MB tensors, no off phase (§5.1, §5.4.2)",
+             f"an ATP allreduce of {self.size} x {self.iterations} iterations per job", "two tensors instead of a run of them"),
+            ("aggregators", "100 % of PTA, the fewest with which static gives each job its peak throughput (§5.4.1); "
+             "the count for Fig. 14 is not in the paper (3 VGG16 jobs: 1,980, §5.4.1)",
+             f"PTA measured: {nmax} x the fewest static aggregators with which one job alone keeps its ample-pool "
+             f"goodput within 2 % (bisection); every job has that many `ina.slots`", "the paper's count is for its own jobs"),
+            ("allocation", "static (1/N each), hash (ATP's dynamic hashing, §3.6), linear (index = seq % N, §5.4.2)",
+             "`ina.hashing` = static, hash, linear", ""),
+            ("packets", "306 B (§3.6)", "306 B (62 values)", ""),
+            ("window, CC", "AIMD from 200 packets (~60 KB), ECN (§3.7)", "AIMD from 60,000 B, ECN above 200 KB, 1 MiB "
+             "drop-tail buffers (defaults); a window never above the job's slots", "the threshold and buffers are not in the paper"),
+            ("loss, timeouts", "no loss; timeout not given for this experiment", "no loss; ATP's 1 ms timeout (default)", ""),
+            ("metric", "aggregation throughput: parameter bytes each worker receives per second (§5.1)",
+             "per-job goodput (allreduce bytes x iterations / JCT), mean over the jobs", "the same quantity, over the whole run"),
+            ("seeds", "not in the paper", f"{len(self.seeds)} ({', '.join(map(str, self.seeds))}); nothing here is drawn "
+             "from the seed", "the project's least"),
+        ]
 
 
     def _run(self, seed: int, progress) -> pd.DataFrame:
@@ -84,26 +120,31 @@ class AtpHashVsLinear(Seeded):
                 })
         return pd.DataFrame(rows)
 
-    # Tolerances: hash within 20% of static at every job count (paper: "matches"); linear at the
-    # largest job count below half of static and below hash (paper: "greatly outperforms").
-    HASH_VS_STATIC = 0.8
+    # Tolerances: hash / static within BAND of 1 either way at every job count (paper: "matches");
+    # linear at the largest job count below half of static and below hash (paper: "greatly
+    # outperforms").
     LINEAR_VS_STATIC = 0.5
 
     @property
     def tolerance(self) -> str:
         """What `holds` checks, with its thresholds (shown by the report and the JSON)."""
-        return (f"hash >= {self.HASH_VS_STATIC:.0%} of static's goodput at every job count; at the most jobs linear "
-                f"< {self.LINEAR_VS_STATIC:.0%} of static and below hash")
+        return (f"every job finishes; hash / static goodput within {BAND}x of 1 either way at every job count "
+                f"([{1 / BAND:.2f}, {BAND:.2f}], \"matches\"); at the most jobs linear < {self.LINEAR_VS_STATIC:.0%} "
+                "of static and below hash")
 
-    def holds(self, rows: pd.DataFrame) -> bool:
+    def checks(self, rows: pd.DataFrame) -> dict:
         if not rows.all_finished.all():
-            return False  # a run whose jobs did not all finish has no goodput to compare
+            # a run whose jobs did not all finish has no goodput to compare
+            return {"finished": False, "hash_matches_static": False, "linear_collapses": False}
         g = rows.pivot(index="jobs", columns="allocation", values="mean_goodput_gbps")
         nmax = g.index.max()
-        hash_ok = bool((g["hash"] >= self.HASH_VS_STATIC * g["static"]).all())
-        linear_ok = bool(g.loc[nmax, "linear"] < self.LINEAR_VS_STATIC * g.loc[nmax, "static"]
-                         and g.loc[nmax, "linear"] < g.loc[nmax, "hash"])
-        return hash_ok and linear_ok
+        return {"finished": True,
+                "hash_matches_static": all(band(float(v), PAPER_HASH_OVER_STATIC, BAND) for v in g["hash"] / g["static"]),
+                "linear_collapses": bool(g.loc[nmax, "linear"] < self.LINEAR_VS_STATIC * g.loc[nmax, "static"]
+                                         and g.loc[nmax, "linear"] < g.loc[nmax, "hash"])}
+
+    def holds(self, rows: pd.DataFrame) -> bool:
+        return all(self.checks(rows).values())
 
     def explain(self, rows: pd.DataFrame) -> str:
         g = rows.pivot(index="jobs", columns="allocation", values="mean_goodput_gbps")
@@ -112,7 +153,12 @@ class AtpHashVsLinear(Seeded):
         h1 = rows[(rows.jobs == 1) & (rows.allocation == "hash")].iloc[0]
         hm = rows[(rows.jobs == nmax) & (rows.allocation == "hash")].iloc[0]
         need = int(rows["slots"].iloc[0])
+        ratio = g["hash"] / g["static"]
+        checks = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in self.checks(rows).items())
+        ratio_text = f"{ratio.min():.3f} to {ratio.max():.3f} over {', '.join(map(str, g.index))} jobs (paper: \"matches\")"
         return f"""# atp-hash-vs-linear (ATP Fig. 14)
+
+{setup_table(self.setup())}
 
 **Claim.** {self.claim}
 
@@ -128,8 +174,9 @@ aggregator the job never used) | linear (every job's slots are aggregators 0..{n
 moves). Metric: each job's goodput (allreduce bytes x iterations / JCT), averaged over the jobs
 (the paper plots aggregation throughput).
 
-**Our result** (`holds` = {self.holds(rows)}; tolerance: hash >= {self.HASH_VS_STATIC:.0%} of static at every
-job count, linear < {self.LINEAR_VS_STATIC:.0%} of static and below hash at {nmax} jobs):
+**Our result** (`holds` = {self.holds(rows)}; tolerance: {self.tolerance}; checks: {checks}):
+
+Hash / static goodput: {ratio_text}.
 
 Mean per-job goodput (Gbps):
 
@@ -137,14 +184,14 @@ Mean per-job goodput (Gbps):
 
 All runs:
 
-{markdown_table(rows.drop(columns=["aggregators"]))}
+{markdown_table(whole(rows.drop(columns=["aggregators"])))}
 
 **Where and why they differ.**
 
 * Static allocation: no collisions, every job at its single-job goodput.
-* Hash: at {nmax} jobs, {hm.collisions:,} collisions in the whole run and the PS moved slots
+* Hash: at {nmax} jobs, {int(hm.collisions):,} collisions in the whole run and the PS moved slots
   ({int(hm.rehashes)} moves); goodput {hm.mean_goodput_gbps:.1f} Gbps against static's
-  {float(g.loc[nmax, "static"]):.1f}. A job alone never collides ({h1.collisions} collisions): its
+  {float(g.loc[nmax, "static"]):.1f}. A job alone never collides ({int(h1.collisions)} collisions): its
   slots are distinct and its window never runs more than its slots ahead.
 * Linear collapses as jobs are added, as in the paper: every job uses the same aggregators, so the
   later jobs' fragments find them taken and go to their PS; nothing moves them.
