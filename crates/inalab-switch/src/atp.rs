@@ -68,7 +68,7 @@
 //!   path.
 
 use inalab_core::wire::{AtpHeader, Header};
-use inalab_core::{Admission, AdmitError, NodeId, Packet, Payload, PortId, SwitchAction, SwitchCtx, SwitchProgram, Time};
+use inalab_core::{flow_key, Admission, AdmitError, NodeId, Packet, Payload, PortId, SwitchAction, SwitchCtx, SwitchProgram, Time};
 use crate::pool::Pool;
 use inalab_core::rail::sticky_add;
 use std::collections::BTreeMap;
@@ -431,9 +431,11 @@ impl AtpSwitch {
             for &(w, flow) in &job.remote_targets {
                 let mut p = pkt.clone();
                 p.dst = w;
-                if let Some(f) = flow {
-                    p.flow = f;
-                }
+                // A copy readdressed is a new flow to ECMP, as a switch hashing the rewritten
+                // header sees it: with the parameter's own key every copy to the job's other
+                // racks took one uplink (8 jobs of 15 workers over 8 racks: 23 of a leaf's
+                // 37 MB on one of its 8 spines, ATP 1.8x slower than ring; #37 item 6).
+                p.flow = flow.unwrap_or_else(|| flow_key(p.src, p.src_port, w, p.dst_port));
                 out.push(SwitchAction::Route { pkt: p });
                 copies += 1;
             }
@@ -725,6 +727,27 @@ mod tests {
         run(&mut s, 5, 5, param(1, 77, 1, PS, 0));
         assert_eq!(s.aggregators_in_use(), 1);
         assert_eq!(counter(&s, "deallocs"), 2);
+    }
+
+    #[test]
+    fn copies_to_other_racks_are_flows_of_their_own_addresses() {
+        // #37 item 6: every copy kept the parameter's flow key, so ECMP sent all the copies to a
+        // job's other racks over one uplink of the PS's leaf.
+        let mut s = AtpSwitch::new(AtpSwitchConfig { aggregators: 4, stale_timeout_ps: 1000 });
+        let remote_targets = vec![(50, None), (60, None), (70, Some(0xABC))];
+        s.admit_job(2, AtpSwitchJob { local_workers: vec![(3, 3)], ps: Some(PS), remote_targets, multicast: true, stale_timeout_ps: 1000, ..Default::default() });
+        let p = param(2, 9, 3, PS, 3);
+        let out = run(&mut s, 0, 7, p.clone());
+        let flows: Vec<(NodeId, u64)> = out
+            .iter()
+            .filter_map(|a| match a {
+                SwitchAction::Route { pkt } => Some((pkt.dst, pkt.flow)),
+                _ => None,
+            })
+            .collect();
+        let key = |dst| flow_key(PS, p.src_port, dst, p.dst_port);
+        assert_eq!(flows, vec![(50, key(50)), (60, key(60)), (70, 0xABC)], "a pinned flow is kept");
+        assert!(flows.iter().all(|&(_, f)| f != p.flow));
     }
 
     #[test]
