@@ -136,3 +136,32 @@ def test_a_failing_reproduction_is_a_row(tmp_path, monkeypatch):
     assert by["broken-example"]["holds"] is None and "this reproduction fails" in by["broken-example"]["error"]
     assert by[CHEAP[0]]["holds"] is True and data["summary"]["errors"] == 1
     assert ">error<" in (out / "report" / "index.html").read_text()
+
+
+def test_the_index_and_readme_are_generated_from_the_write_ups():
+    # Issue #37: no line of docs/reproductions/README.md (nor the README's count) disagrees with
+    # its write-up: the committed files are what inalab.reproduce.index generates.
+    from inalab.reproduce import index
+
+    for path, text in index.generated(reproduce_mod.DOCS_DIR).items():
+        assert path.read_text() == text, f"{path} is stale: run inalab.reproduce.index.regenerate (or --update-docs)"
+
+
+def test_the_index_takes_holds_and_the_line_from_each_write_up(tmp_path, monkeypatch):
+    from inalab.reproduce import index
+
+    docs = tmp_path / "docs" / "reproductions"
+    docs.mkdir(parents=True)
+    names = list(reproduce_mod.REPRODUCTIONS)
+    old = f"| `{names[1]}` | x | y | yes | an old line |"
+    (docs / "README.md").write_text(f"# R\n\n{index.BEGIN}\n\n{old}\n\n{index.END}\n\nafter\n")
+    (tmp_path / "README.md").write_text("<!-- holds: generated -->0 of 0<!-- /holds -->\n")
+    (docs / f"{names[0]}.md").write_text("x (`holds` = True; ...)\n\n**In one line.** from the results\n")
+    (docs / f"{names[1]}.md").write_text("x (`holds` = False; ...)\n")
+    assert set(index.regenerate(docs)) == {docs / "README.md", tmp_path / "README.md"}
+    text = (docs / "README.md").read_text()
+    assert f"| `{names[0]}` |" in text and "| yes | from the results |" in text
+    # Without its own line the old one stays, marked, and holds is the write-up's.
+    assert "| no | an old line (by hand) |" in text and text.endswith(f"{index.END}\n\nafter\n")
+    assert "1 of " in (tmp_path / "README.md").read_text()
+    assert index.regenerate(docs) == []  # idempotent

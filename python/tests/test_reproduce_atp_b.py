@@ -77,6 +77,7 @@ def test_dsa_policy_reduced():
     assert r.loc["dsa", "switch_completed"] > 10 * r.loc["dsa", "ps_completed"] > 0
     assert r.loc["fcfs", "preemptions"] == 0
     assert isinstance(rep.holds(rows), bool) and "Where and why" in rep.explain(rows)
+    assert rep.headline(rows).startswith("5MB: DSA A ")
 
 
 def test_dsa_jct_reduced():
@@ -92,6 +93,7 @@ def test_dsa_jct_reduced():
     one = rows[(rows.jobs == 1) & (rows.scheme == "dsa")].iloc[0]
     assert one.switch_completed > 100 * max(one.ps_completed, 1), "a lone job completes on the switch"
     assert isinstance(rep.holds(rows), bool) and "Where and why" in rep.explain(rows)
+    assert rep.headline(rows).startswith("5MB: ATP/DSA ")
 
 
 def test_dsa_utilization_reduced():
@@ -110,3 +112,4 @@ def test_dsa_utilization_reduced():
     pool = {"5MB": 18_939, "1MB": 3_787}
     assert (rows.aggregators_peak > 0).all() and (rows.aggregators_peak <= rows.memory.map(pool)).all()
     assert "of DSA's 18,939" in text and "of DSA's 3,787" in text
+    assert rep.headline(rows).startswith("1MB A: DSA ")

@@ -325,7 +325,13 @@ def run_one(name: str, progress: Optional[Progress] = None, seeds=None) -> Outco
         means = mean_over_seeds(rows, getattr(rep, "keys", None))
     judged = rows if means is None else means
     checks = {str(k): bool(v) for k, v in rep.checks(judged).items()} if callable(getattr(rep, "checks", None)) else None
-    writeup = with_seeds_paragraph(rep.explain(judged), seeds_paragraph(rep, chosen, defaults, rows, means))
+    paragraph = seeds_paragraph(rep, chosen, defaults, rows, means)
+    if callable(getattr(rep, "headline", None)):
+        # The index's line for it (inalab.reproduce.index), from the same rows as the write-up.
+        from .index import HEADLINE
+
+        paragraph += f"\n\n{HEADLINE} {rep.headline(judged)}"
+    writeup = with_seeds_paragraph(rep.explain(judged), paragraph)
     return Outcome(name=name, paper=paper_of(rep), figure=getattr(rep, "figure", ""), claim=rep.claim,
                    tolerance=getattr(rep, "tolerance", ""), holds=bool(rep.holds(judged)), checks=checks, rows=rows,
                    writeup=writeup, seconds=seconds, seeds=chosen, seeds_default=chosen == defaults, means=means)
@@ -362,6 +368,9 @@ def update_docs(outcome: Outcome, docs: Path) -> Path:
     kept = old[old.index(HAND_WRITTEN):] if HAND_WRITTEN in old else ""
     path.write_text(outcome.writeup + ("\n" + kept if kept else ""))
     outcome.files["docs"] = path
+    from .index import regenerate
+
+    regenerate(docs)  # the index and the README's count, from the write-ups
     return path
 
 

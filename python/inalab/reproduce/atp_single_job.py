@@ -161,6 +161,13 @@ class AtpSingleJob(Seeded):
         t = self._table(rows)
         return self._order_holds(t) and self._bands_hold(t)
 
+    def headline(self, rows: pd.DataFrame) -> str:
+        """The index's one line (inalab.reproduce.index)."""
+        t = self._table(rows)
+        largest = ", ".join(f"{LABELS[k]} {v:.2f}x ({PAPER_SPEEDUP[k]})" for k, v in self._largest(t).items())
+        return (f"with the testbed's copy rate, ATP's largest speedups (paper's): {largest}; "
+                f"the paper's order {'holds' if self._order_holds(t) else 'does not hold'}")
+
     def explain(self, rows: pd.DataFrame) -> str:
         t = self._table(rows)
         tab = t[[s for s in self.schemes]].reset_index()

@@ -70,6 +70,15 @@ class DsaJct(Seeded):
         top = r.groupby("scheme").vs_dsa.max()
         return self._dsa_best(r) and band(top["atp"], 1.35, BAND) and band(top["switchml"], 1.89, BAND)
 
+    def headline(self, rows: pd.DataFrame) -> str:
+        """The index's one line (inalab.reproduce.index)."""
+        parts = []
+        for m in self.memories:
+            r = rows[rows.memory == m]
+            a, s = r[r.scheme == "atp"].vs_dsa, r[r.scheme == "switchml"].vs_dsa
+            parts.append(f"{m}: ATP/DSA {a.min():.2f}-{a.max():.2f}, SwitchML/DSA {s.min():.2f}-{s.max():.2f}")
+        return "; ".join(parts) + f" over {self.values[0]}-{self.values[-1]} {self.axis} (above 1: DSA faster; paper up to 1.35 and 1.89)"
+
     def explain(self, rows: pd.DataFrame) -> str:
         t = rows.pivot_table(index=["memory", "mix", self.axis], columns="scheme", values="vs_dsa").reset_index()
         wins = rows[rows.scheme != "dsa"].groupby(["memory", "mix", self.axis]).vs_dsa.min()
@@ -190,6 +199,12 @@ class DsaUtilization(Seeded):
     def holds(self, rows: pd.DataFrame) -> bool:
         r = rows[rows.memory == PAPER_MEMORY].set_index(["mix", "scheme"]).dsa_over
         return all(band(r[k], p, BAND) for k, p in self.PAPER.items() if k in r.index)
+
+    def headline(self, rows: pd.DataFrame) -> str:
+        """The index's one line (inalab.reproduce.index)."""
+        u = rows.pivot(index=["memory", "mix"], columns="scheme", values="utilization")
+        return "; ".join(f"{m} {x}: DSA {r.dsa:.2f}, ATP {r.atp:.2f}, SwitchML {r.switchml:.2f}" for (m, x), r in u.iterrows()) \
+            + " of 100 Gbps (paper: DSA 1.45x ATP's for A)"
 
     def explain(self, rows: pd.DataFrame) -> str:
         u = rows.pivot(index=["memory", "mix"], columns="scheme", values="utilization")

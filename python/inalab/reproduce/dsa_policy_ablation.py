@@ -178,6 +178,17 @@ class DsaPolicy(Seeded):
         s = self._speedups(rows[rows.memory == PAPER_MEMORY])
         return self._order_holds(s) and self._bands_hold(s)
 
+    def headline(self, rows: pd.DataFrame) -> str:
+        """The index's one line (inalab.reproduce.index)."""
+        sp = self._speedups(rows)
+        policies = ["dsa/dsa", "dsa/always-preempt", "dsa/preempt-half", "dsa/fcfs"]
+        parts = []
+        for m in self.memories:
+            at = ", ".join(f"{x} {sp.loc[(m, x), 'dsa/dsa']:.2f}x" for x in self.mixes)
+            best = sp.loc[m, policies].mean().idxmax().split("/")[1]
+            parts.append(f"{m}: DSA {at} ATP's speed, fastest policy {best}")
+        return "; ".join(parts) + f" (paper: DSA {self.PAPER['A'][0]}x, {self.PAPER['AB'][0]}x)"
+
     def explain(self, rows: pd.DataFrame) -> str:
         sp = self._speedups(rows)
         mem = self.memories[-1]
