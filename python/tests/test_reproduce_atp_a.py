@@ -62,3 +62,4 @@ def test_single_job_reduced():
     assert (t.atp > t.ps).all()  # in-network aggregation beats the N-to-1 PS incast
     assert t.loc["dnn_a", "atp"] / t.loc["dnn_a", "ps"] > t.loc["dnn_b", "atp"] / t.loc["dnn_b", "ps"]
     assert isinstance(rep.holds(rows), bool) and "Where and why" in rep.explain(rows)
+    assert "ATP's largest speedups" in rep.headline(rows)
