@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/ina_scale.py                 # 8..63 workers x 1..8 jobs, ~10 min on 2 cores
     .venv/bin/python benchmarks/ina_scale.py --quick         # 8 and 63 workers x 1 and 2 jobs
     .venv/bin/python benchmarks/ina_scale.py --workers 63 --jobs 1,8 --schemes atp,ring --json
+    .venv/bin/python benchmarks/ina_scale.py --workers 47,15 --jobs 1,8 --size 2MiB --hosts-per-rack 16 --schemes atp,ring
 
 Every run: `jobs` concurrent jobs of `workers` workers and one server each (the server is
 used by ATP; ring and SwitchML leave it idle), one 4 MiB allreduce per job, all starting at 0.
@@ -35,26 +36,27 @@ import time
 HOSTS_PER_RACK = 32
 
 
-def placement(workers: int, jobs: int, servers: str) -> list[tuple[list[int], int]]:
+def placement(workers: int, jobs: int, servers: str, per_rack: int = HOSTS_PER_RACK) -> list[tuple[list[int], int]]:
     """Each job's worker hosts and server host (see the module docs)."""
     hosts = jobs * (workers + 1)
     if servers == "last":
         return [(list(range(j, hosts, jobs))[:workers], list(range(j, hosts, jobs))[workers]) for j in range(jobs)]
-    racks = -(-hosts // HOSTS_PER_RACK)
+    racks = -(-hosts // per_rack)
     taken: list[int] = []
     for j in range(jobs):
         r = racks - 1 - j % racks
-        top = min(hosts, (r + 1) * HOSTS_PER_RACK)
-        taken.append(next(h for h in range(top - 1, r * HOSTS_PER_RACK - 1, -1) if h not in taken))
+        top = min(hosts, (r + 1) * per_rack)
+        taken.append(next(h for h in range(top - 1, r * per_rack - 1, -1) if h not in taken))
     rest = [h for h in range(hosts) if h not in taken]
     return [(rest[j::jobs][:workers], taken[j]) for j in range(jobs)]
 
 
-def scenario(scheme: str, workers: int, jobs: int, size: str, servers: str = "spread") -> dict:
+def scenario(scheme: str, workers: int, jobs: int, size: str, servers: str = "spread", per_rack: int = HOSTS_PER_RACK,
+             memory: str = "5MB") -> dict:
     hosts = jobs * (workers + 1)
-    leaves = -(-hosts // HOSTS_PER_RACK)
+    leaves = -(-hosts // per_rack)
     js = []
-    for j, (mine, server) in enumerate(placement(workers, jobs, servers)):
+    for j, (mine, server) in enumerate(placement(workers, jobs, servers, per_rack)):
         job = {"name": f"job{j}", "scheme": scheme, "allreduce": size, "iterations": 1, "workers": [f"h{h}" for h in mine]}
         if scheme == "atp":
             job["servers"] = [f"h{server}"]
@@ -62,19 +64,19 @@ def scenario(scheme: str, workers: int, jobs: int, size: str, servers: str = "sp
     return {
         "name": f"scale-{scheme}-{workers}w-{jobs}j",
         "stop": "100ms",
-        "topology": {"kind": "leaf_spine", "leaves": leaves, "spines": 8, "hosts_per_leaf": HOSTS_PER_RACK,
+        "topology": {"kind": "leaf_spine", "leaves": leaves, "spines": 8, "hosts_per_leaf": per_rack,
                      "host_rate": "100Gbps", "fabric_rate": "400Gbps", "link_delay": "1us", "programmable": "tor"},
-        "network": {"routing": "adaptive"},
+        "network": {"routing": "adaptive", "aggregator_memory": memory},
         "jobs": js,
     }
 
 
-def run(scheme: str, workers: int, jobs: int, size: str, servers: str) -> dict:
+def run(scheme: str, workers: int, jobs: int, size: str, servers: str, per_rack: int = HOSTS_PER_RACK, memory: str = "5MB") -> dict:
     import inalab
 
     t = time.perf_counter()
     try:
-        r = inalab.simulate(scenario(scheme, workers, jobs, size, servers))
+        r = inalab.simulate(scenario(scheme, workers, jobs, size, servers, per_rack, memory))
     except inalab.ConfigError as e:  # SwitchML needs a job's workers in one rack
         return {"scheme": scheme, "workers": workers, "jobs": jobs, "skipped": str(e)}
     wall = time.perf_counter() - t
@@ -100,6 +102,8 @@ def main(argv=None) -> int:
     ap.add_argument("--size", default="4MiB", help="allreduce size per job (default 4MiB)")
     ap.add_argument("--servers", choices=["spread", "last"], default="spread",
                     help="where servers go: one per rack (spread, default) or all in the last rack (last)")
+    ap.add_argument("--hosts-per-rack", type=int, default=HOSTS_PER_RACK, help=f"hosts per rack (default {HOSTS_PER_RACK})")
+    ap.add_argument("--memory", default="5MB", help="aggregator memory per ToR (default 5MB, a Tofino's)")
     ap.add_argument("--quick", action="store_true", help="8 and 63 workers x 1 and 2 jobs")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     a = ap.parse_args(argv)
@@ -110,7 +114,7 @@ def main(argv=None) -> int:
     rows = []
     for i, (w, j, s) in enumerate(runs, 1):
         print(f"[{i}/{len(runs)}] {s}, {w} workers x {j} jobs", file=sys.stderr, flush=True)
-        rows.append(run(s, w, j, a.size, a.servers))
+        rows.append(run(s, w, j, a.size, a.servers, a.hosts_per_rack, a.memory))
     if a.json:
         print(json.dumps(rows, indent=1))
         return 0
