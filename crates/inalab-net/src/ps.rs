@@ -427,3 +427,95 @@ fn handle(s: &Shared, msg: &Value) -> Result<Value, NetError> {
         other => Err(NetError::Protocol(format!("field `op`: {:?} is not one of \"admit\", \"release\", \"stats\"", inalab_scheme::clip(other, 64)))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Issue #36: a server endpoint that panics fails its own job, alone; the PS serves on.
+    use super::*;
+    use crate::client::{Client, ClientOptions};
+    use crate::switch::{SwitchHandle, SwitchOptions};
+    use inalab_core::{AppRequest, Endpoint, HostEvent, Packet, Time};
+    use std::time::Duration;
+
+    fn any_port() -> SocketAddr {
+        "127.0.0.1:0".parse().unwrap()
+    }
+
+    /// A job's server endpoint with a bug: it panics on every packet.
+    struct Broken(Box<dyn HostProtocol>);
+
+    impl HostProtocol for Broken {
+        fn endpoint(&self) -> Endpoint {
+            self.0.endpoint()
+        }
+        fn submit(&mut self, now: Time, req: AppRequest) {
+            self.0.submit(now, req)
+        }
+        fn handle_packet(&mut self, _now: Time, _pkt: Packet) {
+            panic!("a broken server's packet handling");
+        }
+        fn handle_timeout(&mut self, now: Time) {
+            self.0.handle_timeout(now)
+        }
+        fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
+            self.0.poll_transmit(now)
+        }
+        fn poll_timeout(&self) -> Option<Time> {
+            self.0.poll_timeout()
+        }
+        fn poll_event(&mut self) -> Option<HostEvent> {
+            self.0.poll_event()
+        }
+    }
+
+    fn pair(sw: &SwitchHandle, job: u32) -> (Client, Client) {
+        let switch = sw.control_addr;
+        let opts = move |rank| ClientOptions {
+            switch,
+            job,
+            rank,
+            world: 2,
+            config: serde_json::json!({"scheme": "atp"}),
+            join_timeout: Duration::from_secs(20),
+            secret: None,
+            job_secret: None,
+            link_rate_bps: None,
+        };
+        let other = std::thread::spawn(move || Client::connect(opts(1)));
+        let a = Client::connect(opts(0)).unwrap();
+        (a, other.join().unwrap().unwrap())
+    }
+
+    fn allreduce(a: &Client, b: &Client, x: f32, y: f32) -> (Result<Vec<f32>, NetError>, Result<Vec<f32>, NetError>) {
+        let t = Duration::from_secs(20);
+        std::thread::scope(|sc| {
+            let h = sc.spawn(|| b.allreduce_within(vec![y; 1000], None, t, || Ok(())));
+            (a.allreduce_within(vec![x; 1000], None, t, || Ok(())), h.join().unwrap())
+        })
+    }
+
+    #[test]
+    fn a_panicking_server_endpoint_fails_its_own_job_and_the_ps_serves_on() {
+        let sw = SwitchHandle::start(SwitchOptions { udp: any_port(), control: any_port(), ..SwitchOptions::new(&["atp"]) }).unwrap();
+        let ps = PsHandle::start(PsOptions { udp: any_port(), control: any_port(), switch: sw.control_addr, ..PsOptions::default() }).unwrap();
+        let (a, b) = pair(&sw, 1);
+        let (c, d) = pair(&sw, 2);
+        // Job 2's server endpoint is swapped for the broken one (what a bug in it would do).
+        {
+            let mut st = crate::lock(&ps.shared.st);
+            let inner = st.servers.remove(&2).expect("job 2 admitted at the PS");
+            st.servers.insert(2, Box::new(Broken(inner)));
+        }
+        let (e, f) = allreduce(&c, &d, 1.0, 2.0);
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains("a broken server's packet handling"), "{e}");
+        assert!(f.is_err());
+        // The other job, on the same PS, stays exact.
+        for _ in 0..5 {
+            let (x, y) = allreduce(&a, &b, 1.0, 2.0);
+            assert_eq!((x.unwrap(), y.unwrap()), (vec![3.0; 1000], vec![3.0; 1000]));
+        }
+        let st = ps.stats();
+        assert_eq!(st["server_panics"], 1, "{st}");
+    }
+}
