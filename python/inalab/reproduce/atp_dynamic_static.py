@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import Seeded, markdown_table, register
+from . import Seeded, band, markdown_table, n_seeds, register, setup_table
+from .atp_multi_rack import whole
 from .atp_pta import static_need
 
 AGGREGATOR_BYTES = 272  # ATP aggregator: 62 x 4 B values + 6 x 4 B metadata
@@ -13,6 +14,23 @@ AGGREGATOR_BYTES = 272  # ATP aggregator: 62 x 4 B values + 6 x 4 B metadata
 # Tolerances of `holds` (the paper's shape, Fig. 13a):
 PEAK_TOL = 0.10      # at 100 % PTA dynamic and static are within 10 % of each other
 MIN_ADVANTAGE = 1.10  # below 100 % PTA dynamic beats static by >= 10 % at the most contended point
+# The paper's numbers, judged within a band either way on the mean over seeds:
+# "outperforms current state-of-the-art static allocation techniques by up to 38% in terms of
+# training time when there is heavy contention" (§7, §1): dynamic / static at the lowest
+# fraction of PTA within BAND of 1.38.
+PAPER_LOW_ADVANTAGE = 1.38
+BAND = 1.25
+# "the performance only decreases by 5 - 10% when only half of the desired aggregators are
+# available" (§1): dynamic at 50 % of PTA over dynamic at 100 %, 0.90-0.95, within HALF_BAND of
+# the middle, 0.925 ([0.84, 1.02]).
+PAPER_HALF_KEPT = 0.925
+HALF_BAND = 1.1
+
+# What each catalog model does to the pool (models/README.md; comm at 100 Gbps).
+MODEL_NOTE = {
+    "dnn_b": "8 MB, comm:comp = 1:2 at 100 Gbps: each job computes two thirds of the time, and its aggregators sit idle",
+    "dnn_a": "16 MB, comm:comp = 2:1 at 100 Gbps: each job communicates two thirds of the time, and keeps the pool busy",
+}
 
 
 class AtpDynamicVsStatic(Seeded):
@@ -21,19 +39,64 @@ class AtpDynamicVsStatic(Seeded):
     claim = ("ATP Fig. 13a: 3 identical jobs share one switch's aggregators. With 100 % of the peak "
              "throughput aggregators (PTA) dynamic (hashed, best-effort) and static (1/3 each) sharing "
              "perform similarly; as the aggregators drop to 33 % of PTA the dynamic approach degrades "
-             "less than static (up to 38 % better training time under heavy contention).")
+             "less than static (up to 38 % better training time under heavy contention; performance drops "
+             "only 5-10 % with half of the aggregators, §1).")
     simulates = "15-host star"
     # The simulations' scenario seed: it draws loss, jitter and background peers (docs/config.md),
     # which these scenarios do not have, so seeds are expected to agree (the write-up says when
-    # they do). (1,): the committed write-up's.
-    seeds = (1,)
+    # they do). Three: the project's least.
+    seeds = (1, 2, 3)
+    keys = ["model", "pta_fraction", "sharing"]  # a row's setup, to match rows across seeds
 
-    def __init__(self, model: str = "dnn_a", workers: int = 4, iterations: int = 6,
-                 fractions=(1.0, 0.8, 0.66, 0.5, 0.33), stagger: bool = True, ablation_model: str | None = "dnn_b"):
+    # The main workload is `dnn_b`, an on/off job (issue #37): the paper's 3 VGG16 jobs share one
+    # PS and its link, which they saturate at PTA (§5.4.1), so each communicates at most a third
+    # of 100 Gbps: VGG16's 528 MB (§5.1) then take >= ~127 ms against ~291 ms of compute (the
+    # catalog's P100 416 ms x 0.7 for the 2080 Ti, as atp-single-job), comm:comp ~ 1:2.3, and
+    # Fig. 13c shows jobs in off phases. inalab gives each job a PS host of its own (a host serves
+    # one job), so a model with that duty cycle on its own link stands in: `dnn_b` (1:2). `dnn_a`
+    # (2:1, busy two thirds of the time) is the ablation.
+    def __init__(self, model: str = "dnn_b", workers: int = 4, iterations: int = 6,
+                 fractions=(1.0, 0.8, 0.66, 0.5, 0.33), stagger: bool = True, ablation_model: str | None = "dnn_a"):
         self.model, self.workers, self.iterations = model, workers, iterations
-        # The same sweep with a model that leaves more idle time (not used by `holds`).
+        # The same sweep with a model that keeps the pool busier (not used by `holds`).
         self.ablation_model = ablation_model
         self.fractions, self.stagger = tuple(fractions), stagger
+
+    def setup(self) -> list:
+        """The write-up's set-up table: (parameter, the paper (where), ours, why different)."""
+        nw = self.workers
+        models = f"`{self.model}` ({MODEL_NOTE.get(self.model, 'see the catalog')})" + (
+            f"; `{self.ablation_model}` as an ablation" if self.ablation_model else "")
+        return [
+            ("topology", "3 jobs on one 32 x 100 Gbps Tofino, \"identical placement for workers and PS\" (§5.4.1, §5.1): "
+             "the jobs share the PS and \"saturate the link from the switch to the PS\"",
+             f"a {3 * (nw + 1)}-host star at 100 Gbps, 1 us per link; each job its own {nw} workers and PS host",
+             "inalab refuses a host used by two jobs (`config._place_jobs`): our jobs share no link, only the "
+             "aggregator pool (see below)"),
+            ("jobs", "3 identical (§5.4.1)", "3 identical", ""),
+            ("workers per job", "not in §5.4.1; 8 \"unless specified\" (§5.1), on 9 machines", f"{nw} + 1 PS host",
+             "smaller jobs keep the runs short"),
+            ("model", "VGG16 (528 MB, §5.1), with off phases (Fig. 13c)", models,
+             "a VGG16 iteration of 3 jobs is ~10^8 packet events; the on/off duty cycle the paper's jobs had on "
+             "their shared PS link (comm:comp ~ 1:2.3, derived under Setup below) on a link of their own"),
+            ("run length", "throughput \"after warm-up, from the second epoch of training onwards\" (§5.4.1)",
+             f"{self.iterations} iterations; throughput from the 2nd on", "epochs are out of reach"),
+            ("start", "not in the paper", "staggered by 1/3 of an iteration" if self.stagger else "together",
+             "so the jobs' on/off phases are not aligned (Fig. 13c)"),
+            ("PTA", "1,980 aggregators for 3 jobs: the fewest with which static gives each job its maximal "
+             "throughput (§5.4.1)", "measured the same way: 3 x one job's static need (bisection, within 2 % of its "
+             "ample-pool goodput); every job has that many `ina.slots`", "our jobs' need follows our model and RTT"),
+            ("aggregators", "100 % to 33 % of PTA (§5.4.1, Fig. 13a; the points between are only in the figure)",
+             ", ".join(f"{f:.0%}" for f in self.fractions) + " of PTA", ""),
+            ("allocation", "static: 1/3 each (SwitchML's); dynamic: ATP's hashing (§5.4.1, §3.6)",
+             "`ina.hashing` = static (the window is the slice) or hash", ""),
+            ("packets", "306 B (§3.6)", "306 B (62 values)", ""),
+            ("window, CC", "AIMD from 200 packets (~60 KB), ECN (§3.7)", "AIMD from 60,000 B, ECN above 200 KB, 1 MiB "
+             "drop-tail buffers (defaults)", "the threshold and buffers are not in the paper"),
+            ("PS", "\"saturates at 60Gbps\" (§5.5)", "no processing limit; ATP's 1 ms timeout", "not modelled here"),
+            ("seeds", "not in the paper", f"{len(self.seeds)} ({', '.join(map(str, self.seeds))}); nothing here is drawn "
+             "from the seed", "the project's least"),
+        ]
 
     # -- scenarios -------------------------------------------------------------------------
     def scenario(self, aggregators: int, hashing: str, starts=(0.0, 0.0, 0.0), slots: int = 0, n_jobs: int = 3,
@@ -110,19 +173,31 @@ class AtpDynamicVsStatic(Seeded):
     def tolerance(self) -> str:
         """What `holds` checks, with its thresholds (shown by the report and the JSON)."""
         return (f"({self.model}) every job finishes; at 100 % PTA |dynamic / static - 1| <= {PEAK_TOL}; at the lowest "
-                f"PTA dynamic >= {MIN_ADVANTAGE}x static; in between dynamic >= {1 - PEAK_TOL:.2f}x static")
+                f"PTA dynamic >= {MIN_ADVANTAGE}x static and within {BAND}x either way of the paper's "
+                f"{PAPER_LOW_ADVANTAGE}x; in between dynamic >= {1 - PEAK_TOL:.2f}x static; where 50 % of PTA ran, "
+                f"dynamic there keeps within {HALF_BAND}x either way of the paper's {PAPER_HALF_KEPT} of its 100 % "
+                "throughput (\"only decreases by 5-10%\")")
 
-    def holds(self, rows: pd.DataFrame) -> bool:
+    def _half_kept(self, t: pd.DataFrame) -> float:
+        """Dynamic's throughput at 50 % of PTA over at 100 % (nan if either did not run)."""
+        return float(t.loc[0.5, "dynamic"] / t.loc[1.0, "dynamic"]) if {0.5, 1.0} <= set(t.index) else float("nan")
+
+    def checks(self, rows: pd.DataFrame) -> dict:
         rows = rows[rows.model == self.model]
         t = rows.pivot(index="pta_fraction", columns="sharing", values="throughput")
-        if not rows.finished.all():
-            return False
         top, low = t.index.max(), t.index.min()
-        peak_ok = abs(t.loc[top, "dynamic"] / t.loc[top, "static"] - 1) <= PEAK_TOL
-        adv_ok = t.loc[low, "dynamic"] >= MIN_ADVANTAGE * t.loc[low, "static"]
-        # dynamic never clearly below static below 100 %
-        never_worse = bool((t.loc[t.index < top, "dynamic"] >= (1 - PEAK_TOL) * t.loc[t.index < top, "static"]).all())
-        return bool(peak_ok and adv_ok and never_worse)
+        ratio = t["dynamic"] / t["static"]
+        half = self._half_kept(t)
+        return {"finished": bool(rows.finished.all()),
+                "equal_at_100%": bool(abs(ratio[top] - 1) <= PEAK_TOL),
+                "dynamic_ahead_at_lowest": bool(ratio[low] >= MIN_ADVANTAGE),
+                # dynamic never clearly below static below 100 %
+                "never_worse": bool((ratio[ratio.index < top] >= 1 - PEAK_TOL).all()),
+                "lowest_advantage_band": band(float(ratio[low]), PAPER_LOW_ADVANTAGE, BAND),
+                "half_pta_band": True if half != half else band(half, PAPER_HALF_KEPT, HALF_BAND)}
+
+    def holds(self, rows: pd.DataFrame) -> bool:
+        return all(self.checks(rows).values())
 
     def explain(self, rows: pd.DataFrame) -> str:
         every = rows
@@ -133,9 +208,14 @@ class AtpDynamicVsStatic(Seeded):
             at["dynamic/static"] = at["dynamic"] / at["static"]
             ab_table = markdown_table(at.reset_index())
             ab_low = float(at["dynamic/static"].iloc[-1])
-            ab_holds = self.holds(ab.assign(model=self.model))
+            ab_mid = at.loc[(at.index < at.index.max()) & (at.index > at.index.min()), "dynamic/static"]
+            ab_checks = self.checks(ab.assign(model=self.model))
+            ab_holds = all(ab_checks.values())
+            ab_checks_text = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in ab_checks.items())
+            ab_half = self._half_kept(at)
         else:
-            ab_table, ab_low, ab_holds = "(not run)", float("nan"), False
+            ab_table, ab_low, ab_mid, ab_holds, ab_half = "(not run)", float("nan"), pd.Series(dtype=float), False, float("nan")
+            ab_checks_text = "-"
         pta, need = int(rows.pta.iloc[0]), int(rows.slots.iloc[0])
         t = rows.pivot(index="pta_fraction", columns="sharing", values="throughput").sort_index(ascending=False)
         t["dynamic/static"] = t["dynamic"] / t["static"]
@@ -145,14 +225,27 @@ class AtpDynamicVsStatic(Seeded):
         r = rows.set_index(["pta_fraction", "sharing"])
         ds_low, ds_top = float(tt.loc[low, "dynamic/static"]), float(tt.loc[top, "dynamic/static"])
         mid = tt.loc[(tt.index < top) & (tt.index > low), "dynamic/static"]
-        mid_text = (f"dynamic / static is {mid.min():.2f}-{mid.max():.2f} at {mid.index.min():.0%}-{mid.index.max():.0%} PTA"
-                    if len(mid) else "there is no fraction between the extremes")
+
+        def span(m: pd.Series) -> str:
+            return (f"{m.min():.2f}-{m.max():.2f} at {m.index.min():.0%}-{m.index.max():.0%} PTA" if len(m)
+                    else "(no fraction between the extremes)")
+
+        half = self._half_kept(tt)
+        agg = rows[rows.sharing == "dynamic"].set_index("pta_fraction").switch_agg_fraction
+        agg_top = float(agg[top])
+        agg_half = f"{float(agg[0.5]):.2f}" if 0.5 in agg.index else "-"
         dyn_top, dyn_low = r.loc[(top, "dynamic")], r.loc[(low, "dynamic")]
-        summary = (f"dynamic / static = {ds_top:.2f} at 100 % PTA (paper: ~1) and {ds_low:.2f} at {low:.0%} PTA "
-                   f"(paper: dynamic better, up to 1.38x in training time).")
+        summary = (f"dynamic / static = {ds_top:.2f} at 100 % PTA (paper: ~1), {span(mid)}, and {ds_low:.2f} at {low:.0%} "
+                   f"PTA (paper: dynamic better, up to {PAPER_LOW_ADVANTAGE}x in training time).")
+        half_text = (f"dynamic at 50 % of PTA keeps {half:.2f} of its 100 % throughput (paper: 0.90-0.95, \"only decreases "
+                     f"by 5-10%\", §1; `{self.ablation_model}`: {ab_half:.2f})" if half == half else
+                     "50 % of PTA did not run, so the paper's \"only decreases by 5-10%\" is not judged")
+        checks = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in self.checks(rows).items())
         show = rows[["pta_fraction", "aggregators", "sharing", "iteration_ms", "throughput",
                      "normalized", "switch_agg_fraction", "collisions", "rehashes", "finished"]]
         return f"""# {self.name} (ATP Fig. 13a)
+
+{setup_table(self.setup())}
 
 **Claim.** {self.claim}
 
@@ -163,11 +256,13 @@ class AtpDynamicVsStatic(Seeded):
 iterations; `throughput` = batch / mean duration of iterations 2..{self.iterations}, i.e. after warm-up,
 per worker; `{self.model}` has no batch size in the catalog, so it is iterations/s). Jobs start staggered
 by 1/3 of an iteration (`stagger = {self.stagger}`) so that their on/off phases are not aligned, as in
-the paper's Fig. 13c. The paper uses VGG16 (553 MB per iteration); one VGG16 iteration of 3 jobs costs
-~10^8 packet events, so we use `{self.model}` (16 MB, comm:comp = 2:1 at 100 Gbps, i.e.
-network-intensive like VGG16 on the paper's testbed). The inalab simulator cannot co-locate workers of
-different jobs on one host, so the jobs do not share links (the paper's jobs had "identical placement"
-and shared the switch-to-PS link); the aggregator pool is the only shared resource.
+the paper's Fig. 13c. The paper uses VGG16 (528 MB, §5.1); one VGG16 iteration of 3 jobs costs
+~10^8 packet events. We use `{self.model}` ({MODEL_NOTE.get(self.model, "see the catalog")}): an on/off
+job with the duty cycle the paper's VGG16 jobs had. They share one PS and saturate its link at PTA (§5.4.1), so each
+communicates at most a third of 100 Gbps: 528 MB take >= ~127 ms against ~291 ms of compute (the
+catalog's P100 time x 0.7 for the 2080 Ti, as in atp-single-job), comm:comp ~ 1:2.3. The inalab simulator
+refuses a host used by two jobs, so our jobs do not share links and each communicates on a 100 Gbps
+link of its own; the aggregator pool is the only shared resource.
 
 **PTA.** Measured as the paper tunes it: the fewest aggregators with which one job alone under
 static allocation (its window is its slice, as in SwitchML) reaches its ample-pool throughput within
@@ -178,43 +273,52 @@ Static: each job owns a third of the pool and its window is its slice. Dynamic: 
 table of {need} slots over the whole pool; the PS moves a colliding slot for good to an aggregator the
 job has not used; a fragment that finds its aggregator taken goes to the PS.
 
-**Our result** (`holds` = {self.holds(rows)}; tolerances: at 100 % PTA |dynamic/static - 1| <= {PEAK_TOL};
-at the lowest fraction dynamic >= {MIN_ADVANTAGE} x static; never below (1 - {PEAK_TOL}) x static):
+**Our result** (`holds` = {self.holds(rows)}; tolerance: {self.tolerance}; checks: {checks}):
 
 {markdown_table(t)}
 
 All runs:
 
-{markdown_table(show)}
+{markdown_table(whole(show))}
 
-**Ablation: a model that leaves the pool idle more often.** The same sweep with `{self.ablation_model}`
-(comm:comp = 1:2 at 100 Gbps, so each job computes two thirds of the time and its aggregators sit
-idle; `holds` on these rows = {ab_holds}):
+**Ablation: a model that keeps the pool busy.** The same sweep with `{self.ablation_model}`
+({MODEL_NOTE.get(self.ablation_model, "see the catalog")}; the checks on these rows: {ab_checks_text}, `holds` = {ab_holds}):
 
 {ab_table}
 
 **Where and why we differ.**
 
 * {summary}
-* The one mechanism that separates our main result from the paper's is how much of the time the
-  other jobs leave the pool idle. `{self.model}` (chosen to be network-intensive like VGG16) keeps
-  each job communicating two thirds of the time, so below 100 % PTA the jobs' slots overlap while
-  they are all busy, and the PS's moves run out of unused aggregators (each job tries every
-  aggregator once, then keeps its slots): {mid_text}, and {ds_low:.2f} at {low:.0%}. With `{self.ablation_model}` the paper's shape appears: equal at 100 %,
-  dynamic ahead below it and {ab_low:.2f}x static at the lowest fraction (paper: up to 1.38x). The
-  paper's Fig. 13c shows its VGG16 jobs off for hundreds of ms at a time, i.e. much idle time.
+* The paper's numbers: at {low:.0%} PTA dynamic / static = {ds_low:.2f} against the paper's
+  {PAPER_LOW_ADVANTAGE} (band {PAPER_LOW_ADVANTAGE / BAND:.2f}-{PAPER_LOW_ADVANTAGE * BAND:.2f}); {half_text}.
+  A static job's window shrinks with its slice; a dynamic job keeps its window, and the fragments
+  that find their aggregator taken go to the PS unaggregated: the share of the switch's packets it
+  aggregates falls from {agg_top:.2f} at 100 % to {agg_half} at 50 % PTA (`switch_agg_fraction`). What the
+  paper's jobs lost at their shared, already saturated PS link we cannot model (below), and the
+  paper does not say what kept its loss at 5-10 %.
+* How much of the time the other jobs leave the pool idle decides the shape. With
+  `{self.ablation_model}` below 100 % PTA the jobs' slots overlap while they are all busy, and the PS's
+  moves run out of unused aggregators (each job tries every aggregator once, then keeps its
+  slots): dynamic / static is {span(ab_mid)} and {ab_low:.2f} at the lowest fraction.
+  An earlier version of this reproduction had `dnn_a` as its main workload, on the reading that
+  VGG16 is network-intensive on a link of its own; the paper's jobs shared one PS link (issue #37).
 * At 100 % PTA dynamic collides {int(dyn_top.collisions):,} times in the whole run and the PSs move
   {int(dyn_top.rehashes)} slots; at {low:.0%} PTA, {int(dyn_low.collisions):,} collisions: there is not room
   for every job's slots, so fragments fall back to the PS, which is the point of best effort: a
   static job's window shrinks with its slice, a dynamic job keeps its window and uses the PS link
   and the aggregators the other jobs leave idle in their compute phases.
+* Not here (issue #37): one PS shared by the three jobs. inalab's configuration refuses a host that
+  two jobs use (`config._place_jobs`), and ATP's PS serving several jobs on one host is not tested
+  in the simulator; allowing it is a change to the configuration and the simulator, not to this
+  reproduction. So the paper's bottleneck at PTA, the shared link from the switch to the PS, is
+  missing: each of our jobs has its own, and the jobs compete only for aggregators.
 * Before issue #11, inalab hashed every fragment over the whole pool and rehashed at random with
   replacement; a job then collided with its own in-flight fragments and dynamic sharing was far
   below static at 100 % PTA. The authors' code (`in-ATP/ATP`) gives each job a table of distinct
   slots, keeps the window within it and moves colliding slots without replacement; that is what runs
   here (see `atp-hash-vs-linear`).
 * The paper's convergence takes ~500 ms of VGG16 training; our runs last tens of ms of simulated
-  time, and the moves happen in the first iterations.
+  time, and the moves happen in the first iterations. {n_seeds(self.seeds).capitalize()}.
 * Compute times come from the catalog's profile of `{self.model}`; there is no CPU/PS processing limit
   (the paper's PS saturates at 60 Gbps).
 """
@@ -228,11 +332,17 @@ idle; `holds` on these rows = {ab_holds}):
         from ..plots import finish_figure, line_style
 
         fig, ax = plt.subplots(figsize=(6, 3.6))
-        for i, label in enumerate(("dynamic", "static")):
-            d = rows[rows.sharing == label].sort_values("pta_fraction")
-            ax.plot(100 * d.pta_fraction, d.throughput, label=f"{label} sharing", **line_style(i))
+        models = [self.model] + [m for m in (self.ablation_model,) if m and m in set(rows.model)]
+        for k, model in enumerate(models):
+            for i, label in enumerate(("dynamic", "static")):
+                d = rows[(rows.model == model) & (rows.sharing == label)].sort_values("pta_fraction")
+                style = line_style(2 * k + i)
+                if k:  # the ablation: thinner, fainter
+                    style = {**style, "alpha": 0.5, "linewidth": 1.0}
+                ax.plot(100 * d.pta_fraction, d.throughput, label=f"{label}, {model}" + (" (ablation)" if k else ""),
+                        **style)
         ax.invert_xaxis()
-        ax.set_xlabel(f"switch aggregators (% of the PTA, {int(rows.pta.iloc[0])})")
+        ax.set_xlabel(f"switch aggregators (% of the PTA; {self.model}: {int(rows[rows.model == self.model].pta.iloc[0])})")
         ax.set_ylabel("iterations/s per job (after warm-up)")
         ax.set_ylim(bottom=0)
         return finish_figure(fig, path, "ATP Fig. 13a: 3 ATP jobs sharing the switch's aggregators dynamically vs "
