@@ -26,6 +26,7 @@ def test_dynamic_vs_static_reduced():
     assert abs(r[(1.0, "dynamic")] / r[(1.0, "static")] - 1) < 0.05
     assert r[(0.33, "dynamic")] > r[(0.33, "static")]
     assert isinstance(rep.holds(rows), bool) and "Where and why" in rep.explain(rows)
+    assert "dynamic/static" in rep.headline(rows)  # its index line (#37)
     assert rep.explain(rows).split("\n")[2].startswith("| parameter | the paper (where) |")  # the set-up table (#37)
 
 
@@ -40,6 +41,7 @@ def test_congestion_control_reduced():
     assert nocc.drops_queue > 0
     assert cc.iters_per_s > 1.5 * nocc.iters_per_s
     assert "Where and why" in rep.explain(rows)
+    assert "CC gives" in rep.headline(rows)  # its index line (#37)
     assert rep.explain(rows).split("\n")[2].startswith("| parameter | the paper (where) |")  # the set-up table (#37)
     assert set(rep.checks(rows)) == {"cc_finishes", "cc_faster", "cc_stabler", "speedup_band", "cc_goodput_band"}
 

@@ -21,6 +21,7 @@ def test_multi_rack_reduced():
     assert r.loc["rss", "vs_atp"] > 2.0
     assert r.loc["atp", "ps_rx_streams"] < 1.5 and 3.8 < r.loc["level1_only", "ps_rx_streams"] < 4.6
     assert "Where and why" in rep.explain(rows)
+    assert "the PS receives" in rep.headline(rows)  # its index line (#37)
     assert rep.explain(rows).split("\n")[2].startswith("| parameter | the paper (where) |")  # the set-up table (#37)
 
 
@@ -41,6 +42,7 @@ def test_hash_vs_linear_reduced():
     assert g.loc[4, "linear"] < 0.7 * g.loc[4, "static"]
     assert (rows[rows.allocation == "static"].collisions == 0).all()
     assert isinstance(rep.holds(rows), bool) and "Where and why" in rep.explain(rows)
+    assert "hash at" in rep.headline(rows)  # its index line (#37)
     assert rep.explain(rows).split("\n")[2].startswith("| parameter | the paper (where) |")  # the set-up table (#37)
 
 
@@ -59,6 +61,7 @@ def test_loss_reduced():
     # timeouts weigh more in a run of a few ms), so only the order is asserted here.
     c = rep.checks(rows)
     assert c["finished"] and c["atp_degrades_less"] and isinstance(c["over_switchml_band"], bool)
+    assert rep.headline(rows).startswith("at 1 % loss ATP keeps")  # its index line (#37)
     assert rep.explain(rows).split("\n")[2].startswith("| parameter | the paper (where) |")  # the set-up table (#37)
 
 

@@ -158,6 +158,13 @@ class AtpCongestion(Seeded):
     def holds(self, rows: pd.DataFrame) -> bool:
         return all(self.checks(rows).values())
 
+    def headline(self, rows: pd.DataFrame) -> str:
+        """The index's one line (inalab.reproduce.index)."""
+        cc, nocc = self._pair(rows)
+        return (f"CC gives {cc.iters_per_s / nocc.iters_per_s:.2f}x the iterations/s of an overflowing fixed window "
+                f"(paper {PAPER_SPEEDUP:.2f}x), {cc.worker_goodput_mean_gbps:.1f} Gbps per worker (paper ~{PAPER_CC_GOODPUT_GBPS}); "
+                f"goodput CV {cc.worker_goodput_cv:.2f} with CC, {nocc.worker_goodput_cv:.2f} without")
+
     def explain(self, rows: pd.DataFrame) -> str:
         cc, nocc = self._pair(rows)
         speedup = cc.iters_per_s / nocc.iters_per_s

@@ -199,6 +199,14 @@ class AtpDynamicVsStatic(Seeded):
     def holds(self, rows: pd.DataFrame) -> bool:
         return all(self.checks(rows).values())
 
+    def headline(self, rows: pd.DataFrame) -> str:
+        """The index's one line (inalab.reproduce.index)."""
+        t = rows[rows.model == self.model].pivot(index="pta_fraction", columns="sharing", values="throughput")
+        ratio = t["dynamic"] / t["static"]
+        return (f"({self.model}) dynamic/static {ratio[t.index.max()]:.2f} at 100 % PTA, {ratio[t.index.min()]:.2f} at "
+                f"{t.index.min():.0%} (paper {PAPER_LOW_ADVANTAGE}); dynamic keeps {self._half_kept(t):.2f} of its throughput "
+                f"at 50 % (paper {PAPER_HALF_KEPT})")
+
     def explain(self, rows: pd.DataFrame) -> str:
         every = rows
         rows = rows[rows.model == self.model]

@@ -146,6 +146,13 @@ class AtpHashVsLinear(Seeded):
     def holds(self, rows: pd.DataFrame) -> bool:
         return all(self.checks(rows).values())
 
+    def headline(self, rows: pd.DataFrame) -> str:
+        """The index's one line (inalab.reproduce.index)."""
+        g = rows.pivot(index="jobs", columns="allocation", values="mean_goodput_gbps")
+        nmax, ratio = g.index.max(), g["hash"] / g["static"]
+        return (f"hash at {ratio.min():.3f}-{ratio.max():.3f}x static over {g.index.min()}-{nmax} jobs; linear at "
+                f"{g.loc[nmax, 'linear'] / g.loc[nmax, 'static']:.2f}x static at {nmax} jobs")
+
     def explain(self, rows: pd.DataFrame) -> str:
         g = rows.pivot(index="jobs", columns="allocation", values="mean_goodput_gbps")
         pta = int(rows["aggregators"].iloc[0])

@@ -128,6 +128,13 @@ class AtpLoss(Seeded):
     def holds(self, rows: pd.DataFrame) -> bool:
         return all(self.checks(rows).values())
 
+    def headline(self, rows: pd.DataFrame) -> str:
+        """The index's one line (inalab.reproduce.index)."""
+        n = self._normalized(rows)
+        top = n.index.max()
+        return (f"at {top:g} % loss ATP keeps {n.loc[top, 'atp']:.2f} of its throughput, SwitchML (1 ms timeouts) "
+                f"{n.loc[top, 'switchml']:.2f}; ATP over SwitchML up to {self.over_switchml(rows):.2f}x (paper {PAPER_OVER_SWITCHML}x)")
+
     def explain(self, rows: pd.DataFrame) -> str:
         n = rows.pivot(index="loss_pct", columns="scheme", values="normalized").reset_index()
         a = rows[rows.scheme == "atp"].set_index("loss_pct")

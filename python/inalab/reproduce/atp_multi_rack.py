@@ -145,6 +145,12 @@ class AtpMultiRack(Seeded):
     def holds(self, rows: pd.DataFrame) -> bool:
         return all(self.checks(rows).values())
 
+    def headline(self, rows: pd.DataFrame) -> str:
+        """The index's one line (inalab.reproduce.index)."""
+        r = rows.set_index("variant")["vs_atp"]
+        return (f"the PS receives {float(r['rss']):.2f}x more traffic with rack-scale aggregation than with ATP's two levels "
+                f"(paper {PAPER_RSS_OVER_ATP:g}x)")
+
     def explain(self, rows: pd.DataFrame) -> str:
         t = rows.set_index("variant")
         desc = pd.DataFrame({"variant": list(VARIANTS), "meaning": list(VARIANTS.values())})
