@@ -454,6 +454,16 @@ def band(value: float, paper: float, factor: float) -> bool:
     return bool(paper / factor <= value <= paper * factor)
 
 
+def whole(rows: pd.DataFrame) -> pd.DataFrame:
+    """For display: a column of counts averaged over seeds back to whole numbers, where every
+    value is one (the mean of equal counts)."""
+    out = rows.copy()
+    for c in out.columns:
+        if pd.api.types.is_float_dtype(out[c]) and out[c].notna().all() and (out[c] % 1 == 0).all():
+            out[c] = out[c].astype(int)
+    return out
+
+
 def markdown_table(rows: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
     """A markdown table; a missing value is "-" (never "nan" or "None")."""
     cols = [str(c) for c in rows.columns]

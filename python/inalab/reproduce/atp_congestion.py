@@ -5,8 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import Seeded, band, markdown_table, n_seeds, register, setup_table
-from .atp_multi_rack import whole
+from . import Seeded, band, markdown_table, n_seeds, register, setup_table, whole
 
 AGGREGATOR_BYTES = 272
 PACKET = 306  # bytes: an ATP gradient packet

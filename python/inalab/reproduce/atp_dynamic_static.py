@@ -5,8 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import Seeded, band, markdown_table, n_seeds, register, setup_table
-from .atp_multi_rack import whole
+from . import Seeded, band, markdown_table, n_seeds, register, setup_table, whole
 from .atp_pta import static_need
 
 AGGREGATOR_BYTES = 272  # ATP aggregator: 62 x 4 B values + 6 x 4 B metadata

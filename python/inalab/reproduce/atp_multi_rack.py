@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import Seeded, band, markdown_table, n_seeds, register, setup_table, simulate_all
+from . import Seeded, band, markdown_table, n_seeds, register, setup_table, simulate_all, whole
 
 WORKERS = {"w0": "sw0", "w1": "sw0", "w2": "sw1", "w3": "sw1", "w4": "sw2", "w5": "sw2"}
 
@@ -49,16 +49,6 @@ def scenario(variant: str, size: str, iterations: int, seed: int = 1) -> dict:
 # way (2.4x to 3.75x): a ratio far above 3x would be as much a miss as one below.
 PAPER_RSS_OVER_ATP = 3.0
 BAND = 1.25
-
-def whole(rows: pd.DataFrame) -> pd.DataFrame:
-    """For display: a column of counts averaged over seeds back to whole numbers, where every
-    value is one (the mean of equal counts)."""
-    out = rows.copy()
-    for c in out.columns:
-        if pd.api.types.is_float_dtype(out[c]) and out[c].notna().all() and (out[c] % 1 == 0).all():
-            out[c] = out[c].astype(int)
-    return out
-
 
 VARIANTS = {
     "atp": "ATP two-level (sw0, sw1 level 1; sw2 aggregates w4, w5 and the sw0/sw1 partials)",
