@@ -540,7 +540,8 @@ class Job(_Model):
     )
     servers: Optional[Hosts] = opt(
         None, "Parameter-server hosts (schemes ps and atp; atp takes exactly one; ps_sharded co-locates them "
-        "with the workers).",
+        "with the workers). A host that several jobs name here is one PS serving them all, sharing its link "
+        "(ATP's \"identical placement\"); a count takes hosts no job uses.",
         default_doc="ps, atp: the next free host", type_doc=_HOSTS_TYPE,
     )
     start: Duration = opt("0s", "Simulated time at which the job starts.")
@@ -864,7 +865,8 @@ class _Graph:
 
 
 def _place_jobs(jobs: list[Job], background: Optional[Background], net: _Graph) -> list[dict]:
-    """Job specs with every host resolved; a host belongs to at most one job."""
+    """Job specs with every host resolved; a host belongs to at most one job, except a server
+    host that several jobs name explicitly (one PS serving them all)."""
     # Explicit placements are resolved first, so counts ("workers = 8") take only hosts that no
     # job or background names anywhere in the file, whatever the order of the jobs.
     reserved: set[str] = set()
@@ -878,7 +880,8 @@ def _place_jobs(jobs: list[Job], background: Optional[Background], net: _Graph) 
     if background is not None and not isinstance(background.hosts, int):
         reserved |= set(net.expand(background.hosts, "background.hosts"))
 
-    owner: dict[str, int] = {}  # host -> index of the job using it
+    owner: dict[str, int] = {}  # host -> index of the job using it (as a worker, or as a counted server)
+    shared: dict[str, set[int]] = {}  # server host -> the jobs that name it (they share one PS)
     specs = []
     for i, job in enumerate(jobs):
         name = job.name or f"job{i}"
@@ -899,11 +902,19 @@ def _place_jobs(jobs: list[Job], background: Optional[Background], net: _Graph) 
                                       f"({len(net.hosts)} hosts in the topology)")
                 hosts = free[:sel]
             for h in hosts:
-                if h in owner:
-                    other = owner[h]
+                # A server host that several jobs name is one PS serving them all (ATP Fig. 13:
+                # "identical placement", the jobs sharing their PS and its link). Every other reuse
+                # of a host is refused: a worker's host, or a server host named twice by one job.
+                named = role == "servers" and (i, role) in explicit
+                if h in owner or (not named and h in shared) or i in shared.get(h, ()):
+                    other = owner[h] if h in owner else (i if i in shared[h] else min(shared[h]))
                     where = "this job" if other == i else f"job {specs[other]['name']!r} (jobs[{other}])"
-                    raise ConfigError(field, f"host {h!r} is already used by {where}")
-                owner[h] = i
+                    raise ConfigError(field, f"host {h!r} is already used by {where}; only a server host may be "
+                                      "named by several jobs (one PS serving them)")
+                if named:
+                    shared.setdefault(h, set()).add(i)
+                else:
+                    owner[h] = i
             roles[role] = hosts
         if len(roles["workers"]) < 2:
             raise ConfigError(f"jobs[{i}].workers", "a job needs at least 2 workers")

@@ -422,3 +422,33 @@ def test_host_costs_reach_the_simulator_and_slow_a_cpu_bound_job(star):
     star["network"] = {"host_costs": [{"hosts": "h42"}]}
     e = error(star)
     assert e.field == "network.host_costs[0].hosts" and "h0..h7" in e.message
+
+
+def _two_jobs(servers0, servers1, workers1=("h3", "h4", "h5"), scheme="atp"):
+    def job(name, workers, servers):
+        return {"name": name, "scheme": scheme, "allreduce": "64KiB", "iterations": 2, "workers": list(workers),
+                "servers": list(servers)}
+    return {"payload": True, "stop": "1s", "topology": {"kind": "star", "hosts": 8},
+            "jobs": [job("a", ("h0", "h1", "h2"), servers0), job("b", workers1, servers1)]}
+
+
+def test_jobs_may_share_a_server_host_one_ps_serving_them():
+    # Issue #37 (ATP Fig. 13's "identical placement"): two jobs that name the same server host
+    # share one PS and its link; both sum exactly.
+    r = inalab.simulate(_two_jobs(["h7"], ["h7"]))
+    assert r.jobs.finished.all() and r.jobs.payload_checked.all() and (r.jobs.payload_errors == 0).all()
+    alone = inalab.simulate(_two_jobs(["h6"], ["h7"]))
+    rx = lambda res, h: int(res.hosts.set_index("name").loc[h, "rx_bytes"])  # noqa: E731
+    assert rx(r, "h7") == rx(alone, "h6") + rx(alone, "h7") > 0  # one NIC carries both jobs' PS traffic
+
+
+@pytest.mark.parametrize("servers0, servers1, workers1, field", [
+    (["h7"], ["h7"], ("h3", "h4", "h7"), "jobs[1].workers"),   # the shared PS host as another job's worker
+    (["h7"], ["h2"], ("h3", "h4", "h5"), "jobs[1].servers"),   # another job's worker host as a server
+    (["h7", "h7"], ["h6"], ("h3", "h4", "h5"), "jobs[0].servers"),  # one job naming a server twice
+    (["h6"], ["h7"], ("h2", "h4", "h5"), "jobs[1].workers"),   # a worker host reused
+])
+def test_any_other_reuse_of_a_host_is_refused(servers0, servers1, workers1, field):
+    with pytest.raises(inalab.ConfigError) as e:
+        inalab.simulate(_two_jobs(servers0, servers1, workers1))
+    assert e.value.field == field and ("already used by" in str(e.value) or "listed twice" in str(e.value))
