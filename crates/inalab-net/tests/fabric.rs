@@ -202,8 +202,11 @@ fn canary_sums_exactly_on_a_static_leaf_spine() {
 
 #[test]
 fn a_spine_dying_mid_allreduce_is_routed_around_and_canary_sums_exactly() {
-    // A 20 ms retransmission timeout: what the dead spine held is asked for, re-issued.
-    let (mut switches, spec) = canary_leaf_spine(json!({"aggregation_timeout_ps": 200_000_000u64, "rtx_timeout_ps": 20_000_000_000u64, "window_blocks": 32}));
+    // A 100 ms retransmission timeout: what the dead spine held is asked for, re-issued. Its
+    // 3 re-issues span the time between the spine's death and the leaves marking its links
+    // down: with 20 ms a loaded CI machine took longer than 60 ms there, re-issued blocks still
+    // went to the dead spine, and 11 blocks fell back to their leaders.
+    let (mut switches, spec) = canary_leaf_spine(json!({"aggregation_timeout_ps": 200_000_000u64, "rtx_timeout_ps": 100_000_000_000u64, "window_blocks": 32}));
     let gateways: Vec<SocketAddr> = switches.iter().map(|s| s.udp_addr).collect();
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(5));
     let workers: Vec<_> = (0..4)

@@ -91,9 +91,10 @@ def generated(docs: Path) -> dict[Path, str]:
 
 def regenerate(docs: Path) -> list[Path]:
     """Rewrites the index and the README count; returns the files that changed (none where
-    DOCS/README.md has no generated index, e.g. a copy of a few write-ups)."""
+    DOCS/README.md is missing or has no generated index, e.g. a folder of a few write-ups)."""
     changed = []
-    if BEGIN not in (docs / "README.md").read_text():
+    index = docs / "README.md"
+    if not index.exists() or BEGIN not in index.read_text():
         return changed
     for path, text in generated(docs).items():
         if path.read_text() != text:
