@@ -180,7 +180,8 @@ def _fixed(name: str, frames: list[pd.DataFrame]) -> list[pd.DataFrame]:
         first["series_gbps"] = [np.clip(g + rng.normal(0, 3, 160), 0, None) for g in first.worker_goodput_mean_gbps]
         return [first]
     if name == "atp-dynamic-vs-static":
-        return [f.assign(pta=100) for f in frames]
+        model = REPRODUCTIONS[name].model  # the tables show the main model's rows
+        return [f.assign(pta=100) if "model" in f else f.assign(pta=100, model=model) for f in frames]
     if name == "atp-hash-vs-linear":
         return [f.assign(aggregators=4000) for f in frames]
     if name == "atp-single-job":
@@ -188,7 +189,7 @@ def _fixed(name: str, frames: list[pd.DataFrame]) -> list[pd.DataFrame]:
         per_model = next(f for f in frames if "compute_scale" not in f)  # images/s per worker, by scheme
         long = per_model.melt(id_vars="model", var_name="scheme", value_name="v")
         long["vs_best"] = long.v / long.groupby("model").v.transform("max")
-        return [long.assign(compute_scale=rep.compute_scale)]
+        return [long.assign(compute_scale=rep.compute_scale, host_costs=bool(rep.host_costs))]
     if name == "canary-size":
         units = {"KiB": 1024, "MiB": 1024 ** 2, "B": 1}
         out = []
