@@ -627,9 +627,10 @@ def reproduce(
         known = [r["expected_s"] for r in cat["reproductions"] if r["expected_s"] is not None]
         at_once = f", {src['jobs']} reproductions at once" if src.get("jobs") else ""
         out_console.print(f"expected: each one's wall time in the last full run, {path} (generated {src['generated']} "
-                          f"by `{src['command']}` on {src['cpus']} CPUs{at_once}; {sum(known) / 60:.0f} min summed). "
-                          "With N seeds expect about N times as long. Seeds \"none\": it takes no seed (--seeds "
-                          "is refused).", markup=False, highlight=False, soft_wrap=False)
+                          f"by `{src['command']}` on {src['cpus']} CPUs{at_once}), per seed that run used times the "
+                          f"default seeds shown; {sum(known) / 60:.0f} min summed. With N seeds expect about N times "
+                          "the one-seed time. Seeds \"none\": it takes no seed (--seeds is refused).",
+                          markup=False, highlight=False, soft_wrap=False)
         return
     if name is None:
         raise usage("name", f"give a reproduction's name, all or list; allowed values: all, list, {', '.join(REPRODUCTIONS)}")

@@ -37,9 +37,13 @@ def _last_json(stdout: str) -> dict:
 def test_list_shows_every_reproduction_with_its_time_from_report_json(tmp_path):
     # An earlier run's report.json (--report DIR's, else the committed docs/report/report.json)
     # is where the expected times come from: here made up, so they can only come from the file.
+    # Every other entry records the 2 seeds it ran; one that records none ran once (reports from
+    # before seeds were recorded). Expected: per seed run, times the default seeds.
     made_up = {name: 1000.0 + i for i, name in enumerate(REPRODUCTIONS)}
+    ran = {name: [7, 8] if i % 2 else None for i, name in enumerate(REPRODUCTIONS)}
     report = {"generated": "2030-01-02T03:04:05+00:00", "command": "inalab reproduce all --jobs 2", "jobs": 2,
-              "machine": {"cpus": 2}, "reproductions": [{"name": n, "seconds": s} for n, s in made_up.items()]}
+              "machine": {"cpus": 2}, "reproductions": [{"name": n, "seconds": s, **({"seeds": ran[n]} if ran[n] else {})}
+                                                      for n, s in made_up.items()]}
     (tmp_path / "report.json").write_text(json.dumps(report))
     r = runner.invoke(app, ["reproduce", "--list", "--json", "--report", str(tmp_path)])
     assert r.exit_code == 0, r.output
@@ -49,7 +53,8 @@ def test_list_shows_every_reproduction_with_its_time_from_report_json(tmp_path):
     assert set(by) == set(REPRODUCTIONS)
     for name, rep in REPRODUCTIONS.items():
         e = by[name]
-        assert e["expected_s"] == made_up[name]
+        one = made_up[name] / (2 if ran[name] else 1)
+        assert e["expected_s"] == pytest.approx(one * (len(rep.seeds) if takes_seeds(rep) else 1)), name
         assert e["paper"] and e["figure"] == rep.figure and e["scale"]  # e.g. "1024-host fat tree", "LP only (9 hosts)"
         assert e["seeds"] == (list(rep.seeds) if takes_seeds(rep) else None)
     assert by["canary-congestion"]["scale"] == "1024-host fat tree" and by["grid-motivating-example"]["scale"].startswith("LP only")
@@ -57,8 +62,11 @@ def test_list_shows_every_reproduction_with_its_time_from_report_json(tmp_path):
     # The committed run by default, and `reproduce list` is the same; the table says where the times come from.
     r = runner.invoke(app, ["reproduce", "list", "--json"])
     assert r.exit_code == 0, r.output
-    committed = {e["name"]: e["seconds"] for e in json.loads(COMMITTED_REPORT.read_text())["reproductions"]}
-    assert {e["name"]: e["expected_s"] for e in _last_json(r.stdout)["reproductions"]} == {n: committed.get(n) for n in REPRODUCTIONS}
+    committed = {e["name"]: e["seconds"] / max(1, len(e.get("seeds") or ()))
+                 for e in json.loads(COMMITTED_REPORT.read_text())["reproductions"]}
+    want = {n: None if n not in committed else committed[n] * (len(rep.seeds) if takes_seeds(rep) else 1)
+            for n, rep in REPRODUCTIONS.items()}
+    assert {e["name"]: e["expected_s"] for e in _last_json(r.stdout)["reproductions"]} == pytest.approx(want)
     r = runner.invoke(app, ["reproduce", "--list"], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     for name in REPRODUCTIONS:

@@ -24,15 +24,17 @@ def inputs(rank: int, n: int, seed: int = 0) -> np.ndarray:
     return rng.standard_normal(n).astype(np.float32)
 
 
-def run_workers(control: str, scheme: str, job: int, world: int, sizes, seed: int = 0, results=None, context=None):
+def run_workers(control: str, scheme: str, job: int, world: int, sizes, seed: int = 0, results=None, context=None,
+                config=None):
     """Runs `world` clients in threads; returns {rank: [sum per size]}. `context`: the
-    TensorContext every call gives (default none)."""
+    TensorContext every call gives (default none); `config`: the job's scheme parameters."""
     results = {} if results is None else results
     errors = []
 
     def worker(rank):
         try:
-            with inalab.Client(switch=control, job=job, rank=rank, world=world, scheme=scheme, join_timeout_s=30) as c:
+            with inalab.Client(switch=control, job=job, rank=rank, world=world, scheme=scheme, config=config,
+                               join_timeout_s=30) as c:
                 results[rank] = [c.allreduce(inputs(rank, n, seed), context=context) for n in sizes]
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append((rank, e))
@@ -159,6 +161,28 @@ def test_two_dsa_jobs_share_the_switch_under_loss():
         st = sw.stats()
     assert st["injected_drops"] > 0 and st["aggregators_in_use"] == 0, st
     assert st["program"]["collisions"] > 0 and st["program"]["completed"] > 0, st["program"]
+
+
+def test_dsa_jobs_moving_their_slots_sum_exactly_under_loss():
+    # The `ina.move_slots` ablation in the real runtime: the PS's MOVEs cross the same lossy
+    # switch as everything else. Tables of 8 slots in 248 aggregators (64 KiB), so slots that
+    # collide have somewhere to go.
+    cfg = {"ina": {"move_slots": True, "slots": 8}}
+    sizes = [30_000, 5, 30_000]
+    a, b = {}, {}
+    with inalab.Switch("dsa", udp=ANY, control=ANY, drop_probability=0.01, seed=3, memory_bytes=64 * 1024) as sw, \
+            inalab.ParameterServer(switch=sw.control_addr, udp=ANY, control=ANY):
+        threads = [threading.Thread(target=run_workers, args=(sw.control_addr, "dsa", 24 + k, 3, sizes, 1 + k, out),
+                                    kwargs={"config": cfg}) for k, out in enumerate([a, b])]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        st = sw.stats()
+    check_sums(a, sizes, "dsa", seed=1)
+    check_sums(b, sizes, "dsa", seed=2)
+    assert st["aggregators_in_use"] == 0, st
+    assert st["program"]["collisions"] > 0 and st["program"]["slot_moves"] > 0, st["program"]
 
 
 def test_a_tensor_context_becomes_dsa_priority_on_the_switch():

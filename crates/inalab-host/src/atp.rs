@@ -332,8 +332,15 @@ pub struct Rehasher {
 
 impl Rehasher {
     pub fn new(cfg: &AtpConfig) -> Self {
-        let used = if cfg.rehashes() { cfg.slot_table().into_iter().collect() } else { BTreeSet::new() };
-        Rehasher { pool: cfg.aggregators, seed: splitmix64(0x5eed_0000_0000 ^ cfg.job as u64), drawn: 0, swapped: BTreeMap::new(), used, moved: BTreeMap::new() }
+        let table = if cfg.rehashes() { cfg.slot_table() } else { Vec::new() };
+        Rehasher::for_table(cfg.aggregators, cfg.job, &table)
+    }
+
+    /// The rehasher of job `job` whose slots start on `table` in a pool of `pool` (DSA's
+    /// `move_slots` ablation draws from the same permutation ATP's PS would).
+    pub fn for_table(pool: u32, job: u32, table: &[u32]) -> Self {
+        let used = table.iter().copied().collect();
+        Rehasher { pool, seed: splitmix64(0x5eed_0000_0000 ^ job as u64), drawn: 0, swapped: BTreeMap::new(), used, moved: BTreeMap::new() }
     }
 
     /// The aggregator that replaces `old`, or `None` if no unused one is left.

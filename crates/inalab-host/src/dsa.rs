@@ -5,15 +5,16 @@
 //! outstanding packets, each carrying the tensor's priority. An ACK (from the switch or the
 //! PS) delivers a fragment's sum; a duplicate or late ACK changes nothing: no window change,
 //! no fast retransmit (§III-D). A fragment unanswered for one RTO (RFC 6298 estimate, 1 ms
-//! floor, no back-off) is resent, three times, then the worker sends the PS a NOTIFY with its
-//! gradient every RTO until the ACK comes (§IV-B). Sent gradients are kept until acknowledged,
+//! floor, doubled per expiry of the fragment: RFC 6298 §5.5, not in the spec) is resent, three
+//! times, then the worker sends the PS a NOTIFY with its gradient at each expiry until the ACK
+//! comes (§IV-B). Sent gradients are kept until acknowledged,
 //! and results for the last [`COMPLETED_KEPT`] PSNs (as far back as the PS answers a late
 //! NOTIFY from its own completed results), so a FETCH a worker can still need is answered.
 //!
 //! PS: a dictionary of partial sums per PSN fed by lost-preemption gradients, evicted
 //! partials, reminder replies, NOTIFYs and fetch replies; a full bitmap sends one ACK that the
-//! switch multicasts. An entry older than the PS's RTO (the EWMA of entry lifetimes, 1 ms
-//! floor) triggers the reminder: REMIND_SW takes the switch's partial out and FETCH asks the
+//! switch multicasts. An entry older than the PS's RTO (the EWMA of the lifetimes of entries
+//! no reminder completed, 1 ms floor) triggers the reminder: REMIND_SW takes the switch's partial out and FETCH asks the
 //! workers still missing; repeated every RTO.
 
 use crate::{AimdConfig, AimdWindow, RttConfig, RttEstimator};
@@ -63,6 +64,17 @@ pub struct DsaConfig {
     /// the job's slot-table length when the switch addresses by slot table (ATP's rule: two
     /// PSNs in flight never share a slot). `None`: no span limit.
     pub max_psn_span: Option<u32>,
+    /// The `move_slots` ablation: the PS moves a slot whose fragment met a collision, as
+    /// ATP's PS does (`None`, the paper's DSA: addresses never move).
+    pub moves: Option<SlotMoves>,
+}
+
+/// What the PS needs to move slots: the job's slot table (ATP's hashed table of `slots`
+/// entries over a pool of `pool` aggregators, the one the switch starts with).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotMoves {
+    pub pool: u32,
+    pub slots: u32,
 }
 
 impl DsaConfig {
@@ -538,6 +550,8 @@ struct Entry {
     reminders: u32,
     last_reminder: Option<Time>,
     ecn: bool,
+    /// A losing gradient or an evicted partial contributed: the fragment met a collision.
+    collided: bool,
 }
 
 #[cfg(test)]
@@ -570,6 +584,14 @@ struct PsCounters {
     malformed: u64,
     /// Fragments given up after `MAX_REMINDERS` reminders.
     abandoned: u64,
+    /// Slots moved (the `move_slots` ablation).
+    moves: u64,
+}
+
+/// The job's slots as the switch holds them and the draws that move them (`move_slots`).
+struct Mover {
+    table: Vec<u32>,
+    rehasher: crate::Rehasher,
 }
 
 pub struct DsaServer {
@@ -585,11 +607,17 @@ pub struct DsaServer {
     rtt: RttEstimator,
     events: VecDeque<HostEvent>,
     c: PsCounters,
+    mover: Option<Mover>,
 }
 
 impl DsaServer {
     pub fn new(cfg: DsaConfig) -> Self {
+        let mover = cfg.moves.map(|m| {
+            let table = crate::AtpConfig { job: cfg.job as u32, aggregators: m.pool, slots: m.slots, hashing: crate::Hashing::Hash, ..Default::default() }.slot_table();
+            Mover { rehasher: crate::Rehasher::for_table(m.pool, cfg.job as u32, &table), table }
+        });
         DsaServer {
+            mover,
             rtt: cfg.rtt(),
             cfg,
             entries: BTreeMap::new(),
@@ -655,6 +683,9 @@ impl DsaServer {
             self.rtt.sample(now - e.created);
         }
         self.c.completed += 1;
+        if e.collided {
+            self.move_slot(psn);
+        }
         self.send_ack(psn, e.priority, e.ecn, e.values.as_deref(), e.count);
         self.completed.insert(psn, e.values);
         self.completed_order.push_back(psn);
@@ -670,6 +701,22 @@ impl DsaServer {
             self.completed.remove(&old);
         }
 
+    }
+
+    /// ATP's PS-side move (the `move_slots` ablation): the slot of a fragment that met a
+    /// collision goes to an aggregator the job does not use, and the switch learns it before
+    /// the ACK it forwards. No worker has the slot's next PSN in flight yet: it sends it only
+    /// after this ACK (the PSN span is the table's length), so every packet of a fragment
+    /// finds the same aggregator.
+    fn move_slot(&mut self, psn: u32) {
+        let Some(m) = &mut self.mover else { return };
+        let slot = psn as usize % m.table.len();
+        let Some(new) = m.rehasher.replace(m.table[slot]) else { return };
+        m.table[slot] = new;
+        self.c.moves += 1;
+        // The switch on the way to any worker consumes MOVE, as REMIND_SW.
+        let h = self.cfg.header(psn, new, 0, DsaKind::Move, 0);
+        self.out.push_back(self.cfg.packet(self.cfg.ps, self.cfg.workers[0], h, None, 0));
     }
 
     fn reminder(&mut self, now: Time, psn: u32) {
@@ -750,6 +797,7 @@ impl DsaServer {
         }
         let e = self.entry(now, h, n);
         e.ecn |= h.has(DsaHeader::FLAG_ECN) || pkt.ecn;
+        e.collided |= matches!(h.kind, DsaKind::Grad | DsaKind::Evict);
         if e.bitmap & h.bitmap == 0 {
             if let (Some(acc), Some(v)) = (&mut e.values, i32s(pkt)) {
                 // Sticky saturation, as at the switch (inalab_core::rail): a sum beyond the
@@ -800,6 +848,7 @@ impl DsaServer {
                 reminders: 0,
                 last_reminder: None,
                 ecn: false,
+                collided: false,
             }
         })
     }
@@ -880,6 +929,7 @@ impl HostProtocol for DsaServer {
             ("completed_kept", self.completed.len() as u64),
             ("malformed", c.malformed),
             ("abandoned", c.abandoned),
+            ("slot_moves", c.moves),
         ]
     }
 }
@@ -916,6 +966,7 @@ mod tests {
             retx_before_notify: 3,
             multicast: true,
             max_psn_span: None,
+            moves: None,
         }
     }
 
@@ -1055,6 +1106,32 @@ mod tests {
         assert_eq!(counter(&ps, "reminders"), 2);
         let fetched: Vec<u32> = drain(&mut ps, t + 2 * MS).iter().filter(|p| hdr(p).kind == DsaKind::Fetch).map(|p| p.dst).collect();
         assert_eq!(fetched, vec![0], "the missing worker is asked again");
+    }
+
+    #[test]
+    fn with_move_slots_a_fragment_that_collided_moves_its_slot_before_its_ack() {
+        let mut c = cfg(2);
+        c.moves = Some(SlotMoves { pool: 1000, slots: 4 });
+        let table = crate::AtpConfig { job: 3, aggregators: 1000, slots: 4, hashing: crate::Hashing::Hash, ..Default::default() }.slot_table();
+        let mut ps = DsaServer::new(c);
+        // PSN 6 (slot 2): an evicted partial and a losing gradient, a collision; PSN 5: two
+        // notifies (lost packets, no collision) move nothing.
+        ps.handle_packet(0, contribution2(DsaKind::Notify, 5, 0b01));
+        ps.handle_packet(0, contribution2(DsaKind::Notify, 5, 0b10));
+        ps.handle_packet(0, contribution2(DsaKind::Evict, 6, 0b01));
+        ps.handle_packet(0, contribution2(DsaKind::Grad, 6, 0b10));
+        let out: Vec<(DsaKind, u32, u32)> = drain(&mut ps, 0).iter().map(|p| (hdr(p).kind, hdr(p).psn, hdr(p).bitmap)).filter(|k| k.0 != DsaKind::RemindSw && k.0 != DsaKind::Fetch).collect();
+        assert_eq!(out.len(), 3, "{out:?}");
+        assert_eq!((out[0].0, out[0].1), (DsaKind::Ack, 5));
+        assert_eq!((out[1].0, out[1].1, out[2].0, out[2].1), (DsaKind::Move, 6, DsaKind::Ack, 6), "the move goes first");
+        let new = out[1].2;
+        assert!(new < 1000 && !table.contains(&new), "{new} is one of the job's own slots {table:?}");
+        assert_eq!(counter(&ps, "slot_moves"), 1);
+        // Without the ablation (the paper's DSA) nothing moves.
+        let mut plain = DsaServer::new(cfg(2));
+        plain.handle_packet(0, contribution2(DsaKind::Evict, 6, 0b01));
+        plain.handle_packet(0, contribution2(DsaKind::Grad, 6, 0b10));
+        assert!(drain(&mut plain, 0).iter().all(|p| hdr(p).kind != DsaKind::Move));
     }
 
     fn contribution2(kind: DsaKind, psn: u32, bitmap: u32) -> Packet {

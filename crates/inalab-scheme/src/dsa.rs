@@ -20,7 +20,7 @@ use crate::transport::{TransportParams, TRANSPORT_PARAMS};
 use inalab_core::time::MS;
 use inalab_core::wire::DsaHeader;
 use inalab_core::{Admission, Endpoint, NodeId, SwitchProgram};
-use inalab_host::{AimdConfig, DsaConfig, DsaServer, DsaWorker, Quantized};
+use inalab_host::{AimdConfig, DsaConfig, DsaServer, DsaWorker, Quantized, SlotMoves};
 use inalab_switch::{DsaIndex, DsaPolicy, DsaSwitch, DsaSwitchConfig, DsaSwitchJob};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -59,6 +59,7 @@ pub struct DsaIna {
     pub ps_ack_frees: bool,
     pub scale: f64,
     pub max_window_packets: u32,
+    pub move_slots: bool,
 }
 
 impl Default for DsaIna {
@@ -74,6 +75,7 @@ impl Default for DsaIna {
             ps_ack_frees: true,
             scale: inalab_host::quant::ATP_SCALE,
             max_window_packets: crate::MAX_SLOTS as u32,
+            move_slots: false,
         }
     }
 }
@@ -85,7 +87,7 @@ pub struct DsaParams {
     pub ina: DsaIna,
 }
 
-const INA_PARAMS: [Param; 10] = [
+const INA_PARAMS: [Param; 11] = [
     Param { name: "ina.packet_bytes", default: "306", unit: "bytes", doc: "Bytes on the wire per gradient packet, headers included (DSA §VII-B: 306, as ATP).", range: Range::PACKET },
     Param { name: "ina.header_bytes", default: "58", unit: "bytes", doc: "Header bytes of a gradient packet (42 B Ethernet/IPv4/UDP + 16 B DSA); the rest carries 32-bit values.", range: Range::HEADER },
     Param {
@@ -109,7 +111,7 @@ const INA_PARAMS: [Param; 10] = [
         doc: "Length of a job's slot table with `ina.index = \"slots\"` (ATP's, 512 by default): the aggregators it uses, and the most PSNs a worker has in flight counted from its oldest unacknowledged one. A pool smaller than this is used more than once, as ATP's. At most 2^20.",
         range: Range::Int { min: 1, max: inalab_host::ATP_MAX_SLOTS as u64 },
     },
-    Param { name: "ina.min_rto_ps", default: "1000000000", unit: "ps", doc: "Floor and initial value of the workers' and the PS's timeouts (RFC 6298 estimates of RTT and of entry lifetimes, no back-off; DSA §VI: 1 ms).", range: Range::TIME },
+    Param { name: "ina.min_rto_ps", default: "1000000000", unit: "ps", doc: "Floor and initial value of the workers' and the PS's timeouts (DSA §VI: 1 ms): RFC 6298 estimates of the RTT (sampled from a fragment's first send) and of the lifetimes of PS entries no reminder completed; a worker doubles a fragment's timeout at each of its expiries (RFC 6298 §5.5).", range: Range::TIME },
     Param { name: "ina.retx_before_notify", default: "3", unit: "", doc: "Retransmissions of a fragment before the worker sends the PS a NOTIFY with its gradient, repeated every timeout (DSA §IV-B: 3).", range: Range::Int { min: 0, max: 1000 } },
     Param { name: "ina.ps_ack_frees", default: "true", unit: "", doc: "An ACK from the PS frees a switch aggregator still holding its fragment (a leak guard not in the paper).", range: Range::Bool },
     Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the workers' float32 values (value x scale, rounded, as i32): error at most workers / (2 scale) per value.", range: Range::SCALE },
@@ -119,6 +121,13 @@ const INA_PARAMS: [Param; 10] = [
         unit: "packets",
         doc: "Ceiling of a worker's AIMD window, none in practice by default (the paper gives none, #37): with `ina.index = \"slots\"` the slot table already bounds a worker's PSNs in flight, as ATP's does. Set one for the `hash` and `consecutive` ablations, where nothing else stops a worker ahead of its job's slowest from holding thousands of half-aggregated fragments (512 was the default before the slot table).",
         range: Range::SLOTS,
+    },
+    Param {
+        name: "ina.move_slots",
+        default: "false",
+        unit: "",
+        doc: "An ablation, not the paper's DSA (which never moves an address): the PS moves the slot of a fragment that met a collision to an aggregator the job does not use, as ATP's PS does (ATP §3.6), and tells the switch with a MOVE before the fragment's ACK. Needs `ina.index = \"slots\"`. Two 8-worker jobs at 5 MB: 381 collisions without, 51 with, ATP 62 (docs/dsa.md).",
+        range: Range::Bool,
     },
 ];
 
@@ -142,6 +151,9 @@ fn parse(config: &Value) -> Result<DsaParams, PlanError> {
             "ina.packet_bytes",
             format!("{} bytes with a {}-byte header; DSA's aggregators hold {} values, so packet_bytes - header_bytes must be {} (or {} + 3)", i.packet_bytes, i.header_bytes, inalab_host::DSA_VALUES, 4 * inalab_host::DSA_VALUES, 4 * inalab_host::DSA_VALUES),
         ));
+    }
+    if i.move_slots && i.index != DsaIndexName::Slots {
+        return Err(PlanError::new("ina.move_slots", "moves slots of a slot table: needs ina.index = \"slots\""));
     }
     if i.max_window_packets == 0 {
         return Err(PlanError::new("ina.max_window_packets", "must be at least 1 packet"));
@@ -238,6 +250,7 @@ impl Scheme for Dsa {
             retx_before_notify: c.ina.retx_before_notify,
             multicast,
             max_psn_span: (multicast && c.ina.index == DsaIndexName::Slots).then_some(c.ina.slots),
+            moves: (multicast && c.ina.move_slots).then(|| SlotMoves { pool: DsaSwitchConfig::aggregators_for(net.memory_bytes(ps_rack)), slots: c.ina.slots }),
         };
         let mut plan = Plan::default();
         for (r, &h) in job.workers.iter().enumerate() {

@@ -50,7 +50,7 @@ impl Fabric {
         let job = |ps, workers| DsaSwitchJob { ps, workers, policy: DsaPolicy::Dsa, ps_ack_frees: true, index: DsaIndex::Consecutive };
         sw.admit(1, Admission::new(job(PS, workers.clone()))).unwrap();
         sw.admit(2, Admission::new(job(PS2, (5..=6).map(|host| Endpoint { host, port: 1 }).collect()))).unwrap();
-        let cfg = DsaConfig { job: 1, workers, ps: PS, header_bytes: 58, aimd: AimdConfig::default(), min_rto_ps: MS, retx_before_notify: 3, multicast: true, max_psn_span: None };
+        let cfg = DsaConfig { job: 1, workers, ps: PS, header_bytes: 58, aimd: AimdConfig::default(), min_rto_ps: MS, retx_before_notify: 3, multicast: true, max_psn_span: None, moves: None };
         Fabric {
             now: 0,
             sw,

@@ -98,7 +98,7 @@ fn two_jobs() -> (DsaSwitch, DsaServer, Endpoint, Endpoint) {
     for (id, ps, workers) in [(1u32, ps1, job1.clone()), (2, ps2, (5..=6).map(ep).collect())] {
         sw.admit(id, Admission::new(DsaSwitchJob { ps, workers, policy: DsaPolicy::Dsa, ps_ack_frees: true, index: DsaIndex::Hash })).unwrap();
     }
-    let cfg = DsaConfig { job: 1, workers: job1, ps: ps1, header_bytes: 58, aimd: AimdConfig::default(), min_rto_ps: MS, retx_before_notify: 3, multicast: true, max_psn_span: None };
+    let cfg = DsaConfig { job: 1, workers: job1, ps: ps1, header_bytes: 58, aimd: AimdConfig::default(), min_rto_ps: MS, retx_before_notify: 3, multicast: true, max_psn_span: None, moves: None };
     (sw, DsaServer::new(cfg), ps1, ps2)
 }
 

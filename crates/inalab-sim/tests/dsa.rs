@@ -103,13 +103,15 @@ fn a_lone_jittered_job_addressed_as_atp_never_collides_and_keeps_atps_time() {
 
 #[test]
 fn two_jobs_collide_only_on_the_slots_their_tables_share_which_dsa_never_moves() {
-    // #37 asked that two DSA jobs at 5 MB meet at most twice ATP's collisions. They do not,
-    // and this is why: both schemes now address by the same slot tables, and two jobs' tables
-    // of 512 hashed slots in a pool of 18,939 share about 14. ATP's PS moves a slot the first
-    // time it collides (§3.6); DSA never moves an address (the paper's design), so a shared
-    // slot collides again on every pass of the table while the jitter keeps it held. Jobs
-    // whose tables share none never meet (shorter tables, which are often disjoint).
+    // #37 asked that two DSA jobs at 5 MB meet at most twice ATP's collisions. The paper's
+    // DSA does not, and this is why: both schemes now address by the same slot tables, and
+    // two jobs' tables of 512 hashed slots in a pool of 18,939 share about 14. ATP's PS moves
+    // a slot the first time it collides (§3.6); DSA never moves an address (the paper's
+    // design), so a shared slot collides again on every pass of the table while the jitter
+    // keeps it held. With ATP's move as an ablation (`ina.move_slots`) DSA meets at most
+    // twice ATP's. Jobs whose tables share none never meet (shorter tables, often disjoint).
     let run = |scheme: &str, ids: [u32; 2], slots: u32| {
+        let (scheme, moves) = (scheme.trim_end_matches("+move"), scheme.ends_with("+move"));
         let jobs = ids
             .iter()
             .enumerate()
@@ -117,6 +119,9 @@ fn two_jobs_collide_only_on_the_slots_their_tables_share_which_dsa_never_moves()
                 let (w, ps) = (hosts(8 * k as u32..8 * k as u32 + 8), format!("h{}", 16 + k));
                 let mut j = if scheme == "dsa" { dsa_job(id, w, &ps, PAPER_BYTES, 1, "dsa") } else { atp_job(id, w, &ps, PAPER_BYTES, 1) };
                 j["ina"]["slots"] = json!(slots);
+                if moves {
+                    j["ina"]["move_slots"] = json!(true);
+                }
                 j["jitter_ps"] = json!(100 * US);
                 j
             })
@@ -130,6 +135,9 @@ fn two_jobs_collide_only_on_the_slots_their_tables_share_which_dsa_never_moves()
     assert!(shared > 0);
     let (dsa, atp) = (run("dsa", [0, 1], 512), run("atp", [0, 1], 512));
     assert!(dsa > 2 * atp, "{shared} shared slots: DSA {dsa} collisions, ATP {atp}: the gap closed, update docs/dsa.md");
+    let moved = run("dsa+move", [0, 1], 512);
+    assert!(moved <= 2 * atp, "{shared} shared slots: DSA moving slots {moved} collisions, ATP {atp}");
+    eprintln!("collisions: DSA {dsa}, DSA moving slots {moved}, ATP {atp}");
     let apart = [128, 64, 32, 16].into_iter().find(|&n| table(0, n).is_disjoint(&table(1, n))).expect("short tables in 18,939 are often disjoint");
     assert_eq!(run("dsa", [0, 1], apart), 0, "{apart}-slot tables share no slot");
 }
@@ -207,6 +215,11 @@ fn bad_dsa_jobs_name_the_field() {
     let j = dsa_job(0, hosts(0..33), "h33", 4_000, 1, "dsa");
     let e = try_simulate(&dsa_spec(star(34, US), vec![j], 16));
     assert!(e.to_string().contains("workers") && e.to_string().contains("32"), "{e}");
+    let mut j = dsa_job(0, hosts(0..4), "h4", 4_000, 1, "dsa");
+    j["ina"]["index"] = json!("hash");
+    j["ina"]["move_slots"] = json!(true);
+    let e = try_simulate(&dsa_spec(star(5, US), vec![j], 16));
+    assert!(e.to_string().contains("ina.move_slots") && e.to_string().contains("slots"), "{e}");
 }
 
 proptest! {
@@ -214,8 +227,14 @@ proptest! {
     /// T20: random loss everywhere, random array sizes, several jobs: exact sums, nothing held.
     #[test]
     fn random_loss_and_arrays_sum_exactly(loss in 0.0f64..0.03, aggs in prop::sample::select(vec![0u64, 1, 3, 8, 64, 1000]),
-                                          policy in prop::sample::select(vec!["dsa", "always-preempt", "preempt-half", "fcfs"]), seed in 0u64..1000) {
-        let jobs = (0..3).map(|k| dsa_job(k, hosts(3 * k..3 * k + 3), &format!("h{}", 9 + k), 4 * 1_500, 2, policy)).collect();
+                                          policy in prop::sample::select(vec!["dsa", "always-preempt", "preempt-half", "fcfs"]), seed in 0u64..1000,
+                                          moves in any::<bool>()) {
+        // `moves`: the `ina.move_slots` ablation, whose MOVEs are lost too.
+        let jobs = (0..3).map(|k| {
+            let mut j = dsa_job(k, hosts(3 * k..3 * k + 3), &format!("h{}", 9 + k), 4 * 1_500, 2, policy);
+            j["ina"]["move_slots"] = json!(moves);
+            j
+        }).collect();
         let mut s = dsa_spec(star(12, US), jobs, aggs);
         s["seed"] = json!(seed);
         s["network"]["host_loss"] = json!([{"host": "h0", "prob": loss}, {"host": "h9", "prob": loss}, {"host": "h4", "prob": loss / 2.0}]);
@@ -227,11 +246,17 @@ proptest! {
 fn eight_jobs_on_a_scarce_array_sum_exactly_under_loss_on_every_link() {
     // The case: 8 concurrent jobs, 64 aggregators, loss of 0.001 % and 1 % on every
     // link (every host of the star loses what it sends and receives), payload mode.
-    for prob in [0.00001, 0.01] {
+    // With `ina.move_slots` at 1 %: moves and their losses under the same contention.
+    for (prob, moves) in [(0.00001, false), (0.01, false), (0.01, true)] {
         // Workers up to 20 us apart, so fragments wait in the array and jobs meet there.
         let jobs = (0..8)
             .map(|k| {
                 let mut j = dsa_job(k, hosts(4 * k..4 * k + 4), &format!("h{}", 32 + k), 4 * 3_000, 2, "dsa");
+                if moves {
+                    // Tables of 4 in 64 aggregators, so a collided slot has somewhere to go.
+                    j["ina"]["move_slots"] = json!(true);
+                    j["ina"]["slots"] = json!(4);
+                }
                 j["jitter_ps"] = json!(20 * US);
                 j
             })
@@ -241,6 +266,7 @@ fn eight_jobs_on_a_scarce_array_sum_exactly_under_loss_on_every_link() {
         let r = simulate(&s);
         assert_exact(&r);
         assert!(counter(&r, "collisions") > 0, "{prob} {:?}", r.switches[0].counters);
+        assert_eq!(counter(&r, "slot_moves") > 0, moves, "{prob} {:?}", r.switches[0].counters);
         if prob >= 0.01 {
             assert!(r.links.iter().map(|l| l.drops_loss).sum::<u64>() > 0 && host_counter(&r, "timeouts") > 0, "{prob}: losses were repaired");
         }

@@ -114,6 +114,8 @@ struct Counters {
     reminders: u64,
     reminders_empty: u64,
     ps_ack_frees: u64,
+    /// Slot-table entries the PS moved (the `move_slots` ablation).
+    moves: u64,
     multicast_copies: u64,
     /// Sum over freed aggregators of the time they were held, ps (occupation, Fig. 1).
     held_ps: u64,
@@ -325,6 +327,30 @@ impl DsaSwitch {
         out.push(SwitchAction::Route { pkt });
     }
 
+    /// The PS moves the job's slot of `h.psn` to aggregator `h.bitmap` (the `move_slots`
+    /// ablation, ATP's PS-side move). An aggregator the old slot still holds for this PSN is
+    /// freed first, as the ACK that follows would have (it will look at the new one).
+    fn on_move(&mut self, now: Time, h: DsaHeader, pkt: Packet, out: &mut Vec<SwitchAction>) {
+        let pool = self.aggs.len();
+        let old = self.index(h.job, h.psn);
+        let Some(DsaIndex::Slots(t)) = self.jobs.get_mut(&h.job).map(|j| &mut j.index) else {
+            self.c.malformed += 1;
+            return out.push(SwitchAction::Drop { pkt, reason: "dsa_malformed" });
+        };
+        if h.bitmap >= pool || t.is_empty() {
+            self.c.malformed += 1;
+            return out.push(SwitchAction::Drop { pkt, reason: "dsa_malformed" });
+        }
+        let slot = h.psn as usize % t.len();
+        t[slot] = h.bitmap;
+        if self.holds(old, &h) {
+            self.take(now, old);
+            self.c.ps_ack_frees += 1;
+        }
+        self.c.moves += 1;
+        out.push(SwitchAction::Drop { pkt, reason: "dsa_moved" })
+    }
+
     fn on_ps_ack(&mut self, now: Time, h: DsaHeader, pkt: Packet, out: &mut Vec<SwitchAction>) {
         if self.jobs[&h.job].ps_ack_frees {
             let i = self.index(h.job, h.psn);
@@ -356,6 +382,7 @@ impl SwitchProgram for DsaSwitch {
             DsaKind::Grad if fits && !from_ps => self.on_grad(now, h, pkt, out),
             DsaKind::RemindSw if from_ps => self.on_remind(now, h, pkt, out),
             DsaKind::Ack if from_ps => self.on_ps_ack(now, h, pkt, out),
+            DsaKind::Move if from_ps => self.on_move(now, h, pkt, out),
             _ => out.push(SwitchAction::Route { pkt }),
         }
     }
@@ -407,6 +434,7 @@ impl SwitchProgram for DsaSwitch {
             ("reminders", c.reminders),
             ("reminders_empty", c.reminders_empty),
             ("ps_ack_frees", c.ps_ack_frees),
+            ("slot_moves", c.moves),
             ("multicast_copies", c.multicast_copies),
             ("occupation_ps_total", c.held_ps),
             ("aggregators_freed", c.freed),
@@ -453,6 +481,31 @@ mod tests {
             let j = DsaSwitchJob { ps: PS1, workers: vec![Endpoint { host: 0, port: 1 }], policy: DsaPolicy::Dsa, ps_ack_frees: true, index: DsaIndex::Slots(t) };
             assert!(s.admit(5, Admission::new(j)).is_err());
         }
+    }
+
+    #[test]
+    fn a_move_from_the_ps_repoints_the_slot_and_frees_what_the_old_one_held() {
+        let mut s = switch(1000, DsaPolicy::Dsa);
+        s.jobs.get_mut(&1).unwrap().index = DsaIndex::Slots(vec![7, 3]);
+        run(&mut s, grad(1, 5, 0, 100, 1));
+        assert!(s.aggs.get(3).is_some());
+        let mv = |psn: u32, to: u32, src: Endpoint| {
+            let h = DsaHeader { job: 1, psn, bitmap: to, priority: 0, fan_in: 4, kind: DsaKind::Move, flags: 0 };
+            Packet::new(src.host, src.port, 0, 1, 64, Header::Dsa(h))
+        };
+        // From anyone but the job's PS a move is forwarded untouched, not applied.
+        assert_eq!(routed(&run(&mut s, mv(5, 500, Endpoint { host: 2, port: 1 }))).len(), 1);
+        assert_eq!(s.index(1, 5), 3);
+        // Beyond the array: counted and dropped.
+        assert!(routed(&run(&mut s, mv(5, 1000, PS1))).is_empty());
+        assert_eq!((counter(&s, "malformed"), s.index(1, 5)), (1, 3));
+        // The PS's move applies to every PSN of the slot; PSN 5's partial at 3 is freed.
+        assert!(routed(&run(&mut s, mv(5, 500, PS1))).is_empty());
+        assert_eq!((s.index(1, 5), s.index(1, 7), s.index(1, 6)), (500, 500, 7));
+        assert_eq!((counter(&s, "slot_moves"), s.aggregators_in_use()), (1, 0));
+        // A job addressed by hash has no slot to move.
+        assert!(routed(&run(&mut s, Packet::new(PS2.host, PS2.port, 10, 1, 64, Header::Dsa(DsaHeader { job: 2, psn: 0, bitmap: 1, priority: 0, fan_in: 2, kind: DsaKind::Move, flags: 0 })))).is_empty());
+        assert_eq!(counter(&s, "malformed"), 2);
     }
 
     #[test]

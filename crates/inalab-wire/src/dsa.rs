@@ -34,10 +34,14 @@ pub enum DsaKind {
     Fetch = 6,
     /// A worker's answer: its gradient, or the final sum with `FLAG_RESULT`.
     FetchResp = 7,
+    /// The PS tells the switch to move the job's slot of `psn` to the aggregator whose index
+    /// is in `bitmap` (ATP's PS-side move, §3.6 of ATP, as it announces one in `bitmap0`):
+    /// the `move_slots` ablation; the paper's DSA never moves an address.
+    Move = 8,
 }
 
 impl DsaKind {
-    pub(crate) const ALL: [DsaKind; 8] = [DsaKind::Grad, DsaKind::Ack, DsaKind::Evict, DsaKind::RemindSw, DsaKind::RemindSwResp, DsaKind::Notify, DsaKind::Fetch, DsaKind::FetchResp];
+    pub(crate) const ALL: [DsaKind; 9] = [DsaKind::Grad, DsaKind::Ack, DsaKind::Evict, DsaKind::RemindSw, DsaKind::RemindSwResp, DsaKind::Notify, DsaKind::Fetch, DsaKind::FetchResp, DsaKind::Move];
 }
 
 /// DSA's header (Wang et al., ICNP; `../shared/specs/dsa.md` §1.3, widths a choice: the paper
@@ -115,7 +119,8 @@ impl DsaHeader {
         if h.fan_in == 0 || h.fan_in > Self::MAX_FAN_IN {
             return Err(WireError::BadValue { what: "dsa fan_in", value: h.fan_in as u64 });
         }
-        if h.bitmap & !Self::full_bitmap(h.fan_in) != 0 {
+        // A move's bitmap is an aggregator index, not contributors.
+        if h.kind != DsaKind::Move && h.bitmap & !Self::full_bitmap(h.fan_in) != 0 {
             return Err(WireError::BadValue { what: "dsa bitmap", value: h.bitmap as u64 });
         }
         Ok(h)
@@ -145,13 +150,29 @@ mod tests {
     }
 
     #[test]
+    fn move_vector_carries_an_aggregator_index_in_the_bitmap() {
+        let h = DsaHeader { job: 7, psn: 513, bitmap: 18_000, priority: 0, fan_in: 8, kind: DsaKind::Move, flags: 0 };
+        #[rustfmt::skip]
+        let bytes = [
+            4, // header kind: Dsa
+            0x00, 0x07, // job
+            0x00, 0x00, 0x02, 0x01, // psn
+            0x00, 0x00, 0x46, 0x50, // bitmap: the new aggregator, 18,000
+            0x00, 0x00, 0x00, 0x00, // priority
+            8, // fan_in
+            0x80, // kind Move (8) << 4, no flags
+        ];
+        check_vector(Header::Dsa(h), &bytes);
+    }
+
+    #[test]
     fn unknown_values_rejected() {
         let mut b = vec![];
         DsaHeader { fan_in: 2, ..Default::default() }.encode(&mut b);
         assert!(DsaHeader::decode(&b).is_ok());
         let mut k = b.clone();
-        k[field::KIND_FLAGS] = 8 << 4;
-        assert_eq!(DsaHeader::decode(&k), Err(WireError::BadValue { what: "dsa kind", value: 8 }));
+        k[field::KIND_FLAGS] = 9 << 4;
+        assert_eq!(DsaHeader::decode(&k), Err(WireError::BadValue { what: "dsa kind", value: 9 }));
         let mut f = b.clone();
         f[field::FAN_IN] = 33;
         assert_eq!(DsaHeader::decode(&f), Err(WireError::BadValue { what: "dsa fan_in", value: 33 }));

@@ -95,18 +95,20 @@ COMMITTED_REPORT = DOCS_DIR.parent / "report" / "report.json"  # the last full r
 
 def previous_run(report_dir: Optional[Path] = None) -> dict:
     """The wall times of an earlier report: REPORT_DIR/report.json if it has one, else the
-    committed docs/report/report.json. ``{"seconds": {name: s}, "path", "generated",
-    "command", "cpus", "jobs"}``; ``seconds`` empty and ``path`` None when there is none."""
+    committed docs/report/report.json. ``{"seconds": {name: s}, "runs": {name: seeds run},
+    "path", "generated", "command", "cpus", "jobs"}``; ``seconds`` empty and ``path`` None when
+    there is none. An entry that names no seeds ran once (reports before seeds were recorded)."""
     paths = ([Path(report_dir) / "report.json"] if report_dir is not None else []) + [COMMITTED_REPORT]
     for path in paths:
         try:
             data = json.loads(path.read_text())
             seconds = {r["name"]: float(r["seconds"]) for r in data["reproductions"] if r.get("seconds") is not None}
+            runs = {r["name"]: max(1, len(r.get("seeds") or ())) for r in data["reproductions"]}
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        return {"seconds": seconds, "path": str(path), "generated": data.get("generated"), "command": data.get("command"),
+        return {"seconds": seconds, "runs": runs, "path": str(path), "generated": data.get("generated"), "command": data.get("command"),
                 "cpus": (data.get("machine") or {}).get("cpus"), "jobs": data.get("jobs")}
-    return {"seconds": {}, "path": None, "generated": None, "command": None, "cpus": None, "jobs": None}
+    return {"seconds": {}, "runs": {}, "path": None, "generated": None, "command": None, "cpus": None, "jobs": None}
 
 
 def previous_seconds(report_dir: Path) -> dict:
@@ -119,17 +121,20 @@ def catalog(report_dir: Optional[Path] = None) -> dict:
     """Every reproduction, for ``inalab reproduce --list``: paper, figure, scale (what it
     simulates), default seeds (None: it takes none, ``no_seeds`` why) and ``expected_s``, its
     wall time in the last full run (:func:`previous_run`: ``source`` says which report, when,
-    by what command on how many CPUs; None where that run did not have it)."""
+    by what command on how many CPUs; None where that run did not have it) scaled from the
+    seeds that run used to the default seeds (a run per seed: 1 seed then, 3 now, 3x)."""
     prev = previous_run(report_dir)
     source = {k: prev[k] for k in ("path", "generated", "command", "cpus", "jobs")}
     items = []
     for name in order(list(REPRODUCTIONS)):
         rep = REPRODUCTIONS[name]
         seeds = default_seeds(rep)
+        took = prev["seconds"].get(name)
+        expected = None if took is None else took / prev["runs"].get(name, 1) * len(seeds or (None,))
         items.append({"name": name, "paper": paper_of(rep), "figure": getattr(rep, "figure", ""),
                       "scale": getattr(rep, "simulates", None), "seeds": None if seeds is None else list(seeds),
                       "no_seeds": None if seeds is not None else getattr(rep, "no_seeds", "it takes no seed"),
-                      "expected_s": prev["seconds"].get(name)})
+                      "expected_s": expected})
     return {"source": source, "reproductions": items}
 
 

@@ -130,7 +130,7 @@ F.sml_exp = ProtoField.int8("inalab.switchml.exp", "Block exponent (next chunk)"
 
 -- DSA (4).
 local DSA_KINDS = { [0] = "Grad", [1] = "Ack", [2] = "Evict", [3] = "RemindSw", [4] = "RemindSwResp",
-    [5] = "Notify", [6] = "Fetch", [7] = "FetchResp" }
+    [5] = "Notify", [6] = "Fetch", [7] = "FetchResp", [8] = "Move" }
 F.dsa_job = ProtoField.uint16("inalab.dsa.job", "Job")
 F.dsa_psn = ProtoField.uint32("inalab.dsa.psn", "Packet sequence number")
 F.dsa_bitmap = ProtoField.uint32("inalab.dsa.bitmap", "Bitmap", base.HEX)
