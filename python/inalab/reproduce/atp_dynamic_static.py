@@ -7,6 +7,7 @@ import pandas as pd
 
 from . import Seeded, band, markdown_table, n_seeds, register, setup_table, whole
 from .atp_pta import static_need
+from .atp_single_job import HOST_COSTS
 
 AGGREGATOR_BYTES = 272  # ATP aggregator: 62 x 4 B values + 6 x 4 B metadata
 
@@ -27,9 +28,13 @@ HALF_BAND = 1.1
 
 # What each catalog model does to the pool (models/README.md; comm at 100 Gbps).
 MODEL_NOTE = {
-    "dnn_b": "8 MB, comm:comp = 1:2 at 100 Gbps: each job computes two thirds of the time, and its aggregators sit idle",
-    "dnn_a": "16 MB, comm:comp = 2:1 at 100 Gbps: each job communicates two thirds of the time, and keeps the pool busy",
+    "dnn_b": "8 MB, comm:comp = 1:2 at 100 Gbps",
+    "dnn_a": "16 MB, comm:comp = 2:1 at 100 Gbps: on the shared PS link, busy nearly all the time, so it keeps the pool busy",
 }
+# VGG16's duty cycle (§5.1, §5.4.1): 528 MB at 100 Gbps take 42 ms against ~291 ms of compute (the
+# catalog's P100 416 ms x 0.7 for the 2080 Ti, as atp-single-job): comm:comp ~ 1:7 on a link of its
+# own, ~1:2.3 when three jobs share the PS's. `dnn_b`'s compute x 3.5 has the same 1:7.
+VGG16_COMPUTE_SCALE = 3.5
 
 
 class AtpDynamicVsStatic(Seeded):
@@ -40,24 +45,24 @@ class AtpDynamicVsStatic(Seeded):
              "perform similarly; as the aggregators drop to 33 % of PTA the dynamic approach degrades "
              "less than static (up to 38 % better training time under heavy contention; performance drops "
              "only 5-10 % with half of the aggregators, §1).")
-    simulates = "15-host star"
+    simulates = "13-host star"
     # The simulations' scenario seed: it draws loss, jitter and background peers (docs/config.md),
     # which these scenarios do not have, so seeds are expected to agree (the write-up says when
     # they do). Three: the project's least.
     seeds = (1, 2, 3)
     keys = ["model", "pta_fraction", "sharing"]  # a row's setup, to match rows across seeds
 
-    # The main workload is `dnn_b`, an on/off job (issue #37): the paper's 3 VGG16 jobs share one
-    # PS and its link, which they saturate at PTA (§5.4.1), so each communicates at most a third
-    # of 100 Gbps: VGG16's 528 MB (§5.1) then take >= ~127 ms against ~291 ms of compute (the
-    # catalog's P100 416 ms x 0.7 for the 2080 Ti, as atp-single-job), comm:comp ~ 1:2.3, and
-    # Fig. 13c shows jobs in off phases. This reproduction gives each job a PS host of its own, so a
-    # model with that duty cycle on its own link stands in: `dnn_b` (1:2). `dnn_a` (2:1, busy two
-    # thirds of the time) is the ablation. (Jobs may now name one shared server host; moving this
-    # figure onto it is left to its next rerun, issue #37's note.)
+    # The paper's 3 VGG16 jobs share one PS host and its link, which they saturate at PTA (§5.4.1),
+    # and Fig. 13c shows them in off phases (issue #37). Here too the jobs name one server host, and
+    # the main workload is `dnn_b` with its compute x 3.5: VGG16's comm:comp of ~1:7 on a link of its
+    # own (VGG16_COMPUTE_SCALE). `dnn_a` (2:1 alone, busy all the time on a third of the PS link) is
+    # the ablation. `shared_ps=False` gives each job a PS host of its own (the set-up before #37).
     def __init__(self, model: str = "dnn_b", workers: int = 4, iterations: int = 6,
-                 fractions=(1.0, 0.8, 0.66, 0.5, 0.33), stagger: bool = True, ablation_model: str | None = "dnn_a"):
+                 fractions=(1.0, 0.8, 0.66, 0.5, 0.33), stagger: bool = True, ablation_model: str | None = "dnn_a",
+                 compute_scale: float = VGG16_COMPUTE_SCALE, shared_ps: bool = True, host_costs=HOST_COSTS):
         self.model, self.workers, self.iterations = model, workers, iterations
+        # The same testbed as Fig. 8's: hosts copy at most 120 Gbps (atp-single-job derives it).
+        self.compute_scale, self.shared_ps, self.host_costs = compute_scale, shared_ps, host_costs
         # The same sweep with a model that keeps the pool busier (not used by `holds`).
         self.ablation_model = ablation_model
         self.fractions, self.stagger = tuple(fractions), stagger
@@ -65,20 +70,20 @@ class AtpDynamicVsStatic(Seeded):
     def setup(self) -> list:
         """The write-up's set-up table: (parameter, the paper (where), ours, why different)."""
         nw = self.workers
-        models = f"`{self.model}` ({MODEL_NOTE.get(self.model, 'see the catalog')})" + (
+        models = f"`{self.model}` ({MODEL_NOTE.get(self.model, 'see the catalog')}), compute x {self.compute_scale:g}" + (
             f"; `{self.ablation_model}` as an ablation" if self.ablation_model else "")
         return [
             ("topology", "3 jobs on one 32 x 100 Gbps Tofino, \"identical placement for workers and PS\" (§5.4.1, §5.1): "
              "the jobs share the PS and \"saturate the link from the switch to the PS\"",
-             f"a {3 * (nw + 1)}-host star at 100 Gbps, 1 us per link; each job its own {nw} workers and PS host",
-             "not yet moved onto one shared PS host (inalab allows it since issue #37): our jobs share no link, "
-             "only the aggregator pool (see below)"),
+             f"a {self._hosts(3)}-host star at 100 Gbps, 1 us per link; each job its own {nw} workers"
+             + (", the three PSes on one host" if self.shared_ps else " and PS host"),
+             "" if self.shared_ps else "each job has a PS host of its own: the jobs share only the aggregator pool"),
             ("jobs", "3 identical (§5.4.1)", "3 identical", ""),
             ("workers per job", "not in §5.4.1; 8 \"unless specified\" (§5.1), on 9 machines", f"{nw} + 1 PS host",
              "smaller jobs keep the runs short"),
             ("model", "VGG16 (528 MB, §5.1), with off phases (Fig. 13c)", models,
-             "a VGG16 iteration of 3 jobs is ~10^8 packet events; the on/off duty cycle the paper's jobs had on "
-             "their shared PS link (comm:comp ~ 1:2.3, derived under Setup below) on a link of their own"),
+             "a VGG16 iteration of 3 jobs is ~10^8 packet events; a model with VGG16's duty cycle instead "
+             "(comm:comp ~ 1:7 on a link of its own, derived under Setup below)"),
             ("run length", "throughput \"after warm-up, from the second epoch of training onwards\" (§5.4.1)",
              f"{self.iterations} iterations; throughput from the 2nd on", "epochs are out of reach"),
             ("start", "not in the paper", "staggered by 1/3 of an iteration" if self.stagger else "together",
@@ -93,25 +98,35 @@ class AtpDynamicVsStatic(Seeded):
             ("packets", "306 B (§3.6)", "306 B (62 values)", ""),
             ("window, CC", "AIMD from 200 packets (~60 KB), ECN (§3.7)", "AIMD from 60,000 B, ECN above 200 KB, 1 MiB "
              "drop-tail buffers (defaults)", "the threshold and buffers are not in the paper"),
-            ("PS", "\"saturates at 60Gbps\" (§5.5)", "no processing limit; ATP's 1 ms timeout", "not modelled here"),
+            ("PS and hosts", "one PS for the 3 jobs (§5.4.1), which \"saturates at 60Gbps\" (§5.5); memory copies at the PS "
+             "and the workers (§D.1)",
+             ("every host copies at most 120 Gbps in all, 60 each way (`network.host_costs`, derived from §D.1 in "
+              "atp-single-job); " if self.host_costs else "no host costs; ") + "ATP's 1 ms timeout",
+             "" if self.host_costs else "host costs left out"),
             ("seeds", "not in the paper", f"{len(self.seeds)} ({', '.join(map(str, self.seeds))}); nothing here is drawn "
              "from the seed", "the project's least"),
         ]
 
     # -- scenarios -------------------------------------------------------------------------
+    def _hosts(self, n_jobs: int) -> int:
+        return n_jobs * self.workers + 1 if self.shared_ps else n_jobs * (self.workers + 1)
+
     def scenario(self, aggregators: int, hashing: str, starts=(0.0, 0.0, 0.0), slots: int = 0, n_jobs: int = 3,
-                 model: str | None = None, seed: int = 1) -> dict:
+                 model: str | None = None, seed: int = 1, compute_scale: float = 1.0) -> dict:
         nw = self.workers
         jobs = []
         for k in range(n_jobs):
-            b = k * (nw + 1)
+            # Shared: workers first, then the one PS host every job names; else each job's PS after its workers.
+            b, ps = (k * nw, n_jobs * nw) if self.shared_ps else (k * (nw + 1), k * (nw + 1) + nw)
             jobs.append({"name": f"job{k}", "scheme": "atp", "model": model or self.model,
+                         "compute_scale": compute_scale,
                          "iterations": self.iterations, "workers": f"h{b}..h{b + nw - 1}",
-                         "servers": [f"h{b + nw}"], "start": f"{starts[k] * 1e6:.3f}us",
+                         "servers": [f"h{ps}"], "start": f"{starts[k] * 1e6:.3f}us",
                          "ina": {"hashing": hashing} | ({"slots": slots} if slots else {})})
         return {"name": f"atp13a-{hashing}-{aggregators}", "seed": seed, "stop": "5s",
-                "topology": {"kind": "star", "hosts": n_jobs * (nw + 1)},
-                "network": {"aggregator_memory": f"{aggregators * AGGREGATOR_BYTES}B"},
+                "topology": {"kind": "star", "hosts": self._hosts(n_jobs)},
+                "network": {"aggregator_memory": f"{aggregators * AGGREGATOR_BYTES}B"}
+                | ({"host_costs": self.host_costs} if self.host_costs else {}),
                 "jobs": jobs, "metrics": {"bin": "1ms"}}
 
 
@@ -125,8 +140,10 @@ class AtpDynamicVsStatic(Seeded):
         import inalab
         from ..models import get_model
 
+        scale = self.compute_scale if model == self.model else 1.0
+
         def sim(*a, **k):
-            return inalab.simulate(self.scenario(*a, model=model, seed=seed, **k))
+            return inalab.simulate(self.scenario(*a, model=model, seed=seed, compute_scale=scale, **k))
 
         # PTA as the paper tunes it: the fewest aggregators with which static allocation gives each
         # job its peak throughput; one job's need by bisection over static slices (its window is its
@@ -154,7 +171,7 @@ class AtpDynamicVsStatic(Seeded):
                 # training throughput after warm-up: iterations from the second on
                 steady = it[it.iteration >= 1].groupby("job").duration_s.mean()
                 c = r.switches.counters.iloc[0]
-                rows.append({"model": model, "pta_fraction": float(frac), "aggregators": aggs, "sharing": label,
+                rows.append({"model": model, "compute_scale": scale, "pta_fraction": float(frac), "aggregators": aggs, "sharing": label,
                              "finished": bool(r.jobs.finished.all()),
                              "iteration_ms": 1e3 * float(steady.mean()),
                              "throughput": float((batch / steady).mean()),
@@ -260,17 +277,18 @@ class AtpDynamicVsStatic(Seeded):
 **Command.** `inalab reproduce {self.name}`
 
 **Setup (scaled down).** 3 identical ATP jobs on one 100 Gbps star switch, each with
-{self.workers} workers and its own PS host (`{self.model}` from the catalog, {self.iterations}
+{self.workers} workers, {"their PSes on one host" if self.shared_ps else "each its own PS host"} (`{self.model}` from the catalog with its compute x {self.compute_scale:g}, {self.iterations}
 iterations; `throughput` = batch / mean duration of iterations 2..{self.iterations}, i.e. after warm-up,
 per worker; `{self.model}` has no batch size in the catalog, so it is iterations/s). Jobs start staggered
 by 1/3 of an iteration (`stagger = {self.stagger}`) so that their on/off phases are not aligned, as in
 the paper's Fig. 13c. The paper uses VGG16 (528 MB, §5.1); one VGG16 iteration of 3 jobs costs
-~10^8 packet events. We use `{self.model}` ({MODEL_NOTE.get(self.model, "see the catalog")}): an on/off
-job with the duty cycle the paper's VGG16 jobs had. They share one PS and saturate its link at PTA (§5.4.1), so each
-communicates at most a third of 100 Gbps: 528 MB take >= ~127 ms against ~291 ms of compute (the
-catalog's P100 time x 0.7 for the 2080 Ti, as in atp-single-job), comm:comp ~ 1:2.3. Our jobs do not
-share links (each has a PS host of its own) and each communicates on a 100 Gbps link of its own; the
-aggregator pool is the only shared resource.
+~10^8 packet events. We use `{self.model}` ({MODEL_NOTE.get(self.model, "see the catalog")}) with its compute
+x {self.compute_scale:g}: an on/off job with VGG16's duty cycle. VGG16's 528 MB take 42 ms at 100 Gbps against
+~291 ms of compute (the catalog's P100 time x 0.7 for the 2080 Ti, as in atp-single-job), comm:comp
+~ 1:7 on a link of its own; the paper's three jobs share one PS and saturate its link at PTA
+(§5.4.1), where each gets a third of it (~1:2.3). Here too the three jobs' PSes are on one host, so
+they share its link, and every host copies at most 120 Gbps (the testbed's limit that atp-single-job
+derives from §D.1; not tuned here): what falls back to the PS costs the PS host's copies too.
 
 **PTA.** Measured as the paper tunes it: the fewest aggregators with which one job alone under
 static allocation (its window is its slice, as in SwitchML) reaches its ample-pool throughput within
@@ -301,26 +319,25 @@ All runs:
   {PAPER_LOW_ADVANTAGE} (band {PAPER_LOW_ADVANTAGE / BAND:.2f}-{PAPER_LOW_ADVANTAGE * BAND:.2f}); {half_text}.
   A static job's window shrinks with its slice; a dynamic job keeps its window, and the fragments
   that find their aggregator taken go to the PS unaggregated: the share of the switch's packets it
-  aggregates falls from {agg_top:.2f} at 100 % to {agg_half} at 50 % PTA (`switch_agg_fraction`). What the
-  paper's jobs lost at their shared, already saturated PS link we cannot model (below), and the
-  paper does not say what kept its loss at 5-10 %.
+  aggregates falls from {agg_top:.2f} at 100 % to {agg_half} at 50 % PTA (`switch_agg_fraction`). That
+  fallback crosses the PS host's link and its copies, which the three jobs share; the paper does not
+  say what kept its loss at 5-10 %.
 * How much of the time the other jobs leave the pool idle decides the shape. With
   `{self.ablation_model}` below 100 % PTA the jobs' slots overlap while they are all busy, and the PS's
   moves run out of unused aggregators (each job tries every aggregator once, then keeps its
   slots): dynamic / static is {span(ab_mid)} and {ab_low:.2f} at the lowest fraction.
   An earlier version of this reproduction had `dnn_a` as its main workload, on the reading that
-  VGG16 is network-intensive on a link of its own; the paper's jobs shared one PS link (issue #37).
+  VGG16 is network-intensive on a link of its own; its comm:comp there is ~1:7 (issue #37).
 * At 100 % PTA dynamic collides {int(dyn_top.collisions):,} times in the whole run and the PSs move
   {int(dyn_top.rehashes)} slots; at {low:.0%} PTA, {int(dyn_low.collisions):,} collisions: there is not room
   for every job's slots, so fragments fall back to the PS, which is the point of best effort: a
   static job's window shrinks with its slice, a dynamic job keeps its window and uses the PS link
   and the aggregators the other jobs leave idle in their compute phases.
-* Not here yet (issue #37): one PS shared by the three jobs. inalab's configuration now lets jobs
-  name one server host (one PS serving them all, tested exact in the simulator), but this
-  reproduction has not been moved onto it: that also changes which model has the paper's duty
-  cycle (VGG16's comm:comp is ~1:7 on a link of its own, ~1:2.3 on a third of one). So the
-  paper's bottleneck at PTA, the shared link from the switch to the PS, is missing: each of our
-  jobs has its own, and the jobs compete only for aggregators.
+* Before issue #37 each job had a PS host of its own, no host costs and `dnn_b` at its own compute
+  (1:2): dynamic / static was 1.00 at 100 %, 1.03-1.15 between and 1.30 at 33 % PTA, and dynamic
+  kept 0.72 of its throughput at 50 %. With the paper's shared PS and VGG16's duty cycle the
+  fragments that fall back to the PS load the one PS host that all three jobs use; the paper does not
+  say what kept its jobs' PS from paying for them.
 * Before issue #11, inalab hashed every fragment over the whole pool and rehashed at random with
   replacement; a job then collided with its own in-flight fragments and dynamic sharing was far
   below static at 100 % PTA. The authors' code (`in-ATP/ATP`) gives each job a table of distinct
@@ -328,8 +345,7 @@ All runs:
   here (see `atp-hash-vs-linear`).
 * The paper's convergence takes ~500 ms of VGG16 training; our runs last tens of ms of simulated
   time, and the moves happen in the first iterations. {n_seeds(self.seeds).capitalize()}.
-* Compute times come from the catalog's profile of `{self.model}`; there is no CPU/PS processing limit
-  (the paper's PS saturates at 60 Gbps).
+* Compute times come from the catalog's profile of `{self.model}` x {self.compute_scale:g}.
 """
 
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:
