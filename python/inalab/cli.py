@@ -514,14 +514,17 @@ def analyze(
     if a.plan is not None:
         v, b = a.plan.violations, a.plan.bounds
         lam, feasible = a.plan.lp.rate, a.plan.result.extra["feasible_rate_gbps"]
+        x = a.plan.result.extra
         if feasible < lam * (1 - 1e-9):
-            how = (f"at that rate the rounded plan loads processing {v['processing']:.3g}x (Theorem 5 bound "
+            how = (f"at that rate the plan loads processing {v['processing']:.3g}x (Theorem 5 bound "
                    f"{b['processing']:.3g}), the PS ingress {v['bandwidth']:.3g}x (Theorem 6 bound {b['bandwidth']:.3g}) "
                    f"and links {v['link']:.3g}x its capacity, so it runs at {feasible:.5g} Gbps, the rate above")
         else:
-            how = "the rounded plan fits every capacity at that rate"
+            how = "the plan fits every capacity at that rate"
+        found = (f" The plan: the best integral one found, by {x['method']} (one R-GRIA draw: {x['r_gria_rate_gbps']:.5g} "
+                 f"Gbps; MILP {x['milp']}; {x['plan_seconds']:.2g} s)." if "method" in x else "")
         out_console.print(f"GRID's LP bound: {lam:.5g} Gbps, the relaxation's lambda (R-GRIA's rounded lambda equals it, "
-                          f"Theorem 7; LP solved in {a.plan.lp.seconds:.3f} s); {how}.", highlight=False)
+                          f"Theorem 7; LP solved in {a.plan.lp.seconds:.3f} s); {how}.{found}", highlight=False)
     if a.bom is not None:
         out_console.print(f"BOM (Rina): {a.bom['throughput_gbps']:.6g} Gbps per worker ({a.bom['bottleneck']})")
 
@@ -532,11 +535,13 @@ def plan(
     scenario: ScenarioArg,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write the routing policy JSON here.")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Override the scenario's seed.")] = None,
-    trials: Annotated[Optional[int], typer.Option("--trials", help="R-GRIA roundings to try (best kept).")] = None,
+    trials: Annotated[Optional[int], typer.Option("--trials", help="R-GRIA roundings to draw (default: the scenario's rounding_trials, 16); the best plan among them, the baselines, their local improvements and (small instances) the MILP is kept.")] = None,
     job: JobOpt = None,
 ) -> None:
-    """Compute a GRID routing policy (aggregation node, path and rate per worker) as JSON. Rates
-    (rate_gbps) are those at which the rounded plan fits every capacity; lp_rate_gbps is the LP bound."""
+    """Compute a GRID routing policy (aggregation node, path and rate per worker) as JSON: the best
+    integral plan found (R-GRIA draws, the baselines on GRID's data plane, local moves, and for small
+    instances the exact MILP). Rates (rate_gbps) are those at which the plan fits every capacity;
+    lp_rate_gbps is the LP bound; search says which method won and the gap to the bound."""
     from .analysis import load_analysis
     from .analysis.grid import plan_grid_best
 
@@ -558,7 +563,10 @@ def plan(
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text + "\n")
         p = policy.policy()
-        _said(f"wrote {out}: rate {p['rate_gbps']:.5g} Gbps per worker (LP bound {p['lp_rate_gbps']:.5g})")
+        q = p["search"]
+        _said(f"wrote {out}: rate {p['rate_gbps']:.5g} Gbps per worker (LP bound {p['lp_rate_gbps']:.5g}, the plan "
+              f"{100 * q['lp_gap']:.3g} % below it; found by {q['method']}; MILP {q['milp']}; "
+              f"{policy.result.extra['plan_seconds']:.2g} s)")
     else:
         print(text, flush=True)
 

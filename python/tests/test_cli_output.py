@@ -100,23 +100,47 @@ def test_the_job_table_fits_80_columns_with_long_names(tmp_path, narrow):
     assert "resnet50-switchml-0" in r.stdout  # whole, not "resnet50-sw…"
 
 
-def test_analyze_headlines_grid_feasible_rate_and_labels_the_lp_bound(narrow):
-    r = runner.invoke(app, ["analyze", "grid-fig1"])
+# #38's chain: W1..W3 - S1 (6 Gbps) - S2 (9 Gbps) - PS over 10 Gbps. LP bound 20/3; the best
+# integral plan 4.5 (two workers at S2).
+CHAIN_TOML = """
+name = "chain"
+workers = ["W1", "W2", "W3"]
+ps = "PS"
+ps_ingress = "10Gbps"
+switch_capacity = { S1 = "6Gbps", S2 = "9Gbps" }
+[topology]
+kind = "edges"
+programmable = "all"
+nodes = [{ name = "W1", kind = "host" }, { name = "W2", kind = "host" }, { name = "W3", kind = "host" },
+         { name = "PS", kind = "host" }, { name = "S1", kind = "switch" }, { name = "S2", kind = "switch" }]
+links = [{ a = "W1", b = "S1", rate = "100Gbps" }, { a = "W2", b = "S1", rate = "100Gbps" },
+         { a = "W3", b = "S1", rate = "100Gbps" }, { a = "S1", b = "S2", rate = "100Gbps" },
+         { a = "S2", b = "PS", rate = "10Gbps" }]
+"""
+
+
+def test_analyze_headlines_grid_feasible_rate_and_labels_the_lp_bound(narrow, tmp_path):
+    chain = tmp_path / "chain.toml"
+    chain.write_text(CHAIN_TOML)
+    r = runner.invoke(app, ["analyze", str(chain)])
     assert r.exit_code == 0, r.output
     fits_80_columns(r.stdout)
     for header in ("bottleneck", "rate", "LP", "bound"):
         assert header in r.stdout
     grid = next(line for line in r.stdout.splitlines() if re.match(r"\s*grid\s", line))
     cells = grid.split()
-    assert cells[1] == "1.5" and cells[2] == "3", grid  # rate 1.5 (feasible), LP bound 3
-    assert "GRID's LP bound: 3 Gbps" in " ".join(r.stdout.split())
+    assert cells[1] == "4.5" and cells[2] == "6.6667", grid  # rate 4.5 (feasible), LP bound 20/3
+    text = " ".join(r.stdout.split())
+    assert "GRID's LP bound: 6.6667 Gbps" in text and "MILP optimal" in text and "one R-GRIA draw:" in text, text
+    r = runner.invoke(app, ["analyze", str(chain), "--json"])
+    g = {s["scheme"]: s for s in json.loads(r.stdout.strip().splitlines()[-1])["schemes"]}["grid"]
+    assert g["rate_gbps"] == pytest.approx(4.5) and g["lp_rate_gbps"] == pytest.approx(20 / 3)
+    assert g["rate_gbps"] == pytest.approx(g["feasible_rate_gbps"])
+    assert g["max_link_utilization"] <= 1 + 1e-9  # shown at the rate it can run at, not the LP's
+    # The motivating example: the plan reaches the paper's 3 Gbps (one R-GRIA draw gave 1.5).
     r = runner.invoke(app, ["analyze", "grid-fig1", "--json"])
     schemes = {s["scheme"]: s for s in json.loads(r.stdout.strip().splitlines()[-1])["schemes"]}
-    g = schemes["grid"]
-    assert g["rate_gbps"] == pytest.approx(1.5) and g["lp_rate_gbps"] == pytest.approx(3.0)
-    assert g["rate_gbps"] == pytest.approx(g["feasible_rate_gbps"])
-    assert g["max_link_utilization"] <= 1 + 1e-9  # shown at the rate it can run at, not 2 (200 %)
-    assert schemes["atp"]["rate_gbps"] == pytest.approx(39 / 16)
+    assert schemes["grid"]["rate_gbps"] == pytest.approx(3.0) and schemes["atp"]["rate_gbps"] == pytest.approx(39 / 16)
 
 
 def test_wide_tables_fold_what_no_group_fits_and_never_read_cells_as_markup():
@@ -146,13 +170,17 @@ def test_plan_grid_writes_the_feasible_rate_as_rate_gbps(tmp_path):
     # A path longer than the terminal is printed whole (a wrapped one failed in CI).
     out = tmp_path / ("a-long-folder-name-" * 4) / "policy.json"
     out.parent.mkdir()
-    r = runner.invoke(app, ["plan", "grid", "grid-fig1", "--out", str(out)])
+    chain = tmp_path / "chain.toml"
+    chain.write_text(CHAIN_TOML)
+    r = runner.invoke(app, ["plan", "grid", str(chain), "--out", str(out)])
     assert r.exit_code == 0, r.output
     p = json.loads(out.read_text())
-    assert p["rate_gbps"] == pytest.approx(1.5) == pytest.approx(p["feasible_rate_gbps"])
-    assert p["lp_rate_gbps"] == pytest.approx(3.0)
-    assert all(w["rate_gbps"] == pytest.approx(1.5) for w in p["workers"])
-    assert f"wrote {out}: rate 1.5 Gbps per worker (LP bound 3)" in r.stderr, r.stderr
+    assert p["rate_gbps"] == pytest.approx(4.5) == pytest.approx(p["feasible_rate_gbps"])
+    assert p["lp_rate_gbps"] == pytest.approx(20 / 3)
+    assert all(w["rate_gbps"] == pytest.approx(4.5) for w in p["workers"])
+    assert p["search"]["milp"] == "optimal" and p["search"]["lp_gap"] == pytest.approx(0.325)
+    assert f"wrote {out}: rate 4.5 Gbps per worker (LP bound 6.6667, the plan 32.5 % below it; found by " in r.stderr, r.stderr
+    assert "MILP optimal" in r.stderr, r.stderr
 
 
 def test_demo_help_describes_the_shipped_demo():

@@ -51,7 +51,7 @@ def _assert_fig1_scaled(a, fig1, factor: float = 0.01) -> None:
                 assert got.loc[scheme, col] == pytest.approx(w * factor, rel=1e-6), (scheme, col)
         assert got.loc[scheme, "switches_used"] == want.loc[scheme, "switches_used"]
         assert got.loc[scheme, "workers"] == want.loc[scheme, "workers"] == 8
-    # GRID's rounded plan overloads some capacity by the same factor (2x: 1.5 of 3 Gbps). Which
+    # GRID's plan loads its capacities by the same factors (the best plan fits them: 3 of 3 Gbps). Which
     # one may differ: the LP's optimum is not unique, and HiGHS may return another at 1/100 of the
     # rates, which R-GRIA then rounds differently.
     assert max(a.plan.violations.values()) == pytest.approx(max(fig1.plan.violations.values()))

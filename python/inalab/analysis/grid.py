@@ -76,6 +76,8 @@ class GridPlan:
             "feasible_rate_gbps": feasible,
             "violations": self.violations,
             "bounds": self.bounds,
+            # How the plan was found (plan_grid_best); no wall time, so the JSON is deterministic.
+            "search": {k: self.result.extra[k] for k in SEARCH_KEYS if k in self.result.extra},
             "workers": [
                 {"worker": n(w), "aggregation_node": n(v), "path": [n(x) for x in path], "rate_gbps": rate * scale}
                 for w, (v, path, rate) in sorted(self.assignment.items())
@@ -192,15 +194,29 @@ def lp_result(pb: Problem, sol: LPSolution) -> FlowResult:
 # ---------------------------------------------------------------- R-GRIA
 
 
-def round_solution(pb: Problem, sol: LPSolution, seed: int) -> GridPlan:
+def draw(pb: Problem, sol: LPSolution, seed: int) -> dict[int, tuple[int, list[int]]]:
+    """One R-GRIA rounding (Algorithm 1): per worker, an aggregation node and a path drawn with
+    probability proportional to the LP's flow on them."""
     rng = np.random.default_rng(seed)
-    assignment = {}
+    choice = {}
     for w in pb.workers:
         options = [(v, p, q) for v, lst in sol.flows[w].items() for p, q in lst]
         weights = np.array([q for _, _, q in options])
         k = int(rng.choice(len(options), p=weights / weights.sum()))
-        v, path, _ = options[k]
-        assignment[w] = (v, path, sum(q for _, _, q in options))  # r_n^{s_n} = sum_s r~_n^s
+        choice[w] = options[k][:2]
+    return choice
+
+
+def round_solution(pb: Problem, sol: LPSolution, seed: int) -> GridPlan:
+    """R-GRIA: one rounding of the LP (``seed``), as a plan."""
+    return plan_of(pb, sol, draw(pb, sol, seed), seed)
+
+
+def plan_of(pb: Problem, sol: LPSolution, choice: dict[int, tuple[int, list[int]]], seed: int) -> GridPlan:
+    """The plan that sends each worker's gradients to ``choice[w]`` = (aggregation node, path),
+    every worker at the LP's rate (R-GRIA's r_n^{s_n} = sum_s r~_n^s = lambda, Theorem 7), with its
+    measured violation factors; ``feasible_rate_gbps`` is that rate over the worst of them."""
+    assignment = {w: (v, path, sum(q for lst in sol.flows[w].values() for _, q in lst)) for w, (v, path) in choice.items()}
     rates = {w: a[2] for w, a in assignment.items()}
     portions = [Portion(w, v, p, q) for w, (v, p, q) in assignment.items()]
     streams = {}
@@ -218,12 +234,12 @@ def round_solution(pb: Problem, sol: LPSolution, seed: int) -> GridPlan:
     viol = {"processing": proc, "bandwidth": bw, "link": link}
     worst = max(1.0, proc, bw, link)
     if worst <= 1.0:
-        res.bottleneck = "LP optimum (the rounded plan fits every capacity)"
+        res.bottleneck = "LP optimum (the plan fits every capacity)"
     else:
         what = max([(proc, f"processing of {pb.name(proc_at[0])}" if proc_at else ""), (bw, "PS ingress"),
                     (link, f"link {pb.name(link_at[0][0])}->{pb.name(link_at[0][1])}" if link_at else "")],
                    key=lambda t: t[0])[1]
-        res.bottleneck = f"{what} (the rounded plan at the LP bound loads it {worst:.3g}x)"
+        res.bottleneck = f"{what} (the plan at the LP bound loads it {worst:.3g}x)"
     res.extra = {"lp_rate_gbps": sol.rate, "feasible_rate_gbps": res.rate / worst,
                  "violation_processing": proc, "violation_bandwidth": bw, "violation_link": link,
                  "lp_seconds": sol.seconds}
@@ -257,23 +273,243 @@ def theorem_bounds(pb: Problem, sol: LPSolution) -> dict[str, float]:
     return {"processing": factor(cmin / (N * T), S), "bandwidth": part(b1, N) + part(b2, S)}
 
 
-def plan_grid(pb: Problem, seed: int = 1) -> GridPlan:
-    """Solve the LP relaxation and round it with R-GRIA (``seed``)."""
-    return round_solution(pb, solve_lp(pb), seed)
+# ---------------------------------------------------------------- the best integral plan
+
+# R-GRIA draws `plan_grid` takes by default, and the most (worker, node, path) options for which it
+# also solves the integral problem exactly (a MILP, HiGHS), within MILP_TIME_LIMIT_S seconds.
+# What `policy()["search"]` reports of the search (plan_grid_best).
+SEARCH_KEYS = ("method", "milp", "lp_gap", "r_gria_rate_gbps", "baseline_rates_gbps", "rounding_trials")
+DEFAULT_DRAWS = 16
+IMPROVED_DRAWS = 4
+MILP_MAX_OPTIONS = 400
+MILP_TIME_LIMIT_S = 5.0
 
 
-def plan_grid_best(pb: Problem, seed: int = 1, trials: int = 1) -> GridPlan:
-    """One LP, ``trials`` R-GRIA roundings (seeds seed, seed+1, ...); keeps the one whose worst
-    violation factor (processing, PS bandwidth, links) is smallest, the first on ties."""
+class _Loads:
+    """How many unit streams each resource carries under a choice of (node, path) per worker, and
+    the rate every worker then gets: the least capacity / count. Resources: each programmable
+    switch's processing (the workers aggregating there), the PS's ingress (the workers sending
+    there and one stream per switch in use) and each directed link (worker streams up to their
+    node, and each switch in use's stream to the PS)."""
+
+    def __init__(self, pb: Problem, agg_path: dict[int, list[int]], choice: dict):
+        self.pb, self.agg_path = pb, agg_path
+        self.cap = {("ps",): float(pb.ps_ingress)}
+        self.cap.update({("sw", s): float(c) for s, c in pb.capacity.items()})
+        self.cap.update({("link", e): float(c) for e, c in pb.net.cap.items()})
+        self.count: dict = {}
+        self.users: dict[int, int] = {}
+        self.choice = dict(choice)
+        for w, c in self.choice.items():
+            self._apply(self._delta(None, c), c, +1)
+
+    def _own(self, c):
+        v, path = c
+        return [("link", e) for e in zip(path, path[1:])] + [("ps",) if v == self.pb.ps else ("sw", v)]
+
+    def _stream(self, s):
+        return [("link", e) for e in zip(self.agg_path[s], self.agg_path[s][1:])] + [("ps",)]
+
+    def _delta(self, old, new) -> dict:
+        d: dict = {}
+        for c, sign in ((old, -1), (new, +1)):
+            if c is None:
+                continue
+            for r in self._own(c):
+                d[r] = d.get(r, 0) + sign
+        ov, nv = (old[0] if old else None), (new[0] if new else None)
+        if ov != nv:
+            if ov is not None and ov != self.pb.ps and self.users.get(ov, 0) == 1:
+                for r in self._stream(ov):
+                    d[r] = d.get(r, 0) - 1
+            if nv is not None and nv != self.pb.ps and self.users.get(nv, 0) == 0:
+                for r in self._stream(nv):
+                    d[r] = d.get(r, 0) + 1
+        return {r: k for r, k in d.items() if k}
+
+    def _apply(self, d, c, sign):
+        for r, k in d.items():
+            self.count[r] = self.count.get(r, 0) + k
+        if c[0] != self.pb.ps:
+            self.users[c[0]] = self.users.get(c[0], 0) + sign
+
+    def ratios(self) -> list[tuple[float, tuple]]:
+        return sorted((self.cap[r] / k, r) for r, k in self.count.items() if k > 0)
+
+    @staticmethod
+    def score(ratios: list[tuple[float, tuple]]) -> tuple[float, int]:
+        """(rate, - resources at it): a move that keeps the rate but frees a bottleneck is progress."""
+        if not ratios:
+            return (math.inf, 0)
+        lam = ratios[0][0]
+        return (lam, -sum(1 for q, _ in ratios if q <= lam * (1 + 1e-12)))
+
+    def score_after(self, ratios, d) -> tuple[float, int]:
+        """``score`` once the counts change by ``d``, reading the unchanged resources off ``ratios``."""
+        changed = [(self.cap[r] / (self.count.get(r, 0) + k), r) for r, k in d.items() if self.count.get(r, 0) + k > 0]
+        lam = next((q for q, r in ratios if r not in d), math.inf)
+        lam = min([lam] + [q for q, _ in changed])
+        tight = sum(1 for q, r in changed if q <= lam * (1 + 1e-12))
+        for q, r in ratios:
+            if q > lam * (1 + 1e-12):
+                break
+            tight += r not in d
+        return (lam, -tight)
+
+    def move(self, w, new):
+        old = self.choice[w]
+        d = self._delta(old, new)
+        if old[0] != self.pb.ps:
+            self.users[old[0]] -= 1
+        self._apply(d, new, +1)
+        self.choice[w] = new
+
+
+def options(pb: Problem, sol: LPSolution, extra: list[dict] = ()) -> dict[int, list[tuple[int, list[int]]]]:
+    """Per worker, every (aggregation node, path) GRID's data plane can give it: the LP's candidate
+    paths to each node that can reach the PS, and any choice in ``extra``."""
+    cands = candidate_paths(pb)
+    out = {w: [(v, p) for v, paths in cands[w].items() if v == pb.ps or v in sol.agg_path and sol.agg_path[v]
+               for p in paths] for w in pb.workers}
+    for choice in extra:
+        for w, c in choice.items():
+            if c not in out[w]:
+                out[w].append(c)
+    return out
+
+
+def improve(pb: Problem, sol: LPSolution, choice: dict, opts: dict) -> dict:
+    """Local improvement: while moving one worker to another of its options raises the rate (or
+    keeps it and leaves fewer resources at it), make the best such move."""
+    loads = _Loads(pb, sol.agg_path, choice)
+    for _ in range(50 * len(pb.workers)):
+        ratios = loads.ratios()
+        now = loads.score(ratios)
+        best = None
+        tight = {r for q, r in ratios if q <= now[0] * (1 + 1e-12)}
+        for w in pb.workers:
+            cur = loads.choice[w]
+            # Only a worker that loads a bottleneck (itself, or as its switch's last user) can relieve it.
+            mine = loads._own(cur) + (loads._stream(cur[0]) if cur[0] != pb.ps and loads.users[cur[0]] == 1 else [])
+            if tight.isdisjoint(mine):
+                continue
+            for c in opts[w]:
+                if c == cur:
+                    continue
+                sc = loads.score_after(ratios, loads._delta(cur, c))
+                if sc[0] > now[0] * (1 + 1e-12) or (sc[0] >= now[0] * (1 - 1e-12) and sc[1] > now[1]):
+                    if best is None or sc > best[0]:
+                        best = (sc, w, c)
+        if best is None:
+            break
+        loads.move(best[1], best[2])
+    return loads.choice
+
+
+def rate_of(pb: Problem, sol: LPSolution, choice: dict) -> float:
+    """The rate every worker gets under ``choice`` (the least capacity / count)."""
+    return _Loads.score(_Loads(pb, sol.agg_path, choice).ratios())[0]
+
+
+def baseline_choices(pb: Problem, sol: LPSolution) -> dict[str, dict]:
+    """The baselines expressible on GRID's data plane (one node and one path per worker), as
+    choices: ``switchml`` (its ToR if programmable, else the PS; GRID §6.1), ``atp-once`` (the
+    first programmable switch on its default route, "aggregated in-network once at most", §4.2)
+    and ``geryon`` (no aggregation: the PS on its default route)."""
+    out = {}
+    routes = default_paths(pb)
+    usable = {s for s, p in sol.agg_path.items() if p}
+
+    def at(w, v):
+        r = routes[w]
+        return (v, r[: r.index(v) + 1])
+    out["switchml"] = {w: at(w, routes[w][1] if routes[w][1] in usable else pb.ps) for w in pb.workers}
+    out["atp-once"] = {w: at(w, next((x for x in routes[w][1:-1] if x in usable), pb.ps)) for w in pb.workers}
+    out["geryon"] = {w: at(w, pb.ps) for w in pb.workers}
+    return out
+
+
+def solve_milp(pb: Problem, sol: LPSolution, opts: dict, time_limit_s: float = MILP_TIME_LIMIT_S):
+    """GRIA as a MILP (eq. (1), with one path per worker among its options): the best integral
+    plan, or HiGHS's best within ``time_limit_s``. Returns (choice, proven optimal, gap)."""
+    ps, T = pb.ps, float(pb.ps_ingress)
+    lp = LP(time_limit_s=time_limit_s)
+    lam = lp.var(cost=1.0, name="lambda")
+    S = sorted({v for w in pb.workers for v, _ in opts[w] if v != ps})
+    y = {s: lp.var(name=f"y_{s}") for s in S}
+    z, link_terms, at = {}, {}, {}
+    for w in pb.workers:
+        zs, rs = [], []
+        for k, (v, p) in enumerate(opts[w]):
+            zk, rk = lp.var(hi=1.0, integer=True, name=f"z_{w}_{k}"), lp.var(name=f"r_{w}_{k}")
+            z[(w, k)] = zk
+            zs.append((zk, 1.0))
+            rs.append((rk, 1.0))
+            lp.row([(rk, 1.0), (zk, -T)], hi=0.0)  # r <= T z: only the chosen option carries
+            for e in zip(p, p[1:]):
+                link_terms.setdefault(e, []).append((rk, 1.0))
+            at.setdefault(v, []).append((rk, 1.0))
+            if v != ps:
+                lp.row([(rk, 1.0), (y[v], -1.0)], hi=0.0)  # y_s >= r
+        lp.row(zs, 1.0, 1.0)
+        lp.row([(lam, 1.0)] + [(c, -1.0) for c, _ in rs], hi=0.0)  # lambda <= the worker's rate
+    for s in S:
+        lp.row(at.get(s, []), hi=float(pb.capacity[s]))
+        for e in zip(sol.agg_path[s], sol.agg_path[s][1:]):
+            link_terms.setdefault(e, []).append((y[s], 1.0))
+    lp.row(at.get(ps, []) + [(y[s], 1.0) for s in S], hi=T)
+    for e, terms in link_terms.items():
+        lp.row(terms, hi=float(pb.net.cap[e]))
+    try:
+        x = lp.solve()
+    except LPError:
+        return None, False, math.inf
+    choice = {w: opts[w][max(range(len(opts[w])), key=lambda k: x[z[(w, k)]])] for w in pb.workers}
+    return choice, lp.status == "Optimal", lp.gap
+
+
+def plan_grid_best(pb: Problem, seed: int = 1, trials: int = DEFAULT_DRAWS, milp: Optional[bool] = None) -> GridPlan:
+    """The best plan found: ``trials`` R-GRIA roundings (seeds seed, seed+1, ...) and the
+    baselines on GRID's data plane, the best IMPROVED_DRAWS draws and every baseline improved
+    locally (:func:`improve`); with ``milp`` (by
+    default when the instance has at most MILP_MAX_OPTIONS options) also the exact integral
+    optimum. The plan's ``extra`` names the ``method`` that won, the rate of the first rounding
+    (``r_gria_rate_gbps``), ``milp`` ("optimal", "time limit, gap g", "not run") and
+    ``lp_gap`` = 1 - feasible rate / LP bound."""
+    import time
+
+    t0 = time.perf_counter()
     sol = solve_lp(pb)
-    best = None
-    for t in range(trials):
-        plan = round_solution(pb, sol, seed + t)
-        worst = max(plan.violations.values())
-        if best is None or worst < best[0] - 1e-12:
-            best = (worst, plan)
-    best[1].result.extra["rounding_trials"] = trials
-    return best[1]
+    base = baseline_choices(pb, sol)
+    opts = options(pb, sol, list(base.values()))
+    draws = [(f"R-GRIA draw {seed + t}", draw(pb, sol, seed + t)) for t in range(max(1, trials))]
+    found = [(rate_of(pb, sol, c), name, c) for name, c in draws]
+    found += [(rate_of(pb, sol, c), f"{name} baseline", c) for name, c in base.items()]
+    # Improved: the IMPROVED_DRAWS best draws (the first on ties) and every baseline.
+    starts = sorted(found[: len(draws)], key=lambda f: -f[0])[:IMPROVED_DRAWS] + found[len(draws):]
+    for _, name, c in starts:
+        better = improve(pb, sol, c, opts)
+        found.append((rate_of(pb, sol, better), f"{name}, improved", better))
+    n_opts = sum(len(o) for o in opts.values())
+    milp_note = "not run"
+    if milp if milp is not None else n_opts <= MILP_MAX_OPTIONS:
+        c, optimal, gap = solve_milp(pb, sol, opts)
+        if c is not None:
+            found.append((rate_of(pb, sol, c), "MILP" + ("" if optimal else " (time limit)"), c))
+            milp_note = "optimal" if optimal else f"time limit, gap {gap:.3g}"
+    best_rate = max(r for r, _, _ in found)
+    rate, name, choice = next(f for f in found if f[0] >= best_rate * (1 - 1e-12))  # the first at the best
+    plan = plan_of(pb, sol, choice, seed)
+    plan.result.extra.update({"method": name, "rounding_trials": trials, "r_gria_rate_gbps": found[0][0],
+                              "milp": milp_note, "lp_gap": 1 - plan.result.extra["feasible_rate_gbps"] / sol.rate,
+                              "baseline_rates_gbps": {n.split(" ")[0]: r for r, n, _ in found if n.endswith("baseline")},
+                              "plan_seconds": time.perf_counter() - t0})
+    return plan
+
+
+def plan_grid(pb: Problem, seed: int = 1) -> GridPlan:
+    """GRID's plan (:func:`plan_grid_best` with its defaults): the best integral plan found."""
+    return plan_grid_best(pb, seed)
 
 
 def baseline_policy(pb: Problem, scheme: str) -> dict:

@@ -16,9 +16,14 @@ class LPError(RuntimeError):
 class LP:
     """Columns and rows added by index; ``solve()`` maximizes (or minimizes) and returns the values."""
 
-    def __init__(self, maximize: bool = True, solver: str = "ipm"):
+    def __init__(self, maximize: bool = True, solver: str = "ipm", time_limit_s: float = INF):
         self.maximize = maximize
         self.solver = solver
+        # A MILP (any integer column) stopped at this limit returns its best integral solution,
+        # and ``status`` says so ("Time limit reached"); ``gap`` is HiGHS's relative MIP gap.
+        self.time_limit_s = time_limit_s
+        self.integer: list[bool] = []
+        self.gap = 0.0
         self.lo: list[float] = []
         self.hi: list[float] = []
         self.cost: list[float] = []
@@ -31,7 +36,8 @@ class LP:
         self.solve_s = 0.0
         self.status = ""
 
-    def var(self, lo: float = 0.0, hi: float = INF, cost: float = 0.0, name: str = "") -> int:
+    def var(self, lo: float = 0.0, hi: float = INF, cost: float = 0.0, name: str = "", integer: bool = False) -> int:
+        self.integer.append(integer)
         self.lo.append(lo)
         self.hi.append(hi)
         self.cost.append(cost)
@@ -73,16 +79,25 @@ class LP:
         lp.a_matrix_.start_ = start
         lp.a_matrix_.index_ = np.asarray(self.rows, dtype=np.int32)[order]
         lp.a_matrix_.value_ = np.asarray(self.vals, dtype=float)[order]
+        mip = any(self.integer)
+        if mip:
+            lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous for i in self.integer]
         h = highspy.Highs()
         h.setOptionValue("output_flag", False)
         h.setOptionValue("threads", 1)
-        h.setOptionValue("solver", self.solver)  # interior point + crossover: a vertex, 2-4x faster here
+        if not mip:
+            h.setOptionValue("solver", self.solver)  # interior point + crossover: a vertex, 2-4x faster here
+        if self.time_limit_s < INF:
+            h.setOptionValue("time_limit", float(self.time_limit_s))
         h.passModel(lp)
         t0 = time.perf_counter()
         h.run()
         self.solve_s = time.perf_counter() - t0
         status = h.getModelStatus()
         self.status = h.modelStatusToString(status)
-        if status != highspy.HighsModelStatus.kOptimal:
+        stopped = mip and status == highspy.HighsModelStatus.kTimeLimit and h.getInfo().primal_solution_status == 2
+        if status != highspy.HighsModelStatus.kOptimal and not stopped:
             raise LPError(f"the linear program is not solvable: HiGHS reports {self.status!r}")
+        if mip:
+            self.gap = float(h.getInfo().mip_gap)
         return np.asarray(h.getSolution().col_value, dtype=float)

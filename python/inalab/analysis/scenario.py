@@ -63,8 +63,10 @@ class AnalysisScenario(_Model):
         "replaces topology.programmable.", gt=0, le=1)
     max_paths: int = opt(4, "Candidate shortest paths per (worker, aggregation node) pair in GRID's LP.", gt=0)
     rounding_trials: int = opt(
-        1, "R-GRIA roundings tried (seeds seed, seed+1, ...); the one with the smallest worst violation is "
-        "kept. 1 is Algorithm 1 as published.", gt=0)
+        16, "R-GRIA roundings drawn (seeds seed, seed+1, ...). GRID's plan is the best integral plan found among "
+        "them, the baselines on GRID's data plane (SwitchML's ToR, ATP's first switch, Geryon's PS), local "
+        "moves from the 4 best draws and every baseline, and, with at most 400 (worker, node, path) options, "
+        "the exact MILP (HiGHS, 5 s limit). 1 draw is Algorithm 1's.", gt=0)
     bom: bool = opt(False, "Also compute Rina's bandwidth-occupation model with the programmable switches as INA "
                     "switches.")
 
