@@ -73,8 +73,10 @@ def test_dsa_policy_reduced():
     rep = DsaPolicy(jobs=4, workers=4, mixes=("A",), memories=("5MB",))
     rep.seeds = (1,)  # reduced: one seed
     rows = rep.run(lambda m: None)
-    assert len(rows) == 7 and rows.finished.all()
+    assert len(rows) == 8 and rows.finished.all()
     r = rows.set_index("policy")
+    # The move_slots ablation meets no more collisions than DSA as published (ATP's PS-side move).
+    assert r.loc["dsa, move_slots", "collisions"] <= r.loc["dsa", "collisions"]
     assert r.loc["-"].query("scheme == 'atp'").speedup_over_atp.iloc[0] == 1.0
     assert r.loc["dsa", "collisions"] > 0 and r.loc["dsa", "preemptions"] > 0
     assert r.loc["dsa", "switch_completed"] > 10 * r.loc["dsa", "ps_completed"] > 0

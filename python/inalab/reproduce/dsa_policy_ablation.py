@@ -39,7 +39,7 @@ SETUP = [
     ("start, jitter", "start U(0, 1 ms); send jitter U(0, 300 us) per worker (§VII-B)", "the same", ""),
     ("send order", "L2p1, L1, L2p2 (§VII-B)", "the same, every scheme", ""),
     ("window", "60 KB initial, ECN + AIMD as ATP (§III-D); no ceiling given", "60,000 B, AIMD; no ceiling (`ina.max_window_packets` 2^24)", ""),
-    ("addressing", "\"by hashing as in statistical INA\" (§III-A)", "ATP's slot table of 512 distinct hashed aggregators, PSN p on entry p mod 512, at most 512 PSNs in flight", "the table's length is ATP's default; DSA never moves a slot (ATP's PS does)"),
+    ("addressing", "\"by hashing as in statistical INA\" (§III-A)", "ATP's slot table of 512 distinct hashed aggregators, PSN p on entry p mod 512, at most 512 PSNs in flight", "the table's length is ATP's default; DSA never moves a slot (ATP's PS does; `ina.move_slots` as an ablation row in the policy ablation)"),
     ("minimum timeout", "1 ms (§VI)", "1 ms; 300 us as a sensitivity row (policy ablation)", ""),
     ("retransmissions before NOTIFY", "3 (§IV-B)", "3", ""),
     ("SwitchML's memory", "an equal split per job (§VII-A)", "the same", ""),
@@ -48,7 +48,7 @@ SETUP = [
 
 
 def scenario(scheme: str, policy, mix: str, seed: int = 1, min_rto=None, jobs: int = JOBS, workers: int = WORKERS,
-             memory: str = PAPER_MEMORY) -> dict:
+             memory: str = PAPER_MEMORY, move_slots: bool = False) -> dict:
     """DSA §VII-B: a star of 64 workers and 8 PS hosts at 100 Gbps, ``memory`` of aggregator memory,
     jobs starting U(0, 1 ms) apart, each worker's backward pass jittered by U(0, 300 us),
     one epoch (one iteration) of the synthetic DNN A or B."""
@@ -64,6 +64,8 @@ def scenario(scheme: str, policy, mix: str, seed: int = 1, min_rto=None, jobs: i
             job["ina"] = {"policy": policy}
         if min_rto:
             job["ina"]["min_rto"] = min_rto
+        if move_slots:  # the ablation: ATP's PS-side move of a collided slot (`ina.move_slots`)
+            job["ina"]["move_slots"] = True
         specs.append(job)
     return {"name": f"dsa-fig11-{scheme}-{policy}-{mix}", "seed": seed, "stop": "1s",
             "topology": {"kind": "star", "hosts": jobs * workers + jobs, "switch_ports": 128, "link_delay": LINK_DELAY},
@@ -143,6 +145,10 @@ class DsaPolicy(Seeded):
         # Ablation: DSA's 1 ms minimum timeout (§VI) lowered to 300 us.
         runs += [({"memory": mem, "mix": mix, "scheme": "dsa", "policy": "dsa, min_rto 300us"},
                   scenario("dsa", "dsa", mix, seed, min_rto="300us", memory=mem, **size))
+                 for mem in self.memories for mix in self.mixes]
+        # Ablation: ATP's PS-side move of a slot that met a collision (the paper's DSA never moves one).
+        runs += [({"memory": mem, "mix": mix, "scheme": "dsa", "policy": "dsa, move_slots"},
+                  scenario("dsa", "dsa", mix, seed, memory=mem, move_slots=True, **size))
                  for mem in self.memories for mix in self.mixes]
         df = simulate_all("dsa-fig11", runs, progress, measure)
         atp = df[df.scheme == "atp"].set_index(["memory", "mix"])["mean_jct_ms"]
@@ -271,6 +277,11 @@ All runs:
 * The 1 ms minimum timeout (§VI) matters only where fragments split between the switch and the
   PS: with `ina.min_rto = "300us"` DSA's speedup over ATP is
   {"; ".join(f"{m}: {at(m, 'dsa/dsa, min_rto 300us')}" for m in self.memories)}.
+* Moving a collided slot as ATP's PS does (`ina.move_slots`, an ablation: the paper's DSA never
+  moves an address) leaves DSA's speedup over ATP at {"; ".join(f"{m}: {at(m, 'dsa/dsa, move_slots')}" for m in self.memories)}
+  ({int(d.loc[(self.memories[0], mix0, 'dsa', 'dsa, move_slots')].collisions)} collisions against
+  {int(d.loc[(self.memories[0], mix0, 'dsa', 'dsa')].collisions)} without, all-{mix0} at {self.memories[0]}): a fragment split between
+  the switch and the PS still waits for the PS's timeout.
 * With `ina.index = "hash"` (every PSN hashed on its own, spec §1.4) a job's own fragments in
   flight collide with each other under the 300 us send jitter, and DSA is about 1.4x slower than
   ATP even with one job (docs/dsa.md).
