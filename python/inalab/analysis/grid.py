@@ -282,7 +282,10 @@ SEARCH_KEYS = ("method", "milp", "lp_gap", "r_gria_rate_gbps", "baseline_rates_g
 DEFAULT_DRAWS = 16
 IMPROVED_DRAWS = 4
 MILP_MAX_OPTIONS = 400
-MILP_TIME_LIMIT_S = 5.0
+# The MILP stops at MILP_MAX_NODES branch-and-bound nodes, which keeps plans deterministic; the
+# time limit is only a backstop (a plan it cut short could differ between machines).
+MILP_MAX_NODES = 20_000
+MILP_TIME_LIMIT_S = 60.0
 
 
 class _Loads:
@@ -431,9 +434,10 @@ def baseline_choices(pb: Problem, sol: LPSolution) -> dict[str, dict]:
 
 def solve_milp(pb: Problem, sol: LPSolution, opts: dict, time_limit_s: float = MILP_TIME_LIMIT_S):
     """GRIA as a MILP (eq. (1), with one path per worker among its options): the best integral
-    plan, or HiGHS's best within ``time_limit_s``. Returns (choice, proven optimal, gap)."""
+    plan, or HiGHS's best within MILP_MAX_NODES nodes or ``time_limit_s``. Returns (choice or
+    None, HiGHS's status, gap)."""
     ps, T = pb.ps, float(pb.ps_ingress)
-    lp = LP(time_limit_s=time_limit_s)
+    lp = LP(time_limit_s=time_limit_s, max_nodes=MILP_MAX_NODES)
     lam = lp.var(cost=1.0, name="lambda")
     S = sorted({v for w in pb.workers for v, _ in opts[w] if v != ps})
     y = {s: lp.var(name=f"y_{s}") for s in S}
@@ -462,10 +466,10 @@ def solve_milp(pb: Problem, sol: LPSolution, opts: dict, time_limit_s: float = M
         lp.row(terms, hi=float(pb.net.cap[e]))
     try:
         x = lp.solve()
-    except LPError:
-        return None, False, math.inf
+    except LPError as e:
+        return None, str(e), math.inf
     choice = {w: opts[w][max(range(len(opts[w])), key=lambda k: x[z[(w, k)]])] for w in pb.workers}
-    return choice, lp.status == "Optimal", lp.gap
+    return choice, lp.status, lp.gap
 
 
 def plan_grid_best(pb: Problem, seed: int = 1, trials: int = DEFAULT_DRAWS, milp: Optional[bool] = None) -> GridPlan:
@@ -474,7 +478,7 @@ def plan_grid_best(pb: Problem, seed: int = 1, trials: int = DEFAULT_DRAWS, milp
     locally (:func:`improve`); with ``milp`` (by
     default when the instance has at most MILP_MAX_OPTIONS options) also the exact integral
     optimum. The plan's ``extra`` names the ``method`` that won, the rate of the first rounding
-    (``r_gria_rate_gbps``), ``milp`` ("optimal", "time limit, gap g", "not run") and
+    (``r_gria_rate_gbps``), ``milp`` ("optimal", "stopped (HiGHS's status), gap g", "not run") and
     ``lp_gap`` = 1 - feasible rate / LP bound."""
     import time
 
@@ -493,10 +497,11 @@ def plan_grid_best(pb: Problem, seed: int = 1, trials: int = DEFAULT_DRAWS, milp
     n_opts = sum(len(o) for o in opts.values())
     milp_note = "not run"
     if milp if milp is not None else n_opts <= MILP_MAX_OPTIONS:
-        c, optimal, gap = solve_milp(pb, sol, opts)
+        c, status, gap = solve_milp(pb, sol, opts)
+        optimal = status == "Optimal"
         if c is not None:
-            found.append((rate_of(pb, sol, c), "MILP" + ("" if optimal else " (time limit)"), c))
-            milp_note = "optimal" if optimal else f"time limit, gap {gap:.3g}"
+            found.append((rate_of(pb, sol, c), "MILP" + ("" if optimal else f" ({status})"), c))
+            milp_note = "optimal" if optimal else f"stopped ({status}), gap {gap:.3g}"
     best_rate = max(r for r, _, _ in found)
     rate, name, choice = next(f for f in found if f[0] >= best_rate * (1 - 1e-12))  # the first at the best
     plan = plan_of(pb, sol, choice, seed)

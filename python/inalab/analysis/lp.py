@@ -16,12 +16,13 @@ class LPError(RuntimeError):
 class LP:
     """Columns and rows added by index; ``solve()`` maximizes (or minimizes) and returns the values."""
 
-    def __init__(self, maximize: bool = True, solver: str = "ipm", time_limit_s: float = INF):
+    def __init__(self, maximize: bool = True, solver: str = "ipm", time_limit_s: float = INF, max_nodes: int = 0):
         self.maximize = maximize
         self.solver = solver
-        # A MILP (any integer column) stopped at this limit returns its best integral solution,
-        # and ``status`` says so ("Time limit reached"); ``gap`` is HiGHS's relative MIP gap.
-        self.time_limit_s = time_limit_s
+        # A MILP (any integer column) stopped at one of these limits returns its best integral
+        # solution, and ``status`` says which limit; ``gap`` is HiGHS's relative MIP gap. The node
+        # limit (0: none) stops it at the same point on any machine; the time limit does not.
+        self.time_limit_s, self.max_nodes = time_limit_s, max_nodes
         self.integer: list[bool] = []
         self.gap = 0.0
         self.lo: list[float] = []
@@ -89,13 +90,15 @@ class LP:
             h.setOptionValue("solver", self.solver)  # interior point + crossover: a vertex, 2-4x faster here
         if self.time_limit_s < INF:
             h.setOptionValue("time_limit", float(self.time_limit_s))
+        if mip and self.max_nodes:
+            h.setOptionValue("mip_max_nodes", int(self.max_nodes))
         h.passModel(lp)
         t0 = time.perf_counter()
         h.run()
         self.solve_s = time.perf_counter() - t0
         status = h.getModelStatus()
         self.status = h.modelStatusToString(status)
-        stopped = mip and status == highspy.HighsModelStatus.kTimeLimit and h.getInfo().primal_solution_status == 2
+        stopped = mip and status != highspy.HighsModelStatus.kInfeasible and h.getInfo().primal_solution_status == 2
         if status != highspy.HighsModelStatus.kOptimal and not stopped:
             raise LPError(f"the linear program is not solvable: HiGHS reports {self.status!r}")
         if mip:

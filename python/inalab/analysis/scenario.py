@@ -66,7 +66,7 @@ class AnalysisScenario(_Model):
         16, "R-GRIA roundings drawn (seeds seed, seed+1, ...). GRID's plan is the best integral plan found among "
         "them, the baselines on GRID's data plane (SwitchML's ToR, ATP's first switch, Geryon's PS), local "
         "moves from the 4 best draws and every baseline, and, with at most 400 (worker, node, path) options, "
-        "the exact MILP (HiGHS, 5 s limit). 1 draw is Algorithm 1's.", gt=0)
+        "the exact MILP (HiGHS, 20,000 nodes). 1 draw is Algorithm 1's.", gt=0)
     bom: bool = opt(False, "Also compute Rina's bandwidth-occupation model with the programmable switches as INA "
                     "switches.")
 
