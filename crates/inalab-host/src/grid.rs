@@ -24,7 +24,9 @@
 //!   restarts the window from one packet (RFC 5681). On Fig. 1 with two workers sharing a link
 //!   (1.5 Gbps each), a fixed 1 ms RTO, resends outside the window and halving on timeouts
 //!   together made a resend storm that never drained (the other workers' fragments wait at the
-//!   PS for that pair, and their RTT outgrew every RTO).
+//!   PS for that pair, and their RTT outgrew every RTO). The result of a fragment sent again
+//!   after a timeout neither samples the RTT nor brings an ECN echo to the window (Karn's
+//!   ambiguity: its marks are from copies the timeout already answered).
 //! - A request is `Done` once every fragment's result arrived (requests finish in order).
 //!
 //! # PS ([`GridServer`])
@@ -256,7 +258,13 @@ impl GridWorker {
         // the oldest is: results come out of order, and a worker whose oldest fragment waits
         // for a slow group would never cut again (its window kept the marked queue full while
         // the others, cut every round trip, fell to one packet).
-        self.window.on_ack(size, h.has(GridHeader::FLAG_ECN), frag + 1, self.next_send);
+        // Karn for ECN too: the result of a fragment sent again after a timeout carries the marks
+        // of every copy, the first ones from before the timeout that already restarted the
+        // window. Taken as congestion, they kept the window at one packet through a whole
+        // recovery (#38: a fat-tree burst lost 787 fragments per worker, which then went one per
+        // round trip for 12.5 ms, every result marked by the burst).
+        let ecn = h.has(GridHeader::FLAG_ECN) && f.expiries == 0;
+        self.window.on_ack(size, ecn, frag + 1, self.next_send);
         self.c.results += 1;
         self.events.extend(self.blocks.finish(tensor, frag, values));
     }
@@ -800,6 +808,33 @@ mod tests {
         assert_eq!(again.len(), 1);
         assert!(header(&again[0]).has(GridHeader::FLAG_RESEND));
         assert_eq!(w.poll_timeout(), Some(3000), "the timeout doubled");
+    }
+
+    #[test]
+    fn ecn_marks_on_the_result_of_a_fragment_sent_again_do_not_hold_the_window_at_one_packet() {
+        // #38: the marks of a burst reach the results of the fragments it lost, after the timeout
+        // already restarted the window; taken as congestion they kept it at one packet.
+        let mut w = worker(0, direct());
+        submit(&mut w, vec![1; 64 * 40]);
+        assert_eq!(drain(&mut w, 0).len(), 40);
+        w.handle_timeout(1000);
+        let first = drain(&mut w, 1000);
+        assert_eq!(first.len(), 1, "the window restarts from one packet");
+        let h = GridHeader { flags: GridHeader::FLAG_RESULT | GridHeader::FLAG_ECN, ..header(&first[0]) };
+        let mut res = Packet::new(PS, 9, 0, 9, 322, Header::Grid(h));
+        res.payload = Some(Box::new(Payload::I32(vec![1; 64])));
+        w.handle_packet(1100, res);
+        assert!(drain(&mut w, 1100).len() >= 2, "the window grew from its one packet");
+        // A marked result of a fragment sent once still counts: no growth.
+        let mut v = worker(0, direct());
+        submit(&mut v, vec![1; 64 * 400]);
+        let sent = drain(&mut v, 0);
+        let before = v.window_bytes();
+        let h = GridHeader { flags: GridHeader::FLAG_RESULT | GridHeader::FLAG_ECN, ..header(&sent[0]) };
+        let mut res = Packet::new(PS, 9, 0, 9, 322, Header::Grid(h));
+        res.payload = Some(Box::new(Payload::I32(vec![1; 64])));
+        v.handle_packet(10, res);
+        assert!(v.window_bytes() < before, "{} -> {}", before, v.window_bytes());
     }
 
     #[test]
