@@ -69,8 +69,16 @@ pub struct DsaConfig {
     pub moves: Option<SlotMoves>,
 }
 
-/// What the PS needs to move slots: the job's slot table (ATP's hashed table of `slots`
-/// entries over a pool of `pool` aggregators, the one the switch starts with).
+/// The slot table DSA addresses a job's aggregators by (§III-A, "by hashing as in statistical
+/// INA"): the one ATP builds for the same job and pool (`AtpConfig::slot_table`, `slots` distinct
+/// hashed aggregators of `pool`). The switch starts with it; the PS moves its entries under
+/// `move_slots`.
+pub fn dsa_pool_slot_table(job: u16, slots: u32, pool: u32) -> Vec<u32> {
+    crate::AtpConfig { job: job as u32, aggregators: pool, slots, hashing: crate::Hashing::Hash, ..Default::default() }.slot_table()
+}
+
+/// What the PS needs to move slots: the job's slot table, [`dsa_pool_slot_table`] of `slots` entries
+/// over a pool of `pool` aggregators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlotMoves {
     pub pool: u32,
@@ -613,7 +621,7 @@ pub struct DsaServer {
 impl DsaServer {
     pub fn new(cfg: DsaConfig) -> Self {
         let mover = cfg.moves.map(|m| {
-            let table = crate::AtpConfig { job: cfg.job as u32, aggregators: m.pool, slots: m.slots, hashing: crate::Hashing::Hash, ..Default::default() }.slot_table();
+            let table = dsa_pool_slot_table(cfg.job, m.slots, m.pool);
             Mover { rehasher: crate::Rehasher::for_table(m.pool, cfg.job as u32, &table), table }
         });
         DsaServer {
@@ -1112,7 +1120,7 @@ mod tests {
     fn with_move_slots_a_fragment_that_collided_moves_its_slot_before_its_ack() {
         let mut c = cfg(2);
         c.moves = Some(SlotMoves { pool: 1000, slots: 4 });
-        let table = crate::AtpConfig { job: 3, aggregators: 1000, slots: 4, hashing: crate::Hashing::Hash, ..Default::default() }.slot_table();
+        let table = dsa_pool_slot_table(3, 4, 1000);
         let mut ps = DsaServer::new(c);
         // PSN 6 (slot 2): an evicted partial and a losing gradient, a collision; PSN 5: two
         // notifies (lost packets, no collision) move nothing.

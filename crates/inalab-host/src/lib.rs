@@ -53,7 +53,7 @@ pub use rtt::{RttConfig, RttEstimator};
 pub use grid::{GridConfig, GridServer, GridServerConfig, GridTarget, GridWorker, GRID_PACKET_VALUES};
 pub use atp::{atp_layout, AtpConfig, AtpLayout, AtpPosition, AtpServer, AtpServerConfig, AtpWorker, Contributor, Hashing, Rehasher, ATP_MAX_WORKERS, DEFAULT_SLOTS as ATP_DEFAULT_SLOTS, MAX_SLOTS as ATP_MAX_SLOTS};
 pub use canary::{CanaryConfig, CanaryHost, CANARY_BLOCK_VALUES};
-pub use dsa::{dsa_priority, DsaConfig, DsaServer, DsaWorker, SlotMoves, DSA_MIN_RTO_PS, DSA_VALUES};
+pub use dsa::{dsa_priority, dsa_pool_slot_table, DsaConfig, DsaServer, DsaWorker, SlotMoves, DSA_MIN_RTO_PS, DSA_VALUES};
 pub use datagram::{DatagramConfig, DatagramSender, DatagramSink};
 pub use error::ConfigError;
 pub use hierarchical::HierarchicalAllreduce;

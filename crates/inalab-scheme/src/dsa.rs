@@ -133,11 +133,11 @@ const INA_PARAMS: [Param; 11] = [
 
 pub struct Dsa;
 
-/// The slot table ATP builds for job `id` over the pool a switch of `memory_bytes` holds
-/// (`AtpConfig::slot_table`, hashed distinct slots), which DSA addresses by (§III-A).
+/// Job `id`'s slot table (`inalab_host::dsa_pool_slot_table`) over the pool a switch of
+/// `memory_bytes` holds.
 pub fn slot_table(id: u16, slots: u32, memory_bytes: u64) -> Vec<u32> {
     let aggregators = DsaSwitchConfig::aggregators_for(memory_bytes);
-    inalab_host::AtpConfig { job: id as u32, aggregators, slots, hashing: inalab_host::Hashing::Hash, ..Default::default() }.slot_table()
+    inalab_host::dsa_pool_slot_table(id, slots, aggregators)
 }
 
 fn parse(config: &Value) -> Result<DsaParams, PlanError> {
