@@ -332,6 +332,12 @@ impl SwitchProgram for CanarySwitch {
         self.table.free_where(|d| (d.id >> (CanaryHeader::ATTEMPT_BITS + CanaryHeader::SEQ_BITS)) as u8 == tenant)
     }
 
+    /// A reduce packet is aggregated here (or starts a descriptor); results are replicated by
+    /// the multicast engine and bypass packets are transit, both at line rate.
+    fn processes(&self, _ctx: &dyn SwitchCtx, _in_port: PortId, pkt: &Packet) -> bool {
+        matches!(&pkt.header, Header::Canary(h) if h.kind == CanaryType::Reduce && !h.bypass && !h.multicast && h.counter >= 1)
+    }
+
     fn job_of(&self, pkt: &Packet) -> Option<u32> {
         match &pkt.header {
             Header::Canary(h) => Some(h.tenant() as u32),

@@ -408,6 +408,15 @@ impl SwitchProgram for DsaSwitch {
         self.aggs.free_where(|a| a.job == id)
     }
 
+    /// A worker's gradient the switch may aggregate (as `on_packet` takes it); reminders, ACKs
+    /// and moves from the PS are control and pass at line rate.
+    fn processes(&self, _ctx: &dyn SwitchCtx, _in_port: PortId, pkt: &Packet) -> bool {
+        let Header::Dsa(h) = &pkt.header else { return false };
+        self.jobs.get(&h.job).is_some_and(|job| {
+            h.kind == DsaKind::Grad && !(pkt.src == job.ps.host && pkt.src_port == job.ps.port) && h.fan_in as usize == job.workers.len() && !self.aggs.is_empty()
+        })
+    }
+
     fn job_of(&self, pkt: &Packet) -> Option<u32> {
         match &pkt.header {
             Header::Dsa(h) => Some(h.job as u32),

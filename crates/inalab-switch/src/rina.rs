@@ -384,6 +384,13 @@ impl SwitchProgram for RinaSwitch {
         live
     }
 
+    /// A member's data packet of the current epoch is summed into the rack's slot; tasks,
+    /// ACKs and the AllGather copies go through the multicast engine at line rate.
+    fn processes(&self, _ctx: &dyn SwitchCtx, in_port: PortId, pkt: &Packet) -> bool {
+        let Header::Rina(h) = pkt.header else { return false };
+        h.kind == RinaKind::Data && self.tenants.get(&h.job).is_some_and(|t| t.member(in_port).is_some() && h.epoch() == t.epoch)
+    }
+
     fn job_of(&self, pkt: &Packet) -> Option<u32> {
         match pkt.header {
             Header::Rina(h) => Some(h.job as u32),

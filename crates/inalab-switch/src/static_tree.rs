@@ -398,6 +398,13 @@ impl SwitchProgram for StaticTreeSwitch {
         partial.get()
     }
 
+    /// A reduce packet on one of the job's trees through here is aggregated; results are
+    /// replicated down the tree at line rate.
+    fn processes(&self, _ctx: &dyn SwitchCtx, _in_port: PortId, pkt: &Packet) -> bool {
+        let Header::StaticTree(h) = &pkt.header else { return false };
+        h.kind == StaticTreeKind::Reduce && h.counter > 0 && self.jobs.get(&h.job).is_some_and(|t| t.trees.get(h.tree as usize).is_some_and(Option::is_some))
+    }
+
     fn job_of(&self, pkt: &Packet) -> Option<u32> {
         match &pkt.header {
             Header::StaticTree(h) => Some(h.job as u32),

@@ -288,6 +288,9 @@ struct Counters {
     /// The most bytes a packet admitted to the processing queue found waiting there (ECN
     /// marks come past the threshold, so this says whether none was due).
     processing_peak_bytes: u64,
+    /// Packets the processing queue served, and their datagram bytes (what it was charged).
+    processing_packets: u64,
+    processing_bytes: u64,
     /// Datagrams without a valid tag, by reason: `short`, `no_key` (no admitted job's key for
     /// the job the header names, or no job at all), `bad_tag`.
     forged: BTreeMap<&'static str, u64>,
@@ -632,6 +635,8 @@ impl DataPlane {
             }
             self.c.processing_peak_bytes = self.c.processing_peak_bytes.max(backlog);
             congested |= backlog > cap.ecn_threshold_bytes;
+            self.c.processing_packets += 1;
+            self.c.processing_bytes += bytes.len() as u64;
             ready = Some(fifo.admit(now, bytes.len()));
         }
         if congested {
@@ -886,7 +891,8 @@ impl DataPlane {
             "no_route": c.no_route, "dead_port": c.dead_port, "link_down": c.link_down, "injected_drops": c.injected_drops, "ecn_marked": c.ecn_marked,
             "multicast_copies": c.multicast_copies, "processing_drops": c.processing_drops,
             "processing": self.processing.as_ref().map(|(cap, _)| json!({"rate_bps": cap.rate_bps, "buffer_bytes": cap.buffer_bytes,
-                "ecn_threshold_bytes": cap.ecn_threshold_bytes, "peak_bytes": c.processing_peak_bytes})),
+                "ecn_threshold_bytes": cap.ecn_threshold_bytes, "peak_bytes": c.processing_peak_bytes,
+                "packets": c.processing_packets, "bytes": c.processing_bytes})),
             "forged": c.forged, "unsealed": c.unsealed, "outside_job": c.outside_job,
             "absorbed": c.absorbed, "program_drops": c.program_drops, "last_malformed": c.last_malformed,
             "program_panics": c.program_panics, "last_panic": c.last_panic,
