@@ -371,8 +371,9 @@ class Network(_Model):
             "on packets is the host counter cpu_busy_ns."
     )
     switch_capacity: dict[str, Rate] = opt(
-        {}, "Processing-capacity limit per switch name, e.g. {s0 = \"1Tbps\"} (GRID's C_s): a FIFO charged, in wire "
-            "bytes, only with the packets the switch aggregates (transit passes at line rate), ECN-marking above "
+        {}, "Processing-capacity limit per switch name, e.g. {s0 = \"1Tbps\"} (GRID's C_s, a Tofino's aggregation "
+            "rate): a FIFO charged, in wire bytes, only with the packets the switch's INA program aggregates (every "
+            "program's; transit, results and control packets pass at line rate), ECN-marking above "
             "ecn_threshold and dropping above buffer (drop-tail); unlisted switches are unlimited.",
         type_doc="table of rate",
     )
@@ -539,10 +540,12 @@ class Job(_Model):
         type_doc=_HOSTS_TYPE,
     )
     servers: Optional[Hosts] = opt(
-        None, "Parameter-server hosts (schemes ps and atp; atp takes exactly one; ps_sharded co-locates them "
-        "with the workers). A host that several jobs name here is one PS serving them all, sharing its link "
-        "(ATP's \"identical placement\"); a count takes hosts no job uses.",
-        default_doc="ps, atp: the next free host", type_doc=_HOSTS_TYPE,
+        None, "Parameter-server hosts (schemes ps, atp, dsa and grid; atp, dsa and grid take exactly one; ps_sharded "
+        "co-locates them with the workers). A host that several jobs name here is one PS serving them all, sharing "
+        "its link (ATP's \"identical placement\"); one of the job's own worker hosts co-locates the PS with that "
+        "worker, sharing its NIC (an INA scheme's packets still cross the switch; simulator only); a count takes "
+        "hosts no job uses.",
+        default_doc="ps, atp, dsa, grid: the next free host", type_doc=_HOSTS_TYPE,
     )
     start: Duration = opt("0s", "Simulated time at which the job starts.")
     jitter: Duration = opt("0s", "Each backward layer's compute is stretched by U(0, jitter); with allreduce, each "
@@ -903,14 +906,19 @@ def _place_jobs(jobs: list[Job], background: Optional[Background], net: _Graph) 
                 hosts = free[:sel]
             for h in hosts:
                 # A server host that several jobs name is one PS serving them all (ATP Fig. 13:
-                # "identical placement", the jobs sharing their PS and its link). Every other reuse
-                # of a host is refused: a worker's host, or a server host named twice by one job.
+                # "identical placement", the jobs sharing their PS and its link), and a job may
+                # name one of its own workers' hosts as a server (co-located: the PS shares that
+                # host's NIC, as the Rina paper's testbed places ATP's PS). Every other reuse of
+                # a host is refused: another job's worker host, or a server host named twice by
+                # one job.
                 named = role == "servers" and (i, role) in explicit
-                if h in owner or (not named and h in shared) or i in shared.get(h, ()):
+                colocated = named and owner.get(h) == i and i not in shared.get(h, ())
+                if not colocated and (h in owner or (not named and h in shared) or i in shared.get(h, ())):
                     other = owner[h] if h in owner else (i if i in shared[h] else min(shared[h]))
                     where = "this job" if other == i else f"job {specs[other]['name']!r} (jobs[{other}])"
                     raise ConfigError(field, f"host {h!r} is already used by {where}; only a server host may be "
-                                      "named by several jobs (one PS serving them)")
+                                      "named by several jobs (one PS serving them) or by its own job beside one of "
+                                      "its workers (co-located)")
                 if named:
                     shared.setdefault(h, set()).add(i)
                 else:

@@ -271,6 +271,8 @@ def test_namespaces_of_a_crashed_run_are_removed_with_a_message(namespaces):
     ({"jobs": [{**SCENARIO["jobs"][0], "ina": {"packet": "180B", "header": "52B"}}],
       "topology": {"kind": "star", "hosts": 3, "link_rate": "1Gbps"}}, "jobs[0].ina.packet_bytes"),
     ({"network": {"flow_control": "pfc"}}, "network.flow_control"),
+    ({"jobs": [{**SCENARIO["jobs"][0], "scheme": "atp", "ina": {}, "workers": ["h0", "h1", "h2"], "servers": ["h2"]}]},
+     "jobs[0].servers"),
 ])
 def test_what_cannot_be_emulated_is_refused_naming_the_field(change, field):
     with pytest.raises(ConfigError) as e:

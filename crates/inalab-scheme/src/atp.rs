@@ -169,9 +169,6 @@ impl Scheme for Atp {
         check_servers(self, job)?;
         let c = parse(&job.config)?;
         let ps_host = job.servers[0];
-        if job.workers.contains(&ps_host) {
-            return Err(PlanError::new("servers", "ATP's parameter server must be a host without a worker of the job"));
-        }
         let ina = &c.ina;
         let racks: Vec<NodeId> = job.workers.iter().map(|&w| net.tor(w)).collect();
         let ps_rack = net.tor(ps_host);

@@ -204,12 +204,6 @@ impl Scheme for Dsa {
         check_servers(self, job)?;
         let c = parse(&job.config)?;
         let ps_host = job.servers[0];
-        if job.workers.contains(&ps_host) {
-            return Err(PlanError::new(
-                "servers",
-                "DSA's parameter server must be a host without a worker of the job",
-            ));
-        }
         if job.workers.len() > DsaHeader::MAX_FAN_IN as usize {
             return Err(PlanError::new(
                 "workers",

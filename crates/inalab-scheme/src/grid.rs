@@ -199,9 +199,6 @@ impl Scheme for Grid {
         let c = parse(&job.config)?;
         let i = &c.ina;
         let ps_host = job.servers[0];
-        if job.workers.contains(&ps_host) {
-            return Err(PlanError::new("servers", "GRID's parameter server must be a host without a worker of the job"));
-        }
         let resolved = resolve(job, net, &c.policy, ps_host)?;
         let mut groups: BTreeMap<NodeId, Vec<usize>> = BTreeMap::new();
         for (r, (t, _)) in resolved.iter().enumerate() {

@@ -830,14 +830,17 @@ impl Sim {
             } else if pkt.path == NO_PATH {
                 pkt.path = self.hosts[host as usize].eps[ep as usize].path;
             }
+            // Co-located endpoints (a BytePS server beside its worker) talk through host
+            // memory, not the NIC. An INA protocol's packet always crosses the network, even to
+            // a PS on its sender's host (the Rina paper's testbed co-locates ATP's PS with a
+            // worker): it exists to meet the switch, and a kernel-bypass stack sends it out.
+            let local = pkt.dst == host && matches!(pkt.header, inalab_core::wire::Header::Transport(_) | inalab_core::wire::Header::Raw);
             // Mark the NIC busy first: what `drain` triggers may call back into this host.
-            self.hosts[host as usize].nic_busy = pkt.dst != host;
+            self.hosts[host as usize].nic_busy = !local;
             self.drain(host, ep);
             self.cons.sent_packets += 1;
             self.cons.sent_bytes += pkt.size as u64;
-            if pkt.dst == host {
-                // Co-located endpoints (e.g. a BytePS server beside its worker) talk through
-                // host memory, not the NIC.
+            if local {
                 let local = &mut self.hosts[host as usize].local;
                 if local.is_empty() {
                     self.q.push(self.now, Ev::Local { host });

@@ -62,6 +62,12 @@ def _check(spec: dict, built: dict) -> None:
     if spec["network"].get("host_costs"):
         # Emulated hosts are real processes: their costs are this machine's, not a model's.
         raise ConfigError("network.host_costs", "emulate runs real processes with this machine's own costs; remove host_costs")
+    for j in spec["jobs"]:
+        if set(j["servers"]) & set(j["workers"]):
+            # Each emulated host has one address (its namespace's, or one loopback port the
+            # switch shapes as its link); a second process there would need its own.
+            raise ConfigError(f"jobs[{j['id']}].servers", "a server on one of its job's worker hosts (co-located) runs in "
+                                                          "the simulator only; emulate needs a host of its own for it")
     used = {h for j in spec["jobs"] for h in j["workers"] + j["servers"]}
     rates = [l["rate_bps"] for l in built["links"] if built["nodes"][l["a"]]["name"] in used or built["nodes"][l["b"]]["name"] in used]
     if len(used) > MAX_HOSTS and (len(used) > MAX_HOSTS_LOW_RATE or sum(rates) / 1e9 > LOW_RATE_GBPS):
