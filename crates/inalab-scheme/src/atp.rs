@@ -49,6 +49,11 @@ pub enum AtpLevels {
     Tor,
     /// Every ATP switch on the job's routes to the PS (crate::atp_tree): Rina's BOM model.
     Tree,
+    /// Each gradient once, at the first ATP switch on its way (GRID §4.2: "aggregated
+    /// in-network once at most"; §6.1's ATP baseline): the workers' ToRs as in `Tor`, and the
+    /// PS's ToR only for the workers no other switch summed (its own rack's, and those of
+    /// racks without ATP); the racks' sums reach the PS apart.
+    Once,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -115,8 +120,8 @@ const INA_PARAMS: [Param; 8] = [
         name: "ina.levels",
         default: "\"tor\"",
         unit: "",
-        doc: "Where gradients are aggregated: \"tor\" = ATP's two levels, the workers' top-of-rack switches and the PS's (§3.4); \"tree\" = every programmable switch on the job's routes to the PS, which all carry one ECMP key so they form a tree, with results copied down it (the PS-based INA of Rina's BOM model, §III-B; simulator only). Either way at most 32 level-2 contributors.",
-        range: Range::Choice(&["tor", "tree"]),
+        doc: "Where gradients are aggregated: \"tor\" = ATP's two levels, the workers' top-of-rack switches and the PS's (§3.4); \"tree\" = every programmable switch on the job's routes to the PS, which all carry one ECMP key so they form a tree, with results copied down it (the PS-based INA of Rina's BOM model, §III-B; simulator only); \"once\" = each gradient at the first ATP switch on its way only, the racks' sums going to the PS apart (the ATP GRID compares with, GRID §4.2, §6.1). Each way at most 32 level-2 contributors.",
+        range: Range::Choice(&["tor", "tree", "once"]),
     },
 ];
 
@@ -178,6 +183,17 @@ impl Scheme for Atp {
         let port = |s: NodeId, h: NodeId| net.port_toward(s, h).unwrap_or(inalab_core::PortId::MAX);
         let (admissions, flow, ps_targets) = match ina.levels {
             AtpLevels::Tor => (atp_admissions(&job.workers, &racks, ps_host, ps_rack, runs_atp, port, stale), None, vec![]),
+            AtpLevels::Once => {
+                let mut admissions = atp_admissions(&job.workers, &racks, ps_host, ps_rack, runs_atp, port, stale);
+                // The PS's switch sums only the contributors that are single workers.
+                let single: Vec<u32> = layout.positions.iter().filter(|p| p.esi == 1).map(|p| p.bitmap1).collect();
+                for (_, adm) in admissions.iter_mut().filter(|(s, _)| *s == ps_rack) {
+                    adm.once = true;
+                    adm.subtree = single.iter().fold(0, |m, b| m | b);
+                    adm.fan_in2 = Some(single.len() as u8);
+                }
+                (admissions, None, vec![])
+            }
             AtpLevels::Tree => {
                 let t = atp_tree(net, job.id, &job.workers, &racks, ps_host, ps_rack, &layout, stale)?;
                 (t.admissions, Some(t.flow), t.ps_targets)

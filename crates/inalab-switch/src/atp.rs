@@ -127,6 +127,10 @@ pub struct AtpSwitchJob {
     /// Tree mode, at an intermediate node: a parameter packet addressed to this host (its
     /// subtree's first worker) is this switch's to copy to `remote_targets`.
     pub rep: Option<NodeId>,
+    /// At the PS's switch, GRID's ATP (each gradient aggregated once): what another switch
+    /// summed passes on to the PS; only the contributors in `subtree` (single workers) are
+    /// summed here, `fan_in2` of them, and their sum goes on as one more contribution.
+    pub once: bool,
 }
 
 /// The control plane's admissions of one ATP job: an [`AtpSwitchJob`] per switch that
@@ -255,8 +259,9 @@ impl AtpSwitch {
         match self.jobs.get(&h.job) {
             _ if h.has(AtpHeader::FLAG_FLOAT) => None,
             Some(j) if h.esi == 0 && j.ps.is_none() && j.local_workers.iter().any(|&(p, _)| p == in_port) => at(1, None, false),
-            Some(j) if h.esi == 1 && j.ps == Some(dst) => at(2, j.fan_in2, false),
-            // Tree mode: a level-2 contribution from this intermediate node's subtree.
+            Some(j) if h.esi == 1 && j.ps == Some(dst) && !j.once => at(2, j.fan_in2, false),
+            // Tree mode (and `once` at the PS's switch): a level-2 contribution from this
+            // intermediate node's subtree.
             Some(j) if h.esi == 1 && j.subtree != 0 && h.bitmap1 != 0 && h.bitmap1 & !j.subtree == 0 => at(2, j.fan_in2, true),
             _ => None,
         }
