@@ -37,11 +37,70 @@ pub(crate) struct Request {
     pub data: Option<Payload>,
 }
 
+/// The per-step cost of the Rina paper's dependency chain (§III-A, eq. (1)): before its part
+/// of a reduce-scatter step a host waits `O + max(0, sigma Z)`, Z standard normal. With
+/// `barrier` every member of an n-member step waits `O + max over n draws of max(0, sigma Z)`,
+/// the step's slowest member as a global barrier per step (NCCL's, as the paper reads it)
+/// makes everyone wait; the members draw from one seed, so they agree as long as they take
+/// the same steps. Default: no cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepCost {
+    /// O, ps.
+    pub overhead_ps: Time,
+    /// sigma, ps.
+    pub jitter_ps: Time,
+    pub barrier: bool,
+    /// Seeds the draws (the driver's run seed mixed with the job, and with the host unless
+    /// `barrier`).
+    pub seed: u64,
+}
+
+/// The draws of a [`StepCost`].
+#[derive(Debug, Clone)]
+pub(crate) struct StepClock {
+    cost: StepCost,
+    rng: u64,
+}
+
+impl StepClock {
+    pub fn new(cost: StepCost) -> Self {
+        StepClock { cost, rng: inalab_core::splitmix64(cost.seed) }
+    }
+
+    pub fn is_free(&self) -> bool {
+        self.cost.overhead_ps == 0 && self.cost.jitter_ps == 0
+    }
+
+    /// The wait before this host's part of a step of `members` hosts.
+    pub fn draw(&mut self, members: usize) -> Time {
+        let (o, sigma) = (self.cost.overhead_ps, self.cost.jitter_ps);
+        if sigma == 0 {
+            return o;
+        }
+        let draws = if self.cost.barrier { members.max(1) } else { 1 };
+        let worst = (0..draws).map(|_| self.normal()).fold(f64::MIN, f64::max);
+        o + (sigma as f64 * worst).max(0.0) as Time
+    }
+
+    /// A standard normal draw (Box-Muller).
+    fn normal(&mut self) -> f64 {
+        let mut uniform = || {
+            self.rng = inalab_core::splitmix64(self.rng);
+            ((self.rng >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+        };
+        (-2.0 * uniform().ln()).sqrt() * (std::f64::consts::TAU * uniform()).cos()
+    }
+}
+
 /// The transport plus the messages it delivered that nobody has consumed yet. Messages of a
 /// later request or step may arrive early (a faster peer moved on) and wait here.
 pub(crate) struct Ctx {
     pub tr: Transport,
     mailbox: BTreeMap<(Endpoint, u64), Delivered>,
+    /// Per-step costs of the algorithm's charged steps.
+    pub steps: StepClock,
+    /// When the algorithm wants to be advanced again (a step waiting out its cost).
+    wake: Option<Time>,
 }
 
 impl Ctx {
@@ -57,6 +116,11 @@ impl Ctx {
 
     pub fn take(&mut self, from: Endpoint, msg_id: u64) -> Option<Delivered> {
         self.mailbox.remove(&(from, msg_id))
+    }
+
+    /// Asks to be advanced again at `at`.
+    pub fn wake_at(&mut self, at: Time) {
+        self.wake = Some(self.wake.map_or(at, |w| w.min(at)));
     }
 }
 
@@ -83,7 +147,7 @@ pub(crate) struct Runner<A> {
 impl<A: Algorithm> Runner<A> {
     pub fn new(local: Endpoint, cfg: TransportConfig, algo: A) -> Result<Self, ConfigError> {
         Ok(Runner {
-            ctx: Ctx { tr: Transport::new(local, cfg)?, mailbox: BTreeMap::new() },
+            ctx: Ctx { tr: Transport::new(local, cfg)?, mailbox: BTreeMap::new(), steps: StepClock::new(StepCost::default()), wake: None },
             algo,
             queue: VecDeque::new(),
             running: None,
@@ -93,6 +157,11 @@ impl<A: Algorithm> Runner<A> {
 
     pub fn transport(&self) -> &Transport {
         &self.ctx.tr
+    }
+
+    /// Charges the algorithm's reduce-scatter steps with `cost` (before any request).
+    pub fn set_step_cost(&mut self, cost: StepCost) {
+        self.ctx.steps = StepClock::new(cost);
     }
 
     pub fn endpoint(&self) -> Endpoint {
@@ -131,6 +200,10 @@ impl<A: Algorithm> Runner<A> {
 
     pub fn handle_timeout(&mut self, now: Time) {
         self.ctx.tr.handle_timeout(now);
+        if self.ctx.wake.is_some_and(|w| w <= now) {
+            self.ctx.wake = None;
+            self.pump(now);
+        }
     }
 
     pub fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
@@ -138,7 +211,10 @@ impl<A: Algorithm> Runner<A> {
     }
 
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.ctx.tr.poll_timeout()
+        match (self.ctx.tr.poll_timeout(), self.ctx.wake) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     pub fn poll_event(&mut self) -> Option<HostEvent> {

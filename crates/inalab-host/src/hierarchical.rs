@@ -75,6 +75,12 @@ impl HierarchicalAllreduce {
         Ok(HierarchicalAllreduce { runner: Runner::new(all[rank], cfg, algo)? })
     }
 
+    /// Charges every reduce-scatter step with `cost` (the Rina paper's eq. (1)); default none.
+    pub fn with_step_cost(mut self, cost: crate::StepCost) -> Self {
+        self.runner.set_step_cost(cost);
+        self
+    }
+
     pub fn transport_stats(&self) -> crate::TransportStats {
         self.runner.transport().stats()
     }

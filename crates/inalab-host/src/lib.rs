@@ -61,6 +61,7 @@ pub use ps::{PsConfig, PsServer, PsWorker};
 pub use quantize::{Quantization, Quantized};
 pub use static_tree::{StaticTreeConfig, StaticTreeHost, STATIC_TREE_BLOCK_VALUES};
 pub use rina::{RinaConfig, RinaGroup, RinaHost, RINA_PACKET_VALUES};
+pub use collective::StepCost;
 pub use ring::RingAllreduce;
 pub use switchml::{SwitchMlConfig, SwitchMlWorker};
 pub use transport::{Delivered, Transport, TransportConfig, TransportStats};

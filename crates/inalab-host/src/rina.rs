@@ -365,7 +365,7 @@ pub struct RinaHost {
     pull_due: Option<Time>,
     /// Autonomous: steps waiting out their step cost, by when they go.
     delayed: BTreeSet<(Time, u32, u16)>,
-    rng: u64,
+    steps: crate::collective::StepClock,
     /// Packets of requests not submitted yet (a faster group is an allreduce ahead), kept
     /// and handled at submission; the senders' windows bound them.
     early_packets: Vec<Packet>,
@@ -456,7 +456,12 @@ impl RinaHost {
             next_pull: (0, 0),
             pull_due: None,
             delayed: BTreeSet::new(),
-            rng: inalab_core::splitmix64(cfg.seed ^ rank_endpoint.host as u64),
+            steps: crate::collective::StepClock::new(crate::StepCost {
+                overhead_ps: cfg.step_overhead_ps,
+                jitter_ps: cfg.step_jitter_ps,
+                barrier: false,
+                seed: cfg.seed ^ rank_endpoint.host as u64,
+            }),
             early_packets: vec![],
             tasks: BTreeMap::new(),
             sr: Flow::new(full),
@@ -542,17 +547,7 @@ impl RinaHost {
 
     /// Eq. (1)'s per-step wait: `O + max(0, sigma Z)`.
     fn step_wait(&mut self) -> Time {
-        let (o, sigma) = (self.cfg.step_overhead_ps, self.cfg.step_jitter_ps);
-        if sigma == 0 {
-            return o;
-        }
-        let mut uniform = || {
-            self.rng = inalab_core::splitmix64(self.rng);
-            ((self.rng >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-        };
-        // Box-Muller.
-        let z = (-2.0 * uniform().ln()).sqrt() * (std::f64::consts::TAU * uniform()).cos();
-        o + (sigma as f64 * z).max(0.0) as Time
+        self.steps.draw(1)
     }
 
     /// This host's part of ScatterReduce step `s` of request `r` is ready: an agent sends its

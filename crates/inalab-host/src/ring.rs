@@ -49,6 +49,10 @@ pub(crate) struct RingPhase {
     bounds: Vec<u64>,
     step: usize,
     sent: bool,
+    /// Whether its steps pay the context's step cost (eq. (1) models reduce-scatter), and
+    /// when the current step's wait ends.
+    charged: bool,
+    ready_at: Option<Time>,
 }
 
 impl RingPhase {
@@ -64,6 +68,8 @@ impl RingPhase {
             bounds: chunk_bounds(start, end, n),
             step: 0,
             sent: false,
+            charged: kind == PhaseKind::ReduceScatter,
+            ready_at: None,
         }
     }
 
@@ -91,6 +97,14 @@ impl RingPhase {
     /// A complete phase returns true without side effects.
     pub fn advance(&mut self, now: Time, ctx: &mut Ctx, req: &mut Request) -> bool {
         while self.step + 1 < self.n {
+            if !self.sent && self.charged && !ctx.steps.is_free() {
+                // This host's part of the step waits out its cost first (eq. (1)).
+                let at = *self.ready_at.get_or_insert_with(|| now + ctx.steps.draw(self.n));
+                if now < at {
+                    ctx.wake_at(at);
+                    return false;
+                }
+            }
             if !self.sent {
                 let c = self.send_chunk();
                 let (a, b) = (self.bounds[c], self.bounds[c + 1]);
@@ -109,6 +123,7 @@ impl RingPhase {
             }
             self.step += 1;
             self.sent = false;
+            self.ready_at = None;
         }
         true
     }
@@ -169,6 +184,12 @@ impl RingAllreduce {
         check_ring_group(&members, rank)?;
         let local = members[rank];
         Ok(RingAllreduce { runner: Runner::new(local, cfg, Ring { members, rank, phases: Vec::new() })? })
+    }
+
+    /// Charges every reduce-scatter step with `cost` (the Rina paper's eq. (1)); default none.
+    pub fn with_step_cost(mut self, cost: crate::StepCost) -> Self {
+        self.runner.set_step_cost(cost);
+        self
     }
 
     pub fn transport_stats(&self) -> crate::TransportStats {
