@@ -240,7 +240,7 @@ def test_the_scheme_list_and_defaults_come_from_the_registry():
     ("switchml", "ina", {"hashing": "linear"}, "jobs[0].ina.hashing"),
     ("switchml", "ina", {"congestion_control": False}, "jobs[0].ina.congestion_control"),
     ("atp", "ina", {"pool_slots": 4}, "jobs[0].ina.pool_slots"),
-    ("ring", "ina", {"timeout": "1ms"}, "jobs[0].ina"),
+    ("ring", "ina", {"timeout": "1ms"}, "jobs[0].ina.timeout"),  # a ring takes only the step costs
     ("switchml", "transport", {"mss": "1000B"}, "jobs[0].transport"),
     ("ring", "partition", "1MiB", "jobs[0].partition"),
 ])
@@ -256,7 +256,9 @@ def test_a_job_sends_only_the_keys_its_scheme_takes(star):
     sml, ring = load_scenario(star).to_spec()["jobs"]
     assert set(sml) - {"id", "name", "workers", "servers", "workload", "start_ps", "jitter_ps"} == {"scheme", "ina"}
     assert set(sml["ina"]) == {"packet_bytes", "header_bytes", "timeout_ps", "pool_slots"}
-    assert "ina" not in ring and "partition_bytes" not in ring and "transport" in ring
+    assert "partition_bytes" not in ring and "transport" in ring
+    # A ring's only ina keys are eq. (1)'s step costs, none by default.
+    assert ring["ina"] == {"step_overhead_ps": 0, "step_jitter_ps": 0, "step_barrier": False}
 
 
 @pytest.mark.parametrize("scheme", ["ring", "hierarchical", "ps", "ps_sharded", "atp", "switchml"])

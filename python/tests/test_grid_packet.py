@@ -184,10 +184,12 @@ def test_at_100_gbps_the_default_units_deliver_the_feasible_rate():
 def test_a_scaled_down_testbed_runs_every_scheme_at_2_and_8_workers(tmp_path):
     from inalab.reproduce.grid_packet import GridTestbed
 
-    rep = GridTestbed(models=("inception_v3",), workers=(2, 8), scale=0.02)
+    rep = GridTestbed(models=("inception_v3",), workers=(2, 8), scale=0.02, seeds=(1,))
     rows = rep.run(lambda _msg: None)
-    assert rows.finished.all() and len(rows) == 8
+    assert rows.finished.all() and len(rows) == 10
     t = rep._at8(rows, "inception_v3")
-    # GRID's routing beats Geryon's by its feasible ratio (50 against 12.5), within the data plane's 15 %.
-    assert t.rate_gbps["grid"] >= 0.85 * 4 * t.rate_gbps["geryon"], t
+    # GRID's routing beats Geryon's by its feasible ratio (16 against 8: the PS's 64 Gbps over
+    # eight workers), within the data plane's 15 %; GRID's ATP is bound by S1's 48 Gbps.
+    assert t.rate_gbps["grid"] >= 0.85 * 2 * t.rate_gbps["geryon"], t
+    assert t.rate_gbps["atp"] <= 48 / 4 * 1.02, t
     assert "two levels" in rep.explain(rows) and rep.plot(rows, tmp_path / "t.png").exists()

@@ -24,13 +24,18 @@ def test_the_replacement_order_starts_with_the_tors_with_most_workers():
 
 
 def test_a_small_testbed_shows_rina_ahead_of_atp_with_one_ina_tor(tmp_path):
-    rep = RinaTestbed(size="256KiB", iterations=1)
+    rep = RinaTestbed(size="256KiB", iterations=1, seeds=(1,))
     rows = rep.run(lambda _msg: None)
     assert rows.finished.all()
     t = rows.set_index(["ina", "scheme"])["goodput_gbps"]
-    assert t["1 of 2", "rina"] > 1.5 * t["1 of 2", "atp"], t
+    assert t["1 of 2", "rina"] > t["1 of 2", "atp"], t
     assert t["2 of 2", "atp"] > t["1 of 2", "atp"], "a second INA ToR helps ATP"
-    assert "sw0-sw1 link" in rep.explain(rows)
+    # The paper's settings (#38): ATP's PS on w7's host, INA rate charged at the INA ToRs.
+    from inalab.reproduce.rina_packet import paper_testbed_scenario
+
+    sc = paper_testbed_scenario("atp", "2 of 2", "256KiB", 1)
+    assert sc["jobs"][0]["servers"] == ["w7"] and sc["network"]["switch_capacity"] == {"sw0": "80Gbps", "sw1": "80Gbps"}
+    assert "| parameter |" in rep.explain(rows) and "O nor sigma" in rep.explain(rows)
     assert rep.plot(rows, tmp_path / "t.png").exists()
 
 
