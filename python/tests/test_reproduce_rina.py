@@ -56,9 +56,17 @@ def test_fig10_scenarios_put_the_paper_s_ina_switches_in_place():
         load_scenario(s)
         n = len(s["topology"]["programmable"])
         assert n == {"atp-50%": 6, "rina-50%": 4, "atp-100%": 20, "rina-100%": 20}.get(label, 0), (label, n)
-        assert ("servers" in s["jobs"][0]) == label.startswith(("ps", "atp"))
+        job = s["jobs"][0]
+        assert ("servers" in job) == label.startswith(("ps", "atp"))
+        # The paper's settings (#38): every host a worker, the PS co-located with the first;
+        # each INA switch's rate is 20 Gbps a port (the fat tree's have 4); eq. (1)'s step costs.
+        assert len(job["workers"]) == 16 and job.get("servers", [job["workers"][0]]) == [job["workers"][0]], label
+        assert s.get("network", {}).get("switch_capacity", {}) == {sw: "80Gbps" for sw in s["topology"]["programmable"]}
+        ina = job.get("ina", {})
         # ATP as Rina's BOM has it: every INA switch on the routes to the PS aggregates.
-        assert s["jobs"][0].get("ina") == ({"levels": "tree"} if label.startswith("atp") else None), label
+        assert (ina.get("levels") == "tree") == label.startswith("atp"), label
+        assert ("step_jitter" in ina) == label.startswith(("ring", "hierarchical", "rina")), label
+        assert ina.get("step_barrier", False) == (label in ("ring", "hierarchical")), label
     # The dragonfly (36 routers): half of them in the planner's order; ATP does not run there.
     for label, n in (("rina-50%", 18), ("rina-100%", 36), ("ring", 0)):
         s = fig10_scenario(label, "64KiB", "dragonfly-4-9-2")

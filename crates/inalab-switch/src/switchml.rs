@@ -449,9 +449,9 @@ impl SwitchProgram for SwitchMlSwitch {
         partial
     }
 
-    /// A worker's update of an admitted job is what uses the switch's aggregation rate (the
-    /// Rina paper's footnote 1 gives SwitchML and Rina "similar aggregation throughput");
-    /// results leave through the multicast engine at line rate.
+    /// A worker's update of an admitted job is what uses the switch's aggregation rate (GRID's
+    /// C_s; the Rina paper's footnote 1 puts a Tofino-1's at about 20 Gbps); results leave
+    /// through the multicast engine at line rate.
     fn processes(&self, _ctx: &dyn SwitchCtx, _in_port: PortId, pkt: &Packet) -> bool {
         matches!(&pkt.header, Header::SwitchMl(h) if h.flags & SwitchMlHeader::FLAG_RESULT == 0 && self.jobs.contains_key(&h.job))
     }

@@ -376,6 +376,18 @@ def analysis_packet_scenario(analysis: dict, scheme: str, policy: dict | None, s
             "network": {"switch_capacity": {n(s): f"{float(c)}Gbps" for s, c in pb.capacity.items()}}, "jobs": [job]}
 
 
+FAT_TREE_SETUP = [
+    ("topology", "fat tree, 192 servers, 100 Gbps links and PS ingress (§6.3)", "k = 8 with 6 hosts per edge switch (192), 100 Gbps, 1 us links", ""),
+    ("switch capacities", "\"randomly\" set (§6.3); range not given", "drawn from [100 Gbps, 3.2 Tbps] with the seed (as grid-large-scale)", "the range is ours"),
+    ("programmable switches", "(a) the ToRs; (b) 20 % of all switches at random (§6.3)", "the same, drawn with the seed", ""),
+    ("workers", "10 to 100 (Figs. 11-12); the ratios judged: (a) at 40, (b) at 100", "40, the first hosts, the PS on the last", "100 workers at packet level is beyond this suite's budget; (b)'s ratio is the paper's at 100"),
+    ("GRID's plan", "R-GRIA (Algorithm 1)", "the best integral plan found (#38), and one R-GRIA draw beside it when it differs", ""),
+    ("ATP", "the first aggregation node with spare capacity (§6.1)", "`ina.levels = \"tree\"`: every programmable switch on its routes", "no capacity bypass in ATP's data plane; \"once\" aggregates at ToRs only"),
+    ("workload", "rates of R-GRIA's LP (Figs. 11-12)", "one allreduce of 16 MiB per worker, metadata mode", "the paper's rates are the LP's lambda, no data plane's"),
+    ("seeds", "not in the paper", "3 (1, 5, 6): capacities, (b)'s switches, R-GRIA's draws, the simulations; judged on the mean", "the project's least; seeds 2-4 draw (b)s where ATP's tree has more than its bitmap's 32 level-2 contributors, so ATP cannot run them"),
+]
+
+
 class GridFatTreePacket(Seeded):
     """Figs. 11-16 spot checks on packets: the paper's are algorithm simulations (R-GRIA's outputs
     summed); here each policy runs on the data plane."""
@@ -395,8 +407,10 @@ class GridFatTreePacket(Seeded):
                 "the simulations' scenario `seed`")
 
     # ``seeds``: each seed draws the fat tree's switch capacities, (b)'s programmable switches and
-    # R-GRIA's rounding (as `grid-large-scale`), and is the simulations' seed. (1,): the committed write-up's.
-    def __init__(self, workers: int = 40, size: str = "16MiB", seeds=(1,), seed: int | None = None):
+    # R-GRIA's rounding (as `grid-large-scale`), and is the simulations' seed. Seeds 2, 3 and 4
+    # draw (b)s whose ATP tree has more level-2 contributors than ATP's 32-bit bitmap holds
+    # (refused, naming jobs[0].workers): the default takes the next three that run, 1, 5 and 6.
+    def __init__(self, workers: int = 40, size: str = "16MiB", seeds=(1, 5, 6), seed: int | None = None):
         self.workers, self.size = workers, size
         self.seeds = (seed,) if seed is not None else tuple(seeds)  # `seed`: one seed, as before
 
@@ -432,28 +446,43 @@ class GridFatTreePacket(Seeded):
         cols = ["scenario", "scheme", "feasible_gbps", "finished", "jct_s", "goodput_gbps", "send_gbps", "ps_in_gbps", "resent"]
         return with_rates(df[cols].sort_values(["scenario", "feasible_gbps"], ascending=[True, False]))
 
-    # Tolerances (issue 18): in (b) GRID > ATP > SwitchML > Geryon with GRID/ATP at least 1.2 (the
-    # flow model's 1.44, less 15 %); every run within 15 % of its flow-level feasible rate; the PS's
-    # ingress at most its 100 Gbps (the LP's lambda asks for 600).
+    # The paper's shape (§6.3, Figs. 11-12), judged on the mean over seeds with two-sided bands:
+    # (a) at 40 workers GRID "outperforms ... by 0.19x" ATP (1.19); (b) GRID > ATP > SwitchML >
+    # Geryon, GRID/ATP 2.35 (the paper's at 100 workers: 23.5 over 10 Gbps). The packet runs'
+    # consistency with the flow model is reported apart (`consistent`), not part of the shape.
+    PAPER_RATIO = {"a": 1.19, "b": 2.35}
+    BAND = 1.25
+
     @property
     def tolerance(self) -> str:
         """What `holds` checks, with its thresholds (shown by the report and the JSON)."""
-        return ("every run finishes; in scenario (b) GRID > ATP > SwitchML > Geryon and GRID >= 1.2x ATP; every run "
-                "within 15 % of its flow-level feasible rate; the PS's ingress <= 100 Gbps")
+        return (f"every run finishes; GRID's rate over ATP's within {self.BAND}x of the paper's either way, (a) 1.19, (b) 2.35; "
+                "in (b) GRID > ATP > SwitchML > Geryon (the packet-vs-flow consistency is reported apart)")
+
+    def ratio(self, rows: pd.DataFrame, scen: str) -> float:
+        r = rows[rows.scenario == scen].set_index("scheme").rate_gbps
+        return float(r["grid"] / r["atp"])
 
     def holds(self, rows: pd.DataFrame) -> bool:
+        from . import band
+
         b = rows[rows.scenario == "b"].set_index("scheme").rate_gbps
-        order = b["grid"] > b["atp"] > b["switchml"] > b["geryon"]
-        return bool(rows.finished.all() and order and b["grid"] / b["atp"] >= 1.2
-                    and (abs(rows.vs_feasible - 1) <= 0.15).all() and (rows.ps_in_gbps <= 100.0 + 1e-6).all())
+        return bool(rows.finished.all() and b["grid"] > b["atp"] > b["switchml"] > b["geryon"]
+                    and all(band(self.ratio(rows, s), p, self.BAND) for s, p in self.PAPER_RATIO.items()))
+
+    @staticmethod
+    def consistent(rows: pd.DataFrame) -> bool:
+        """Every run within 15 % of its flow-level feasible rate and the PS's ingress <= its 100 Gbps."""
+        return bool((abs(rows.vs_feasible - 1) <= 0.15).all() and (rows.ps_in_gbps <= 100.0 + 1e-6).all())
 
     def headline(self, rows: pd.DataFrame) -> str:
         """The index's one line (inalab.reproduce.index)."""
         b = rows[rows.scenario == "b"].set_index("scheme")
         f = rows.set_index(["scenario", "scheme"]).vs_feasible
-        return (f"(b) GRID {b.rate_gbps['grid']:.1f}, ATP {b.rate_gbps['atp']:.1f}, SwitchML {b.rate_gbps['switchml']:.1f}, "
-                f"Geryon {b.rate_gbps['geryon']:.1f} Gbps (GRID/ATP {b.rate_gbps['grid'] / b.rate_gbps['atp']:.2f}, paper 2.35); "
-                f"of their feasible rates: GRID (a) {f[('a', 'grid')]:.2f}, (b) {f[('b', 'grid')]:.2f}, ATP (b) {f[('b', 'atp')]:.2f}")
+        return (f"GRID/ATP (a) {self.ratio(rows, 'a'):.2f} (paper 1.19), (b) {self.ratio(rows, 'b'):.2f} (paper 2.35); (b) GRID "
+                f"{b.rate_gbps['grid']:.1f}, ATP {b.rate_gbps['atp']:.1f}, SwitchML {b.rate_gbps['switchml']:.1f}, Geryon "
+                f"{b.rate_gbps['geryon']:.1f} Gbps; apart, of their feasible rates: GRID (a) {f[('a', 'grid')]:.2f}, "
+                f"(b) {f[('b', 'grid')]:.2f}, ATP (b) {f[('b', 'atp')]:.2f}")
 
     def explain(self, rows: pd.DataFrame) -> str:
         show = rows.astype(object).where(rows.notna(), "-")
@@ -467,7 +496,11 @@ class GridFatTreePacket(Seeded):
                   "than GRID's plan, the best integral plan found (#38)"
                   if (rows.scheme == "grid (one R-GRIA draw)").any() else
                   "One R-GRIA rounding is GRID's plan itself in both scenarios (no extra row)")
+        from . import setup_table
+
         return f"""# {self.name} (GRID Figs. 11-16 spot checks at packet level)
+
+{setup_table(FAT_TREE_SETUP)}
 
 **Claim.** {self.claim}
 
@@ -479,14 +512,17 @@ GRID's plan (the best integral plan found, and one R-GRIA rounding), SwitchML an
 ATP on its own (aggregating at every programmable switch on its routes). One allreduce of {self.size}
 per worker, metadata mode.
 
-**Our result** (`holds` = {self.holds(rows)}; `rate_gbps` is a worker's goodput in wire bytes,
-`feasible_gbps` the flow model's rate of the same policy, `ps_in_gbps` the PS's achieved ingress):
+**Our result** (`holds` = {self.holds(rows)}: {self.tolerance}; consistent with the flow model =
+{self.consistent(rows)}: every run within 15 % of its feasible rate and the PS's ingress <= 100 Gbps;
+`rate_gbps` is a worker's goodput in wire bytes, `feasible_gbps` the flow model's rate of the same
+policy, `ps_in_gbps` the PS's achieved ingress):
 
 {markdown_table(show)}
 
 * (b): GRID {t['b']['grid']:.1f}, ATP {t['b']['atp']:.1f}, SwitchML {t['b']['switchml']:.1f}, Geryon {t['b']['geryon']:.1f} Gbps;
-  GRID/ATP = {t['b']['grid'] / t['b']['atp']:.2f} (flow model 1.44, paper 2.35 at 100 workers; tolerance 1.2).
-* (a): GRID {t['a']['grid']:.1f}, ATP {t['a']['atp']:.1f} Gbps (flow model: a tie, paper 1.19x).
+  GRID/ATP = {t['b']['grid'] / t['b']['atp']:.2f} (flow model 1.44, paper 2.35 at 100 workers).
+* (a): GRID {t['a']['grid']:.1f}, ATP {t['a']['atp']:.1f} Gbps, GRID/ATP = {t['a']['grid'] / t['a']['atp']:.2f} (flow model: a tie,
+  paper 1.19 at 40 workers).
 * Runs off their feasible rate by more than 15 %: {misses}.
 * {best20}.
 
@@ -503,8 +539,11 @@ per worker, metadata mode.
   held by a younger fragment stalled an older one whose members waited on it, until the stale
   timeout (2 ms) or an RTO; salting the hash by switch gave 0.39, modulo indexing (the default
   now) 0.73, and Karn's rule for ECN echoes (below) 0.85.
+* GRID/ATP in (b), {t['b']['grid'] / t['b']['atp']:.2f}, is above the paper's 2.35 (at 100 workers; these runs have
+  40): GRID's best integral plan is more than twice ATP's feasible rate in the flow model too
+  ({rows[(rows.scenario == "b") & (rows.scheme == "grid")].feasible_gbps.iloc[0]:.1f} against {rows[(rows.scenario == "b") & (rows.scheme == "atp")].feasible_gbps.iloc[0]:.1f} Gbps), where one R-GRIA draw ({rows[(rows.scenario == "b") & (rows.scheme == "grid (one R-GRIA draw)")].feasible_gbps.mean():.1f}) is not.
 * GRID in (b): {vs("b")} of its feasible rate. Since issue #38 GRID's plan is the best integral
-  plan found (25 Gbps here, where one R-GRIA draw gave 11.1). It sends 21 workers to edge0_0 and
+  plan found. In seed 1 (25 Gbps, where one R-GRIA draw gave 11.1) it sends 21 workers to edge0_0 and
   18 to edge0_3, so 15 streams from other racks fill the four 100 Gbps links into edge0_0
   exactly. The first millisecond's windows overflow those links' 1 MiB buffers (1,112 drops,
   seed 1). Then, measured in 500 us bins, nothing moved for 12.5 ms: every result of a resent
