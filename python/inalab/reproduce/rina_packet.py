@@ -267,12 +267,17 @@ def atp_job(job: dict, variant: str = "atp") -> dict:
     return {**job, "scheme": "atp", "ina": ATP_VARIANTS[variant]}
 
 
+# Set-up rows the fat-tree and dragonfly reproductions share.
+TOPOLOGIES_ROW = ("topologies", "fat tree k = 4, dragonfly a = 4, g = 9, h = 2 (§VI-A-1)",
+                  "the same, 100 Gbps, 1 us links; dragonfly p = 2 hosts per router", "the dragonfly's hosts per router are not given (spec A5)")
+INA_RATE_ROW = ("INA rate", "\"around 20Gbps\" on a Tofino-1 (footnote 1), similar for ATP and Rina (§VI-A-4)",
+                f"{TESTBED_INA_GBPS_PER_PORT} Gbps per port of every INA switch", "as rina-testbed")
 INCREMENTAL_SETUP = [
-    ("topologies", "fat tree k = 4, dragonfly a = 4, g = 9, h = 2 (§VI-A-1)", "the same, 100 Gbps, 1 us links; dragonfly p = 2 hosts per router", "the dragonfly's hosts per router are not given (spec A5)"),
+    TOPOLOGIES_ROW,
     ("replacement order", "the planner's (§IV-D)", "`plan_incremental`, rooted at the first host; every point on the fat tree, quarters of the ToRs and of all switches on the dragonfly", ""),
     ("workers", "every node (Fig. 11)", "every host; ATP's PS co-located with the first (§VI-A-4)", ""),
     ("ATP", "PS-based INA as the BOM model (§III-B)", "`ina.levels = \"tree\"`; ATP's own two ToR levels beside it (`atp_tor_gbps`)", ""),
-    ("INA rate", "\"around 20Gbps\" on a Tofino-1 (footnote 1), similar for ATP and Rina (§VI-A-4)", f"{TESTBED_INA_GBPS_PER_PORT} Gbps per port of every INA switch", "as rina-testbed"),
+    INA_RATE_ROW,
     ("per-step cost (eq. (1))", "O and sigma not given", "O = 5 us, sigma = 20 us for Rina's hosts", "rina-dependency-chain's values"),
     ("workload", "ResNet50 training, 98 MB (§VI-C)", "one allreduce of 4 MiB, communication-bound", "the flow-level model gives the same curve shape at any size"),
     ("seeds", "not in the paper", "3 (1, 2, 3): Rina's per-step jitter; judged on the mean", "the project's least"),
@@ -597,12 +602,12 @@ def fig10_scenario(label: str, size: str, topology: str = "fat-tree-k4", seed: i
 
 
 SCHEMES_SETUP = [
-    ("topologies", "fat tree k = 4, dragonfly a = 4, g = 9, h = 2 (§VI-A-1)", "the same, 100 Gbps, 1 us links; dragonfly p = 2 hosts per router", "the dragonfly's hosts per router are not given (spec A5)"),
+    TOPOLOGIES_ROW,
     ("models", "five models' training (Fig. 10)", "ResNet50 and VGG16, one allreduce of their gradients / 16", "packet-level time; communication-bound"),
     ("PS-based schemes", "\"use co-located PS\" (§VI-A-4)", "the PS on the first worker's host, sharing its NIC", ""),
     ("ATP", "PS-based INA; 6 INA switches at 50 % on the fat tree (§VI-B)", "`ina.levels = \"tree\"`, the planner's first 6", ""),
     ("Rina at 50 %", "4 INA switches on the fat tree, 18 on the dragonfly (§VI-B)", "the planner's first 4; 18", ""),
-    ("INA rate", "\"around 20Gbps\" on a Tofino-1 (footnote 1), similar for ATP and Rina (§VI-A-4)", f"{TESTBED_INA_GBPS_PER_PORT} Gbps per port of every INA switch", "as rina-testbed"),
+    INA_RATE_ROW,
     ("per-step cost (eq. (1))", "O and sigma not given", "O = 5 us, sigma = 20 us (ring, hierarchical, Rina); a global barrier per step for ring and hierarchical", "rina-dependency-chain's values"),
     ("seeds", "not in the paper", "3 (1, 2, 3): the per-step jitter draws; judged on the mean", "the project's least"),
 ]
