@@ -705,8 +705,8 @@ mean over seeds):
   sends, and eq. (1)'s per-step cost at rina-dependency-chain's O and sigma does not slow the ring
   under it. The paper's Fig. 10 (Rina up to 6x RAR, §VI-B) needs a ring far slower than its
   links: per-step costs the paper does not give.
-* With every switch INA, Rina and ATP are bound by the same INA rate and end close (Rina / ATP
-  {ft['rina-100%'] / ft['atp-100%']:.2f} on the fat tree); before #38 modelled that rate, ATP's aggregated streams ran near their
+* With every switch INA, Rina and ATP are bound by the same INA rate and end nearer each other
+  (Rina / ATP {ft['rina-100%'] / ft['atp-100%']:.2f} on the fat tree, the band being 15 %); before #38 modelled that rate, ATP's aggregated streams ran near their
   links' payload bound and reached 2.5x Rina.
 {self._dragonfly(rows)}"""
 
