@@ -739,8 +739,9 @@ model does not express).
 **Where and why they differ.**
 
 * The two capacities are not in the paper; they are derived from its own 8-worker rates (the
-  table above) and not tuned on this figure's ratios. With them the packet-level rates land near
-  the paper's absolute numbers.
+  table above), so ATP's 12.0 and Geryon's 8.0 at 8 workers match the paper's by construction.
+  What this figure tests is GRID's and SwitchML's rates against them (and every rate at 2-6
+  workers), which nothing here was set from.
 * GRID's ATP aggregates each gradient once: S1 sums W1-W4 within its {TESTBED_SWITCH}, so each
   worker sends at most a quarter of it. ATP's own two levels add S3's sum of the racks' sums;
   S3 then takes four streams through the same {TESTBED_SWITCH}, so on this testbed the second level

@@ -66,12 +66,13 @@ def testbed_scenario(scheme: str, ina: str, size: str, iterations: int, rate: st
 TESTBED_PS_HOST = "w7"
 TESTBED_INA_GBPS_PER_PORT = 20
 STEP_COST = {"step_overhead": "5us", "step_jitter": "20us"}
-def paper_settings(sc: dict) -> dict:
+def paper_settings(sc: dict, ina_ports: dict[str, int] | None = None) -> dict:
     """A Rina reproduction's scenario with the paper's settings (#38): the PS-based schemes' PS
     co-located with their first worker (\"the PS-based approaches use co-located PS\", §VI-A-4),
     every INA switch aggregating :data:`TESTBED_INA_GBPS_PER_PORT` Gbps per port (footnote 1,
     for ATP and Rina alike) and eq. (1)'s per-step cost for the host-driven schemes (the ring's
-    and H-AR's with a global barrier per step). Changes ``sc`` in place; returns it."""
+    and H-AR's with a global barrier per step). ``ina_ports``: the ports an INA switch's rate
+    counts (default: all of its ports). Changes ``sc`` in place; returns it."""
     for job in sc["jobs"]:
         if job["scheme"] in ("atp", "ps"):
             job["workers"] = list(job["workers"]) + [h for h in job["servers"] if h not in job["workers"]]
@@ -81,8 +82,10 @@ def paper_settings(sc: dict) -> dict:
             job["ina"] = {**job.get("ina", {}), **STEP_COST}
     ina = sc["topology"].get("programmable") or []
     if ina and not isinstance(ina, str):
-        net = _net(sc["topology"])
-        sc["network"] = {"switch_capacity": {s: f"{len(net.adj[net.index[s]]) * TESTBED_INA_GBPS_PER_PORT}Gbps" for s in ina}}
+        if ina_ports is None:
+            net = _net(sc["topology"])
+            ina_ports = {s: len(net.adj[net.index[s]]) for s in ina}
+        sc["network"] = {"switch_capacity": {s: f"{ina_ports[s] * TESTBED_INA_GBPS_PER_PORT}Gbps" for s in ina}}
     return sc
 
 
@@ -102,10 +105,8 @@ def paper_testbed_scenario(scheme: str, ina: str, size: str, iterations: int, se
     sc = testbed_scenario(scheme, ina, size, iterations, seed=seed)
     if scheme == "atp":
         sc["jobs"][0]["servers"] = [TESTBED_PS_HOST]
-    paper_settings(sc)
     # A ToR's INA rate counts its worker ports (the inter-ToR link carries no stream of its own).
-    sc["network"] = {"switch_capacity": {t: f"{len(RACKS[t]) * TESTBED_INA_GBPS_PER_PORT}Gbps" for t in INA[ina]}}
-    return sc
+    return paper_settings(sc, ina_ports={t: len(RACKS[t]) for t in INA[ina]})
 
 
 class RinaTestbed(Seeded):
