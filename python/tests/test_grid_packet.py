@@ -193,3 +193,29 @@ def test_a_scaled_down_testbed_runs_every_scheme_at_2_and_8_workers(tmp_path):
     assert t.rate_gbps["grid"] >= 0.85 * 2 * t.rate_gbps["geryon"], t
     assert t.rate_gbps["atp"] <= 48 / 4 * 1.02, t
     assert "two levels" in rep.explain(rows) and rep.plot(rows, tmp_path / "t.png").exists()
+
+
+def test_a_plan_that_fills_links_exactly_runs_at_its_feasible_rate_when_paced():
+    """#38 item 6: on the 192-host fat tree (grid-fat-tree-packet (b), seed 1) the best plan
+    sends 15 other racks' workers into one ToR over its four links, filled exactly. With the
+    window alone the workers burst past the buffers (0.53 of the feasible rate), and the result
+    tree, by node id, put the results on one of those full links (0.75 even when paced). Paced
+    at the plan's rate and with results over the least loaded link it runs at the plan's rate."""
+    from inalab.analysis import analyze
+    from inalab.reproduce.grid_large_scale import GridLargeScale
+    from inalab.reproduce.grid_packet import analysis_packet_scenario
+
+    d = GridLargeScale().scenario("fat-tree", "b", 40, 1)
+    policy = analyze(d).plan.policy()
+    feasible = policy["feasible_rate_gbps"]
+
+    def rate(pace: bool) -> tuple[float, int]:
+        r = inalab.simulate(analysis_packet_scenario(d, "grid", policy, "4MiB", {"pace": pace}))
+        j = r.jobs.iloc[0]
+        assert j.finished
+        return j.goodput_gbps * 322 / 256 / feasible, int(sum(c.get("resent", 0) for c in r.hosts.counters))
+
+    paced, resent = rate(True)
+    assert paced >= 0.9 and resent == 0, (paced, resent)
+    window_alone, resent = rate(False)
+    assert window_alone < 0.85 and resent > 0, (window_alone, resent)

@@ -27,6 +27,13 @@
 //!   PS for that pair, and their RTT outgrew every RTO). The result of a fragment sent again
 //!   after a timeout neither samples the RTT nor brings an ECN echo to the window (Karn's
 //!   ambiguity: its marks are from copies the timeout already answered).
+//! - Sending rate (§3.1, §4: the control plane gives each worker "the corresponding gradient
+//!   sending rate" with its aggregation node): with [`GridWorker::with_rate`] every packet, new
+//!   or sent again, waits until the previous one's bytes have left at that rate (idle time is
+//!   not banked, so there is no burst after a pause); the window still caps what is in flight.
+//!   Window alone (no rate), the windows of a plan that fills a link exactly grew until the
+//!   marks of a fragment aggregated across racks came back, and the burst overflowed the
+//!   fabric's buffers (#38: 1,112 drops and 3 ms without progress on a 192-host fat tree).
 //! - A request is `Done` once every fragment's result arrived (requests finish in order).
 //!
 //! # PS ([`GridServer`])
@@ -46,7 +53,7 @@ use crate::error::ensure;
 use crate::rtt::{RttConfig, RttEstimator};
 use crate::ConfigError;
 use inalab_core::wire::{GridHeader, Header};
-use inalab_core::time::{Time, MS};
+use inalab_core::time::{Time, MS, S as SECOND};
 use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, GROUP};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -152,6 +159,12 @@ pub struct GridWorker {
     lost: BTreeSet<u64>,
     events: VecDeque<HostEvent>,
     c: WorkerCounters,
+    /// The plan's sending rate in bits per second (0: the window alone).
+    rate_bps: u64,
+    /// When the next packet may leave at `rate_bps`.
+    next_tx: Time,
+    /// `next_tx` is ahead of the last wake: `poll_timeout` names it.
+    paced: bool,
 }
 
 impl GridWorker {
@@ -179,7 +192,32 @@ impl GridWorker {
             lost: BTreeSet::new(),
             events: VecDeque::new(),
             c: WorkerCounters::default(),
+            rate_bps: 0,
+            next_tx: 0,
+            paced: false,
         })
+    }
+
+    /// Sends at most `rate_bps` bits per second of wire bytes (0: no limit but the window).
+    pub fn with_rate(mut self, rate_bps: u64) -> Self {
+        self.rate_bps = rate_bps;
+        self
+    }
+
+    /// Whether the rate holds a packet back at `now`; if not, books `bytes` of it.
+    fn rate_holds(&mut self, now: Time, bytes: u64) -> bool {
+        if self.rate_bps == 0 {
+            return false;
+        }
+        if now < self.next_tx {
+            return true;
+        }
+        let gap = (bytes as u128 * 8 * SECOND as u128).div_ceil(self.rate_bps as u128);
+        self.next_tx = now + gap as Time;
+        // A wake when the next packet may leave: a driver reads `poll_timeout` after a packet
+        // went, not after `poll_transmit` came back empty.
+        self.paced = true;
+        false
     }
 
     fn size(&self, tensor: usize, frag: u64) -> u32 {
@@ -320,6 +358,9 @@ impl HostProtocol for GridWorker {
     }
 
     fn handle_timeout(&mut self, now: Time) {
+        if now >= self.next_tx {
+            self.paced = false;
+        }
         let mut expired = false;
         while let Some(&(at, frag)) = self.deadlines.first() {
             if at > now {
@@ -361,7 +402,12 @@ impl HostProtocol for GridWorker {
         // its group waits for); one that timed out waits for room in the window like a new one,
         // so that a queue that delays every fragment past its RTO (the fast workers' wait at
         // the PS for a congested group) does not double its own load with resends.
-        if let Some(frag) = self.again.pop_front() {
+        if let Some(&frag) = self.again.front() {
+            let tensor = self.flights[&frag].tensor;
+            if self.rate_holds(now, self.size(tensor, frag) as u64) {
+                return None;
+            }
+            self.again.pop_front();
             let f = self.flights.get_mut(&frag).expect("in flight");
             f.sent = now;
             let tensor = f.tensor;
@@ -372,7 +418,7 @@ impl HostProtocol for GridWorker {
         if let Some(&frag) = self.lost.first() {
             let tensor = self.flights[&frag].tensor;
             let size = self.size(tensor, frag) as u64;
-            if self.in_flight_bytes + size > self.window.window() {
+            if self.in_flight_bytes + size > self.window.window() || self.rate_holds(now, size) {
                 return None;
             }
             self.lost.pop_first();
@@ -390,7 +436,7 @@ impl HostProtocol for GridWorker {
         let size = self.size(tensor, frag) as u64;
         // The wire's 32-bit ids are read relative to the oldest fragment in flight, and the
         // PS forgets results MAX_FRAGMENT_SPAN behind what every worker sent.
-        if self.in_flight_bytes + size > self.window.window() || frag - self.oldest() >= MAX_FRAGMENT_SPAN {
+        if self.in_flight_bytes + size > self.window.window() || frag - self.oldest() >= MAX_FRAGMENT_SPAN || self.rate_holds(now, size) {
             return None;
         }
         self.next_send += 1;
@@ -402,7 +448,8 @@ impl HostProtocol for GridWorker {
     }
 
     fn poll_timeout(&self) -> Option<Time> {
-        self.deadlines.first().map(|d| d.0)
+        let paced = self.paced.then_some(self.next_tx);
+        self.deadlines.first().map(|d| d.0).into_iter().chain(paced).min()
     }
 
     fn poll_event(&mut self) -> Option<HostEvent> {
@@ -657,6 +704,7 @@ impl HostProtocol for GridServer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use inalab_core::time::US;
 
     const PS: NodeId = 50;
     const S: NodeId = 100;
@@ -699,6 +747,24 @@ mod tests {
 
     fn submit(w: &mut GridWorker, v: Vec<i32>) {
         w.submit(0, AppRequest::allreduce(1, 4 * v.len() as u64, Some(Payload::I32(v))));
+    }
+
+    #[test]
+    fn a_paced_worker_sends_at_its_plan_s_rate_and_wakes_for_the_next_packet() {
+        // 322-B packets at 2.576 Gbps: one per 1 us, whatever the (initial 60 kB) window allows.
+        let cfg = GridConfig { job: 1, ..GridConfig::default() }; // a 1 ms RTO: no deadline before the pace's
+        let mut w = GridWorker::new(ep(0), ep(PS), direct(), cfg).unwrap().with_rate(2_576_000_000);
+        submit(&mut w, vec![1; 64 * 10]);
+        assert_eq!(drain(&mut w, 0).len(), 1, "the rate holds the rest back");
+        assert_eq!(w.poll_timeout(), Some(US), "a wake when the next may leave");
+        assert!(drain(&mut w, US - 1).is_empty());
+        w.handle_timeout(US);
+        assert_eq!(drain(&mut w, US).len(), 1);
+        // Idle time is not banked: ten microseconds later, still one packet.
+        assert_eq!(drain(&mut w, 12 * US).len(), 1);
+        let mut unpaced = worker(0, direct());
+        submit(&mut unpaced, vec![1; 64 * 10]);
+        assert_eq!(drain(&mut unpaced, 0).len(), 10, "without a rate, the window alone");
     }
 
     /// Adds packets' values as switch S would (the PS sees one aggregate).

@@ -10,7 +10,9 @@
 //! - a worker's path is installed for its packets where the driver can (the simulator);
 //!   without a path a worker's packets follow the driver's routes, which must pass its node;
 //! - results go from the PS to every worker once, replicated along the shortest-path tree
-//!   from the PS (spec §1.6; `ina.results = "unicast"`: one copy per worker).
+//!   from the PS (spec §1.6; `ina.results = "unicast"`: one copy per worker), each of its
+//!   switches reached over the link the policy's gradients use least;
+//! - each worker sends at most its policy's rate (`ina.pace`).
 
 use crate::plan::{Range, check_servers, parse_config, shortest_path_tree, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
 use crate::ring::worker_endpoints;
@@ -51,6 +53,7 @@ pub struct GridIna {
     pub scale: f64,
     pub results: Results,
     pub control_packets: bool,
+    pub pace: bool,
 }
 
 impl Default for GridIna {
@@ -68,6 +71,7 @@ impl Default for GridIna {
             scale: inalab_host::quant::ATP_SCALE,
             results: Results::Multicast,
             control_packets: true,
+            pace: true,
         }
     }
 }
@@ -80,6 +84,9 @@ pub struct GridWorkerPolicy {
     pub target: String,
     /// Node names from the worker's host to the PS host, through the target ([] = routed).
     pub path: Vec<String>,
+    /// The plan's sending rate for this worker, in Gbps of wire bytes (0 = none: the window
+    /// alone).
+    pub rate_gbps: f64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -96,7 +103,7 @@ pub struct GridParams {
     pub policy: GridPolicy,
 }
 
-const PARAMS: [Param; 10] = [
+const PARAMS: [Param; 11] = [
     Param { name: "ina.header_bytes", default: "66", unit: "bytes", doc: "Bytes on the wire per GRID packet besides its 64 values: Ethernet 14, IPv4 20, UDP 8 and the 24-B GRID header; a full packet is 322 B.", range: Range::HEADER },
     Param { name: "ina.rto_ps", default: "1000000000", unit: "ps", doc: "A fragment without its result this long is sent again with RESEND (doubling per expiry up to 64x); the paper has no loss recovery (spec A6).", range: Range::TIME },
     Param { name: "ina.window_bytes", default: "60000", unit: "bytes", doc: "Initial window (GRID §5.2 gives none; inalab's ATP default). It grows by ina.increment per result while below the threshold, then per window, and halves on a control packet or an ECN echo.", range: Range::WINDOW },
@@ -104,9 +111,10 @@ const PARAMS: [Param; 10] = [
     Param { name: "ina.indexing", default: "\"modulo\"", unit: "", doc: "A fragment's memory unit at its switch: \"modulo\" = fragment mod units (consecutive fragments on consecutive units, so a collision always meets an older fragment: §5.1's 'the larger id is throttled'); \"hash\" = splitmix64(job, fragment, switch) mod units (the paper's Hash(fragment id); a younger holder can stall an older fragment, see docs/grid.md).", range: Range::Choice(&["hash", "modulo"]) },
     Param { name: "ina.stale_timeout_ps", default: "2000000000", unit: "ps", doc: "A unit untouched this long is taken by a colliding fragment (spec A14: 2 x ina.rto).", range: Range::TIME },
     Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the workers' float32 values (switches and PS sum int32): error at most workers / (2 scale) per value.", range: Range::SCALE },
-    Param { name: "ina.results", default: "\"multicast\"", unit: "", doc: "How the PS returns a result: \"multicast\" = once, replicated by every switch on the shortest-path tree from the PS to the workers (spec §1.6; where the driver knows no links, as the UDP runtime, unicast); \"unicast\" = one copy per worker, which caps each worker at B/N on the PS's link.", range: Range::Choice(&["multicast", "unicast"]) },
+    Param { name: "ina.results", default: "\"multicast\"", unit: "", doc: "How the PS returns a result: \"multicast\" = once, replicated by every switch on the shortest-path tree from the PS to the workers, each switch reached over the link that carries the fewest of the policy's gradient streams (spec §1.6; where the driver knows no links, as the UDP runtime, unicast); \"unicast\" = one copy per worker, which caps each worker at B/N on the PS's link.", range: Range::Choice(&["multicast", "unicast"]) },
     Param { name: "ina.control_packets", default: "true", unit: "", doc: "A switch whose unit is held by another fragment drops the packet and sends its sender a control packet (GRID §5.2's rate synchronization: halve, send again); false: it only drops, and the sender recovers by its timeout (the ablation).", range: Range::Bool },
-    Param { name: "policy.workers", default: "[]", unit: "", doc: "Per worker rank: {target = aggregation node name (a programmable switch, or the PS), path = node names from the worker to the PS through the target}; from `inalab plan grid` through the scenario's policy. [] = every worker sends to the PS.", range: Range::List },
+    Param { name: "ina.pace", default: "true", unit: "", doc: "Each worker sends at most its policy's rate_gbps (GRID §3.1: the control plane gives every worker its aggregation node and sending rate), besides its window; false: the window alone (the ablation: windows grow until ECN marks return, and a plan that fills a link exactly bursts past its buffers).", range: Range::Bool },
+    Param { name: "policy.workers", default: "[]", unit: "", doc: "Per worker rank: {target = aggregation node name (a programmable switch, or the PS), path = node names from the worker to the PS through the target, rate_gbps = its sending rate in Gbps of wire bytes, 0 = none}; from `inalab plan grid` through the scenario's policy. [] = every worker sends to the PS.", range: Range::List },
 ];
 
 pub struct Grid;
@@ -129,6 +137,22 @@ fn parse(config: &Value) -> Result<GridParams, PlanError> {
 /// Per rank: its aggregation node (None: the PS) and its path (empty: routed).
 type Resolved = Vec<(Option<NodeId>, Vec<NodeId>)>;
 
+/// The gradient streams the policy's paths put on each link (`from -> to`): one per worker up
+/// to its node, one per node on from there (what it aggregated).
+fn gradient_streams(resolved: &Resolved) -> BTreeMap<(NodeId, NodeId), u64> {
+    let mut load = BTreeMap::new();
+    let mut onward = std::collections::BTreeSet::new();
+    for (target, path) in resolved {
+        let at = target.and_then(|t| path.iter().position(|&n| n == t)).unwrap_or(path.len());
+        for (i, hop) in path.windows(2).enumerate() {
+            if i < at || onward.insert((*target, hop[0], hop[1])) {
+                *load.entry((hop[0], hop[1])).or_insert(0) += 1;
+            }
+        }
+    }
+    load
+}
+
 /// Each rank's aggregation node and path, checked.
 fn resolve(job: &JobSpec, net: &dyn NetView, policy: &GridPolicy, ps: NodeId) -> Result<Resolved, PlanError> {
     if policy.workers.is_empty() {
@@ -141,6 +165,9 @@ fn resolve(job: &JobSpec, net: &dyn NetView, policy: &GridPolicy, ps: NodeId) ->
     let mut out = vec![];
     for (r, (w, &host)) in policy.workers.iter().zip(&job.workers).enumerate() {
         let field = |f: &str| format!("policy.workers[{r}].{f}");
+        if !(w.rate_gbps.is_finite() && w.rate_gbps >= 0.0) {
+            return Err(PlanError::new(field("rate_gbps"), format!("{}; a rate in Gbps, >= 0 (0 = none)", w.rate_gbps)));
+        }
         let target = match w.target.as_str() {
             "" => None,
             name => Some(named(field("target"), name)?).filter(|&t| t != ps),
@@ -225,15 +252,17 @@ impl Scheme for Grid {
                 Some(t) => GridTarget { node: *t, position: groups[t].iter().position(|&x| x == r).expect("grouped") as u8, fan_in: groups[t].len() as u8 },
                 None => GridTarget { node: ps_host, position: 0, fan_in: 1 },
             };
-            let worker = GridWorker::new(eps[r], ps, target, grid.clone()).map_err(err)?;
+            let rate = c.policy.workers.get(r).map_or(0.0, |w| w.rate_gbps);
+            let rate_bps = if i.pace { (rate * 1e9).round() as u64 } else { 0 };
+            let worker = GridWorker::new(eps[r], ps, target, grid.clone()).map_err(err)?.with_rate(rate_bps);
             let proto = Quantized::converting(Box::new(worker), i.scale, r, job.workers.len());
-            plan.endpoints.push(PlannedEndpoint { host: job.workers[r], role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config: format!("{grid:?} {target:?}") });
+            plan.endpoints.push(PlannedEndpoint { host: job.workers[r], role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config: format!("{grid:?} {target:?} rate_bps={rate_bps}") });
             if !path.is_empty() {
                 plan.paths.push((Role::Worker { rank: r as u32 }, path.clone()));
             }
         }
         let tree = match i.results {
-            Results::Multicast => shortest_path_tree(net, ps_host, &job.workers),
+            Results::Multicast => shortest_path_tree(net, ps_host, &job.workers, &gradient_streams(&resolved)),
             Results::Unicast => vec![],
         };
         let multicast = !tree.is_empty();

@@ -103,34 +103,49 @@ pub struct Plan {
     pub trees: Vec<(Role, Vec<(NodeId, NodeId)>)>,
 }
 
-/// The shortest-path tree from `root` (a host) to `leaves` (hosts) over the network's links,
-/// ties broken by the lowest node id (GRID's result tree, spec §1.6), pruned to the nodes on
-/// the way to a leaf; edges parent -> child. Empty when the driver does not know its links.
-pub fn shortest_path_tree(net: &dyn NetView, root: NodeId, leaves: &[NodeId]) -> Vec<(NodeId, NodeId)> {
+/// The shortest-path tree from `root` (a host) to `leaves` (hosts) over the network's links
+/// (GRID's result tree, spec §1.6), pruned to the nodes on the way to a leaf; edges parent ->
+/// child. Empty when the driver does not know its links. A node with several parents at the
+/// same distance takes the one whose link to it carries the fewest of `load`'s streams (edges
+/// `from -> to`), then the first found (BFS from the root, neighbours by node id). GRID's
+/// results share the links down to a switch that aggregates other racks' workers with those
+/// workers' gradients, which the plan's LP does not count: on a link the plan fills exactly,
+/// the result stream took a fifth of the rate (#38).
+pub fn shortest_path_tree(net: &dyn NetView, root: NodeId, leaves: &[NodeId], load: &std::collections::BTreeMap<(NodeId, NodeId), u64>) -> Vec<(NodeId, NodeId)> {
     use std::collections::{BTreeMap, BTreeSet, VecDeque};
     let first = net.tor(root);
-    let mut parent: BTreeMap<NodeId, NodeId> = BTreeMap::from([(first, root)]);
+    let mut dist: BTreeMap<NodeId, usize> = BTreeMap::from([(first, 0)]);
+    // Every node one hop nearer the root that reaches it, in the order found.
+    let mut parents: BTreeMap<NodeId, Vec<NodeId>> = BTreeMap::from([(first, vec![root])]);
     let mut queue = VecDeque::from([first]);
     while let Some(n) = queue.pop_front() {
+        let d = dist[&n] + 1;
         let mut next: Vec<NodeId> = net.links(n).into_iter().map(|(_, m)| m).collect();
         next.sort_unstable();
         for m in next {
-            if m != root && !parent.contains_key(&m) {
-                parent.insert(m, n);
+            if m == root {
+                continue;
+            }
+            if !dist.contains_key(&m) {
+                dist.insert(m, d);
                 // Receivers do not forward (other hosts lead back only to their own switch).
                 if !leaves.contains(&m) {
                     queue.push_back(m);
                 }
             }
+            if dist[&m] == d {
+                parents.entry(m).or_default().push(n);
+            }
         }
     }
+    let parent = |m: NodeId| parents.get(&m).and_then(|ps| ps.iter().copied().min_by_key(|&p| load.get(&(p, m)).copied().unwrap_or(0)));
     let mut edges = BTreeSet::new();
     for &leaf in leaves {
-        if !parent.contains_key(&leaf) {
+        if !parents.contains_key(&leaf) {
             return vec![]; // the links do not reach it
         }
         let mut n = leaf;
-        while let Some(&p) = parent.get(&n) {
+        while let Some(p) = parent(n) {
             if !edges.insert((p, n)) {
                 break;
             }
@@ -496,5 +511,55 @@ impl NetView for NoNetwork {
     }
     fn share(&self, _job: u32, _key: &str) -> (u32, u32) {
         (0, 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// Hosts 0, 1 under leaf 4 and 2, 3 under leaf 5; spines 6 and 7 join the leaves.
+    struct TwoLeaves;
+
+    impl NetView for TwoLeaves {
+        fn tor(&self, host: NodeId) -> NodeId {
+            4 + host / 2
+        }
+        fn port_toward(&self, _switch: NodeId, _host: NodeId) -> Option<PortId> {
+            None
+        }
+        fn programmable(&self, _switch: NodeId) -> bool {
+            true
+        }
+        fn memory_bytes(&self, _switch: NodeId) -> u64 {
+            0
+        }
+        fn name(&self, node: NodeId) -> String {
+            format!("n{node}")
+        }
+        fn share(&self, _job: u32, _key: &str) -> (u32, u32) {
+            (0, 1)
+        }
+        fn links(&self, switch: NodeId) -> Vec<(PortId, NodeId)> {
+            let peers: Vec<NodeId> = match switch {
+                4 => vec![0, 1, 6, 7],
+                5 => vec![2, 3, 6, 7],
+                _ => vec![4, 5],
+            };
+            peers.into_iter().enumerate().map(|(p, n)| (p as PortId, n)).collect()
+        }
+    }
+
+    #[test]
+    fn the_result_tree_reaches_a_switch_over_its_least_loaded_link() {
+        let plain = shortest_path_tree(&TwoLeaves, 0, &[1, 2, 3], &BTreeMap::new());
+        assert_eq!(plain, vec![(0, 4), (4, 1), (4, 6), (5, 2), (5, 3), (6, 5)], "no load: the first parent found (spine 6)");
+        // The policy's gradients fill spine 6's link down to leaf 5 (#38: results on it took a
+        // fifth of the plan's rate).
+        let load = BTreeMap::from([((6, 5), 3), ((7, 5), 1)]);
+        let tree = shortest_path_tree(&TwoLeaves, 0, &[1, 2, 3], &load);
+        assert_eq!(tree, vec![(0, 4), (4, 1), (4, 7), (5, 2), (5, 3), (7, 5)], "leaf 5 is reached through spine 7");
+        assert!(shortest_path_tree(&TwoLeaves, 0, &[1, 9], &BTreeMap::new()).is_empty(), "an unreachable leaf: no tree");
     }
 }

@@ -584,7 +584,8 @@ def auto_policy(built: dict, workers: list[str], ps: str, capacity_bps: dict[str
 def policy_for_job(policy, workers: list[str], servers: list[str], field: str = "policy") -> dict:
     """A routing policy (``GridPlan.policy()``, or the path of a file holding it) as the ``grid``
     scheme takes it: per worker, in the job's order, its aggregation node and its whole path to
-    the PS (the path to the node, then the node's path to the PS). Raises ConfigError naming
+    the PS (the path to the node, then the node's path to the PS), and its sending rate
+    (``rate_gbps``, the plan's: the scheme paces it unless ``ina.pace`` is false). Raises ConfigError naming
     ``field`` when the policy does not fit the job."""
     if isinstance(policy, str):
         try:
@@ -610,5 +611,5 @@ def policy_for_job(policy, workers: list[str], servers: list[str], field: str = 
             if node not in to_ps:
                 raise ConfigError(field, f"worker {w!r} aggregates at {node!r}, which has no path_to_ps")
             path = path + list(to_ps[node])[1:]
-        out.append({"target": node, "path": path})
+        out.append({"target": node, "path": path, "rate_gbps": float(e.get("rate_gbps", 0.0))})
     return {"workers": out}
