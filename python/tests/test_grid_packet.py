@@ -209,13 +209,13 @@ def test_a_plan_that_fills_links_exactly_runs_at_its_feasible_rate_when_paced():
     policy = analyze(d).plan.policy()
     feasible = policy["feasible_rate_gbps"]
 
-    def rate(pace: bool) -> tuple[float, int]:
+    def rate(pace: str) -> tuple[float, int]:
         r = inalab.simulate(analysis_packet_scenario(d, "grid", policy, "4MiB", {"pace": pace}))
         j = r.jobs.iloc[0]
         assert j.finished
         return j.goodput_gbps * 322 / 256 / feasible, int(sum(c.get("resent", 0) for c in r.hosts.counters))
 
-    paced, resent = rate(True)
+    paced, resent = rate("policy")
     assert paced >= 0.9 and resent == 0, (paced, resent)
-    window_alone, resent = rate(False)
+    window_alone, resent = rate("none")
     assert window_alone < 0.85 and resent > 0, (window_alone, resent)

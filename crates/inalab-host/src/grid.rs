@@ -27,7 +27,7 @@
 //!   PS for that pair, and their RTT outgrew every RTO). The result of a fragment sent again
 //!   after a timeout neither samples the RTT nor brings an ECN echo to the window (Karn's
 //!   ambiguity: its marks are from copies the timeout already answered).
-//! - Sending rate (§3.1, §4: the control plane gives each worker "the corresponding gradient
+//! - Sending rate (§3.3, §4.3: the control plane gives each worker "the corresponding gradient
 //!   sending rate" with its aggregation node): with [`GridWorker::with_rate`] every packet, new
 //!   or sent again, waits until the previous one's bytes have left at that rate (idle time is
 //!   not banked, so there is no burst after a pause); the window still caps what is in flight.
