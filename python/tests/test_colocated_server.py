@@ -1,7 +1,7 @@
 """#38 item 2: a job's server (PS) on one of its own workers' hosts, sharing that host's NIC (the
 Rina paper's testbed co-locates ATP's PS with a worker). An INA scheme's packets cross the
 network even between the two (they exist to meet the switch); a host transport's (the plain
-PS) go through host memory. The emulator refuses it, naming the field."""
+PS) go through host memory. The emulator runs it in network namespaces (test_emulate.py)."""
 from __future__ import annotations
 
 import pytest

@@ -43,6 +43,11 @@ pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
 /// UDP-level "port" of every inalab protocol endpoint (the node id tells processes apart).
 pub const PROTOCOL_PORT: u16 = 1;
 
+/// The servers' endpoint port in a job whose server shares a host with one of its workers (a
+/// co-located PS): the node id no longer tells the two processes apart, and a switch port
+/// with a PS address beside its worker's sends the packets to this port there.
+pub const COLOCATED_SERVER_PORT: u16 = 2;
+
 /// Node ids of switches and PS are 1..=65535: workers get `switch node << 16 | n`, which then
 /// never collides with them.
 pub fn check_node(node: NodeId) -> Result<(), NetError> {
@@ -128,8 +133,13 @@ impl JobSpec {
             servers: self.servers.iter().map(|s| s.node).collect(),
             config: self.config.clone(),
             worker_port: PROTOCOL_PORT,
-            server_port: PROTOCOL_PORT,
+            server_port: if self.colocated() { COLOCATED_SERVER_PORT } else { PROTOCOL_PORT },
         }
+    }
+
+    /// Whether a server of the job runs on one of its workers' hosts.
+    pub fn colocated(&self) -> bool {
+        self.servers.iter().any(|s| self.workers.iter().any(|w| w.node == s.node))
     }
 
     /// The job's plan as seen from `switch` (`None`: from a host), whose ports toward

@@ -23,6 +23,11 @@ pub struct FabricPort {
     /// load balancer). Default none: 0 queued, unless the switch shapes the port itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_bps: Option<u64>,
+    /// A worker's host that also runs a PS (co-located, sharing the host's link): the PS's
+    /// data-plane address. Packets to [`crate::control::COLOCATED_SERVER_PORT`] go there, the
+    /// rest to `udp`; the link needs shaping outside the switch (`tc`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ps_udp: Option<SocketAddr>,
 }
 
 /// The next hops toward `dst` (a node not adjacent to the switch): neighbours' node ids, one

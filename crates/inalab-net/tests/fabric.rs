@@ -31,7 +31,7 @@ fn deploy(config: serde_json::Value, ps: bool) -> (Vec<SwitchHandle>, JobSpec, O
         key: "ab".repeat(32),
         network: None,
     };
-    let port = |node: u32, kind: &str, udp: SocketAddr| FabricPort { node, kind: kind.into(), udp, rate_bps: None };
+    let port = |node: u32, kind: &str, udp: SocketAddr| FabricPort { node, kind: kind.into(), udp, rate_bps: None, ps_udp: None };
     let route = |dst: u32, via: u32| FabricRoute { src: None, dst, via: vec![via] };
     let mut f1 = SwitchFabric { ports: vec![port(101, "worker", a[2]), port(102, "worker", a[3]), port(2, "switch", a[1])], routes: vec![], jobs: vec![spec.clone()], processing: None };
     f1.routes = vec![route(103, 2), route(104, 2), route(105, 2)];
@@ -112,7 +112,7 @@ fn a_route_through_a_stranger_is_refused() {
     let err = SwitchHandle::start(opts).err().expect("refused").to_string();
     assert!(err.contains("no neighbour"), "{err}");
     let pinned = SwitchFabric {
-        ports: vec![FabricPort { node: 9, kind: "switch".into(), udp: "127.0.0.1:9".parse().unwrap(), rate_bps: None }],
+        ports: vec![FabricPort { node: 9, kind: "switch".into(), udp: "127.0.0.1:9".parse().unwrap(), rate_bps: None, ps_udp: None }],
         routes: vec![FabricRoute { src: Some(3), dst: 7, via: vec![9, 9] }],
         jobs: vec![],
         processing: None,
@@ -136,7 +136,7 @@ fn canary_leaf_spine(ina: serde_json::Value) -> (Vec<SwitchHandle>, JobSpec) {
         key: "cd".repeat(32),
         network: None,
     };
-    let port = |node: u32, kind: &str| FabricPort { node, kind: kind.into(), udp: a[if node > 100 { 4 + node as usize - 101 } else { node as usize - 1 }], rate_bps: None };
+    let port = |node: u32, kind: &str| FabricPort { node, kind: kind.into(), udp: a[if node > 100 { 4 + node as usize - 101 } else { node as usize - 1 }], rate_bps: None, ps_udp: None };
     let via = |dst: u32, via: Vec<u32>| FabricRoute { src: None, dst, via };
     let leaf = |me: u32| {
         let (mine, other) = if me == 1 { ([101, 102], [103, 104]) } else { ([103, 104], [101, 102]) };
@@ -295,7 +295,7 @@ fn grid_fabric(memory_bytes: u64, processing: Option<Processing>) -> (Vec<Switch
         key: "ef".repeat(32),
         network: Some(inalab_net::control::NetworkSpec { names, links: vec![[1, 2], [101, 1], [102, 1], [103, 2], [104, 2], [105, 2]] }),
     };
-    let port = |node: u32, kind: &str, udp: SocketAddr| FabricPort { node, kind: kind.into(), udp, rate_bps: None };
+    let port = |node: u32, kind: &str, udp: SocketAddr| FabricPort { node, kind: kind.into(), udp, rate_bps: None, ps_udp: None };
     let route = |dst: u32, via: u32| FabricRoute { src: None, dst, via: vec![via] };
     let f1 = SwitchFabric {
         ports: vec![port(101, "worker", a[2]), port(102, "worker", a[3]), port(2, "switch", a[1])],

@@ -39,9 +39,11 @@ class Deployment:
     switches: list[str]
     node_id: dict[str, int]
     udp: dict[tuple[str, str], str]          # (node, peer) -> node's data-plane address as peer reaches it
+                                              # (a worker's where a PS shares its host)
     tor: dict[str, str]                       # host -> its switch
     programmable: dict[str, bool]
     fabrics: dict[str, dict] = field(default_factory=dict)   # switch -> its SwitchFabric JSON
+    ps_udp: dict[str, str] = field(default_factory=dict)      # PS host -> the PS's data-plane address
     specs: list[dict] = field(default_factory=list)           # job specs, in the scenario's order
 
 
@@ -105,8 +107,13 @@ def deploy(spec: dict, built: dict, used: list[str], address) -> Deployment:
         for peer in adj[s]:
             if kind[peer] == "switch" or peer in used:
                 dep.udp[s, peer] = address(s, peer, SWITCH_PORT)
+    # A co-located PS (on one of its job's worker hosts) shares the host's address and link with
+    # the worker, on a port of its own.
+    hosting = {h for j in spec["jobs"] for h in j["workers"]}
     for h in used:
-        dep.udp[h, tor[h]] = address(h, tor[h], PS_PORT if h in servers else WORKER_PORT)
+        dep.udp[h, tor[h]] = address(h, tor[h], WORKER_PORT if h in hosting else PS_PORT)
+        if h in servers:
+            dep.ps_udp[h] = address(h, tor[h], PS_PORT)
 
     in_use = set(used) | set(switches)
     network = {"names": {n: node_id[n] for n in switches + used},
@@ -140,8 +147,10 @@ def deploy(spec: dict, built: dict, used: list[str], address) -> Deployment:
             if kind[peer] == "switch":
                 ports.append({"node": node_id[peer], "kind": "switch", "udp": dep.udp[peer, s], "rate_bps": rate[s, peer]})
             elif peer in used:
-                ports.append({"node": node_id[peer], "kind": "ps" if peer in servers else "worker", "udp": dep.udp[peer, s],
+                ports.append({"node": node_id[peer], "kind": "worker" if peer in hosting else "ps", "udp": dep.udp[peer, s],
                               "rate_bps": rate[s, peer]})
+                if peer in servers and peer in hosting:
+                    ports[-1]["ps_udp"] = dep.ps_udp[peer]
         routes = []
         for n in used + [t for t in switches if t != s]:
             if n in adj[s] or s not in dist[n]:

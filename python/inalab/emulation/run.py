@@ -62,12 +62,6 @@ def _check(spec: dict, built: dict) -> None:
     if spec["network"].get("host_costs"):
         # Emulated hosts are real processes: their costs are this machine's, not a model's.
         raise ConfigError("network.host_costs", "emulate runs real processes with this machine's own costs; remove host_costs")
-    for j in spec["jobs"]:
-        if set(j["servers"]) & set(j["workers"]):
-            # Each emulated host has one address (its namespace's, or one loopback port the
-            # switch shapes as its link); a second process there would need its own.
-            raise ConfigError(f"jobs[{j['id']}].servers", "a server on one of its job's worker hosts (co-located) runs in "
-                                                          "the simulator only; emulate needs a host of its own for it")
     used = {h for j in spec["jobs"] for h in j["workers"] + j["servers"]}
     rates = [l["rate_bps"] for l in built["links"] if built["nodes"][l["a"]]["name"] in used or built["nodes"][l["b"]]["name"] in used]
     if len(used) > MAX_HOSTS and (len(used) > MAX_HOSTS_LOW_RATE or sum(rates) / 1e9 > LOW_RATE_GBPS):
@@ -253,6 +247,12 @@ def emulate(
                                           "scenario's links differ (use the tc shaper: run as root)")
         if shaper == "auto":
             say(f"no network namespaces ({why}): links shaped in user space")
+        colocated = [j for j in spec["jobs"] if set(j["servers"]) & set(j["workers"])]
+        if colocated:
+            # There each process paces its own link: a co-located PS would get a second one.
+            raise ConfigError(f"jobs[{colocated[0]['id']}].servers", "a server on one of its workers' hosts (co-located) "
+                                                                     "shares that host's link in network namespaces only: "
+                                                                     "run with the tc shaper (as root), not the user-space one")
         net = fab.LocalFabric(nodes=nodes, links=links, buffer_bytes=buffer)
     else:
         fab.remove_stale(say)
@@ -362,7 +362,7 @@ def _run(spec: dict, built: dict, net, procs: _Procs, logdir: Path, say, failure
         node = dep.node_id[h]
         path.write_text(json.dumps({"gateway": dep.udp[dep.tor[h], h],
                                     "jobs": [sp for sp in dep.specs if any(sv["node"] == node for sv in sp["servers"])]}))
-        procs.start(f"ps-{h}", h, [py, "-m", "inalab", "ps", "--node", str(node), "--udp", dep.udp[h, dep.tor[h]],
+        procs.start(f"ps-{h}", h, [py, "-m", "inalab", "ps", "--node", str(node), "--udp", dep.ps_udp[h],
                                    "--control", "127.0.0.1:0" if local else f"0.0.0.0:{PS_CONTROL}", "--fabric", str(path),
                                    "--link-rate", str(_rate(net, h, dep.tor[h])), "--stats-every", "0", "--json"])
         procs.wait_event(f"ps-{h}", "ready", 15)

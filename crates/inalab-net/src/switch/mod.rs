@@ -214,6 +214,8 @@ enum PortKind {
 #[derive(Debug)]
 struct Port {
     addr: SocketAddr,
+    /// A co-located PS's address on this host's link ([`FabricPort::ps_udp`]).
+    ps_addr: Option<SocketAddr>,
     node: NodeId,
     kind: PortKind,
     live: bool,
@@ -232,7 +234,15 @@ struct Port {
 
 impl Port {
     fn new(addr: SocketAddr, node: NodeId, kind: PortKind, shaper: Option<ShapedQueue>) -> Port {
-        Port { addr, node, kind, live: true, jobs: vec![], sent: 0, sent_bytes: 0, shaper, queue_model: None, link_up: true }
+        Port { addr, ps_addr: None, node, kind, live: true, jobs: vec![], sent: 0, sent_bytes: 0, shaper, queue_model: None, link_up: true }
+    }
+
+    /// Where a datagram for endpoint port `dst_port` of this port's host goes.
+    fn dest(&self, dst_port: u16) -> SocketAddr {
+        match self.ps_addr {
+            Some(ps) if dst_port == crate::control::COLOCATED_SERVER_PORT => ps,
+            _ => self.addr,
+        }
     }
 
     fn stats(&self) -> Value {
@@ -447,6 +457,13 @@ impl DataPlane {
                 k => return Err(NetError::Config(format!("fabric: port kind {k:?} is not one of \"worker\", \"ps\", \"switch\""))),
             };
             let port = self.add_port(p.udp, p.node, kind) as usize;
+            if let Some(ps) = p.ps_udp {
+                if self.ports[port].shaper.is_some() {
+                    return Err(NetError::Config(format!("fabric: the port to node {} has a co-located PS; its link must be shaped outside the switch (tc), where the two share it", p.node)));
+                }
+                self.ports[port].ps_addr = Some(ps);
+                self.by_addr.insert(ps, port as PortId);
+            }
             if let (Some(rate), None) = (p.rate_bps, &self.ports[port].shaper) {
                 if rate == 0 {
                     return Err(NetError::Config(format!("fabric: the port to node {} has rate_bps 0", p.node)));
@@ -505,6 +522,9 @@ impl DataPlane {
             let port = &mut self.ports[p as usize];
             port.live = false;
             self.by_addr.remove(&port.addr);
+            if let Some(ps) = port.ps_addr {
+                self.by_addr.remove(&ps);
+            }
         }
     }
 
@@ -747,7 +767,7 @@ impl DataPlane {
             Some(p) if p.live && !p.link_up => self.c.link_down += 1,
             // Unshaped (the usual case): encoded straight into the send batch, no copy.
             Some(p) if p.live && p.shaper.is_none() => {
-                let (addr, start) = (p.addr, self.tx.bytes());
+                let (addr, start) = (p.dest(pkt.dst_port), self.tx.bytes());
                 self.tx.push(addr, |b| {
                     let start = b.len();
                     frame::encode(pkt, b);
@@ -761,7 +781,7 @@ impl DataPlane {
                 bytes.clear();
                 frame::encode(pkt, &mut bytes);
                 mac.seal(&mut bytes, 0);
-                self.send(port, &bytes);
+                self.send(port, &bytes, pkt.dst_port);
                 self.scratch = bytes;
             }
             _ => self.c.dead_port += 1,
@@ -802,7 +822,7 @@ impl DataPlane {
             match self.ports.get(port as usize) {
                 Some(p) if p.live && !p.carries(job) => self.c.outside_job += 1,
                 Some(p) if p.live && !p.link_up => self.c.link_down += 1,
-                Some(p) if p.live => self.send(port, &bytes),
+                Some(p) if p.live => self.send(port, &bytes, pkt.dst_port),
                 _ => self.c.dead_port += 1,
             }
         }
@@ -837,8 +857,9 @@ impl DataPlane {
         header.job().or_else(|| self.node_jobs.get(&src).copied())
     }
 
-    /// One datagram out of a live `port`: into the send batch, or its shaped queue.
-    fn send(&mut self, port: PortId, datagram: &[u8]) {
+    /// One datagram for endpoint port `dst_port` out of a live `port`: into the send batch, or
+    /// its shaped queue (a shaped port has no co-located PS).
+    fn send(&mut self, port: PortId, datagram: &[u8], dst_port: u16) {
         let p = &mut self.ports[port as usize];
         match &mut p.shaper {
             Some(q) => {
@@ -846,7 +867,7 @@ impl DataPlane {
                     return; // tail drop, counted by the queue
                 }
             }
-            None => self.tx.push(p.addr, |b| b.extend_from_slice(datagram)),
+            None => self.tx.push(p.dest(dst_port), |b| b.extend_from_slice(datagram)),
         }
         self.count_sent(port, datagram.len());
     }
