@@ -740,7 +740,8 @@ mean over seeds):
   under it. The paper's Fig. 10 (Rina up to 6x RAR, §VI-B) needs a ring far slower than its
   links: per-step costs the paper does not give. Ablation, the INA rate uncapped (rows `(INA
   uncapped)`, every other setting the same): Rina at 50 % {ft['rina-50% (INA uncapped)']:.1f}, at 100 % {ft['rina-100% (INA uncapped)']:.1f},
-  ATP at 100 % {ft['atp-100% (INA uncapped)']:.1f} Gbps against the ring's {ft['ring']:.1f}.
+  ATP at 100 % {ft['atp-100% (INA uncapped)']:.1f} Gbps against the ring's {ft['ring']:.1f}: uncapped, ATP is {"above" if ft['atp-100% (INA uncapped)'] > ft['ring'] else "still below"} the ring
+  and Rina {"above" if ft['rina-100% (INA uncapped)'] > ft['ring'] else "still below"} it. The cap is the whole of ATP's gap to the ring{"" if ft['rina-100% (INA uncapped)'] > ft['ring'] else ", part of Rina's; what holds uncapped Rina below the ring here we did not trace"}.
 * With every switch INA, Rina and ATP are bound by the same INA rate and end nearer each other
   (Rina / ATP {ft['rina-100%'] / ft['atp-100%']:.2f} on the fat tree, the band being 15 %); before #38 modelled that rate, ATP's aggregated streams ran near their
   links' payload bound and reached 2.5x Rina.
