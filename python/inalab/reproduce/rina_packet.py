@@ -203,7 +203,12 @@ bits / iteration time), the mean over seeds.
   INA ToRs Rina {t['2 of 2', 'rina (INA uncapped)']:.1f} and ATP {t['2 of 2', 'atp (INA uncapped)']:.1f} Gbps (capped {t['2 of 2', 'rina']:.1f}, {t['2 of 2', 'atp']:.1f}) against the ring's
   {t['2 of 2', 'ring']:.1f}, {min(t['2 of 2', 'rina (INA uncapped)'], t['2 of 2', 'atp (INA uncapped)']) / t['2 of 2', 'ring']:.2f}-{max(t['2 of 2', 'rina (INA uncapped)'], t['2 of 2', 'atp (INA uncapped)']) / t['2 of 2', 'ring']:.2f} of it; with 1 of 2 Rina {t['1 of 2', 'rina (INA uncapped)']:.1f}, ATP {t['1 of 2', 'atp (INA uncapped)']:.1f}. Footnote 1's
   cap is most of the gap to the ring; uncapped, ATP is near half its co-located PS's NIC (two
-  racks' sums in beside w7's own stream), and what holds Rina there we did not trace.
+  racks' sums in beside w7's own stream). Uncapped Rina is held by its two-member ring working
+  chunk by chunk: a chunk (half the tensor) starts its AllGather when its ScatterReduce ends.
+  Measured in 100 us bins (one 8 MiB allreduce, seed 1, no step cost: 41.1 Gbps), w1's uplink
+  ran at 0.82 of its rate from 0 to 1.0 ms and idled after; its downlink ran at 0.18 until
+  0.5 ms (no AllGather yet), 1.00 to 1.0 ms, then 0.82 to the end at 1.6 ms. The ring's eight
+  steps keep both directions of every link busy at once.
 * Emulated (`benchmarks/rina_testbed_emulate.py`, docs/validation.md): the testbed through `inalab
   emulate` at 50 Mbps, with the settings before #38 (ATP's PS on w7's host in place of that worker,
   no INA rate, no step cost: emulate could not co-locate then; since #38 it can, with the tc
@@ -742,7 +747,7 @@ mean over seeds):
   links: per-step costs the paper does not give. Ablation, the INA rate uncapped (rows `(INA
   uncapped)`, every other setting the same): Rina at 50 % {ft['rina-50% (INA uncapped)']:.1f}, at 100 % {ft['rina-100% (INA uncapped)']:.1f},
   ATP at 100 % {ft['atp-100% (INA uncapped)']:.1f} Gbps against the ring's {ft['ring']:.1f}: uncapped, ATP is {"above" if ft['atp-100% (INA uncapped)'] > ft['ring'] else "still below"} the ring
-  and Rina {"above" if ft['rina-100% (INA uncapped)'] > ft['ring'] else "still below"} it. The cap is the whole of ATP's gap to the ring{"" if ft['rina-100% (INA uncapped)'] > ft['ring'] else ", part of Rina's; what holds uncapped Rina below the ring here we did not trace"}.
+  and Rina {"above" if ft['rina-100% (INA uncapped)'] > ft['ring'] else "still below"} it. The cap is the whole of ATP's gap to the ring{"" if ft['rina-100% (INA uncapped)'] > ft['ring'] else ", part of Rina's; on the testbed (rina-testbed) uncapped Rina is held by its ring working chunk by chunk (a chunk's AllGather waits for its ScatterReduce), not traced here"}.
 * With every switch INA, Rina and ATP are bound by the same INA rate and end nearer each other
   (Rina / ATP {ft['rina-100%'] / ft['atp-100%']:.2f} on the fat tree, the band being 15 %); before #38 modelled that rate, ATP's aggregated streams ran near their
   links' payload bound and reached 2.5x Rina.
