@@ -894,8 +894,10 @@ def _serve(kind: str, start, as_json: bool, every: float, commands: bool = False
 def _stdin_commands(node, as_json: bool) -> None:
     """Commands for a running switch, one JSON line each on stdin, from the process that
     started it (``inalab emulate`` models a link's carrier this way): ``{"op": "link", "peer":
-    NODE, "up": false}`` reports the link to neighbour NODE down (true: up again). Each is
-    answered on stdout by ``{"event": "command", "ok": ..., ...}``."""
+    NODE, "up": false}`` reports the link to neighbour NODE down (true: up again); ``{"op":
+    "release", "job": J}`` says job J ended (its state here is removed; the reply carries the
+    ``aggregators_released`` it still held). Each is answered on stdout by ``{"event":
+    "command", "ok": ..., ...}``."""
     import sys
 
     for line in sys.stdin:
@@ -903,10 +905,13 @@ def _stdin_commands(node, as_json: bool) -> None:
             continue
         try:
             cmd = json.loads(line)
-            if cmd.get("op") != "link":
-                raise ValueError(f"op: {cmd.get('op')!r} is not \"link\"")
-            node.set_link(int(cmd["peer"]), bool(cmd["up"]))
-            reply = {"event": "command", "ok": True, **cmd}
+            if cmd.get("op") == "link":
+                node.set_link(int(cmd["peer"]), bool(cmd["up"]))
+                reply = {"event": "command", "ok": True, **cmd}
+            elif cmd.get("op") == "release":
+                reply = {"event": "command", "ok": True, **cmd, "aggregators_released": node.release_job(int(cmd["job"]))}
+            else:
+                raise ValueError(f"op: {cmd.get('op')!r} is not \"link\" or \"release\"")
         except (ValueError, KeyError, TypeError) as e:
             reply = {"event": "command", "ok": False, "error": str(e), "line": line.strip()[:64]}
         if as_json:
@@ -945,7 +950,7 @@ def switch(
     link_delay_us: Annotated[float, typer.Option(help="With --link-rate: each port's link delay, microseconds.")] = 0.0,
     buffer_bytes: Annotated[int, typer.Option(help="With --link-rate: each port's queue, bytes (tail drop beyond).")] = 1 << 20,
     fabric: Annotated[Optional[Path], typer.Option(help="A static deployment's JSON (neighbours, routes, jobs), as inalab emulate writes it.")] = None,
-    commands: Annotated[bool, typer.Option("--stdin-commands", help='Read commands from stdin, one JSON line each: {"op": "link", "peer": NODE, "up": false} reports the link to neighbour NODE down (true: up).')] = False,
+    commands: Annotated[bool, typer.Option("--stdin-commands", help='Read commands from stdin, one JSON line each: {"op": "link", "peer": NODE, "up": false} reports the link to neighbour NODE down (true: up); {"op": "release", "job": J} says job J ended.')] = False,
     standby: Annotated[bool, typer.Option("--standby", help='Start only when stdin says {"op": "start"} (a switch restarted at a set time).')] = False,
     pcap: Annotated[Optional[Path], typer.Option("--pcap", help="Write every datagram received and sent to this pcapng file (wall-clock timestamps; docs/runtime.md, 'Packet captures').")] = None,
     every: StatsEvery = 5.0,

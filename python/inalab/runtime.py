@@ -191,6 +191,12 @@ class Switch(_Service):
         ValueError if ``peer`` is no neighbour."""
         self._h.set_link(int(peer), bool(up))
 
+    def release_job(self, job: int) -> int:
+        """Job ``job`` ended: its state here (its programs' aggregators, key, paths, trees) is
+        removed, as a job's end does; returns the aggregators it still held. For a static
+        fabric (``fabric=``), whose jobs stay admitted until whoever started them says so."""
+        return self._h.release_job(int(job))
+
 
 class ParameterServer(_Service):
     """The parameter server of jobs whose scheme has one (ATP's), attached to the switch whose

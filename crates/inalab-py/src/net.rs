@@ -145,6 +145,11 @@ impl Switch {
         let h = self.handle()?;
         py.detach(|| h.set_link(peer, up)).map_err(net_err)
     }
+    /// Job `job` ended: its state here is removed; returns the aggregators it still held.
+    fn release_job(&self, py: Python<'_>, job: u32) -> PyResult<u32> {
+        let h = self.handle()?;
+        Ok(py.detach(|| h.release_job(job)))
+    }
     fn stop(&mut self, py: Python<'_>) {
         if let Some(h) = self.0.take() {
             py.detach(|| h.stop());

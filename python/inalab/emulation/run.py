@@ -146,15 +146,19 @@ class _Procs:
     def event(self, name: str, event: str) -> Optional[dict]:
         return next((e for e in self.lines(name) if e.get("event") == event), None)
 
-    def wait_event(self, name: str, event: str, timeout: float) -> dict:
+    def wait_event(self, name: str, event: str, timeout: float, where=lambda e: True) -> dict:
+        """The process's first ``event`` line for which ``where`` holds, within ``timeout``."""
+        def find() -> Optional[dict]:
+            return next((e for e in self.lines(name) if e.get("event") == event and where(e)), None)
+
         deadline = time.monotonic() + timeout
         while True:
-            ev = self.event(name, event)
+            ev = find()
             if ev is not None:
                 return ev
             if self.procs[name].poll() is not None:
                 time.sleep(0.05)
-                ev = self.event(name, event)
+                ev = find()
                 if ev is not None:
                     return ev
                 raise EmulationError(f"{name} exited {self.procs[name].returncode} before it was {event}: {self.tail(name)}")
@@ -427,12 +431,24 @@ def _run(spec: dict, built: dict, net, procs: _Procs, logdir: Path, say, failure
     if not local:
         counters = {"links": {(e.node, peer): net.link_stats(e.node, peer) for (node, peer), e in net.ends.items()},
                     "udp": {n: net.udp_stats(n) for n in net.nodes}}
+    # Every job ended: each switch removes their state, as the simulator releases a job at its
+    # end (what a job still held is counted as aggregators_released, not left in use).
+    released = {s: 0 for s in dep.switches}
+    for s in dep.switches:
+        if procs.procs[f"switch-{s}"].poll() is not None:
+            continue  # failed for good
+        for sp in dep.specs:
+            procs.command(f"switch-{s}", {"op": "release", "job": sp["job"]})
+        for sp in dep.specs:
+            ev = procs.wait_event(f"switch-{s}", "command", STOP_TIMEOUT_S,
+                                  lambda e, j=sp["job"]: e.get("op") == "release" and e.get("job") == j)
+            released[s] += int(ev.get("aggregators_released", 0))
     sw_final = {s: procs.interrupt(f"switch-{s}") for s in dep.switches}
     ps_final = {h: procs.interrupt(f"ps-{h}") for h in servers}
     if local:
         counters = _local_counters(net, dep, name_of, results, sw_final, ps_final)
     say("done")
-    raw = _result(spec, net, dep, start_at, results, counters, sw_final, ps_final)
+    raw = _result(spec, net, dep, start_at, results, counters, sw_final, ps_final, released)
     raw["emulation"]["failures"] = executor.report()
     return raw
 
@@ -461,7 +477,7 @@ def _rate(net, a: str, b: str) -> int:
     return next(l["rate_bps"] for l in net.links if {l["a"], l["b"]} == {a, b})
 
 
-def _result(spec, net, dep, start_at, results, counters, sw_final, ps_final) -> dict:
+def _result(spec, net, dep, start_at, results, counters, sw_final, ps_final, released: dict) -> dict:
     link_stats, udp = counters["links"], counters["udp"]
     jobs, iterations = [], []
     end_all = start_at
@@ -530,7 +546,8 @@ def _result(spec, net, dep, start_at, results, counters, sw_final, ps_final) -> 
                          "absorbed_packets": sum(st.get("absorbed", {}).values()),
                          "drops_program": sum(st.get("program_drops", {}).values()),
                          "drops_socket": udp[sw].get("RcvbufErrors", 0),
-                         "aggregators_end": st["aggregators_in_use"], "counters": counters})
+                         "aggregators_end": st["aggregators_in_use"], "aggregators_released": released.get(sw, 0),
+                         "counters": counters})
     hosts = []
     for h in net.nodes:
         if h not in dep.tor:

@@ -765,17 +765,21 @@ pub(super) fn release(s: &Shared, job: u32, reason: Option<&str>) {
 
 /// Removes a job's state from this switch's data plane: its programs' aggregators (a program's
 /// panic here is caught: the job is gone either way), key, paths, trees, and, with its spec,
-/// its workers' ports and routes.
-fn release_here(s: &Shared, job: u32, spec: Option<&JobSpec>) {
+/// its workers' ports and routes. Returns the aggregators the job still held.
+pub(super) fn release_here(s: &Shared, job: u32, spec: Option<&JobSpec>) -> u32 {
     let mut dp = crate::lock(&s.dp);
-    if let Err(p) = crate::guarded(|| dp.program.release(job)) {
-        eprintln!("inalab switch: releasing job {job}: a program panicked ({p})");
-    }
+    let held = match crate::guarded(|| dp.program.release(job)) {
+        Ok(n) => n,
+        Err(p) => {
+            eprintln!("inalab switch: releasing job {job}: a program panicked ({p})");
+            0
+        }
+    };
     dp.keys.remove(&job);
     dp.paths.retain(|_, (j, _)| *j != job);
     dp.trees.retain(|(j, _), _| *j != job);
     dp.ports.iter_mut().for_each(|p| p.jobs.retain(|&j| j != job));
-    let Some(spec) = spec else { return };
+    let Some(spec) = spec else { return held };
     for w in &spec.workers {
         if w.rack == s.opts.node {
             dp.remove_port(w.node);
@@ -783,6 +787,7 @@ fn release_here(s: &Shared, job: u32, spec: Option<&JobSpec>) {
             dp.routes.remove(&w.node);
         }
     }
+    held
 }
 
 /// A worker is done. When every worker of the job left (or is gone), each one that left is

@@ -1065,6 +1065,14 @@ impl SwitchHandle {
         crate::lock(&self.shared.dp).set_link(peer, up)
     }
 
+    /// Removes `job`'s state here alone (its programs' aggregators, key, paths, trees), as its
+    /// end does: a static fabric's jobs stay admitted until whoever started them says they
+    /// ended (`inalab emulate`, once every worker is done). Returns the aggregators it still
+    /// held (the simulator's `aggregators_released`).
+    pub fn release_job(&self, job: u32) -> u32 {
+        control_plane::release_here(&self.shared, job, None)
+    }
+
     /// Driver and program counters, aggregators in use, I/O batching, admitted jobs.
     pub fn stats(&self) -> Value {
         stats(&self.shared, true)
