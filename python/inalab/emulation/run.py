@@ -411,10 +411,21 @@ def _run(spec: dict, built: dict, net, procs: _Procs, logdir: Path, say, failure
                              ready=lambda s: procs.event(f"switch-{s}", "ready") is not None,
                              set_links=None if local else set_links, say=say, workers=roster)
     last = time.monotonic()
+    told = set()  # jobs whose workers were told that every worker finished
+
+    def tell_all_left() -> None:
+        for job in {j for _, _, j, _ in roster} - told:
+            names = [n for n, _, j, _ in roster if j == job and n not in executor.killed]
+            if all(procs.procs[n].poll() is not None or procs.event(n, "finished") is not None for n in names):
+                for n in names:
+                    procs.command(n, {"op": "all_left"})
+                told.add(job)
+
     while any(procs.procs[w].poll() is None for w in workers):
         due = executor.next_in()
         time.sleep(0.05 if due is None else min(0.05, due))
         executor.step()
+        tell_all_left()
         if time.monotonic() - last >= 2.0:
             last = time.monotonic()
             done = sum(procs.procs[w].poll() is not None for w in workers if w not in executor.killed)

@@ -13,8 +13,11 @@ Inputs are real data: rank ``r``'s tensor is ``base + r / 1024`` with ``base`` u
 [-1, 1) drawn from (job, layer), so every worker knows the exact sum (``world * base + sum r /
 1024``) without the others' inputs, and checks each result against it within the scheme's
 quantization bound; after another worker's failure (the orchestrator's ``{"op": "peer_failed",
-"rank": R}`` on stdin, handed to the client) a result may also be the survivors' sum. It prints
-one JSON line: the iteration end times (monotonic clock, shared
+"rank": R}`` on stdin, handed to the client) a result may also be the survivors' sum. With its
+own results in, it says ``{"event": "finished"}`` and keeps serving its peers (a Canary leader
+resends a result a slower peer lost) until the orchestrator says every worker of the job
+finished (``{"op": "all_left"}``: a switch's control plane would), at most
+``PEER_LINGER_S``. It then prints one JSON line: the iteration end times (monotonic clock, shared
 by every process of the machine), the largest error, the number of wrong sums and its client's
 counters.
 """
@@ -31,6 +34,7 @@ import time
 import numpy as np
 
 TIMEOUT_S = 120.0  # one allreduce of an emulated job; far above any shipped scenario's
+PEER_LINGER_S = 30.0  # serving peers after this worker's own results (the runtime's PEER_LINGER)
 
 
 def main(task_path: str) -> int:
@@ -98,13 +102,18 @@ def main(task_path: str) -> int:
     checker = threading.Thread(target=check, name="inalab-emulate-check")
     checker.start()
 
+    all_left = threading.Event()
+
     def commands() -> None:
-        # The orchestrator tells of a dead worker of the job (a switch's control plane would).
+        # The orchestrator tells of a dead worker of the job, and when every worker finished (a
+        # switch's control plane would).
         for line in sys.stdin:
             cmd = json.loads(line)
             if cmd.get("op") == "peer_failed":
                 dead.add(int(cmd["rank"]))
                 client.peer_failed(int(cmd["rank"]))
+            elif cmd.get("op") == "all_left":
+                all_left.set()
 
     threading.Thread(target=commands, name="inalab-emulate-commands", daemon=True).start()
 
@@ -146,6 +155,10 @@ def main(task_path: str) -> int:
         changed.wait_for(lambda: all(e is not None for e in iter_end) or errors["failed"], timeout=TIMEOUT_S)
     checks.put(None)
     checker.join()
+    # Stopping now could strand a slower peer whose result this worker must resend (Canary's
+    # leaders): serve until every worker of the job finished.
+    print(json.dumps({"event": "finished", "rank": rank}), flush=True)
+    all_left.wait(PEER_LINGER_S)
     stats = client.stats()
     client.close()
     ok = not errors["failed"] and all(e is not None for e in iter_end) and errors["wrong"] == 0

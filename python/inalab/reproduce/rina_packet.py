@@ -509,8 +509,10 @@ class RinaDependencyChain(Seeded):
     keys = ("scheme", "workers", "sigma_us", "groups")
     seed_use = "the simulations' scenario `seed`: each host's per-step jitter"
 
-    def __init__(self, sizes=(8, 16, 32, 64), sigmas_us=(0.0, 20.0), size: str = "1MiB", overhead_us: float = 5.0):
+    def __init__(self, sizes=(8, 16, 32, 64), sigmas_us=(0.0, 20.0), size: str = "1MiB", overhead_us: float = 5.0,
+                 seeds=(1, 2, 3)):
         self.ns, self.sigmas, self.size, self.overhead = list(sizes), list(sigmas_us), size, overhead_us
+        self.seeds = tuple(seeds)
 
 
     def _run(self, seed: int, progress) -> pd.DataFrame:
