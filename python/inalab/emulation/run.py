@@ -143,22 +143,20 @@ class _Procs:
                     pass
         return out
 
-    def event(self, name: str, event: str) -> Optional[dict]:
-        return next((e for e in self.lines(name) if e.get("event") == event), None)
+    def event(self, name: str, event: str, where=lambda e: True) -> Optional[dict]:
+        """The process's first ``event`` line for which ``where`` holds, if any yet."""
+        return next((e for e in self.lines(name) if e.get("event") == event and where(e)), None)
 
     def wait_event(self, name: str, event: str, timeout: float, where=lambda e: True) -> dict:
-        """The process's first ``event`` line for which ``where`` holds, within ``timeout``."""
-        def find() -> Optional[dict]:
-            return next((e for e in self.lines(name) if e.get("event") == event and where(e)), None)
-
+        """:meth:`event`, waited for up to ``timeout``."""
         deadline = time.monotonic() + timeout
         while True:
-            ev = find()
+            ev = self.event(name, event, where)
             if ev is not None:
                 return ev
             if self.procs[name].poll() is not None:
                 time.sleep(0.05)
-                ev = find()
+                ev = self.event(name, event, where)
                 if ev is not None:
                     return ev
                 raise EmulationError(f"{name} exited {self.procs[name].returncode} before it was {event}: {self.tail(name)}")

@@ -91,6 +91,13 @@ def paper_settings(sc: dict, ina_ports: dict[str, int] | None = None) -> dict:
     return sc
 
 
+def ina_uncapped(sc: dict) -> dict:
+    """The ablation of footnote 1's INA rate: ``sc`` (a :func:`paper_settings` scenario) with no
+    switch aggregation cap, every other setting the same. Changes ``sc`` in place; returns it."""
+    sc.pop("network", None)
+    return sc
+
+
 TESTBED_SETUP = [
     ("topology", "2 racks of 4 nodes, two Tofino-1 ToRs, 100 Gbps (§VI-A-2)", "two ToRs joined by one 100 Gbps link, 4 workers under each, 1 us links", "the ToRs' interconnect is not described (spec A13)"),
     ("ATP's PS", "co-located (\"the PS-based approaches use co-located PS\", §VI-A-4); which node, not given", f"on {TESTBED_PS_HOST}'s host, sharing its NIC", ""),
@@ -131,8 +138,7 @@ class RinaTestbed(Seeded):
         # The ablation of footnote 1's INA rate (the mechanism that puts the ring above both).
         for ina in INA:
             for s in ("atp", "rina"):
-                sc = paper_testbed_scenario(s, ina, self.size, self.iterations, seed=seed)
-                sc.pop("network", None)
+                sc = ina_uncapped(paper_testbed_scenario(s, ina, self.size, self.iterations, seed=seed))
                 runs.append(({"ina": ina, "series": f"{s} (INA uncapped)"}, sc))
         df = simulate_all("rina-testbed", runs, progress)
         df["scheme"] = df["series"]
@@ -340,8 +346,7 @@ class RinaIncrementalPacket(Seeded):
                     runs.append(({"topology": name, "replaced": k, "of": len(order), "series": scheme}, sc))
                     if scheme == "rina" and k > 0:
                         # The ablation of footnote 1's INA rate (what makes Rina fall).
-                        sc = copy.deepcopy(sc)
-                        sc.pop("network", None)
+                        sc = ina_uncapped(copy.deepcopy(sc))
                         runs.append(({"topology": name, "replaced": k, "of": len(order), "series": "rina_uncapped"}, sc))
         df = simulate_all("rina-incremental-packet", runs, progress)
         t = df.pivot_table(index=["topology", "replaced", "of"], columns="series", values="goodput_gbps").reset_index()
@@ -681,8 +686,7 @@ class RinaSchemes(Seeded):
         for m in self.models:
             if "fat-tree-k4" in self.topologies:
                 for s in ("rina-50%", "rina-100%", "atp-100%"):
-                    sc = fig10_scenario(s, MODELS[m], "fat-tree-k4", seed)
-                    sc.pop("network", None)
+                    sc = ina_uncapped(fig10_scenario(s, MODELS[m], "fat-tree-k4", seed))
                     runs.append(({"topology": "fat-tree-k4", "model": m, "label": f"{s} (INA uncapped)"}, sc))
         df = simulate_all("rina-schemes", runs, progress)
         df = df[["topology", "model", "label", "finished", "jct_s", "goodput_gbps"]].copy()
