@@ -58,13 +58,17 @@ pub struct EventQueue {
     buckets: [Vec<Entry>; 65],
     /// Events at `last`, oldest first.
     now: VecDeque<Entry>,
+    /// The bucket being spread, kept between refills so its allocation is reused: a bucket
+    /// taken and dropped grew again from nothing, and every push into the fresh memory missed
+    /// the cache (the 1024-host benchmark spent 15 % of its time there).
+    spare: Vec<Entry>,
     last: Time,
     len: usize,
 }
 
 impl Default for EventQueue {
     fn default() -> Self {
-        EventQueue { buckets: std::array::from_fn(|_| Vec::new()), now: VecDeque::new(), last: 0, len: 0 }
+        EventQueue { buckets: std::array::from_fn(|_| Vec::new()), now: VecDeque::new(), spare: Vec::new(), last: 0, len: 0 }
     }
 }
 
@@ -100,17 +104,18 @@ impl EventQueue {
     #[cold]
     fn refill(&mut self) -> Option<()> {
         let b = (1..65).find(|&b| !self.buckets[b].is_empty())?;
-        let entries = std::mem::take(&mut self.buckets[b]);
+        let mut entries = std::mem::replace(&mut self.buckets[b], std::mem::take(&mut self.spare));
         self.last = entries.iter().map(|e| e.time).min().expect("non-empty");
         // Events of one time always share a bucket (the bucket depends on the time alone) and
         // keep their insertion order in it: pushes append, and moving a bucket down keeps its
         // order. So `now` receives them oldest first.
-        for e in entries {
+        for e in entries.drain(..) {
             match bucket(e.time, self.last) {
                 0 => self.now.push_back(e),
                 nb => self.buckets[nb].push(e),
             }
         }
+        self.spare = entries;
         Some(())
     }
 

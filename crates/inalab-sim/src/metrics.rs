@@ -78,12 +78,12 @@ impl Sim {
             // Bytes still queued when the run stopped were accepted but not yet sent.
             let busy = inalab_core::time::serialization(s.tx_bytes, p.rate_bps).saturating_sub(p.busy_until.saturating_sub(self.now));
             // The share of each bin the link spent serializing.
-            let peak = s.tx_series.iter().map(|&(_, busy)| busy).max().unwrap_or(0) as f64 / bin as f64;
+            let peak = s.tx_series().map(|(_, busy)| busy).max().unwrap_or(0) as f64 / bin as f64;
             let entity = format!("{}->{}", name(src), name(p.peer));
-            for &(b, busy) in &s.tx_series {
+            for (b, busy) in s.tx_series() {
                 r.timeseries.push(SeriesRow { t_s: to_secs(b as u64 * bin), metric: "link_utilization", entity: entity.clone(), value: busy as f64 / bin as f64 });
             }
-            for &(b, q) in &s.queue_series {
+            for (b, q) in s.queue_series() {
                 r.timeseries.push(SeriesRow { t_s: to_secs(b as u64 * bin), metric: "queue_bytes_max", entity: entity.clone(), value: q as f64 });
             }
             let pfc = self.pfc_link(pi);
