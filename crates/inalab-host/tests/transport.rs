@@ -263,6 +263,19 @@ fn data_round_robins_over_peers() {
 }
 
 #[test]
+fn round_robin_skips_peers_with_nothing_to_send_and_takes_new_peers_in_order() {
+    let mut a = Transport::new(ep(0), small_mss()).unwrap();
+    for (peer, segments) in [(5, 1), (2, 3), (9, 2)] {
+        a.send_message(0, ep(peer), 1, segments * 256, None);
+    }
+    let mut order: Vec<u32> = (0..2).filter_map(|_| a.poll_transmit(0)).map(|p| p.dst).collect();
+    // A peer that sorts before the one served last joins the round after the wrap.
+    a.send_message(0, ep(1), 1, 2 * 256, None);
+    order.extend(std::iter::from_fn(|| a.poll_transmit(0)).map(|p| p.dst));
+    assert_eq!(order, vec![2, 5, 9, 1, 2, 9, 1, 2]);
+}
+
+#[test]
 fn ecn_mark_is_echoed_and_packets_have_wire_sizes() {
     let cfg = TransportConfig::default();
     let mut a = Transport::new(ep(0), cfg.clone()).unwrap();
