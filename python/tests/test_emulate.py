@@ -500,3 +500,18 @@ def test_a_colocated_ps_is_refused_where_each_process_paces_its_own_link():
     with pytest.raises(ConfigError) as e:
         inalab.emulate(sc, progress=False, shaper="user")
     assert e.value.field == "jobs[0].servers" and "tc shaper" in str(e.value), str(e.value)
+
+
+def test_a_run_started_with_sigint_ignored_still_stops_its_switches_and_reads_their_counters():
+    # A script's `nohup inalab emulate ... &` starts it with SIGINT ignored, which its child
+    # processes inherited: the switches never stopped on the SIGINT that ends them, and their
+    # final counters came back as None (found by a CI run launched that way).
+    code = ("import json, inalab, sys; sys.path.insert(0, 'python/tests'); from test_emulate import SCENARIO; "
+            "e = inalab.emulate(SCENARIO, progress=False, shaper='user'); "
+            "print(json.dumps({'finished': bool(e.jobs.finished.all()), 'switches': e.raw['emulation']['switches']}))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = __import__("json").loads(p.stdout.strip().splitlines()[-1])
+    assert out["finished"]
+    assert out["switches"] and all(st is not None and st["aggregators_in_use"] == 0 for st in out["switches"].values()), out

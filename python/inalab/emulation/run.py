@@ -101,9 +101,14 @@ class _Procs:
     def start(self, name: str, node: str, argv: list[str], commands: bool = False) -> None:
         """``commands``: its stdin is a pipe for :meth:`command`."""
         out, err = open(self.logdir / f"{name}.out", "w"), open(self.logdir / f"{name}.err", "w")
+        # Switches and PSes are stopped with SIGINT (`interrupt`). A run started with SIGINT
+        # ignored (`nohup ... &` in a script) would pass that on, the children would never stop
+        # and their final counters would be lost: give them SIGINT's default back.
+        ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
         self.procs[name] = subprocess.Popen(self.fabric.exec(node, argv), stdout=out, stderr=err,
                                             stdin=subprocess.PIPE if commands else subprocess.DEVNULL,
-                                            env=self.env, start_new_session=True)
+                                            env=self.env, start_new_session=True,
+                                            preexec_fn=_sigint_default if ignored else None)
         out.close(), err.close()
 
     def command(self, name: str, obj: dict) -> None:
@@ -194,6 +199,10 @@ class _Procs:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(3)
+
+
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 SHAPERS = ("auto", "tc", "user")
