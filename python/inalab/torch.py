@@ -23,6 +23,10 @@ The hook tells the scheme where each bucket stands in the iteration (:class:`ina
 the bucket's layer, measured communication-to-computation ratio and time left), which DSA turns
 into its packets' priority; see :class:`IterationClock`. The backend sees no buckets and gives none.
 
+Tensors may be on the CPU or on a CUDA device, in float32, bfloat16 or float16 (summed in
+float32). CUDA tensors are staged through pinned host buffers on a side stream and never block
+the caller's stream (:class:`_CudaStaging`); the backend is registered for "cpu" and "cuda".
+
 The futures the hook and the backend return are resolved on the client's completion thread,
 a Rust thread that takes the GIL only to copy the sum into the gradient bucket; waiting for
 packets never holds the GIL.
@@ -31,8 +35,10 @@ from __future__ import annotations
 
 import atexit
 import os
+import queue
 import random
 import secrets
+import threading
 import time
 from datetime import timedelta
 from typing import Optional
@@ -40,7 +46,6 @@ from typing import Optional
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import Backend as _CBackend
 
 from .runtime import Client, TensorContext
 
@@ -162,7 +167,10 @@ class IterationClock:
 def _allreduce_into(client: Client, tensors: list, divide: int, context: Optional[TensorContext] = None,
                     on_done=None) -> torch.futures.Future:
     """Sums ``tensors`` (flattened together) over the job, writes the sum (divided by
-    ``divide``) back into them, and resolves the returned future with them."""
+    ``divide``) back into them, and resolves the returned future with them. CUDA tensors go
+    through :class:`_CudaStaging` (pinned buffers, a side stream); others through a float32 copy."""
+    if tensors[0].device.type == "cuda":
+        return _CudaStaging.of(tensors[0].device).allreduce(client, tensors, divide, context, on_done)
     fut: torch.futures.Future = torch.futures.Future()
     flat = torch.cat([t.detach().reshape(-1).to("cpu", torch.float32) for t in tensors]) if len(tensors) > 1 else (
         tensors[0].detach().reshape(-1).to("cpu", torch.float32)
@@ -176,7 +184,7 @@ def _allreduce_into(client: Client, tensors: list, divide: int, context: Optiona
             return
         out = torch.from_numpy(result)
         if divide != 1:
-            out = out.div_(divide)
+            out = out.div(divide)
         offset = 0
         for t in tensors:
             n = t.numel()
@@ -186,6 +194,108 @@ def _allreduce_into(client: Client, tensors: list, divide: int, context: Optiona
 
     client.allreduce_async(flat.numpy(), callback=done, context=context)
     return fut
+
+
+class _CudaStaging:
+    """The CUDA path of one device, built so that no call blocks the caller's stream or thread:
+
+    - out: on a side stream that first waits for the caller's current stream, each tensor is
+      cast to float32 on the GPU and copied into a pinned host buffer (asynchronous D2H); an
+      event marks the copy's end;
+    - a submitter thread (one per device, FIFO, so every rank submits in the same order, which
+      the schemes' sequence numbers rely on) waits for that event without the GIL and hands the
+      pinned buffer to the client: the copies of the next bucket overlap this one's network;
+    - back: on the client's completion thread the sum is copied into the same pinned buffer,
+      sent to the GPU asynchronously on the side stream, divided and cast there into the
+      caller's tensors, and the future (CUDA-aware: ``devices=[device]``) is resolved on the
+      side stream, so whoever waits on it (DDP, ``work.wait()``) synchronises its stream with
+      that event instead of the host.
+
+    Pinned buffers are reused once the event of their last H2D copy has passed."""
+
+    _by_device: dict = {}
+    _lock = threading.Lock()
+
+    @classmethod
+    def of(cls, device: torch.device) -> "_CudaStaging":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        with cls._lock:
+            if index not in cls._by_device:
+                cls._by_device[index] = cls(torch.device("cuda", index))
+            return cls._by_device[index]
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.stream = torch.cuda.Stream(device)
+        self.free: list = []  # (pinned float32 tensor, event of its last use or None)
+        self.free_lock = threading.Lock()
+        self.queue: "queue.SimpleQueue" = queue.SimpleQueue()
+        threading.Thread(target=self._submitter, name=f"inalab-cuda{device.index}", daemon=True).start()
+
+    def _take(self, n: int) -> torch.Tensor:
+        with self.free_lock:
+            for i, (buf, ev) in enumerate(self.free):
+                if buf.numel() >= n and (ev is None or ev.query()):
+                    del self.free[i]
+                    return buf
+        return torch.empty(n, dtype=torch.float32, pin_memory=True)
+
+    def _give(self, buf: torch.Tensor, ev) -> None:
+        with self.free_lock:
+            self.free.append((buf, ev))
+
+    def _submitter(self) -> None:
+        while True:
+            ready, start = self.queue.get()
+            ready.synchronize()  # releases the GIL while the D2H copy finishes
+            start()
+
+    def allreduce(self, client: Client, tensors: list, divide: int, context, on_done) -> torch.futures.Future:
+        n = sum(t.numel() for t in tensors)
+        host = self._take(n)
+        fut: torch.futures.Future = torch.futures.Future(devices=[self.device])
+        ready = torch.cuda.Event()
+        caller = torch.cuda.current_stream(self.device)  # read before the side stream becomes current
+        with torch.cuda.stream(self.stream):
+            self.stream.wait_stream(caller)
+            offset = 0
+            for t in tensors:
+                t.record_stream(self.stream)  # the caller may free it before our copies ran
+                k = t.numel()
+                host[offset : offset + k].copy_(t.detach().reshape(-1).to(torch.float32), non_blocking=True)
+                offset += k
+            ready.record(self.stream)
+
+        def done(result: Optional[np.ndarray], err: Optional[str]) -> None:
+            if on_done is not None:
+                on_done()
+            if err is not None:
+                self._give(host, None)
+                fut.set_exception(RuntimeError(f"inalab allreduce failed: {err}"))
+                return
+            host[:n].copy_(torch.from_numpy(result))
+            with torch.cuda.stream(self.stream):
+                summed = host[:n].to(self.device, non_blocking=True)
+                if divide != 1:
+                    summed.div_(divide)
+                offset = 0
+                for t in tensors:
+                    k = t.numel()
+                    t.copy_(summed[offset : offset + k].view_as(t))
+                    offset += k
+                copied = torch.cuda.Event()
+                copied.record(self.stream)
+                self._give(host, copied)
+                fut.set_result(tensors)  # records its event on the side stream (the current one here)
+
+        def start() -> None:
+            try:  # the client copies the values in before returning
+                client.allreduce_async(host[:n].numpy(), callback=done, context=context)
+            except Exception as e:  # a closed client: fail the future, never leave it pending
+                done(None, str(e))
+
+        self.queue.put((ready, start))
+        return fut
 
 
 def allreduce_hook(state: Client, bucket: dist.GradBucket) -> torch.futures.Future:
@@ -229,10 +339,14 @@ _DELEGATED = (
 )
 
 
-class InalabBackend(_CBackend):
+class InalabBackend(dist.ProcessGroup):
     """``torch.distributed`` backend "inalab": allreduce with SUM or AVG of float tensors goes
     through the switch; everything else (and other ops or dtypes) through a gloo group built
-    on the same store."""
+    on the same store.
+
+    A Python ``ProcessGroup`` (c10d uses it as the group itself), not a ``Backend``: the C++
+    ``Backend`` has no Python constructor in PyTorch 2.11 ("No constructor defined!"), which
+    is what CUDA machines ship today; ``ProcessGroup(rank, size)`` has one in every 2.x."""
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta):
         super().__init__(rank, size)
@@ -255,8 +369,8 @@ class InalabBackend(_CBackend):
 
 
 def _delegate(name: str):
-    def method(self, *args):
-        return getattr(self.gloo, name)(*args)
+    def method(self, *args, **kwargs):
+        return getattr(self.gloo, name)(*args, **kwargs)
 
     method.__name__ = name
     return method
@@ -271,4 +385,4 @@ def _create(store, rank, size, timeout):
 
 
 if BACKEND_NAME not in dist.Backend.backend_list:
-    dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu"])
+    dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu", "cuda"])

@@ -154,3 +154,35 @@ def test_iteration_clock_turns_buckets_into_dsa_contexts():
     assert (c.layer, c.layers) == (2, 3)
     assert c.comm_over_comp == pytest.approx(0.5) and c.remaining_s == pytest.approx(0.009)
     assert [g.layer for g in got[6:]] == [3, 2, 1], "bucket 0 holds the last layers"
+
+
+@pytest.mark.parametrize("device", [
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")),
+])
+def test_backend_sums_every_float_dtype_with_several_in_flight(tmp_path, device):
+    """float32, bfloat16 and float16 tensors, SUM and AVG, four allreduces in flight per case,
+    through the "inalab" backend (CUDA: staged through pinned buffers on a side stream). The
+    result comes back in the tensor's dtype: its error is the dtype's rounding of the float32
+    sum (half an ulp: eps/2 of the value) plus SwitchML's quantization (far below); an AVG not
+    divided, a lost or reordered allreduce or a stale buffer errs by the values themselves."""
+    out = tmp_path / "collectives.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INALAB_")}
+    env["OMP_NUM_THREADS"] = "1"
+    with inalab.Switch("switchml", udp="127.0.0.1:0", control="127.0.0.1:0") as sw:
+        env["INALAB_SWITCH"] = sw.control_addr
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={WORLD}",
+               str(REPO / "python" / "tests" / "helpers" / "torch_collectives.py"), "--device", device, "--out", str(out)]
+        p = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=TIMEOUT_S)
+        stats = sw.stats()
+    assert p.returncode == 0, p.stdout
+    report = json.loads(out.read_text())
+    assert len(report) == 6, report
+    for case, r in report.items():
+        eps = torch.finfo(getattr(torch, case.split("-")[0])).eps
+        bound = r["max_abs"] * eps / 2 + 1e-6
+        assert r["max_error"] <= bound, (case, r, bound)
+        assert r["max_abs"] > 0.5, (case, r)
+    assert stats["program"]["completed"] >= 6 * 4, stats
+    assert stats["jobs"] == [] and stats["aggregators_in_use"] == 0, stats
