@@ -40,18 +40,20 @@ iterations = 50
 workers = 3
 ina = { packet = "8287B", header = "95B", pool_slots = 16, timeout = "20ms" }
 """
-JCT_TOLERANCE = 0.5      # loose: a shared CI machine; docs/validation.md holds the 15 % runs
 BYTES_TOLERANCE = 0.02   # every link carries what the simulator charges it, to 2 %
-# Rina's agents forward every AllGather packet and ACK every packet they receive: on 2 shared
-# cores its emulation is CPU-bound, and slower still with the suite's other processes beside
-# it (+155 % seen in one full run of 3; +3 to +47 % alone, docs/rina.md). A wall-clock ratio is
-# no test of that side, so it is bounded loosely (a storm of timeouts would be x10); the fast
-# side, which no CPU load explains, keeps the shared bound.
-RINA_SLOWER = 3.0
+# Emulated against simulated time is a sanity bound here, not a measurement (issue #41): an
+# emulation runs in real time on the test machine's cores, and with other CPU-bound work beside
+# the suite it runs slower by the share of the cores it loses (Rina, whose agents forward and
+# ACK every packet, +155 % in one full run on 2 shared cores; the suite beside two CPU hogs is
+# the check, `make test-busy`). The bound catches what no load explains: a run faster than its
+# links allow (shaping not applied: under x0.5) or a storm of loss-recovery timeouts (x10 and
+# more). The 15 % comparison is benchmarks/emulate_validation.py's, on an idle machine
+# (docs/validation.md).
+FASTER, SLOWER = 0.5, 5.0
 
 
-def assert_rina_jct(emulated_s: float, simulated_s: float) -> None:
-    assert 1 - JCT_TOLERANCE < emulated_s / simulated_s < 1 + RINA_SLOWER, (emulated_s, simulated_s)
+def assert_sane_time(emulated_s: float, simulated_s: float) -> None:
+    assert FASTER < emulated_s / simulated_s < SLOWER, (emulated_s, simulated_s)
 
 
 def ours() -> list[str]:
@@ -88,7 +90,7 @@ def test_a_star_scenario_runs_for_real_and_matches_the_simulator(shaper):
           f"max error {e.max_error:.3g} (bound {e.error_bound:.3g}); shaping {emu.raw['emulation']['shaping']}")
     assert e.finished and e.iterations == 3, e.failures
     assert e.payload_checked == 3 * 3 and e.payload_errors == 0 and e.max_error <= e.error_bound
-    assert abs(e.jct_s / s.jct_s - 1) < JCT_TOLERANCE
+    assert_sane_time(e.jct_s, s.jct_s)
     both = inalab.compare(sim, emu)["links"]
     assert len(both) == 6 and both.tx_bytes_rel.abs().max() < BYTES_TOLERANCE, both
     sw = emu.raw["emulation"]["switches"]["s0"]
@@ -181,7 +183,7 @@ def test_canary_sums_exactly_on_a_leaf_spine_with_its_program_on_every_switch(sh
         assert per_spine["spine1"] > per_spine["spine0"], (side, per_spine)
     # Looser than the other schemes' bound: 256-value packets make Canary's emulation CPU-bound
     # on 2 shared cores (docs/validation.md); +69 % was seen with both cores busy elsewhere.
-    assert abs(e.jct_s / sim.jobs.jct_s[0] - 1) < 2 * JCT_TOLERANCE
+    assert_sane_time(e.jct_s, sim.jobs.jct_s[0])
 
 
 def test_a_spine_killed_mid_allreduce_is_routed_around_and_the_sums_stay_exact(shaper):
@@ -293,7 +295,7 @@ def test_a_training_job_sleeps_its_compute_and_overlaps_its_layers():
     e = emu.jobs.iloc[0]
     assert e.finished and e.payload_errors == 0 and e.payload_checked == 3 * 4 * 2, e.failures
     print(f"\ntraining: iteration {sim.jobs.mean_iteration_s[0] * 1e3:.0f} ms simulated, {e.mean_iteration_s * 1e3:.0f} ms emulated")
-    assert abs(e.mean_iteration_s / sim.jobs.mean_iteration_s[0] - 1) < JCT_TOLERANCE
+    assert_sane_time(e.mean_iteration_s, sim.jobs.mean_iteration_s[0])
 
 
 # Rina on two racks of 2 workers (the shipped emulate-rina-* scenarios' settings): one INA ToR
@@ -324,7 +326,7 @@ def test_rina_sums_exactly_over_ina_and_plain_racks(shaper, programmable, groups
         assert hops == 2 * tensors * groups * (2 * groups - 1), hops
     sw = emu.raw["emulation"]["switches"]
     assert sw["leaf0"]["program"]["aggregated"] > 0 and sw["leaf0"]["aggregators_in_use"] == 0, sw["leaf0"]
-    assert_rina_jct(e.jct_s, sim.jobs.jct_s[0])
+    assert_sane_time(e.jct_s, sim.jobs.jct_s[0])
 
 
 def test_rina_survives_an_agent_killed_mid_allreduce(shaper):
@@ -348,7 +350,7 @@ def test_rina_survives_an_agent_killed_mid_allreduce(shaper):
         assert told == {"h1": 1, "h2": 1, "h3": 1}, told
     report = emu.raw["emulation"]["failures"][0]
     assert report["node"] == "h0" and report["told_down_s"] > report["down_s"], report
-    assert_rina_jct(e.jct_s, sim.jobs.jct_s[0])
+    assert_sane_time(e.jct_s, sim.jobs.jct_s[0])
 
 
 def grid_fig1(shaper: str) -> dict:
@@ -379,7 +381,7 @@ def test_grid_runs_its_policy_paths_with_results_multicast_once(shaper):
     assert e.finished and e.iterations == 2 and e.payload_checked == 8 * 2, e.failures
     assert e.payload_errors == 0 and e.max_error <= e.error_bound
     # Twice the others' tolerance: beside a busy core this 0.2 s job gives 1.1-1.5x.
-    assert abs(e.jct_s / sim.jobs.jct_s[0] - 1) < 2 * JCT_TOLERANCE
+    assert_sane_time(e.jct_s, sim.jobs.jct_s[0])
     if shaper == "tc":
         # Nothing is lost (no link is oversubscribed; the user-space shaper's 30 Mbps PS link
         # is, and drops), so a resend is a timeout that fired while a process was descheduled.
@@ -453,7 +455,7 @@ def test_atp_on_fig1_is_paced_by_s1s_processing_capacity(namespaces):
     assert s1["ecn_marked"] > 0 or fifo["peak_bytes"] <= fifo["ecn_threshold_bytes"], (s1["ecn_marked"], fifo)
     for name, st in sw.items():
         assert st["aggregators_in_use"] == 0 and st["processing_drops"] == 0 and st["no_route"] == 0, (name, st)
-    assert abs(e.jct_s / sim.jobs.jct_s[0] - 1) < JCT_TOLERANCE
+    assert_sane_time(e.jct_s, sim.jobs.jct_s[0])
 
 
 def test_nine_hosts_run_only_where_the_links_are_slow():
@@ -492,7 +494,7 @@ def test_a_colocated_ps_shares_its_workers_link_for_real(namespaces, scheme, ina
     # One link carries the PS's traffic beside its worker's.
     assert both.loc["h3", "rx_bytes_emu"] > 1.5 * both.loc["h0", "rx_bytes_emu"], both
     print(f"\n{scheme} co-located: JCT {sim.jobs.jct_s[0] * 1e3:.1f} ms simulated, {e.jct_s * 1e3:.1f} ms emulated")
-    assert abs(e.jct_s / sim.jobs.jct_s[0] - 1) < JCT_TOLERANCE
+    assert_sane_time(e.jct_s, sim.jobs.jct_s[0])
 
 
 def test_a_colocated_ps_is_refused_where_each_process_paces_its_own_link():
