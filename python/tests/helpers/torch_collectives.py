@@ -1,6 +1,7 @@
 """One rank of test_torch_runtime's backend check, run under torchrun: allreduces through the
 "inalab" backend on tensors of each dtype (float32, bfloat16, float16) with SUM and AVG, several
-in flight at once (``async_op=True``), on ``--device`` (cpu or cuda: all ranks on cuda:0). Each
+in flight at once (``async_op=True``), their values written on the caller's stream behind a
+slow kernel on CUDA, on ``--device`` (cpu or cuda: all ranks on cuda:0). Each
 rank's tensor is drawn from its rank's seed, so every rank knows the exact float64 sum; rank 0
 writes, per case, the largest absolute error against it and the largest exact value to ``--out``.
 """
@@ -35,7 +36,14 @@ def main() -> None:
     for i, (dtype, op) in enumerate(cases):
         # Several allreduces started before any is waited for: the CUDA path's submitter must
         # hand them to the client in the same order on every rank.
-        ts = [tensor(rank, IN_FLIGHT * i + k, dtype).to(dev) for k in range(IN_FLIGHT)]
+        srcs = [tensor(rank, IN_FLIGHT * i + k, dtype).to(dev) for k in range(IN_FLIGHT)]
+        ts = [torch.zeros_like(s) for s in srcs]
+        if dev.type == "cuda":
+            # The values land late on the caller's stream (after a ~50 ms kernel): an allreduce
+            # that does not wait for that stream sums the zeros.
+            torch.cuda._sleep(100_000_000)
+        for t, s in zip(ts, srcs):
+            t.copy_(s)
         works = [dist.all_reduce(t, op=op, async_op=True) for t in ts]
         for w in works:
             w.wait()
