@@ -277,10 +277,33 @@ def test_namespaces_of_a_crashed_run_are_removed_with_a_message(namespaces):
       "topology": {"kind": "star", "hosts": 3, "link_rate": "1Gbps"}}, "jobs[0].ina.packet_bytes"),
     ({"network": {"flow_control": "pfc"}}, "network.flow_control"),
 ])
-def test_what_cannot_be_emulated_is_refused_naming_the_field(change, field):
+def test_what_cannot_be_emulated_is_refused_naming_the_field(change, field, monkeypatch):
+    monkeypatch.setenv("INALAB_EMULATE_CORES", "2")  # the limits below are a 2-core machine's
     with pytest.raises(ConfigError) as e:
         inalab.emulate({**SCENARIO, **change}, progress=False)
     assert e.value.field == field, str(e.value)
+
+
+def test_the_limits_scale_with_the_cores_this_process_may_use(monkeypatch):
+    from inalab.emulation.run import limits
+
+    two, sixteen = limits(2), limits(16)
+    assert (two.hosts, two.hosts_low_rate, two.switches, two.aggregate_gbps) == (8, 10, 6, 5.0)
+    assert (sixteen.hosts, sixteen.switches, sixteen.aggregate_gbps) == (64, 48, 40.0)
+    assert limits(1) == limits(2).__class__(1, 8, 10, 6, 5.0), "never below the measured 2-core limits"
+    # 12 hosts: refused on 2 cores (the message says how many), within the limit on 4.
+    twelve = {**SCENARIO, "topology": {**SCENARIO["topology"], "hosts": 12, "link_rate": "1Gbps"},
+              "jobs": [{**SCENARIO["jobs"][0], "workers": 12}]}
+    monkeypatch.setenv("INALAB_EMULATE_CORES", "2")
+    with pytest.raises(ConfigError, match=r"12 hosts in use; emulate runs at most 8 on this machine \(2 cores\)") as e:
+        inalab.emulate(twelve, progress=False)
+    assert e.value.field == "jobs.workers"
+    assert limits().hosts == 8
+    monkeypatch.setenv("INALAB_EMULATE_CORES", "4")
+    assert limits().hosts == 16
+    monkeypatch.setenv("INALAB_EMULATE_CORES", "many")
+    with pytest.raises(ConfigError, match="INALAB_EMULATE_CORES.*1 or more"):
+        limits()
 
 
 def test_a_training_job_sleeps_its_compute_and_overlaps_its_layers():

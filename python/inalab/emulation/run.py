@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Union
 
@@ -29,7 +30,9 @@ from . import failures as fail
 from .plan import PS_CONTROL, SWITCH_PORT, deploy
 
 # What one 2-core machine carries (docs/emulation.md, "Limits"): beyond these the processes,
-# not the links, set the pace and the emulation stops meaning anything.
+# not the links, set the pace and the emulation stops meaning anything. Measured on 2 cores;
+# on a machine with more, the limits below scale with its cores (:func:`limits`).
+BASE_CORES = 2
 MAX_HOSTS = 8
 # One or two more where the links are slow enough that the processes idle most of the time:
 # GRID's Fig. 1 (8 workers and a PS) at 30 Mbps links (0.42 Gbps in use) kept the cores below
@@ -38,11 +41,45 @@ MAX_HOSTS_LOW_RATE = 10
 LOW_RATE_GBPS = 1.0       # the sum of the rates of the links in use up to which MAX_HOSTS_LOW_RATE apply
 MAX_SWITCHES = 6          # one process each
 MAX_AGGREGATE_GBPS = 5.0  # sum of the rates of the links in use
+# Per switch process (one data-plane thread), so not scaled by the machine's cores.
 MAX_PACKETS_PER_S = 500_000  # datagrams per second the software switch receives, summed over its links
 JOIN_TIMEOUT_S = 30.0     # a worker process is up and its client started
 START_DELAY_S = 0.5       # from the last worker up to the common start
 STOP_TIMEOUT_S = 5.0      # a switch / PS exits after SIGINT
 SWITCH_CONTROL = 9100
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What this machine carries: the 2-core values above times cores / 2 (never below them).
+    Scaled linearly because each host and switch is a process of its own that needs a core's
+    share at line rate; measured at 2 cores only."""
+
+    cores: int
+    hosts: int
+    hosts_low_rate: int
+    switches: int
+    aggregate_gbps: float
+
+
+def machine_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a container's or taskset's share,
+    not the machine's count), or ``$INALAB_EMULATE_CORES`` where set."""
+    if "INALAB_EMULATE_CORES" in os.environ:
+        try:
+            n = int(os.environ["INALAB_EMULATE_CORES"])
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ConfigError("INALAB_EMULATE_CORES", f"{os.environ['INALAB_EMULATE_CORES']!r} is not a whole number of cores (1 or more)")
+        return n
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or BASE_CORES)
+
+
+def limits(cores: Optional[int] = None) -> Limits:
+    c = machine_cores() if cores is None else cores
+    f = max(1.0, c / BASE_CORES)
+    return Limits(c, int(MAX_HOSTS * f), int(MAX_HOSTS_LOW_RATE * f), int(MAX_SWITCHES * f), MAX_AGGREGATE_GBPS * f)
 
 
 class EmulationError(RuntimeError):
@@ -51,9 +88,11 @@ class EmulationError(RuntimeError):
 
 def _check(spec: dict, built: dict) -> None:
     """Refuses, naming the field and the limit, what this machine or this emulator cannot run."""
+    lim = limits()
+    here = f"on this machine ({lim.cores} cores)"
     switches = [n for n in built["nodes"] if n["kind"] == "switch"]
-    if len(switches) > MAX_SWITCHES:
-        raise ConfigError("topology", f"{len(switches)} switches; emulate runs at most {MAX_SWITCHES} on this machine (2 cores)")
+    if len(switches) > lim.switches:
+        raise ConfigError("topology", f"{len(switches)} switches; emulate runs at most {lim.switches} {here}")
     if spec["flows"] or spec.get("background"):
         raise ConfigError("flows", "emulate runs jobs only; remove [[flows]] and [background]")
     if "flow_control" in spec["network"]:
@@ -64,13 +103,13 @@ def _check(spec: dict, built: dict) -> None:
         raise ConfigError("network.host_costs", "emulate runs real processes with this machine's own costs; remove host_costs")
     used = {h for j in spec["jobs"] for h in j["workers"] + j["servers"]}
     rates = [l["rate_bps"] for l in built["links"] if built["nodes"][l["a"]]["name"] in used or built["nodes"][l["b"]]["name"] in used]
-    if len(used) > MAX_HOSTS and (len(used) > MAX_HOSTS_LOW_RATE or sum(rates) / 1e9 > LOW_RATE_GBPS):
-        raise ConfigError("jobs.workers", f"{len(used)} hosts in use; emulate runs at most {MAX_HOSTS} on this machine (2 cores), "
-                                          f"or {MAX_HOSTS_LOW_RATE} where the links in use sum to at most {LOW_RATE_GBPS:g} Gbps "
+    if len(used) > lim.hosts and (len(used) > lim.hosts_low_rate or sum(rates) / 1e9 > LOW_RATE_GBPS):
+        raise ConfigError("jobs.workers", f"{len(used)} hosts in use; emulate runs at most {lim.hosts} {here}, "
+                                          f"or {lim.hosts_low_rate} where the links in use sum to at most {LOW_RATE_GBPS:g} Gbps "
                                           f"(these sum to {sum(rates) / 1e9:.2f} Gbps)")
-    if sum(rates) / 1e9 > MAX_AGGREGATE_GBPS:
+    if sum(rates) / 1e9 > lim.aggregate_gbps:
         raise ConfigError("topology.host_rate", f"{sum(rates) / 1e9:.1f} Gbps of links in use; emulate carries at most "
-                                                f"{MAX_AGGREGATE_GBPS} Gbps on this machine")
+                                                f"{lim.aggregate_gbps:g} Gbps {here}")
 
 
 def _packet_bytes(job: dict) -> int:
