@@ -622,9 +622,16 @@ class Background(_Model):
         type_doc=_HOSTS_TYPE,
     )
     load: float = opt(_REQUIRED, "Offered load of each host as a fraction of its link rate.", gt=0, le=1)
-    message: Size = opt("1MiB", "Size of each message, sent to a peer drawn uniformly among the other hosts.")
+    message: Size = opt("1MiB", "Size of each message, sent to a peer chosen by `pattern`.")
     packet: Size = opt(DEFAULT_PACKET, "Packet size on the wire.")
     start: Duration = opt("0s", "When background traffic starts.")
+    pattern: Literal["uniform", "permutation"] = opt(
+        "uniform",
+        "How each message's receiver is chosen: `uniform`, a peer drawn uniformly among the other hosts afresh for every "
+        "message (a receiver may have several senders at once); `permutation`, every host's r-th message follows a "
+        "derangement drawn for round r, so each host sends to one peer and receives from exactly one (Canary §5.2: "
+        "\"each host sends to one random host and receives from another\").",
+    )
 
 
 class Flow(_Model):
@@ -768,6 +775,7 @@ class Scenario(_Model):
             spec["background"] = {
                 "hosts": _background_hosts(b, self.jobs, jobs, net),
                 "load": b.load, "message_bytes": b.message, "packet_bytes": b.packet, "start_ps": b.start,
+                "pattern": b.pattern,
             }
         return spec
 

@@ -454,3 +454,25 @@ def test_any_other_reuse_of_a_host_is_refused(servers0, servers1, workers1, fiel
     with pytest.raises(inalab.ConfigError) as e:
         inalab.simulate(_two_jobs(servers0, servers1, workers1))
     assert e.value.field == field and ("already used by" in str(e.value) or "listed twice" in str(e.value))
+
+
+def test_a_permutation_background_loads_every_receiver_alike():
+    """`background.pattern = "permutation"` (issue #40, Canary §5.2): every host's r-th
+    message follows one derangement per round, so over a run each receiver's downlink carries
+    exactly what each sender sends; "uniform" (a fresh peer per message) loads them unevenly."""
+    hosts = [f"h{i}" for i in range(2, 10)]
+    base = {"name": "bg", "topology": {"kind": "star", "hosts": 10, "link_rate": "10Gbps"},
+            "flows": [{"src": "h0", "dst": "h1", "size": "4MiB"}],
+            "background": {"hosts": hosts, "load": 1.0, "message": "64KiB"}}
+
+    def downlinks(pattern):
+        r = inalab.simulate({**base, "background": {**base["background"], "pattern": pattern}})
+        l = r.links
+        return l[(l.src == "s0") & l.dst.isin(hosts)].tx_bytes.tolist()
+
+    perm, uniform = downlinks("permutation"), downlinks("uniform")
+    assert len(set(perm)) == 1 and perm[0] > 1_000_000, perm
+    assert max(uniform) > 1.2 * min(uniform), uniform
+    assert sum(uniform) == pytest.approx(sum(perm), rel=0.05), "the same offered load either way"
+    with pytest.raises(ConfigError, match="background.pattern.*'uniform' or 'permutation'"):
+        inalab.simulate({**base, "background": {**base["background"], "pattern": "perm"}})

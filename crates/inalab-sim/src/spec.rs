@@ -218,9 +218,9 @@ pub struct Layer {
     pub group: Option<u32>,
 }
 
-/// Random-uniform background traffic (Canary §5.2): every listed host sends messages of
-/// `message_bytes` at line rate to a peer drawn uniformly among the others, message after
-/// message, with gaps that make its offered load `load` x its link rate.
+/// Background traffic (Canary §5.2): every listed host sends messages of `message_bytes` at
+/// line rate, message after message, with gaps that make its offered load `load` x its link
+/// rate, each to a peer chosen by `pattern`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BackgroundSpec {
@@ -229,6 +229,22 @@ pub struct BackgroundSpec {
     pub message_bytes: u64,
     pub packet_bytes: u32,
     pub start_ps: u64,
+    #[serde(default)]
+    pub pattern: BackgroundPattern,
+}
+
+/// How a background message's receiver is chosen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackgroundPattern {
+    /// A peer drawn uniformly among the other hosts, afresh for every message: a receiver may
+    /// have several senders at once.
+    #[default]
+    Uniform,
+    /// Round r (every host's r-th message) follows a derangement of the hosts drawn for that
+    /// round: each host sends to one peer and receives from exactly one ("each host sends to
+    /// one random host and receives from another", Canary §5.2).
+    Permutation,
 }
 
 /// A raw datagram flow at line rate (benchmarks, validation against closed forms).

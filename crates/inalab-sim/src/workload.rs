@@ -5,7 +5,7 @@
 
 use crate::events::Ev;
 use crate::setup::{flow_ports, host_named, set_up_jobs};
-use crate::spec::{JobSpec, PayloadValues, SimSpec, Workload};
+use crate::spec::{BackgroundPattern, JobSpec, PayloadValues, SimSpec, Workload};
 use crate::world::{Call, Owner, World};
 use crate::SimError;
 use inalab_core::{splitmix64, AppRequest, Endpoint, HostEvent, NodeId, Payload, TensorAttrs, Time};
@@ -190,6 +190,52 @@ pub struct BackgroundState {
     message_bytes: u64,
     rng: Xoshiro256PlusPlus,
     next_id: u64,
+    pattern: BackgroundPattern,
+    /// Permutation: each host's next round, and the rounds some host has still to send, with
+    /// how many hosts sent theirs (dropped once all did).
+    round_of: Vec<u64>,
+    rounds: std::collections::BTreeMap<u64, (Vec<u32>, usize)>,
+    seed: u64,
+}
+
+impl BackgroundState {
+    /// The receiver (an index into `hosts`) of host `i`'s next message.
+    fn next_peer(&mut self, i: usize) -> usize {
+        let n = self.hosts.len();
+        match self.pattern {
+            BackgroundPattern::Uniform => {
+                let k = self.rng.random_range(0..n - 1);
+                if k >= i { k + 1 } else { k }
+            }
+            BackgroundPattern::Permutation => {
+                let r = self.round_of[i];
+                self.round_of[i] += 1;
+                let seed = self.seed;
+                let (perm, sent) = self.rounds.entry(r).or_insert_with(|| (derangement(n, splitmix64(seed ^ r.wrapping_mul(0x9E37_79B9_7F4A_7C15))), 0));
+                let peer = perm[i] as usize;
+                *sent += 1;
+                if *sent == n {
+                    self.rounds.remove(&r);
+                }
+                peer
+            }
+        }
+    }
+}
+
+/// A uniformly drawn derangement of `0..n` (n >= 2): a shuffle, redrawn until no element
+/// stays in place (about e = 2.7 draws on average).
+fn derangement(n: usize, seed: u64) -> Vec<u32> {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+    let mut p: Vec<u32> = (0..n as u32).collect();
+    loop {
+        for i in (1..n).rev() {
+            p.swap(i, rng.random_range(0..=i));
+        }
+        if p.iter().enumerate().all(|(i, &v)| v as usize != i) {
+            return p;
+        }
+    }
 }
 
 fn input_hash(job: u32, rank: u32, tensor: u64, i: usize) -> u64 {
@@ -394,11 +440,15 @@ impl Workloads {
                 world.schedule(bg.start_ps, Ev::Background { host: h });
             }
             self.background = Some(BackgroundState {
+                round_of: vec![0; hosts.len()],
                 hosts,
                 gap: gap.into_iter().map(|g| g.round() as Time).collect(),
                 message_bytes: bg.message_bytes,
                 rng: Xoshiro256PlusPlus::seed_from_u64(splitmix64(spec.seed ^ 0xB6)),
                 next_id: 0,
+                pattern: bg.pattern,
+                rounds: Default::default(),
+                seed: splitmix64(spec.seed ^ 0xB7),
             });
         }
         Ok(())
@@ -716,9 +766,8 @@ impl Workloads {
     fn background_next(&mut self, host: NodeId, world: &mut dyn World) {
         let Some(bg) = self.background.as_mut() else { return };
         let i = bg.hosts.iter().position(|&h| h == host).expect("background host");
-        // A peer drawn uniformly among the other background hosts, new for every message.
-        let k = bg.rng.random_range(0..bg.hosts.len() - 1);
-        let dst = bg.hosts[if k >= i { k + 1 } else { k }];
+        let peer = bg.next_peer(i);
+        let dst = bg.hosts[peer];
         let (id, bytes, gap) = (bg.next_id, bg.message_bytes, bg.gap[i]);
         bg.next_id += 1;
         let ep = world.endpoint_index(host, BG_SEND_PORT).expect("background sender");
@@ -797,5 +846,70 @@ mod payload_tests {
         for (m, class) in seen.iter().zip(FLOAT_MAGNITUDES) {
             assert!(*m <= class && *m > 0.9 * class, "{m} in class {class}");
         }
+    }
+}
+
+#[cfg(test)]
+mod background_tests {
+    use super::*;
+
+    fn state(n: usize, pattern: BackgroundPattern) -> BackgroundState {
+        BackgroundState {
+            hosts: (0..n as NodeId).collect(),
+            gap: vec![1; n],
+            message_bytes: 1,
+            rng: Xoshiro256PlusPlus::seed_from_u64(1),
+            next_id: 0,
+            pattern,
+            round_of: vec![0; n],
+            rounds: Default::default(),
+            seed: 7,
+        }
+    }
+
+    #[test]
+    fn a_permutation_gives_every_receiver_exactly_one_sender_per_round() {
+        // 64 hosts send 50 rounds each, interleaved unevenly (host i sends its messages in
+        // bursts of i % 5 + 1, as hosts at different rates would): round by round, every host
+        // receives from exactly one other.
+        let (n, rounds) = (64, 50);
+        let mut bg = state(n, BackgroundPattern::Permutation);
+        let mut by_round = vec![vec![]; rounds];
+        let mut sent = vec![0; n];
+        while sent.iter().any(|&s| s < rounds) {
+            for i in 0..n {
+                for _ in 0..(i % 5 + 1) {
+                    if sent[i] < rounds {
+                        by_round[sent[i]].push((i, bg.next_peer(i)));
+                        sent[i] += 1;
+                    }
+                }
+            }
+        }
+        let mut distinct = std::collections::BTreeSet::new();
+        for pairs in &by_round {
+            let mut receivers: Vec<usize> = pairs.iter().map(|&(_, d)| d).collect();
+            receivers.sort();
+            assert_eq!(receivers, (0..n).collect::<Vec<_>>(), "every host receives exactly once per round");
+            assert!(pairs.iter().all(|&(s, d)| s != d), "nobody sends to itself");
+            let mut perm = pairs.clone();
+            perm.sort();
+            distinct.insert(perm);
+        }
+        assert_eq!(distinct.len(), rounds, "a new permutation every round");
+        assert!(bg.rounds.is_empty(), "rounds every host sent are forgotten");
+    }
+
+    #[test]
+    fn uniform_peers_give_some_receivers_several_senders() {
+        // The contrast (and what #40 measured): with a fresh uniform peer per message, a round
+        // of 64 messages leaves about a third of the hosts without a sender.
+        let n = 64;
+        let mut bg = state(n, BackgroundPattern::Uniform);
+        let mut receivers: Vec<usize> = (0..n).map(|i| bg.next_peer(i)).collect();
+        assert!((0..n).all(|i| receivers[i] != i));
+        receivers.sort();
+        receivers.dedup();
+        assert!(receivers.len() < n - 10, "{} distinct receivers of {n}", receivers.len());
     }
 }
