@@ -25,7 +25,8 @@
 use crate::{ConfigError, RttConfig, RttEstimator};
 use inalab_core::wire::{CanaryHeader, CanaryType, Header};
 use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, Time};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 
 /// Values per packet (§5.1: 256 x 4 B in the simulations).
 pub const CANARY_BLOCK_VALUES: usize = 256;
@@ -190,9 +191,11 @@ pub struct CanaryHost {
     me: Endpoint,
     tensors: Vec<Tensor>,
     next_block: u64,
-    /// By sequence number (block mod 2^22): blocks in flight are far fewer.
-    sending: BTreeMap<u32, (u64, Sending)>,
-    leading: BTreeMap<u32, (u64, Leading)>,
+    /// By sequence number (block mod 2^22): blocks in flight are far fewer. Hash maps (point
+    /// lookups only; nothing depends on their order) with a fixed hash, so runs stay
+    /// deterministic: the ordered maps these were cost 9 % of a 1024-host Canary point (#39).
+    sending: SeqMap<(u64, Sending)>,
+    leading: SeqMap<(u64, Leading)>,
     /// The led data blocks in the order they were submitted, to forget the oldest.
     led_order: VecDeque<(u64, u32)>,
     /// The led completion barriers, oldest first: kept to [`KEEP_LED_BLOCKS`], as no later
@@ -214,6 +217,27 @@ pub struct CanaryHost {
     c: Counters,
 }
 
+/// A map keyed by a block's sequence number, hashed by one multiplication (Fibonacci hashing:
+/// consecutive sequence numbers spread over the buckets), with no per-process random state.
+type SeqMap<V> = HashMap<u32, V, BuildHasherDefault<SeqHasher>>;
+
+#[derive(Default)]
+struct SeqHasher(u64);
+
+impl Hasher for SeqHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u32(&mut self, x: u32) {
+        self.0 = (x as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 fn seq_of(block: u64) -> u32 {
     (block & ((1 << CanaryHeader::SEQ_BITS) - 1)) as u32
 }
@@ -231,8 +255,8 @@ impl CanaryHost {
             me,
             tensors: vec![],
             next_block: 0,
-            sending: BTreeMap::new(),
-            leading: BTreeMap::new(),
+            sending: SeqMap::default(),
+            leading: SeqMap::default(),
             led_order: VecDeque::new(),
             led_barriers: VecDeque::new(),
             early: vec![],
