@@ -436,10 +436,13 @@ def test_grid_runs_its_policy_paths_with_results_multicast_once(shaper):
     busy_emu = set(links[links.tx_bytes_b > 20_000].apply(lambda r: (r.src, r.dst), axis=1))
     assert busy_sim == busy_emu, busy_sim ^ busy_emu
     if shaper == "tc":
-        # Nothing is resent, so the emulated links carry what the simulated ones do. With the
+        # Nothing is lost, so the emulated links carry what the simulated ones do, plus what
+        # the spurious resends above add (each may be forwarded and answered again): on an idle
+        # machine none, 17 % more on the PS's link in a suite run beside two CPU hogs. With the
         # user-space shaper's one rate the PS's link is the bottleneck, and the simulator
         # resends 10-40 % more there than the emulation (AIMD against a drop-tail queue).
-        assert links[links.tx_bytes_a > 20_000].tx_bytes_rel.abs().max() < 0.10, links
+        rel = links[links.tx_bytes_a > 20_000].tx_bytes_rel
+        assert rel.min() > -0.10 and rel.max() < 0.10 + 3 * resent / sent, (resent, sent, links)
     # Control packets from a switch reach their senders (those not answered meanwhile count).
     sent = sum(st["program"]["control_sent"] for st in sw.values())
     acted = sum(h["counters"].get("controls", 0) for h in emu.raw["hosts"])
