@@ -362,6 +362,13 @@ class Network(_Model):
         0.5, 'Queue fraction of the buffer that makes adaptive routing pick another port (routing = "adaptive" only).',
         gt=0, le=1,
     )
+    default_port: Literal["flow_hash", "destination"] = opt(
+        "flow_hash", 'Which equal-cost port a packet takes unless adaptive routing moves it: "flow_hash" = a hash of '
+        'its flow, salted per switch (ECMP); "destination" = the destination host\'s index modulo the number of '
+        "ports, the same at every switch (merlin's fat-tree routing in SST, the network of Canary's evaluation): a "
+        "leaf's hosts spread exactly over its up ports. Canary's switches follow it with jobs[].ina.routing = "
+        '"network".'
+    )
     link_loss: list[LinkLoss] = opt([], "Random loss on links.")
     host_loss: list[HostLoss] = opt([], "Random loss at hosts.")
     host_costs: list[HostCost] = opt(
@@ -737,6 +744,7 @@ class Scenario(_Model):
                 "ecn_threshold_bytes": n.ecn_threshold,
                 "routing": {"kind": "adaptive", "threshold": n.adaptive_threshold}
                 if n.routing == "adaptive" else {"kind": "ecmp"},
+                "default_port": n.default_port,
                 "link_loss": [
                     {"a": net.link(l.a, l.b, f"network.link_loss[{i}]")[0], "b": l.b, "prob": l.prob}
                     for i, l in enumerate(n.link_loss)

@@ -282,6 +282,28 @@ def test_what_cannot_be_emulated_is_refused_naming_the_field(change, field, monk
     assert e.value.field == field, str(e.value)
 
 
+@pytest.mark.parametrize("rule", ["flow_hash", "destination"])
+def test_pinned_paths_follow_the_networks_default_port_rule(rule):
+    """The emulated switches pin each flow of a job to the simulator's path, so they must
+    take it by the same rule: with network.default_port = "destination" every flow toward hX
+    crosses spine X mod 4 (the spines' order on each leaf), whatever its source; each switch's
+    fabric carries the rule for the flows it does not pin (and Canary's leaders)."""
+    from inalab.emulation.plan import _pinned
+
+    scenario = {"name": "rule", "topology": {"kind": "leaf_spine", "leaves": 2, "spines": 4, "hosts_per_leaf": 4},
+                "network": {"default_port": rule},
+                "jobs": [{"name": "ring", "scheme": "ring", "allreduce": "1MiB", "workers": 8}]}
+    spec = inalab.config.load_scenario(scenario).to_spec()
+    assert spec["network"]["default_port"] == rule
+    via = {(r["src"], r["dst"]): r["via"] for leaf in ("leaf0", "leaf1") for r in _pinned(spec).get(leaf, [])
+           if r["via"].startswith("spine")}
+    assert len(via) == 2 * 4 * 4, "every flow between the leaves goes up once"
+    matches = [v == f"spine{int(dst[1:]) % 4}" for (_, dst), v in via.items()]
+    assert all(matches) if rule == "destination" else not all(matches)
+    with pytest.raises(ValueError, match="network.default_port"):
+        inalab._core.ecmp_paths('{"shape": {"kind": "star", "hosts": 2, "switch_ports": 4, "link_rate_bps": 1, "link_delay_ps": 0}}', "[]", "random")
+
+
 def test_the_limits_scale_with_the_cores_this_process_may_use(monkeypatch):
     from inalab.emulation.run import limits
 

@@ -86,6 +86,14 @@ pub trait SwitchCtx {
     fn faces_up(&self, _port: PortId) -> bool {
         false
     }
+    /// The port the network's own routing gives a packet toward `dst` keyed by its
+    /// destination alone: the network's default-port rule, unsalted so that every switch of a
+    /// tier picks the same port index, then its adaptive rerouting if it has one. None where
+    /// the driver has no such routing (the program then routes by its own rule). The flag
+    /// says whether adaptive routing moved the packet off the default port.
+    fn route_toward(&self, _dst: NodeId) -> Option<(PortId, bool)> {
+        None
+    }
 }
 
 /// A job's state for one switch program, as a scheme's set-up computes it (for example

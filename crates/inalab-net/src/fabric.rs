@@ -55,6 +55,11 @@ pub struct SwitchFabric {
     /// none: unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processing: Option<Processing>,
+    /// Which of a route's next hops a packet takes (the simulator's `network.default_port`),
+    /// and the port Canary's switches send toward a leader with `ina.routing = "network"`.
+    /// Default: a hash of the flow.
+    #[serde(default)]
+    pub default_port: inalab_topo::DefaultPort,
 }
 
 /// Processing capacity (GRID's C_s): the packets a switch program aggregates

@@ -33,9 +33,9 @@ fn deploy(config: serde_json::Value, ps: bool) -> (Vec<SwitchHandle>, JobSpec, O
     };
     let port = |node: u32, kind: &str, udp: SocketAddr| FabricPort { node, kind: kind.into(), udp, rate_bps: None, ps_udp: None };
     let route = |dst: u32, via: u32| FabricRoute { src: None, dst, via: vec![via] };
-    let mut f1 = SwitchFabric { ports: vec![port(101, "worker", a[2]), port(102, "worker", a[3]), port(2, "switch", a[1])], routes: vec![], jobs: vec![spec.clone()], processing: None };
+    let mut f1 = SwitchFabric { ports: vec![port(101, "worker", a[2]), port(102, "worker", a[3]), port(2, "switch", a[1])], routes: vec![], jobs: vec![spec.clone()], processing: None, ..Default::default() };
     f1.routes = vec![route(103, 2), route(104, 2), route(105, 2)];
-    let mut f2 = SwitchFabric { ports: vec![port(103, "worker", a[4]), port(104, "worker", a[5]), port(1, "switch", a[0])], routes: vec![], jobs: vec![spec.clone()], processing: None };
+    let mut f2 = SwitchFabric { ports: vec![port(103, "worker", a[4]), port(104, "worker", a[5]), port(1, "switch", a[0])], routes: vec![], jobs: vec![spec.clone()], processing: None, ..Default::default() };
     f2.routes = vec![route(101, 1), route(102, 1)];
     if ps {
         f2.ports.push(port(105, "ps", a[6]));
@@ -107,7 +107,7 @@ fn atp_aggregates_at_two_levels_of_a_static_fabric() {
 
 #[test]
 fn a_route_through_a_stranger_is_refused() {
-    let f = SwitchFabric { ports: vec![], routes: vec![FabricRoute { src: None, dst: 7, via: vec![9] }], jobs: vec![], processing: None };
+    let f = SwitchFabric { ports: vec![], routes: vec![FabricRoute { src: None, dst: 7, via: vec![9] }], jobs: vec![], processing: None, ..Default::default() };
     let opts = SwitchOptions { udp: "127.0.0.1:0".parse().unwrap(), control: "127.0.0.1:0".parse().unwrap(), fabric: Some(f), ..SwitchOptions::new(&["switchml"]) };
     let err = SwitchHandle::start(opts).err().expect("refused").to_string();
     assert!(err.contains("no neighbour"), "{err}");
@@ -116,6 +116,7 @@ fn a_route_through_a_stranger_is_refused() {
         routes: vec![FabricRoute { src: Some(3), dst: 7, via: vec![9, 9] }],
         jobs: vec![],
         processing: None,
+        ..Default::default()
     };
     let opts = SwitchOptions { udp: "127.0.0.1:0".parse().unwrap(), control: "127.0.0.1:0".parse().unwrap(), fabric: Some(pinned), ..SwitchOptions::new(&["switchml"]) };
     let err = SwitchHandle::start(opts).err().expect("refused").to_string();
@@ -145,6 +146,7 @@ fn canary_leaf_spine(ina: serde_json::Value) -> (Vec<SwitchHandle>, JobSpec) {
             routes: vec![via(other[0], vec![3, 4]), via(other[1], vec![3, 4]), via(3 - me, vec![3, 4])],
             jobs: vec![spec.clone()],
             processing: None,
+            ..Default::default()
         }
     };
     let spine = || SwitchFabric {
@@ -152,6 +154,7 @@ fn canary_leaf_spine(ina: serde_json::Value) -> (Vec<SwitchHandle>, JobSpec) {
         routes: vec![via(101, vec![1]), via(102, vec![1]), via(103, vec![2]), via(104, vec![2])],
         jobs: vec![spec.clone()],
         processing: None,
+        ..Default::default()
     };
     let start = |node: u32, f: SwitchFabric| {
         let opts = SwitchOptions { node, udp: a[node as usize - 1], control: "127.0.0.1:0".parse().unwrap(), fabric: Some(f), memory_bytes: 1_000_000, ..SwitchOptions::new(&["canary"]) };
@@ -302,12 +305,14 @@ fn grid_fabric(memory_bytes: u64, processing: Option<Processing>) -> (Vec<Switch
         routes: vec![route(103, 2), route(104, 2), route(105, 2)],
         jobs: vec![spec.clone()],
         processing,
+        ..Default::default()
     };
     let f2 = SwitchFabric {
         ports: vec![port(103, "worker", a[4]), port(104, "worker", a[5]), port(1, "switch", a[0]), port(105, "ps", a[6])],
         routes: vec![route(101, 1), route(102, 1)],
         jobs: vec![spec.clone()],
         processing: None,
+        ..Default::default()
     };
     let start = |node: u32, udp: SocketAddr, f: SwitchFabric| {
         let opts = SwitchOptions { node, udp, control: "127.0.0.1:0".parse().unwrap(), fabric: Some(f), memory_bytes, ..SwitchOptions::new(&["grid"]) };

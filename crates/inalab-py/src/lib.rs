@@ -65,9 +65,10 @@ fn build_topology(topology_json: &str) -> PyResult<String> {
 /// topology; a server's packets use the job's server port, a worker's its worker port, as in
 /// the simulator); returns one list of node names per flow (`null` where there is no path).
 /// `inalab emulate` installs these paths so that its flows cross the links they cross in the
-/// simulator.
+/// simulator. `default_port`: the network's rule, "flow_hash" or "destination".
 #[pyfunction]
-fn ecmp_paths(topology_json: &str, flows_json: &str) -> PyResult<String> {
+#[pyo3(signature = (topology_json, flows_json, default_port = "flow_hash"))]
+fn ecmp_paths(topology_json: &str, flows_json: &str, default_port: &str) -> PyResult<String> {
     #[derive(serde::Deserialize)]
     struct Flow {
         job: u32,
@@ -80,6 +81,8 @@ fn ecmp_paths(topology_json: &str, flows_json: &str) -> PyResult<String> {
         serde_json::from_str(topology_json).map_err(|e| PyValueError::new_err(format!("topology: {e}")))?;
     let topo = inalab_topo::build(&spec).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let flows: Vec<Flow> = serde_json::from_str(flows_json).map_err(|e| PyValueError::new_err(format!("flows: {e}")))?;
+    let rule: inalab_topo::DefaultPort = serde_json::from_value(serde_json::Value::String(default_port.into()))
+        .map_err(|_| PyValueError::new_err(format!("network.default_port: {default_port:?}; allowed values: \"flow_hash\", \"destination\"")))?;
     let routes = inalab_topo::Routes::compute(&topo);
     let port = |job: u32, server: bool| if server { inalab_sim::setup::server_port(job) } else { inalab_sim::setup::worker_port(job) };
     let mut out = vec![];
@@ -88,7 +91,7 @@ fn ecmp_paths(topology_json: &str, flows_json: &str) -> PyResult<String> {
             return Err(PyValueError::new_err(format!("flows: no host {:?} or {:?}", f.src, f.dst)));
         };
         let key = inalab_core::flow_key(src, port(f.job, f.src_server), dst, port(f.job, f.dst_server));
-        let path = routes.ecmp_path(&topo, src, dst, key);
+        let path = routes.ecmp_path(&topo, src, dst, key, rule);
         out.push(path.map(|p| p.into_iter().map(|n| topo.nodes[n as usize].name.clone()).collect::<Vec<_>>()));
     }
     serde_json::to_string(&out).map_err(|e| PyValueError::new_err(e.to_string()))

@@ -66,6 +66,10 @@ pub struct NetSpec {
     /// Queue length above which a packet is ECN-marked on enqueue, bytes.
     pub ecn_threshold_bytes: u64,
     pub routing: Routing,
+    /// Which equal-cost port a packet takes by default (flow hash, or the destination modulo
+    /// the ports as Canary's SST network); adaptive routing leaves it above its threshold.
+    #[serde(default)]
+    pub default_port: inalab_topo::DefaultPort,
     #[serde(default)]
     pub link_loss: Vec<LinkLoss>,
     #[serde(default)]

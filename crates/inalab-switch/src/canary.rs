@@ -45,9 +45,11 @@ pub struct CanarySwitchJob {
     pub stale_ps: Time,
     /// Static slice of the table `(first, len)` (§3.2.1, Fig. 10), or `None` to hash over it.
     pub slice: Option<(u32, u32)>,
-    /// The up port toward a leader is chosen by its address, the same at every switch, unless
-    /// that port has more than this queued; then the least queued (§5.2), bytes.
-    pub reroute_bytes: u64,
+    /// Canary's own load balancer: the up port toward a leader is chosen by its address, the
+    /// same at every switch, unless that port has more than this queued; then the least
+    /// queued (§5.2), bytes. None: the network's routing for every packet, as in the paper's
+    /// SST network (`SwitchCtx::route_toward`: its default-port rule and adaptive threshold).
+    pub reroute_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -148,19 +150,28 @@ impl CanarySwitch {
     /// Canary's load balancer (§5.2, spec A23): among the shortest-path ports toward the
     /// leader, the one its address picks, so a block's partial sums from different switches
     /// meet at one switch above them, unless that port's queue is above the job's threshold,
-    /// then the least queued port. One port (or none known): the driver's routing.
+    /// then the least queued port; or, for a job that routes by the network's rule, the port
+    /// the network gives (the same choice made with the network's rule and threshold). One
+    /// port (or none known): the driver's routing.
     fn toward_leader(&mut self, ctx: &dyn SwitchCtx, pkt: Packet) -> SwitchAction {
         let hops = ctx.next_hops(pkt.dst);
         let reroute = match &pkt.header {
-            Header::Canary(h) => self.jobs.get(&h.tenant()).map_or(u64::MAX, |j| j.reroute_bytes),
-            _ => u64::MAX,
+            Header::Canary(h) => self.jobs.get(&h.tenant()).map_or(Some(u64::MAX), |j| j.reroute_bytes),
+            _ => Some(u64::MAX),
         };
         if hops.len() < 2 {
             return SwitchAction::Route { pkt };
         }
-        let default = hops[(splitmix64(pkt.dst as u64) % hops.len() as u64) as usize];
-        let port = if ctx.queue_bytes(default) <= reroute { default } else { hops.iter().copied().min_by_key(|&p| ctx.queue_bytes(p)).unwrap_or(default) };
-        if port != default {
+        let (port, moved) = match reroute.map_or_else(|| ctx.route_toward(pkt.dst), |_| None) {
+            Some(routed) => routed,
+            None => {
+                let default = hops[(splitmix64(pkt.dst as u64) % hops.len() as u64) as usize];
+                let limit = reroute.unwrap_or(u64::MAX);
+                let port = if ctx.queue_bytes(default) <= limit { default } else { hops.iter().copied().min_by_key(|&p| ctx.queue_bytes(p)).unwrap_or(default) };
+                (port, port != default)
+            }
+        };
+        if moved {
             self.c.rerouted += 1;
         }
         SwitchAction::Forward { port, pkt }
@@ -387,7 +398,7 @@ mod tests {
     fn switch(descriptors: u32, slice: Option<(u32, u32)>) -> CanarySwitch {
         let mut s = CanarySwitch::new(CanarySwitchConfig { descriptors, seed: 3 });
         for tenant in [1, 2] {
-            s.admit(tenant, Admission::new(CanarySwitchJob { timeout_ps: T, stale_ps: 100 * T, slice, reroute_bytes: 1 << 19 })).unwrap();
+            s.admit(tenant, Admission::new(CanarySwitchJob { timeout_ps: T, stale_ps: 100 * T, slice, reroute_bytes: Some(1 << 19) })).unwrap();
         }
         s
     }
@@ -502,8 +513,8 @@ mod tests {
         assert_eq!(routed(&run(&mut s, 1, 2, reduce(1, 5, 1, 2, 1))), vec![(2, 11, false)]);
         assert_eq!(routed(&run(&mut s, 1, 3, reduce(2, 5, 1, 2, 2))), vec![(2, 22, false)]);
         assert_eq!(counter(&s, "collisions"), 0);
-        assert!(s.admit(3, Admission::new(CanarySwitchJob { timeout_ps: T, stale_ps: T, slice: Some((3, 2)), reroute_bytes: 0 })).is_err(), "beyond the table");
-        assert!(s.admit(300, Admission::new(CanarySwitchJob { timeout_ps: T, stale_ps: T, slice: None, reroute_bytes: 0 })).is_err(), "beyond 8 bits");
+        assert!(s.admit(3, Admission::new(CanarySwitchJob { timeout_ps: T, stale_ps: T, slice: Some((3, 2)), reroute_bytes: Some(0) })).is_err(), "beyond the table");
+        assert!(s.admit(300, Admission::new(CanarySwitchJob { timeout_ps: T, stale_ps: T, slice: None, reroute_bytes: Some(0) })).is_err(), "beyond 8 bits");
     }
 
     #[test]

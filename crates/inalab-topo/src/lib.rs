@@ -11,7 +11,7 @@ mod spec;
 
 pub use build::build;
 pub use error::TopoError;
-pub use routing::{ecmp_pick, Routes};
+pub use routing::{ecmp_pick, DefaultPort, Routes};
 pub use spec::{EdgeLink, EdgeNode, Programmable, Shape, TopologySpec};
 
 use inalab_core::{NodeId, PortId};

@@ -78,9 +78,9 @@ impl Routes {
         }
     }
 
-    /// The ECMP path (node list, hosts included) a flow with hash `flow` takes from host
-    /// `src` to host `dst`, choosing `hash % group_len` at every switch, as the simulator does.
-    pub fn ecmp_path(&self, t: &Topology, src: NodeId, dst: NodeId, flow: u64) -> Option<Vec<NodeId>> {
+    /// The path (node list, hosts included) a flow with hash `flow` takes from host `src` to
+    /// host `dst` when every switch sends it on `rule`'s port, as the simulator does.
+    pub fn ecmp_path(&self, t: &Topology, src: NodeId, dst: NodeId, flow: u64, rule: DefaultPort) -> Option<Vec<NodeId>> {
         let mut path = vec![src];
         let mut cur = t.host_switch(src);
         path.push(cur);
@@ -89,11 +89,47 @@ impl Routes {
             if hops.is_empty() || path.len() > t.nodes.len() {
                 return None;
             }
-            let port = ecmp_pick(hops, flow, cur);
+            let port = rule.pick(hops, flow, dst, cur);
             cur = t.nodes[cur as usize].ports[port as usize].peer;
             path.push(cur);
         }
         Some(path)
+    }
+}
+
+/// Which of the equal-cost ports a packet takes when nothing (a pinned path, adaptive
+/// rerouting) overrides it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DefaultPort {
+    /// ECMP: a hash of the flow, salted per switch ([`ecmp_pick`]).
+    #[default]
+    FlowHash,
+    /// The destination's node id modulo the number of ports, the same at every switch:
+    /// merlin's fat-tree routing in SST, which Canary's evaluation uses (De Sensi et al.
+    /// §5.1). A leaf's hosts spread exactly over its up ports, and every packet toward one
+    /// host leaves a tier by the same port index.
+    Destination,
+}
+
+impl DefaultPort {
+    #[inline]
+    pub fn pick(self, hops: &[PortId], flow: u64, dst: NodeId, at: NodeId) -> PortId {
+        match self {
+            DefaultPort::FlowHash => ecmp_pick(hops, flow, at),
+            DefaultPort::Destination => hops[dst as usize % hops.len()],
+        }
+    }
+
+    /// The port for a packet keyed by its destination alone, the same at every switch of a
+    /// tier whatever the rule (unsalted), so packets toward one node from different switches
+    /// meet above them (Canary's partial sums toward a block's leader).
+    #[inline]
+    pub fn pick_by_destination(self, hops: &[PortId], dst: NodeId) -> PortId {
+        match self {
+            DefaultPort::FlowHash => hops[(inalab_core::splitmix64(dst as u64) % hops.len() as u64) as usize],
+            DefaultPort::Destination => hops[dst as usize % hops.len()],
+        }
     }
 }
 

@@ -1,3 +1,4 @@
+use inalab_core::{NodeId, PortId};
 use inalab_topo::*;
 
 fn spec(json: &str) -> TopologySpec {
@@ -41,8 +42,39 @@ fn canary_fat_tree_has_1024_hosts_and_32_way_ecmp() {
     assert_eq!(r.next_hops(leaf0, 5).len(), 1);
     let spine = t.find("spine3").unwrap();
     assert_eq!(r.next_hops(spine, 1000).len(), 1);
-    let p = r.ecmp_path(&t, 0, 1000, 12345).unwrap();
+    let p = r.ecmp_path(&t, 0, 1000, 12345, DefaultPort::FlowHash).unwrap();
     assert_eq!(p.len(), 5, "host-leaf-spine-leaf-host");
+}
+
+/// Canary's SST network (merlin's fat tree): the default up port is the destination modulo
+/// the up ports. On the paper's 1024-host leaf-spine the 32 hosts of a leaf then take 32
+/// different up ports from any other leaf (a flow hash put up to 6 of them on one), and the
+/// port toward a host is the same at every leaf, so partial sums toward it meet at one spine.
+#[test]
+fn destination_rule_spreads_a_leafs_hosts_over_every_up_port() {
+    let t = build(&spec(&format!(
+        r#"{{"shape":{{"kind":"leaf_spine","leaves":32,"spines":32,"hosts_per_leaf":32,"switch_ports":64,
+        "host_rate_bps":{G100},"fabric_rate_bps":{G100},"link_delay_ps":500000}}}}"#
+    )))
+    .unwrap();
+    let r = Routes::compute(&t);
+    let leaf = |i: u32| t.find(&format!("leaf{i}")).unwrap();
+    for target in [1u32, 17, 31] {
+        let dsts: Vec<NodeId> = (0..32).map(|k| target * 32 + k).collect();
+        for from in [0u32, 5, 30] {
+            let mut used: Vec<PortId> = dsts.iter().map(|&d| DefaultPort::Destination.pick(r.next_hops(leaf(from), d), 0, d, leaf(from))).collect();
+            used.sort_unstable();
+            used.dedup();
+            assert_eq!(used.len(), 32, "leaf{target}'s 32 hosts over leaf{from}'s 32 up ports");
+        }
+        // The same spine from every leaf, whatever the flow.
+        let d = dsts[7];
+        let spines: Vec<NodeId> = [0u32, 5, 30].iter().map(|&l| r.ecmp_path(&t, l * 32, d, 99 + l as u64, DefaultPort::Destination).unwrap()[2]).collect();
+        assert!(spines.windows(2).all(|w| w[0] == w[1]), "{spines:?}");
+    }
+    // The flow hash does not spread them (the reason for the rule), as the issue measured.
+    let hashed: std::collections::HashSet<PortId> = (32..64).map(|d| DefaultPort::FlowHash.pick(r.next_hops(leaf(0), d), d as u64, d, leaf(0))).collect();
+    assert!(hashed.len() < 32);
 }
 
 #[test]
@@ -57,7 +89,7 @@ fn fat_tree_k4_matches_al_fares() {
     // Inter-pod: 4 equal-cost paths = 2 up choices at edge x 2 at aggregation.
     let e = t.find("edge0_0").unwrap();
     assert_eq!(r.next_hops(e, 15).len(), 2);
-    assert_eq!(r.ecmp_path(&t, 0, 15, 7).unwrap().len(), 7);
+    assert_eq!(r.ecmp_path(&t, 0, 15, 7, DefaultPort::FlowHash).unwrap().len(), 7);
     let odd = build(&spec(r#"{"shape":{"kind":"fat_tree","k":5,"link_rate_bps":1,"link_delay_ps":0}}"#)).unwrap_err();
     assert_eq!(odd.field, "topology.k");
 }
@@ -76,7 +108,7 @@ fn dragonfly_is_fully_connected_between_groups() {
         }
     }
     // Minimal route between groups: at most local, global, local hops between routers.
-    assert!(r.ecmp_path(&t, 0, 71, 1).unwrap().len() <= 6);
+    assert!(r.ecmp_path(&t, 0, 71, 1, DefaultPort::FlowHash).unwrap().len() <= 6);
     let too_many = build(&spec(r#"{"shape":{"kind":"dragonfly","a":4,"g":10,"h":2,"p":2,"link_rate_bps":1,"global_rate_bps":1,"link_delay_ps":0}}"#)).unwrap_err();
     assert_eq!(too_many.field, "topology.g");
 }

@@ -81,7 +81,8 @@ def _pinned(spec: dict) -> dict[str, list[dict]]:
         members = [(h, False) for h in j["workers"]] + [(h, True) for h in j["servers"]]
         flows += [{"job": j["id"], "src": a, "src_server": sa, "dst": b, "dst_server": sb}
                   for a, sa in members for b, sb in members if a != b]
-    paths = json.loads(_core.ecmp_paths(json.dumps(spec["topology"]), json.dumps(flows)))
+    rule = spec["network"].get("default_port", "flow_hash")
+    paths = json.loads(_core.ecmp_paths(json.dumps(spec["topology"]), json.dumps(flows), rule))
     out: dict[str, list[dict]] = {}
     for f, path in zip(flows, paths):
         for here, nxt in zip((path or [])[1:-1], (path or [])[2:]):
@@ -136,6 +137,7 @@ def deploy(spec: dict, built: dict, used: list[str], address) -> Deployment:
         })
 
     dist = {n: _distances(adj, n, kind) for n in used + switches}
+    rule = spec["network"].get("default_port", "flow_hash")
     pinned = _pinned(spec)
     rate = {}
     for l in built["links"]:
@@ -158,7 +160,7 @@ def deploy(spec: dict, built: dict, used: list[str], address) -> Deployment:
             via = [p for p in adj[s] if kind[p] == "switch" and dist[n].get(p) == dist[n][s] - 1]
             routes.append({"dst": node_id[n], "via": [node_id[p] for p in via]})
         routes += [{"src": node_id[r["src"]], "dst": node_id[r["dst"]], "via": [node_id[r["via"]]]} for r in pinned.get(s, [])]
-        dep.fabrics[s] = {"ports": ports, "routes": routes, "jobs": dep.specs}
+        dep.fabrics[s] = {"ports": ports, "routes": routes, "jobs": dep.specs, "default_port": rule}
         if s in capacity:
             # Charged by the switch to what it aggregates, with the network's queue limits.
             dep.fabrics[s]["processing"] = {"rate_bps": capacity[s], "buffer_bytes": spec["network"]["buffer_bytes"],

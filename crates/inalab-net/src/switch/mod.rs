@@ -48,7 +48,7 @@ pub use control_plane::{DEFAULT_JOIN_WAIT, MAX_JOIN_WAIT, MAX_WORLD};
 use crate::service::{accept_loop, shut_down};
 use crate::fabric::{Processing, SwitchFabric};
 use crate::pace::{Pacer, ShapedQueue, WIRE_OVERHEAD_BYTES};
-use inalab_topo::ecmp_pick;
+use inalab_topo::DefaultPort;
 use crate::udp::{wait, TxBatch, Udp};
 use crate::NetError;
 use inalab_core::{frame, NodeId, Packet, PortId, Programs, SwitchAction, SwitchCtx, SwitchProgram, Time, TimerToken, GROUP};
@@ -328,6 +328,7 @@ struct Ctx<'a> {
     /// The port toward the upstream switch: the only one that leads up.
     up: Option<PortId>,
     now: Time,
+    default_port: DefaultPort,
 }
 
 impl SwitchCtx for Ctx<'_> {
@@ -357,6 +358,12 @@ impl SwitchCtx for Ctx<'_> {
     fn faces_up(&self, port: PortId) -> bool {
         self.up == Some(port)
     }
+    /// The fabric's default-port rule over the live next hops (listed in the order of the
+    /// simulator's ports); no adaptive routing here (the emulation routes by ECMP).
+    fn route_toward(&self, dst: NodeId) -> Option<(PortId, bool)> {
+        let hops = self.next_hops(dst);
+        (!hops.is_empty()).then(|| (self.default_port.pick_by_destination(hops, dst), false))
+    }
 }
 
 /// The data plane: everything the packet loop touches.
@@ -374,6 +381,8 @@ struct DataPlane {
     ecmp: HashMap<NodeId, Vec<PortId>>,
     /// The same, every one, whatever its link's state.
     ecmp_all: HashMap<NodeId, Vec<PortId>>,
+    /// Which next hop a packet takes ([`SwitchFabric::default_port`]).
+    default_port: DefaultPort,
     /// A static fabric's pinned routes: (source, destination) -> port.
     pinned: HashMap<(NodeId, NodeId), PortId>,
     /// Admitted jobs' fixed paths (a scheme's plan pins an endpoint's packets to them), at this
@@ -485,6 +494,7 @@ impl DataPlane {
                 }
             }
         }
+        self.default_port = f.default_port;
         if let Some(p) = f.processing {
             if p.rate_bps == 0 || p.buffer_bytes == 0 {
                 return Err(NetError::Config(format!("fabric: processing.rate_bps and processing.buffer_bytes must be positive, got {p:?}")));
@@ -558,7 +568,7 @@ impl DataPlane {
                 break;
             }
             self.timers.pop();
-            let ctx = Ctx { node: self.node, ports: &self.ports, routes: &self.routes, ecmp: &self.ecmp, up: self.default_route, now };
+            let ctx = Ctx { node: self.node, ports: &self.ports, routes: &self.routes, ecmp: &self.ecmp, up: self.default_route, now, default_port: self.default_port };
             // A program's panic is caught here, so it never takes the data plane or its lock
             // with it; a timer names no job, so only the count and message say it happened.
             if let Err(msg) = crate::guarded(|| self.program.on_timer(now, &ctx, token, &mut self.actions)) {
@@ -637,7 +647,7 @@ impl DataPlane {
             self.c.injected_drops += 1;
             return;
         }
-        let ctx = Ctx { node: self.node, ports: &self.ports, routes: &self.routes, ecmp: &self.ecmp, up: self.default_route, now };
+        let ctx = Ctx { node: self.node, ports: &self.ports, routes: &self.routes, ecmp: &self.ecmp, up: self.default_route, now, default_port: self.default_port };
         // Processing capacity: the packet takes its turn in the FIFO, and what the program does
         // with it leaves when the FIFO has served it (as the simulator's `ready`).
         let mut ready = None;
@@ -845,7 +855,7 @@ impl DataPlane {
             return Some(p);
         }
         match self.ecmp.get(&pkt.dst) {
-            Some(hops) if !hops.is_empty() => Some(ecmp_pick(hops, pkt.flow, self.node)),
+            Some(hops) if !hops.is_empty() => Some(self.default_port.pick(hops, pkt.flow, pkt.dst, self.node)),
             // Every next hop's link is down.
             Some(_) => None,
             None => self.default_route,
@@ -979,6 +989,7 @@ impl SwitchHandle {
             by_addr: HashMap::new(),
             routes: HashMap::new(),
             ecmp: HashMap::new(),
+            default_port: DefaultPort::FlowHash,
             ecmp_all: HashMap::new(),
             pinned: HashMap::new(),
             paths: HashMap::new(),
