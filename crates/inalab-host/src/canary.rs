@@ -65,15 +65,9 @@ pub struct CanaryConfig {
     pub max_attempts: u8,
     /// Blocks a sender has in flight at most (spec A8).
     pub window_blocks: u32,
-    /// Noise (Fig. 11, spec A28): before each packet, with this probability, the host's NIC
-    /// stalls `noise_ps` (later packets shift too).
-    pub noise_prob: f64,
-    pub noise_ps: Time,
     /// Rank 0 leads every block (an ablation the paper lacks, spec §3.3) instead of rank
     /// b mod N leading block b.
     pub single_leader: bool,
-    /// Seed of the noise draws (the protocol has no RNG of its own beyond this state).
-    pub seed: u64,
 }
 
 impl CanaryConfig {
@@ -86,9 +80,6 @@ impl CanaryConfig {
         }
         if self.max_attempts > 3 {
             return Err(ConfigError(format!("max_attempts {} does not fit the id's 2-bit attempt (0..=3)", self.max_attempts)));
-        }
-        if !(0.0..=1.0).contains(&self.noise_prob) {
-            return Err(ConfigError(format!("noise_prob {} is not a probability in [0, 1]", self.noise_prob)));
         }
         if self.window_blocks == 0 || self.rtx_timeout_ps == 0 {
             return Err(ConfigError("window_blocks and rtx_timeout_ps must be positive".into()));
@@ -155,7 +146,6 @@ struct Counters {
     restorations: u64,
     stale: u64,
     malformed: u64,
-    noise_stalls: u64,
     early: u64,
     early_dropped: u64,
     leader_failures: u64,
@@ -209,10 +199,6 @@ pub struct CanaryHost {
     deadlines: BTreeSet<(Time, u32)>,
     urgent: VecDeque<Packet>,
     events: VecDeque<HostEvent>,
-    /// Noise: the draw state, and until when the NIC stalls before its next packet (`None`:
-    /// not stalled), drawn as each packet leaves.
-    rng: u64,
-    stall: Option<Time>,
     rtt: RttEstimator,
     c: Counters,
 }
@@ -245,8 +231,6 @@ fn seq_of(block: u64) -> u32 {
 impl CanaryHost {
     pub fn new(cfg: CanaryConfig, rank: usize) -> Result<Self, ConfigError> {
         cfg.check()?;
-        // Each host's own noise stream.
-        let rng = inalab_core::splitmix64(cfg.seed ^ (rank as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let cfg_rto = cfg.rtx_timeout_ps;
         let me = *cfg.workers.get(rank).ok_or_else(|| ConfigError(format!("rank {rank} is not in 0..{}", cfg.workers.len())))?;
         Ok(CanaryHost {
@@ -265,8 +249,6 @@ impl CanaryHost {
             deadlines: BTreeSet::new(),
             urgent: VecDeque::new(),
             events: VecDeque::new(),
-            rng,
-            stall: None,
             rtt: RttEstimator::new(RttConfig {
                 initial_rto_ps: cfg_rto,
                 min_rto_ps: cfg_rto,
@@ -570,23 +552,6 @@ impl CanaryHost {
         }
     }
 
-    /// Noise (spec A28): as a packet leaves, whether the NIC stalls before the next one. It
-    /// is drawn here, not when the next packet is asked for, because a driver reads
-    /// `poll_timeout` after a packet is handed out (and not after `None`): the stall's end is
-    /// then a deadline it knows. The stall counts from this packet's start, so it is one
-    /// packet time shorter than `noise_ps` when the NIC was busy anyway.
-    fn draw_stall(&mut self, now: Time) {
-        if self.cfg.noise_prob <= 0.0 {
-            return;
-        }
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let u = (inalab_core::splitmix64(self.rng) >> 11) as f64 / (1u64 << 53) as f64;
-        if u < self.cfg.noise_prob {
-            self.stall = Some(now + self.cfg.noise_ps);
-            self.c.noise_stalls += 1;
-        }
-    }
-
     /// Whether `seq` is a block this host will lead once it submits its tensor.
     fn leads_later(&self, seq: u32) -> bool {
         if self.leading.contains_key(&seq) {
@@ -769,9 +734,6 @@ impl HostProtocol for CanaryHost {
     }
 
     fn handle_timeout(&mut self, now: Time) {
-        if self.stall.is_some_and(|s| s <= now) {
-            self.stall = None;
-        }
         while let Some(&(at, seq)) = self.deadlines.first() {
             if at > now {
                 break;
@@ -806,13 +768,7 @@ impl HostProtocol for CanaryHost {
     }
 
     fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
-        match self.stall {
-            Some(until) if now < until => return None,
-            Some(_) => self.stall = None,
-            None => {}
-        }
         if let Some(p) = self.urgent.pop_front() {
-            self.draw_stall(now);
             return Some(p);
         }
         if self.in_flight >= self.cfg.window_blocks {
@@ -828,16 +784,11 @@ impl HostProtocol for CanaryHost {
             s.sent_at = now;
         }
         self.arm(seq, at);
-        self.draw_stall(now);
         Some(p)
     }
 
     fn poll_timeout(&self) -> Option<Time> {
-        let deadline = self.deadlines.first().map(|d| d.0);
-        match (deadline, self.stall) {
-            (Some(d), Some(s)) => Some(d.min(s)),
-            (d, s) => d.or(s),
-        }
+        self.deadlines.first().map(|d| d.0)
     }
 
     fn poll_event(&mut self) -> Option<HostEvent> {
@@ -848,7 +799,6 @@ impl HostProtocol for CanaryHost {
         let c = &self.c;
         vec![
             ("sent", c.sent),
-            ("noise_stalls", c.noise_stalls),
             ("early_contributions", c.early),
             ("early_dropped", c.early_dropped),
             ("results", c.results),
@@ -882,10 +832,7 @@ mod tests {
             rtx_timeout_ps: 1_000_000,
             max_attempts: 3,
             window_blocks: 64,
-            noise_prob: 0.0,
-            noise_ps: 0,
             single_leader: false,
-            seed: 1,
         };
         (0..2).map(|r| CanaryHost::new(cfg.clone(), r).unwrap()).collect()
     }

@@ -14,7 +14,8 @@
 //!   robin over N trees (with `inalab_switch::StaticTreeSwitch`);
 //! - [`quant`]: fixed-point conversion (ATP's fixed scale, SwitchML's block exponents), and
 //!   [`Quantized`], the layer that applies it between an application and an INA protocol.
-//! - [`DatagramSender`] and [`DatagramSink`]: unreliable line-rate raw traffic.
+//! - [`DatagramSender`] and [`DatagramSink`]: unreliable line-rate raw traffic;
+//! - [`Noisy`]: host noise (a NIC stall or a delayed packet) around any of them.
 //!
 //! Building blocks:
 //! - [`Transport`]: reliable windowed message transport (a component the collectives embed);
@@ -37,6 +38,7 @@ mod dsa;
 mod error;
 mod grid;
 mod hierarchical;
+mod noise;
 mod ps;
 mod rina;
 mod ring;
@@ -57,6 +59,7 @@ pub use dsa::{dsa_priority, dsa_pool_slot_table, DsaConfig, DsaServer, DsaWorker
 pub use datagram::{DatagramConfig, DatagramSender, DatagramSink};
 pub use error::ConfigError;
 pub use hierarchical::HierarchicalAllreduce;
+pub use noise::{NoiseConfig, NoiseMode, Noisy};
 pub use ps::{PsConfig, PsServer, PsWorker};
 pub use quantize::{Quantization, Quantized};
 pub use static_tree::{StaticTreeConfig, StaticTreeHost, STATIC_TREE_BLOCK_VALUES};

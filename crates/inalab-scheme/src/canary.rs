@@ -9,6 +9,7 @@
 //! - block b is led by rank b mod N; the job id is the block ids' 8-bit tenant prefix.
 
 use crate::plan::{Range, check_servers, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
+use crate::noise;
 use crate::ring::worker_endpoints;
 use inalab_core::time::{MS, US};
 use inalab_core::{Admission, NodeId, SwitchProgram};
@@ -39,6 +40,18 @@ pub enum Leaders {
     Single,
 }
 
+/// How a switch picks the port toward a block's leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaderRouting {
+    /// Canary's own balancer: a hash of the leader's address, left above
+    /// `reroute_queue_bytes`.
+    Canary,
+    /// The network's routing, as for every other packet (the paper's SST: one adaptive
+    /// routing for all traffic): `network.default_port`, `network.routing` and its threshold.
+    Network,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CanaryIna {
@@ -51,15 +64,17 @@ pub struct CanaryIna {
     pub window_blocks: u32,
     pub table: TableMode,
     pub leaders: Leaders,
+    pub routing: LeaderRouting,
     pub reroute_queue_bytes: u64,
     pub noise_prob: f64,
     pub noise_ps: u64,
+    pub noise_mode: noise::Mode,
     pub scale: f64,
 }
 
 impl Default for CanaryIna {
     fn default() -> Self {
-        CanaryIna { header_bytes: 57, aggregation_timeout_ps: US, rtx_timeout_ps: MS, descriptor_lifetime_ps: 0, max_attempts: 3, window_blocks: 4096, table: TableMode::Hash, leaders: Leaders::RoundRobin, reroute_queue_bytes: 512 * 1024, noise_prob: 0.0, noise_ps: US, scale: inalab_host::quant::ATP_SCALE }
+        CanaryIna { header_bytes: 57, aggregation_timeout_ps: US, rtx_timeout_ps: MS, descriptor_lifetime_ps: 0, max_attempts: 3, window_blocks: 4096, table: TableMode::Hash, leaders: Leaders::RoundRobin, routing: LeaderRouting::Canary, reroute_queue_bytes: 512 * 1024, noise_prob: 0.0, noise_ps: US, noise_mode: noise::Mode::Stall, scale: inalab_host::quant::ATP_SCALE }
     }
 }
 
@@ -75,7 +90,7 @@ pub struct CanaryParams {
 /// for it: one unicast per host instead of a multicast).
 pub const LIFETIME_PER_RTX: u64 = 20;
 
-const PARAMS: [Param; 12] = [
+const PARAMS: [Param; 11] = [
     Param { name: "ina.header_bytes", default: "57", unit: "bytes", doc: "Bytes on the wire per packet besides its values (Canary §5.1: 19 B header + 14 B Ethernet + 24 B preamble, gap and FCS); a block is 256 values (1024 B), so a full packet is 1081 B.", range: Range::HEADER },
     Param { name: "ina.aggregation_timeout_ps", default: "1000000", unit: "ps", doc: "Aggregation window of a switch from a block's first packet; at its end the partial sum goes on toward the leader (Canary §3.1.1; 1 us, the memory model's value, spec A1).", range: Range::Int { min: inalab_core::time::NS, max: crate::plan::MAX_TIME_PS } },
     Param { name: "ina.rtx_timeout_ps", default: "1000000000", unit: "ps", doc: "A host asks a block's leader when the block's result is this late (Canary §6 suggests 2 RTTs; 1 ms where no loss is expected, spec A13): the least and the first timeout; it then follows the measured RTT (RFC 6298, up to 1000 x this) and doubles per expiry of a block (up to 64 x).", range: Range::TIME },
@@ -84,9 +99,8 @@ const PARAMS: [Param; 12] = [
     Param { name: "ina.window_blocks", default: "4096", unit: "blocks", doc: "Blocks a host has in flight at most (spec A8: 4 MiB of blocks; the paper sends at line rate); with table = \"static\" at most half the job's slice of the smallest table (a margin: a switch may still hold a block when its result reached a host).", range: Range::SLOTS },
     Param { name: "ina.table", default: "\"hash\"", unit: "", doc: "How a block finds its descriptor: \"hash\" = a hash of its id over the whole table (collisions are bypassed to the leader, which restores the subtree); \"static\" = an equal slice of the table per static job, no collisions (Canary §3.2.1, Fig. 10).", range: Range::Choice(&["hash", "static"]) },
     Param { name: "ina.leaders", default: "\"round_robin\"", unit: "", doc: "Who leads a block: \"round_robin\" = rank b mod N leads block b (Canary §3.1.4), spreading the leaders' links and the trees' roots; \"single\" = rank 0 leads every block (an ablation the paper lacks: its downlink then carries every block's partial sums).", range: Range::Choice(&["round_robin", "single"]) },
-    Param { name: "ina.reroute_queue_bytes", default: "524288", unit: "bytes", doc: "Canary's load balancer: a switch sends a block toward its leader on the up port the leader's address picks (the same at every switch, so partial sums meet), unless that port has more than this queued, then on the least queued (Canary §5.2: half the buffer; half of 1 MiB here, spec A17).", range: Range::Int { min: 0, max: 1 << 50 } },
-    Param { name: "ina.noise_prob", default: "0.0", unit: "", doc: "Host noise (Canary Fig. 11): before each packet, with this probability, a host's NIC stalls ina.noise (later packets shift too); drawn from a stream seeded by the job and rank.", range: Range::Float { min: 0.0, max: 1.0 } },
-    Param { name: "ina.noise_ps", default: "1000000", unit: "ps", doc: "How long a noise stall lasts (Canary §5.2.5: 1 us).", range: Range::TIME_OR_ZERO },
+    Param { name: "ina.routing", default: "\"canary\"", unit: "", doc: "How a switch picks the port toward a block's leader: \"canary\" = Canary's own load balancer (ina.reroute_queue); \"network\" = the network's routing, as every other packet (network.default_port, network.routing and network.adaptive_threshold; the paper's SST network routes all traffic by one adaptive rule, §5.1). Either way the default port depends on the leader alone, the same at every switch, so partial sums meet.", range: Range::Choice(&["canary", "network"]) },
+    Param { name: "ina.reroute_queue_bytes", default: "524288", unit: "bytes", doc: "With ina.routing = \"canary\", Canary's load balancer: a switch sends a block toward its leader on the up port the leader's address picks (the same at every switch, so partial sums meet), unless that port has more than this queued, then on the least queued (Canary §5.2: half the buffer; half of 1 MiB here, spec A17).", range: Range::Int { min: 0, max: 1 << 50 } },
     Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the hosts' float32 values (switches sum int32, Canary §6): error at most workers / (2 scale) per value.", range: Range::SCALE },
 ];
 
@@ -100,9 +114,6 @@ fn parse(config: &Value) -> Result<CanaryParams, PlanError> {
     }
     if i.aggregation_timeout_ps == 0 || i.rtx_timeout_ps == 0 {
         return Err(PlanError::new(if i.aggregation_timeout_ps == 0 { "ina.aggregation_timeout_ps" } else { "ina.rtx_timeout_ps" }, "must be a positive duration"));
-    }
-    if !(0.0..=1.0).contains(&i.noise_prob) {
-        return Err(PlanError::new("ina.noise_prob", format!("{} is not a probability in [0, 1]", i.noise_prob)));
     }
     if i.max_attempts > 3 {
         return Err(PlanError::new("ina.max_attempts", format!("{}; the id's attempt field allows 0..=3", i.max_attempts)));
@@ -121,7 +132,7 @@ impl Scheme for Canary {
         "Canary: allreduce on dynamic trees the switches build per block toward a per-block leader host, with timeouts, stragglers and collision restoration"
     }
     fn params(&self) -> Vec<Param> {
-        PARAMS.to_vec()
+        PARAMS.iter().chain(&noise::PARAMS).cloned().collect()
     }
     fn servers(&self) -> Servers {
         Servers::None
@@ -185,16 +196,14 @@ impl Scheme for Canary {
             rtx_timeout_ps: c.ina.rtx_timeout_ps,
             max_attempts: c.ina.max_attempts,
             window_blocks,
-            noise_prob: c.ina.noise_prob,
-            noise_ps: c.ina.noise_ps,
             single_leader: c.ina.leaders == Leaders::Single,
-            seed: inalab_core::splitmix64(job.id as u64 ^ 0xC0FF_EE00),
         };
         let err = |e: inalab_host::ConfigError| PlanError::new("workers", e.0);
         let mut plan = Plan::default();
         for (r, &h) in job.workers.iter().enumerate() {
             let host = CanaryHost::new(cfg.clone(), r).map_err(err)?;
-            let proto = Quantized::converting(Box::new(host), c.ina.scale, r, job.workers.len());
+            let noisy = noise::wrap(Box::new(host), c.ina.noise_prob, c.ina.noise_ps, c.ina.noise_mode, job.id, r);
+            let proto = Quantized::converting(noisy, c.ina.scale, r, job.workers.len());
             plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config: format!("{cfg:?} rank {r}") });
         }
         let lifetime = match c.ina.descriptor_lifetime_ps {
@@ -206,7 +215,7 @@ impl Scheme for Canary {
                 TableMode::Hash => None,
                 TableMode::Static => Some((index * slice_len(s), slice_len(s))),
             };
-            let adm = CanarySwitchJob { timeout_ps: c.ina.aggregation_timeout_ps, stale_ps: lifetime, slice, reroute_bytes: c.ina.reroute_queue_bytes };
+            let adm = CanarySwitchJob { timeout_ps: c.ina.aggregation_timeout_ps, stale_ps: lifetime, slice, reroute_bytes: (c.ina.routing == LeaderRouting::Canary).then_some(c.ina.reroute_queue_bytes) };
             plan.admissions.push(SwitchAdmission { switch: s, program: PROGRAM, state: Admission::new(adm), field: "ina" });
         }
         Ok(plan)

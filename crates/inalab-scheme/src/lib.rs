@@ -13,6 +13,7 @@ mod atp_tree;
 mod canary;
 mod dsa;
 mod grid;
+mod noise;
 mod plan;
 mod ps;
 pub mod registry;

@@ -13,6 +13,7 @@
 //!   network's static-tree jobs, block seq using slot seq mod slice; a host's window is at
 //!   most half the smallest slice (so a slot never serves two blocks, see the switch program).
 
+use crate::noise;
 use crate::plan::{Range, check_servers, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
 use crate::ring::worker_endpoints;
 use inalab_core::time::MS;
@@ -36,11 +37,14 @@ pub struct StaticTreeIna {
     pub rtx_timeout_ps: u64,
     pub window_blocks: u32,
     pub scale: f64,
+    pub noise_prob: f64,
+    pub noise_ps: u64,
+    pub noise_mode: noise::Mode,
 }
 
 impl Default for StaticTreeIna {
     fn default() -> Self {
-        StaticTreeIna { trees: 1, header_bytes: 57, rtx_timeout_ps: MS, window_blocks: 4096, scale: inalab_host::quant::ATP_SCALE }
+        StaticTreeIna { trees: 1, header_bytes: 57, rtx_timeout_ps: MS, window_blocks: 4096, scale: inalab_host::quant::ATP_SCALE, noise_prob: 0.0, noise_ps: inalab_core::time::US, noise_mode: noise::Mode::Stall }
     }
 }
 
@@ -184,7 +188,7 @@ impl Scheme for StaticTree {
         "Static-tree in-network allreduce (Canary's baselines): blocks summed up fixed trees rooted at random spines, round robin over ina.trees trees, results multicast down the same tree"
     }
     fn params(&self) -> Vec<Param> {
-        PARAMS.to_vec()
+        PARAMS.iter().chain(&noise::PARAMS).cloned().collect()
     }
     fn servers(&self) -> Servers {
         Servers::None
@@ -228,7 +232,8 @@ impl Scheme for StaticTree {
         let mut plan = Plan::default();
         for (r, &h) in job.workers.iter().enumerate() {
             let host = StaticTreeHost::new(cfg.clone(), r).map_err(|e| PlanError::new("workers", e.0))?;
-            let proto = Quantized::converting(Box::new(host), c.ina.scale, r, job.workers.len());
+            let noisy = noise::wrap(Box::new(host), c.ina.noise_prob, c.ina.noise_ps, c.ina.noise_mode, job.id, r);
+            let proto = Quantized::converting(noisy, c.ina.scale, r, job.workers.len());
             plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config: format!("{cfg:?} rank {r}") });
         }
         for (s, roles) in trees.roles {

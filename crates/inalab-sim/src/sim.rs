@@ -14,7 +14,7 @@ use crate::wires::Wires;
 use crate::world::{Call, Owner, World};
 use crate::{Progress, SimError};
 use inalab_core::{Addressed, AppRequest, HostEvent, HostProtocol, NodeId, Packet, PortId, Programs, SwitchAction, SwitchCtx, SwitchProgram, Time, GROUP, NO_PATH};
-use inalab_topo::{ecmp_pick, Routes, Topology};
+use inalab_topo::{DefaultPort, Routes, Topology};
 use pfc::{Pfc, NO_INGRESS};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -168,6 +168,7 @@ pub struct Sim {
     pub(crate) topo: Topology,
     routes: Routes,
     routing: Routing,
+    default_port: DefaultPort,
     buffer: u64,
     ecn_threshold: u64,
     port_base: Vec<u32>,
@@ -216,6 +217,10 @@ struct Ctx<'a> {
     topo: &'a Topology,
     routes: &'a Routes,
     live: &'a Liveness,
+    /// The network's routing, for programs that route by it (`route_toward`).
+    default_port: DefaultPort,
+    /// Adaptive routing's queue limit in bytes; None under ECMP.
+    reroute_above: Option<f64>,
 }
 
 impl SwitchCtx for Ctx<'_> {
@@ -244,6 +249,18 @@ impl SwitchCtx for Ctx<'_> {
     fn faces_up(&self, port: PortId) -> bool {
         let peer = self.ports[port as usize].peer;
         self.topo.nodes[peer as usize].tier > self.topo.nodes[self.node as usize].tier
+    }
+    fn route_toward(&self, dst: NodeId) -> Option<(PortId, bool)> {
+        let hops = self.next_hops(dst);
+        if hops.is_empty() {
+            return None;
+        }
+        let default = self.default_port.pick_by_destination(hops, dst);
+        let port = match self.reroute_above {
+            None => default,
+            Some(limit) => adaptive_pick(default, hops, limit, |p| self.queue_bytes(p))?,
+        };
+        Some((port, port != default))
     }
 }
 
@@ -409,6 +426,7 @@ impl Sim {
             topo,
             routes,
             routing: net.routing,
+            default_port: net.default_port,
             buffer: net.buffer_bytes,
             ecn_threshold: net.ecn_threshold_bytes,
             port_base,
@@ -565,7 +583,7 @@ impl Sim {
                 let mut out = std::mem::take(&mut self.actions);
                 let base = self.port_base[switch as usize] as usize;
                 let n = self.topo.nodes[switch as usize].ports.len();
-                let ctx = Ctx { node: switch, now: self.now, ports: &self.ports[base..base + n], pfc: self.pfc.as_deref(), base, topo: &self.topo, routes: &self.routes, live: &self.live };
+                let ctx = Ctx { node: switch, now: self.now, ports: &self.ports[base..base + n], pfc: self.pfc.as_deref(), base, topo: &self.topo, routes: &self.routes, live: &self.live, default_port: self.default_port, reroute_above: self.reroute_above() };
                 self.switches[si].active().on_timer(self.now, &ctx, token, &mut out);
                 self.ingress = NO_INGRESS;
                 self.apply_actions(switch, self.now, 0, &mut out);
@@ -774,6 +792,13 @@ impl Sim {
             let owner = e.owner;
             self.on_host_event(host, owner, ev);
         }
+        self.arm(host, ep);
+    }
+
+    /// (Re-)arms an endpoint's timer at its `poll_timeout`, if that is earlier than the one
+    /// armed.
+    #[inline]
+    fn arm(&mut self, host: NodeId, ep: u16) {
         let now = self.now;
         let e = &mut self.hosts[host as usize].eps[ep as usize];
         if let Some(t) = e.proto.poll_timeout() {
@@ -824,7 +849,14 @@ impl Sim {
                     break;
                 }
             }
-            let Some((ep, mut pkt)) = got else { return };
+            let Some((ep, mut pkt)) = got else {
+                // A protocol may have taken a step without a packet to show for it (a noise
+                // layer holding the packet it drew): its timer must follow.
+                for i in 0..n {
+                    self.arm(host, i as u16);
+                }
+                return;
+            };
             if pkt.dst == GROUP {
                 pkt.path = self.hosts[host as usize].eps[ep as usize].tree;
             } else if pkt.path == NO_PATH {
@@ -938,7 +970,7 @@ impl Sim {
         let in_size = pkt.size as i64;
         let mut out = std::mem::take(&mut self.actions);
         let n = self.topo.nodes[node as usize].ports.len();
-        let ctx = Ctx { node, now: self.now, ports: &self.ports[base..base + n], pfc: self.pfc.as_deref(), base, topo: &self.topo, routes: &self.routes, live: &self.live };
+        let ctx = Ctx { node, now: self.now, ports: &self.ports[base..base + n], pfc: self.pfc.as_deref(), base, topo: &self.topo, routes: &self.routes, live: &self.live, default_port: self.default_port, reroute_above: self.reroute_above() };
         let sw = &mut self.switches[si];
         // Processing capacity (GRID's C_s, spec A8): a FIFO server for the packets the program
         // aggregates, marking ECN past the ECN threshold and dropping past the buffer (drop-tail
@@ -1075,6 +1107,14 @@ impl Sim {
         (k as i64, size * k as i64)
     }
 
+    /// Adaptive routing's queue limit in bytes (None under ECMP), as `route` applies it.
+    fn reroute_above(&self) -> Option<f64> {
+        match self.routing {
+            Routing::Ecmp => None,
+            Routing::Adaptive { threshold } => Some(threshold * self.buffer as f64),
+        }
+    }
+
     /// The egress port toward `pkt.dst`: the packet's fixed path if it has one, else ECMP or
     /// adaptive choice among the shortest-path ports whose link and peer are up. A flow keeps
     /// its ECMP port while that is up, so a failure moves only the flows it cuts.
@@ -1095,7 +1135,7 @@ impl Sim {
         if hops.is_empty() {
             return None;
         }
-        let mut default = ecmp_pick(hops, pkt.flow, node);
+        let mut default = self.default_port.pick(hops, pkt.flow, pkt.dst, node);
         let base = self.port_base[node as usize] as usize;
         if self.live.has_dead(node) {
             hops = self.live.next_hops(&self.routes, node, pkt.dst);
@@ -1103,7 +1143,7 @@ impl Sim {
                 return None;
             }
             if self.live.port_dead(base + default as usize) {
-                default = ecmp_pick(hops, pkt.flow, node);
+                default = self.default_port.pick(hops, pkt.flow, pkt.dst, node);
             }
         }
         match self.routing {

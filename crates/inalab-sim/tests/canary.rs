@@ -173,6 +173,60 @@ fn host_noise_makes_stragglers_and_sums_stay_exact() {
     assert!(r.jobs[0].jct_s.expect("finished") > 8.0 * 1e-6, "8 blocks, each after a 1 us stall: {}", r.jobs[0].jct_s.expect("finished"));
 }
 
+/// Fig. 11 read as the paper words it ("delays 10 % of the packets by 1 us"): in
+/// `noise_mode = "packet"` the drawn packet waits beside the NIC, which goes on. With every
+/// packet drawn a stall mode run takes a delay per packet; the packet mode run about one
+/// delay in all. Also the driver's side: a protocol that holds the packet it was asked for
+/// and returns none arms a timer the simulator must follow (without re-arming after an empty
+/// poll the job never finished).
+#[test]
+fn per_packet_noise_delays_the_drawn_packets_and_not_the_ones_behind() {
+    let run = |mode: &str, prob: f64| {
+        let ina = json!({"noise_prob": prob, "noise_mode": mode, "noise_ps": 10 * US});
+        let r = simulate(&canary_spec(star(4, US), vec![canary_job(0, hosts(0..4), 256 * 40, 1, ina)], 4096));
+        assert_exact(&r);
+        (r.jobs[0].jct_s.expect("finished"), host_counter(&r, "noise_delayed") + host_counter(&r, "noise_stalls"))
+    };
+    let (quiet, _) = run("packet", 0.0);
+    let (stall, stalls) = run("stall", 1.0);
+    let (packet, delayed) = run("packet", 1.0);
+    assert!(stalls >= 4 * 40 && delayed >= 4 * 40, "{stalls} {delayed}");
+    // At least 30 blocks per host (41 less the ones it leads), each after a 10 us stall.
+    assert!(stall > 290e-6, "{stall}");
+    // Every packet 10 us late, none behind another's delay: one delay and the barrier's.
+    assert!(packet < quiet + 25e-6, "{packet} vs {quiet} quiet");
+    let (some, _) = run("packet", 0.1);
+    assert!(some >= quiet && some < quiet + 25e-6, "{some} vs {quiet}");
+}
+
+/// The paper's network routes every packet by one rule (merlin's fat tree in SST: the
+/// destination modulo the up ports): with `ina.routing = "network"` and
+/// `network.default_port = "destination"`, a leaf's blocks toward the leaders of another
+/// leaf leave on as many up ports as that leaf has hosts. 4 leaves of 8 hosts, 8 spines, 256
+/// blocks led round robin (8 per host): every up link carries its even share, 24 partial sums
+/// (8 blocks of each of 3 other leaves' hosts on its index) and 8 results (its index's host as
+/// leader), and only stragglers' and collisions' extra packets (timing) on top; Canary's own
+/// balancer hashes the leaders' addresses and leaves some links below that share, others at
+/// several times it.
+#[test]
+fn destination_routing_spreads_the_leaders_over_the_up_links() {
+    const FULL: u64 = 1081;
+    let run = |routing: &str, rule: &str| {
+        let mut s = canary_spec(leaf_spine_100g(4, 8, 8), vec![canary_job(0, hosts(0..32), 256 * 32 * 8, 1, json!({"routing": routing}))], 4096);
+        s["network"]["default_port"] = json!(rule);
+        let r = simulate(&s);
+        assert_exact(&r);
+        let up: Vec<u64> = r.links.iter().filter(|l| l.src.starts_with("leaf") && l.dst.starts_with("spine")).map(|l| l.tx_bytes).collect();
+        assert_eq!(up.len(), 32);
+        (*up.iter().min().unwrap(), *up.iter().max().unwrap(), counter(&r, "rerouted"))
+    };
+    let (lo, hi, rerouted) = run("network", "destination");
+    assert!(lo >= 32 * FULL && hi < 48 * FULL, "up links carry {lo}..{hi} B");
+    assert_eq!(rerouted, 0, "ECMP network: nothing leaves its default port");
+    let (lo, hi, _) = run("canary", "flow_hash");
+    assert!(lo < 24 * FULL && hi > 60 * FULL, "Canary's own hash: {lo}..{hi} B");
+}
+
 #[test]
 fn a_leader_behind_its_peers_keeps_their_contributions() {
     // Workers up to 5 us apart over 4 iterations: a block's contributions can reach its

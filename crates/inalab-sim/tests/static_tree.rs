@@ -171,3 +171,22 @@ fn canary_fat_tree_512_workers_4_mib() {
         println!("trees = {trees}: {:.1} Gbps goodput, JCT {:.1} us, {} events, wall {wall:.2} s", j.goodput_gbps.expect("finished"), j.jct_s.expect("finished") * 1e6, r.events);
     }
 }
+
+/// The static trees get Canary's noise (Fig. 11 compares them under the same noise): the same
+/// parameters, draws and modes, and sums stay exact.
+#[test]
+fn static_trees_take_the_same_host_noise() {
+    let run = |mode: &str, prob: f64| {
+        let ina = json!({"trees": 2, "noise_prob": prob, "noise_mode": mode, "noise_ps": 10 * US});
+        let r = simulate(&tree_spec(leaf_spine_100g(2, 2, 4), vec![tree_job(0, hosts(0..8), 256 * 40, 1, ina)], 4096));
+        assert_exact(&r);
+        assert_eq!(host_counter(&r, "noise_held"), 0);
+        (r.jobs[0].jct_s.expect("finished"), host_counter(&r, "noise_delayed") + host_counter(&r, "noise_stalls"))
+    };
+    let (quiet, none) = run("stall", 0.0);
+    let (stall, stalls) = run("stall", 0.5);
+    let (packet, delayed) = run("packet", 0.5);
+    assert_eq!(none, 0);
+    assert!(stalls > 100 && delayed > 100, "{stalls} {delayed}");
+    assert!(stall > quiet + 100e-6 && packet < quiet + 25e-6, "quiet {quiet}, stall {stall}, packet {packet}");
+}
