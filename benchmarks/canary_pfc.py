@@ -10,7 +10,7 @@ sending 1 MiB messages at line rate to random peers among themselves, adaptive r
 512 KiB threshold. `drop_tail` is the reproductions' earlier fabric (64 MiB buffers, effectively
 lossless but deep-queued); `pfc` (the reproductions' default now) is `network.flow_control = "pfc"` with the defaults (xoff
 64 KiB, xon 32 KiB). Printed per run: the allreduce's goodput, Canary's stragglers, PAUSE
-frames sent, the deepest switch queue, the background's delivered rate (its receivers' bytes
+frames sent, the network's reroutes (`rerouted_network`), the deepest switch queue, the background's delivered rate (its receivers' bytes
 over the allreduce's runtime) and the simulator's wall time.
 """
 
@@ -67,6 +67,7 @@ def run(scheme: str, size: str, flow_control: str, seed: int, setup: str = "inal
     return {"setup": setup, "size": size, "scheme": scheme, "flow_control": flow_control, "seed": seed,
             "goodput_gbps": round(row["goodput_gbps"], 1), "runtime_us": round(row["runtime_us"]),
             "stragglers": row["stragglers"], "collisions": row["collisions"], "rerouted": row["rerouted"],
+            "rerouted_network": int(sum(c.get("rerouted_network", 0) for c in r.switches["counters"])),
             "pfc_pauses": row["pfc_pauses"], "max_queue_kb": round(row["max_queue_bytes"] / 1000),
             "drops_queue": row["drops_queue"], "background_gbps": round(bg_bytes * 8 / (row["runtime_us"] * 1e-6) / 1e9),
             "util_mean": round(row["util_mean"], 3), "wall_s": round(wall, 2), "finished": row["finished"]}

@@ -120,7 +120,8 @@ SWITCHES: dict[str, Column] = {
                                       "frees its own)."),
     "counters": ("table", "The program's counters by name (docs/runtime.md, \"Counters\", and each scheme's docs), plus the "
                           "driver's: `drops_no_route`, `drops_processing` (with `network.switch_capacity`), `drops_unadmitted`, "
-                          "`drops_node_failed`, `drops_link_failed`, `restarts` (failures only), `pfc_*` (PFC only)."),
+                          "`drops_node_failed`, `drops_link_failed`, `restarts` (failures only), `pfc_*` (PFC only), `rerouted_network` "
+                          "(adaptive routing only: packets sent off their default port)."),
 }
 
 HOSTS: dict[str, Column] = {

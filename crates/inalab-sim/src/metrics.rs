@@ -113,6 +113,10 @@ impl Sim {
             let ports = &self.ports[base..base + self.topo.nodes[node as usize].ports.len()];
             let mut counters: BTreeMap<String, u64> = sw.active_ref().counters().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
             counters.insert("drops_no_route".into(), sw.drops_no_route);
+            if matches!(self.routing, crate::spec::Routing::Adaptive { .. }) {
+                // The network's own reroutes (a program's, Canary's `rerouted`, are its own).
+                counters.insert("rerouted_network".into(), sw.rerouted);
+            }
             if sw.capacity_bps.is_some() {
                 counters.insert("drops_processing".into(), sw.drops_processing);
             }

@@ -101,6 +101,8 @@ pub(crate) struct SwitchState {
     pub absorbed: u64,
     pub drops_program: u64,
     pub drops_no_route: u64,
+    /// Packets adaptive routing sent off their default port (reported under adaptive routing).
+    pub rerouted: u64,
     /// Packets refused by a full processing queue (`capacity_bps`).
     pub drops_processing: u64,
     /// INA packets from a host port for a job that host is not part of (admission filtering,
@@ -167,7 +169,7 @@ pub struct Sim {
     pub(crate) q: EventQueue,
     pub(crate) topo: Topology,
     routes: Routes,
-    routing: Routing,
+    pub(crate) routing: Routing,
     default_port: DefaultPort,
     buffer: u64,
     ecn_threshold: u64,
@@ -369,6 +371,7 @@ impl Sim {
                 absorbed: 0,
                 drops_program: 0,
                 drops_no_route: 0,
+                rerouted: 0,
                 drops_processing: 0,
                 drops_unadmitted: 0,
                 aggregators_released: 0,
@@ -1041,7 +1044,10 @@ impl Sim {
                     outs += 1;
                     out_bytes += pkt.size as i64;
                     match self.route(node, &pkt) {
-                        Some(port) => self.egress(node, port, pkt, ready),
+                        Some((port, moved)) => {
+                            self.switches[si].rerouted += moved as u64;
+                            self.egress(node, port, pkt, ready)
+                        }
                         None => {
                             self.switches[si].drops_no_route += 1;
                             self.dropped(&pkt);
@@ -1116,15 +1122,16 @@ impl Sim {
     }
 
     /// The egress port toward `pkt.dst`: the packet's fixed path if it has one, else ECMP or
-    /// adaptive choice among the shortest-path ports whose link and peer are up. A flow keeps
-    /// its ECMP port while that is up, so a failure moves only the flows it cuts.
+    /// adaptive choice among the shortest-path ports whose link and peer are up, and whether
+    /// adaptive routing moved it off its default port. A flow keeps its ECMP port while that is
+    /// up, so a failure moves only the flows it cuts.
     #[inline]
-    fn route(&self, node: NodeId, pkt: &Packet) -> Option<PortId> {
+    fn route(&self, node: NodeId, pkt: &Packet) -> Option<(PortId, bool)> {
         if pkt.path != NO_PATH {
             if let Some(p) = self.paths.get(pkt.path as usize) {
                 let hop = pkt.hop as usize;
                 if p.nodes.get(hop) == Some(&node) && hop < p.ports.len() {
-                    return Some(p.ports[hop]);
+                    return Some((p.ports[hop], false));
                 }
             }
         }
@@ -1146,8 +1153,8 @@ impl Sim {
                 default = self.default_port.pick(hops, pkt.flow, pkt.dst, node);
             }
         }
-        match self.routing {
-            Routing::Ecmp => Some(default),
+        let port = match self.routing {
+            Routing::Ecmp => return Some((default, false)),
             Routing::Adaptive { threshold } => {
                 let limit = threshold * self.buffer as f64;
                 // One instance per mode: a branch inside the queue read kept the drop-tail
@@ -1160,7 +1167,8 @@ impl Sim {
                     }),
                 }
             }
-        }
+        }?;
+        Some((port, port != default))
     }
 
     fn egress(&mut self, node: NodeId, port: PortId, mut pkt: Packet, ready: Time) {

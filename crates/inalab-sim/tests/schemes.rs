@@ -150,6 +150,17 @@ fn adaptive_routing_spreads_load_on_congested_uplinks() {
     assert!(finish(&adaptive) <= finish(&ecmp) * 1.001, "adaptive {} vs ecmp {}", finish(&adaptive), finish(&ecmp));
     let up = |r: &inalab_sim::SimResult| r.links.iter().filter(|l| l.src == "leaf0" && l.dst.starts_with("spine") && l.tx_bytes > 0).count();
     assert_eq!(up(&adaptive), 4, "adaptive routing uses every uplink");
+    // The network's own reroutes are counted at the switch that made them (adaptive only).
+    let leaf0 = |r: &inalab_sim::SimResult| r.switches.iter().find(|s| s.name == "leaf0").unwrap().counters.clone();
+    assert!(leaf0(&adaptive)["rerouted_network"] > 0);
+    assert!(!leaf0(&ecmp).contains_key("rerouted_network"));
+    // The destination rule: h8..h15 modulo 4 up ports, two flows on each, equal bytes.
+    let mut s = spec(topo.clone(), vec![], flows.clone());
+    s["network"]["default_port"] = json!("destination");
+    let r = simulate(&s);
+    let bytes: Vec<u64> = r.links.iter().filter(|l| l.src == "leaf0" && l.dst.starts_with("spine")).map(|l| l.tx_bytes).collect();
+    assert_eq!(bytes.len(), 4);
+    assert!(bytes.iter().all(|&b| b == bytes[0] && b >= 4_000_000), "{bytes:?}");
 }
 
 #[test]
