@@ -1153,20 +1153,15 @@ impl Sim {
                 default = self.default_port.pick(hops, pkt.flow, pkt.dst, node);
             }
         }
-        let port = match self.routing {
-            Routing::Ecmp => return Some((default, false)),
-            Routing::Adaptive { threshold } => {
-                let limit = threshold * self.buffer as f64;
-                // One instance per mode: a branch inside the queue read kept the drop-tail
-                // one from being inlined (1 % more instructions on the Canary benchmark).
-                match &self.pfc {
-                    None => adaptive_pick(default, hops, limit, |p| self.ports[base + p as usize].backlog(self.now)),
-                    Some(pfc) => adaptive_pick(default, hops, limit, |p| {
-                        let pi = base + p as usize;
-                        self.ports[pi].backlog(self.now) + pfc.waiting(pi)
-                    }),
-                }
-            }
+        let Some(limit) = self.reroute_above() else { return Some((default, false)) };
+        // One instance per mode: a branch inside the queue read kept the drop-tail one from
+        // being inlined (1 % more instructions on the Canary benchmark).
+        let port = match &self.pfc {
+            None => adaptive_pick(default, hops, limit, |p| self.ports[base + p as usize].backlog(self.now)),
+            Some(pfc) => adaptive_pick(default, hops, limit, |p| {
+                let pi = base + p as usize;
+                self.ports[pi].backlog(self.now) + pfc.waiting(pi)
+            }),
         }?;
         Some((port, port != default))
     }

@@ -7,6 +7,15 @@ fn spec(json: &str) -> TopologySpec {
 
 const G100: u64 = 100_000_000_000;
 
+/// Canary's 1024-host leaf-spine: 32 leaves of 32 hosts, 32 spines, 64-port switches.
+fn canary_leaf_spine() -> Topology {
+    build(&spec(&format!(
+        r#"{{"shape":{{"kind":"leaf_spine","leaves":32,"spines":32,"hosts_per_leaf":32,"switch_ports":64,
+        "host_rate_bps":{G100},"fabric_rate_bps":{G100},"link_delay_ps":500000}}}}"#
+    )))
+    .unwrap()
+}
+
 #[test]
 fn star_counts_and_routes() {
     let t = build(&spec(r#"{"shape":{"kind":"star","hosts":16,"switch_ports":64,"link_rate_bps":100000000000,"link_delay_ps":1000000}}"#)).unwrap();
@@ -28,11 +37,7 @@ fn star_with_more_hosts_than_ports_names_the_field() {
 
 #[test]
 fn canary_fat_tree_has_1024_hosts_and_32_way_ecmp() {
-    let t = build(&spec(&format!(
-        r#"{{"shape":{{"kind":"leaf_spine","leaves":32,"spines":32,"hosts_per_leaf":32,"switch_ports":64,
-        "host_rate_bps":{G100},"fabric_rate_bps":{G100},"link_delay_ps":500000}}}}"#
-    )))
-    .unwrap();
+    let t = canary_leaf_spine();
     assert_eq!(t.hosts, 1024);
     assert_eq!(t.nodes.len(), 1024 + 64);
     let r = Routes::compute(&t);
@@ -52,11 +57,7 @@ fn canary_fat_tree_has_1024_hosts_and_32_way_ecmp() {
 /// port toward a host is the same at every leaf, so partial sums toward it meet at one spine.
 #[test]
 fn destination_rule_spreads_a_leafs_hosts_over_every_up_port() {
-    let t = build(&spec(&format!(
-        r#"{{"shape":{{"kind":"leaf_spine","leaves":32,"spines":32,"hosts_per_leaf":32,"switch_ports":64,
-        "host_rate_bps":{G100},"fabric_rate_bps":{G100},"link_delay_ps":500000}}}}"#
-    )))
-    .unwrap();
+    let t = canary_leaf_spine();
     let r = Routes::compute(&t);
     let leaf = |i: u32| t.find(&format!("leaf{i}")).unwrap();
     for target in [1u32, 17, 31] {
