@@ -315,3 +315,20 @@ fn a_single_leader_sums_exactly_and_takes_every_block_on_its_link() {
     assert!(into("h0") * 15 > others * 2, "h0 gets {} bytes, the others {} in total", into("h0"), others);
 }
 
+
+#[test]
+fn one_leader_for_a_whole_window_on_a_lossless_fabric_never_reissues() {
+    // Issue #40 item 5. One leader takes every block of a 4096-block window (4 MiB) from 63
+    // peers, so its downlink queues results for milliseconds although nothing is lost. With a
+    // first timeout of 1 ms per block the queued blocks timed out, each re-issue added to the
+    // queue, and the run never ended (10,041 re-issues at 64 hosts); a block's first timeout
+    // now restarts while Results keep coming.
+    let mut s = canary_spec(leaf_spine_100g(8, 8, 8), vec![canary_job(0, hosts(0..64), 1 << 20, 1, json!({"leaders": "single"}))], 32768);
+    s["network"]["flow_control"] = json!({"kind": "pfc", "xoff_bytes": 65536, "xon_bytes": 32768});
+    s["payload"] = json!(false);
+    let r = simulate(&s);
+    assert!(r.jobs[0].finished, "{}", r.stopped_by);
+    assert_eq!(host_counter(&r, "reissues"), 0);
+    assert!(host_counter(&r, "timeouts_deferred") > 0, "the first timeouts were reached and deferred");
+    assert!(r.switches.iter().all(|s| s.aggregators_end == 0));
+}
