@@ -96,10 +96,10 @@ LINKS: dict[str, Column] = {
     "drops_loss": ("packets", "Packets lost to injected loss (`network.link_loss`, `network.host_loss`)."),
     "ecn_marks": ("packets", "Packets ECN-marked on enqueue (queue above `network.ecn_threshold`)."),
     "max_queue_bytes": ("bytes", "The sending port's deepest queue."),
-    "pfc_pauses": ("count", "PFC only: times the sender was paused by the receiver."),
-    "pfc_paused_s": ("s", "PFC only: how long the sender was paused in all."),
-    "pfc_pauses_sent": ("count", "PFC only: PAUSE frames the receiving switch sent over this link."),
-    "pfc_max_ingress_bytes": ("bytes", "PFC only: the most bytes from this link held at the receiver at once (0 at a host)."),
+    "pfc_pauses": ("count", "PFC or credits only: times the sender was paused by the receiver (credits: times its next packet waited for credits)."),
+    "pfc_paused_s": ("s", "PFC or credits only: how long the sender was paused (waited for credits) in all."),
+    "pfc_pauses_sent": ("count", "PFC or credits only: PAUSE frames the receiving switch sent over this link (0 under credits)."),
+    "pfc_max_ingress_bytes": ("bytes", "PFC or credits only: the most bytes from this link held at the receiver at once (0 at a host; at most `network.credit_buffer` under credits)."),
 }
 
 SWITCHES: dict[str, Column] = {
@@ -120,7 +120,7 @@ SWITCHES: dict[str, Column] = {
                                       "frees its own)."),
     "counters": ("table", "The program's counters by name (docs/runtime.md, \"Counters\", and each scheme's docs), plus the "
                           "driver's: `drops_no_route`, `drops_processing` (with `network.switch_capacity`), `drops_unadmitted`, "
-                          "`drops_node_failed`, `drops_link_failed`, `restarts` (failures only), `pfc_*` (PFC only), `rerouted_network` "
+                          "`drops_node_failed`, `drops_link_failed`, `restarts` (failures only), `pfc_*` (PFC or credits only), `rerouted_network` "
                           "(adaptive routing only: packets sent off their default port)."),
 }
 
@@ -133,7 +133,7 @@ HOSTS: dict[str, Column] = {
     "drops_loss": ("packets", "Packets lost to injected loss on its link (emulation: its socket's receive-buffer drops)."),
     "drops_no_endpoint": ("packets", "Packets for a port no endpoint listens on."),
     "counters": ("table", "Its protocols' counters by name (resends, timeouts, ...; each scheme's docs), plus the driver's: "
-                          "`drops_link_failed`, `drops_host_failed` and `failed_at_ns` (failures only), `pfc_*` (PFC only), "
+                          "`drops_link_failed`, `drops_host_failed` and `failed_at_ns` (failures only), `pfc_*` (PFC or credits only), "
                           "`cpu_busy_ns` (with `network.host_costs`: its CPU's time on packets)."),
 }
 

@@ -326,16 +326,26 @@ class HostCost(_Model):
 
 class Network(_Model):
     buffer: Size = opt(
-        "1MiB", "Drop-tail buffer of every switch egress port (with flow_control = \"pfc\" nothing is dropped "
-        "and it is only the base of adaptive_threshold)."
+        "1MiB", "Drop-tail buffer of every switch egress port (with flow_control = \"pfc\" or \"credit\" nothing "
+        "is dropped and it is only the base of adaptive_threshold)."
     )
     ecn_threshold: Size = opt("200KB", "Queue length above which a packet is ECN-marked on enqueue.")
-    flow_control: Literal["drop_tail", "pfc"] = opt(
+    flow_control: Literal["drop_tail", "pfc", "credit"] = opt(
         "drop_tail", '"drop_tail": a switch egress port that is full drops; "pfc": a lossless fabric by '
         "802.1Qbb-style pause (one traffic class): a switch holding more than pfc_xoff bytes that came in "
         "through one port pauses the sender at the other end of that link (a switch port or a host NIC), one "
-        "link delay later, and resumes it at pfc_xon; nothing is dropped for lack of buffer, and the links' "
-        "results gain pfc_pauses, pfc_paused_s, pfc_pauses_sent and pfc_max_ingress_bytes."
+        "link delay later, and resumes it at pfc_xon; \"credit\": lossless by credits, as SST's merlin routers: a "
+        "port sends into a switch only while that switch holds less than credit_buffer bytes that came in "
+        "through the link, each credit coming back one link delay after its bytes left the switch. Either way "
+        "nothing is dropped for lack of buffer, the packets a switch makes of one packet (a multicast's copies) "
+        "are held once, and the links' results gain pfc_pauses (under credits: waits for credits), pfc_paused_s, "
+        "pfc_pauses_sent and pfc_max_ingress_bytes."
+    )
+    credit_buffer: Size = opt(
+        "14KB", 'Credits (flow_control = "credit"): the bytes a switch holds for each link into it, the most it '
+        "ever holds from that link (SST ember's default per-port buffer, defaultParams.py). A flow through a "
+        "buffer smaller than the credit loop (2 x link delay x rate, 7.5 KB at 100 Gbps and 300 ns) runs at "
+        "buffer / loop."
     )
     # xoff: the PAUSE threshold. What arrives after it is the headroom, 2 x link delay x rate +
     # about 2 MTU (25 KB + 3 KB at 100 Gbps and 1 us), so each ingress port of a switch holds at
@@ -397,9 +407,11 @@ class Network(_Model):
 
     @model_validator(mode="after")
     def _pfc_thresholds(self) -> "Network":
-        for name in ("pfc_xoff", "pfc_xon"):
-            if name in self.model_fields_set and self.flow_control != "pfc":
-                raise ConfigError(name, 'applies only with flow_control = "pfc"')
+        for name, needs in (("pfc_xoff", "pfc"), ("pfc_xon", "pfc"), ("credit_buffer", "credit")):
+            if name in self.model_fields_set and self.flow_control != needs:
+                raise ConfigError(name, f'applies only with flow_control = "{needs}"')
+        if not 0 < self.credit_buffer < 1 << 32:
+            raise ConfigError("credit_buffer", f"must be a size from 1 B to 4 GiB, got {self.credit_buffer} B")
         if self.pfc_xoff <= 0:
             raise ConfigError("pfc_xoff", f"must be a positive size, got {self.pfc_xoff} B")
         if self.pfc_xon > self.pfc_xoff:
@@ -410,6 +422,8 @@ class Network(_Model):
         """The spec's `flow_control`, or None for drop-tail (left out, so those specs are unchanged)."""
         if self.flow_control == "drop_tail":
             return None
+        if self.flow_control == "credit":
+            return {"kind": "credit", "buffer_bytes": self.credit_buffer}
         return {"kind": "pfc", "xoff_bytes": self.pfc_xoff, "xon_bytes": self.pfc_xon}
 
 
@@ -639,6 +653,12 @@ class Background(_Model):
         "derangement drawn for round r, so each host sends to one peer and receives from exactly one (Canary §5.2: "
         "\"each host sends to one random host and receives from another\").",
     )
+    closed_loop: bool = opt(
+        False, "false: a host starts a message every message time / load (at its line rate) whatever became of the "
+        "last, so a host its network slows builds a backlog of messages; true: it starts the next once the last has "
+        "left its NIC, after the idle time that load leaves (none at load 1), so it never has more than one message "
+        "outstanding.",
+    )
 
 
 class Flow(_Model):
@@ -783,7 +803,7 @@ class Scenario(_Model):
             spec["background"] = {
                 "hosts": _background_hosts(b, self.jobs, jobs, net),
                 "load": b.load, "message_bytes": b.message, "packet_bytes": b.packet, "start_ps": b.start,
-                "pattern": b.pattern,
+                "pattern": b.pattern, "closed_loop": b.closed_loop,
             }
         return spec
 

@@ -377,10 +377,18 @@ def test_flow_control_defaults_to_drop_tail_and_pfc_has_thresholds(star):
     assert load_scenario(star).to_spec()["network"]["flow_control"] == {"kind": "pfc", "xoff_bytes": 65536, "xon_bytes": 32768}
     star["network"] = {"flow_control": "pfc", "pfc_xoff": "100KB", "pfc_xon": "40KB"}
     assert load_scenario(star).to_spec()["network"]["flow_control"] == {"kind": "pfc", "xoff_bytes": 100_000, "xon_bytes": 40_000}
+    star["network"] = {"flow_control": "credit"}
+    assert load_scenario(star).to_spec()["network"]["flow_control"] == {"kind": "credit", "buffer_bytes": 14_000}
+    star["network"] = {"flow_control": "credit", "credit_buffer": "32KiB"}
+    assert load_scenario(star).to_spec()["network"]["flow_control"] == {"kind": "credit", "buffer_bytes": 32768}
 
 
 @pytest.mark.parametrize("network, field, words", [
-    ({"flow_control": "credit"}, "network.flow_control", ["'drop_tail'", "'pfc'", "credit"]),
+    ({"flow_control": "credits"}, "network.flow_control", ["'drop_tail'", "'pfc'", "'credit'"]),
+    ({"credit_buffer": "10KB"}, "network.credit_buffer", ['flow_control = "credit"']),
+    ({"flow_control": "pfc", "credit_buffer": "10KB"}, "network.credit_buffer", ['flow_control = "credit"']),
+    ({"flow_control": "credit", "credit_buffer": "0B"}, "network.credit_buffer", ["1 B to 4 GiB"]),
+    ({"flow_control": "credit", "credit_buffer": "5GiB"}, "network.credit_buffer", ["1 B to 4 GiB"]),
     ({"pfc_xoff": "10KB"}, "network.pfc_xoff", ['flow_control = "pfc"']),
     ({"flow_control": "drop_tail", "pfc_xon": "10KB"}, "network.pfc_xon", ['flow_control = "pfc"']),
     ({"flow_control": "pfc", "pfc_xon": "100KiB"}, "network.pfc_xon", ["at most pfc_xoff (65536 B)"]),
@@ -393,7 +401,7 @@ def test_bad_flow_control_names_the_field_and_allowed_values(star, network, fiel
     assert e.field == field and all(w in e.message for w in words), (e.field, e.message)
 
 
-def test_a_pfc_incast_loses_nothing_and_reports_pauses():
+def test_a_lossless_incast_loses_nothing_and_reports_pauses():
     import inalab
 
     flows = [{"src": f"h{i}", "dst": "h0", "size": "300KB"} for i in range(1, 9)]
@@ -408,6 +416,13 @@ def test_a_pfc_incast_loses_nothing_and_reports_pauses():
     assert (senders.pfc_pauses > 0).all() and (senders.pfc_paused_s > 0).all()
     assert senders.pfc_max_ingress_bytes.max() <= 65536 + 2 * 12_500 + 3 * 1500
     assert r.switches.counters[0]["pfc_pauses_sent"] == senders.pfc_pauses.sum()
+    # Credits: the same incast, nothing dropped, no switch holding more than its buffer per link.
+    s["network"] = {"flow_control": "credit", "credit_buffer": "14KB"}
+    r = inalab.simulate(s)
+    senders = r.links[(r.links.dst == "s0") & (r.links.src != "h0")]
+    assert r.links.drops_queue.sum() == 0 and (r.flows.bytes_received == 300_000).all()
+    assert (senders.pfc_pauses > 0).all() and senders.pfc_max_ingress_bytes.max() <= 14_000
+    assert (senders.pfc_pauses_sent == 0).all(), "credits send no PAUSE"
 
 
 def test_host_costs_reach_the_simulator_and_slow_a_cpu_bound_job(star):
@@ -476,3 +491,24 @@ def test_a_permutation_background_loads_every_receiver_alike():
     assert sum(uniform) == pytest.approx(sum(perm), rel=0.05), "the same offered load either way"
     with pytest.raises(ConfigError, match="background.pattern.*'uniform' or 'permutation'"):
         inalab.simulate({**base, "background": {**base["background"], "pattern": "perm"}})
+
+
+def test_a_closed_loop_background_never_has_more_than_one_message_outstanding():
+    """`background.closed_loop` (issue #40 item 3): on a lossless fabric a sender whose receiver
+    is shared is slowed; open loop it keeps starting messages on its clock and builds a
+    backlog, closed loop it starts the next only when the last has left its NIC."""
+    hosts = [f"h{i}" for i in range(2, 10)]
+    base = {"name": "bg", "topology": {"kind": "star", "hosts": 10, "link_rate": "10Gbps"},
+            "network": {"flow_control": "credit"},
+            "flows": [{"src": "h0", "dst": "h1", "size": "4MiB"}],
+            "background": {"hosts": hosts, "load": 1.0, "message": "64KiB"}}
+
+    def backlog(closed):
+        r = inalab.simulate({**base, "background": {**base["background"], "closed_loop": closed}})
+        h = r.hosts[r.hosts.name.isin(hosts)]
+        return [c["max_backlog_bytes"] for c in h.counters], int(h.rx_bytes.sum())
+
+    (open_, open_rx), (closed, closed_rx) = backlog(False), backlog(True)
+    assert max(open_) > 3 * 65536, open_
+    assert closed == [65536] * len(hosts), closed
+    assert 0.5 * open_rx < closed_rx <= open_rx * 1.01, "the same links, no more delivered"

@@ -38,12 +38,15 @@ pub struct DatagramSender {
     events: VecDeque<HostEvent>,
     tx_packets: u64,
     tx_bytes: u64,
+    /// Bytes submitted and not yet handed to the NIC, and the most there were at once.
+    backlog: u64,
+    max_backlog: u64,
 }
 
 impl DatagramSender {
     pub fn new(local: Endpoint, cfg: DatagramConfig) -> Result<Self, ConfigError> {
         ensure!(cfg.packet_bytes > 0, "packet_bytes must be positive");
-        Ok(DatagramSender { local, cfg, queue: VecDeque::new(), events: VecDeque::new(), tx_packets: 0, tx_bytes: 0 })
+        Ok(DatagramSender { local, cfg, queue: VecDeque::new(), events: VecDeque::new(), tx_packets: 0, tx_bytes: 0, backlog: 0, max_backlog: 0 })
     }
 }
 
@@ -55,7 +58,11 @@ impl HostProtocol for DatagramSender {
     fn submit(&mut self, _now: Time, req: AppRequest) {
         match req {
             AppRequest::Send { id, bytes: 0, .. } => self.events.push_back(HostEvent::Done { id, data: None }),
-            AppRequest::Send { id, dst, bytes } => self.queue.push_back(Outgoing { id, dst, left: bytes }),
+            AppRequest::Send { id, dst, bytes } => {
+                self.queue.push_back(Outgoing { id, dst, left: bytes });
+                self.backlog += bytes;
+                self.max_backlog = self.max_backlog.max(self.backlog);
+            }
             AppRequest::Allreduce { id, .. } => self.events.push_back(HostEvent::Failed {
                 id,
                 reason: "a datagram sender serves only Send requests".into(),
@@ -75,6 +82,7 @@ impl HostProtocol for DatagramSender {
         let mut pkt = Packet::new(l.host, l.port, m.dst.host, m.dst.port, size, Header::Raw);
         pkt.created = now;
         m.left -= size as u64;
+        self.backlog -= size as u64;
         if m.left == 0 {
             let id = m.id;
             self.queue.pop_front();
@@ -94,7 +102,7 @@ impl HostProtocol for DatagramSender {
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        vec![("tx_packets", self.tx_packets), ("tx_bytes", self.tx_bytes)]
+        vec![("tx_packets", self.tx_packets), ("tx_bytes", self.tx_bytes), ("max_backlog_bytes", self.max_backlog)]
     }
 }
 

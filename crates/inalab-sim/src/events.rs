@@ -22,6 +22,8 @@ pub enum Ev {
     /// the pausing port's generation when it was sent: a failure on that link or switch bumps
     /// it, which makes frames still on their way stale.
     Pause { port: u32, gen: u16, on: bool },
+    /// Credits: `bytes` of credits reach the sender of egress port `port`; `gen` as in `Pause`.
+    Credit { port: u32, gen: u16, bytes: u32 },
     /// Packets between co-located endpoints of a host wait to be delivered.
     Local { host: u32 },
     /// A host endpoint's protocol timer (stale ones are skipped by the handler).

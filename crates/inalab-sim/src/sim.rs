@@ -15,7 +15,7 @@ use crate::world::{Call, Owner, World};
 use crate::{Progress, SimError};
 use inalab_core::{Addressed, AppRequest, HostEvent, HostProtocol, NodeId, Packet, PortId, Programs, SwitchAction, SwitchCtx, SwitchProgram, Time, GROUP, NO_PATH};
 use inalab_topo::{DefaultPort, Routes, Topology};
-use pfc::{Pfc, NO_INGRESS};
+use pfc::{Mode, Pfc, NO_INGRESS};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use std::time::Instant;
@@ -38,6 +38,8 @@ pub(crate) struct HostState {
     nic_busy: bool,
     /// PFC: its switch paused it (`pfc.rs` keeps the pause's statistics).
     nic_paused: bool,
+    /// Credits: the packet its NIC took and waits to send for lack of credits.
+    credit_held: Option<Packet>,
     /// Round-robin cursor over endpoints when the NIC polls.
     rr: usize,
     pub rx_bytes: u64,
@@ -396,7 +398,7 @@ impl Sim {
             // Memory budgets are read when INA programs are installed (workload setup).
             switch_id(format!("network.switch_memory[{i}].switch"), &sm.switch)?;
         }
-        let pfc = match net.flow_control {
+        let mode = match net.flow_control {
             FlowControl::DropTail => None,
             FlowControl::Pfc { xoff_bytes, xon_bytes } => {
                 if xoff_bytes == 0 {
@@ -405,10 +407,20 @@ impl Sim {
                 if xon_bytes > xoff_bytes {
                     return Err(SimError::new("network.flow_control.xon_bytes", format!("must be at most xoff_bytes ({xoff_bytes} B), got {xon_bytes} B")));
                 }
-                let node_of_port = topo.nodes.iter().enumerate().flat_map(|(n, node)| std::iter::repeat_n(n as NodeId, node.ports.len())).collect();
-                Some(Box::new(Pfc::new(xoff_bytes, xon_bytes, node_of_port)))
+                Some(Mode::Pause { xoff: xoff_bytes, xon: xon_bytes })
+            }
+            FlowControl::Credit { buffer_bytes } => {
+                // Credits travel as u32 (an event stays 16 bytes).
+                if buffer_bytes == 0 || buffer_bytes > u32::MAX as u64 {
+                    return Err(SimError::new("network.flow_control.buffer_bytes", format!("must be a size from 1 B to 4 GiB, got {buffer_bytes} B")));
+                }
+                Some(Mode::Credit { buffer: buffer_bytes })
             }
         };
+        let pfc = mode.map(|mode| {
+            let node_of_port = topo.nodes.iter().enumerate().flat_map(|(n, node)| std::iter::repeat_n(n as NodeId, node.ports.len())).collect();
+            Box::new(Pfc::new(mode, node_of_port))
+        });
         let failures = crate::failures::resolve(&spec.failures, &topo)?;
         let live = Liveness::new(&topo, ports.len(), !failures.is_empty());
         let first_switch = topo.hosts;
@@ -550,6 +562,7 @@ impl Sim {
             Ev::TxDone { port } => self.pfc_tx_done(port as usize),
             Ev::PortReady { port } => self.pfc_port_ready(port as usize),
             Ev::Pause { port, gen, on } => self.pfc_frame(port as usize, gen, on),
+            Ev::Credit { port, gen, bytes } => self.credit_back(port as usize, gen, bytes),
             Ev::Local { host } => {
                 if self.live.node_is_down(host) {
                     // Sent and never delivered: lost with the host.
@@ -644,8 +657,10 @@ impl Sim {
             }
         }
         self.live.recompute(&self.topo, &self.routes, &self.port_base);
-        if down && self.pfc.is_some() {
-            self.pfc_failed(target);
+        if let Some(pfc) = &self.pfc {
+            if down || pfc.credit().is_some() {
+                self.pfc_failed(target);
+            }
         }
     }
 
@@ -883,32 +898,44 @@ impl Sim {
                 local.push_back(pkt);
                 continue;
             }
-            pkt.hop = 0;
-            let pi = self.port_base[host as usize] as usize;
-            // A failed link loses the packet anyway: no loss is drawn for it.
-            let down = self.live.link_is_down(self.ports[pi].link);
-            let lost = !down && (self.draw(self.hosts[host as usize].loss) || self.draw(self.ports[pi].loss));
-            let size = pkt.size;
-            // A CPU with a cost prepares the packet first; the NIC starts it when both are done.
-            let cpu = self.hosts[host as usize].cpu.as_mut();
-            let (ready, cost) = cpu.map_or((now, 0), |c| c.take(now, size));
-            match self.ports[pi].enqueue(now, ready, size, None, 0, lost, self.bin) {
-                // The NIC still serializes into a failed link, so a sender is not sped up.
-                Enqueued::Sent { .. } if down => self.failure_drop(host, Why::LinkFailed, &pkt),
-                Enqueued::Sent { arrival, .. } => self.put_on_wire(pi, arrival, pkt),
-                _ => self.dropped(&pkt),
+            // Credits: a NIC without them holds the packet (and stays busy) until they come.
+            if self.pfc.as_ref().is_some_and(|p| p.credit().is_some()) {
+                match self.credit_nic(host, pkt) {
+                    Some(p) => pkt = p,
+                    None => return,
+                }
             }
-            // The next packet is asked for when the CPU can prepare it by the time the NIC is
-            // free (its cost taken as this one's), so CPU and NIC work side by side; free hosts
-            // ask when the NIC is free.
-            let busy_until = self.ports[pi].busy_until;
-            let free_at = match self.hosts[host as usize].cpu {
-                Some(c) => c.free_at.max(busy_until.saturating_sub(cost)).max(now),
-                None => busy_until,
-            };
-            self.q.push(free_at, Ev::NicFree { host });
-            return;
+            return self.nic_send(host, pkt);
         }
+    }
+
+    /// The NIC puts `pkt` on its link (a busy NIC's next poll comes with its `NicFree`).
+    fn nic_send(&mut self, host: NodeId, mut pkt: Packet) {
+        let now = self.now;
+        pkt.hop = 0;
+        let pi = self.port_base[host as usize] as usize;
+        // A failed link loses the packet anyway: no loss is drawn for it.
+        let down = self.live.link_is_down(self.ports[pi].link);
+        let lost = !down && (self.draw(self.hosts[host as usize].loss) || self.draw(self.ports[pi].loss));
+        let size = pkt.size;
+        // A CPU with a cost prepares the packet first; the NIC starts it when both are done.
+        let cpu = self.hosts[host as usize].cpu.as_mut();
+        let (ready, cost) = cpu.map_or((now, 0), |c| c.take(now, size));
+        match self.ports[pi].enqueue(now, ready, size, None, 0, lost, self.bin) {
+            // The NIC still serializes into a failed link, so a sender is not sped up.
+            Enqueued::Sent { .. } if down => self.failure_drop(host, Why::LinkFailed, &pkt),
+            Enqueued::Sent { arrival, .. } => self.put_on_wire(pi, arrival, pkt),
+            _ => self.dropped(&pkt),
+        }
+        // The next packet is asked for when the CPU can prepare it by the time the NIC is
+        // free (its cost taken as this one's), so CPU and NIC work side by side; free hosts
+        // ask when the NIC is free.
+        let busy_until = self.ports[pi].busy_until;
+        let free_at = match self.hosts[host as usize].cpu {
+            Some(c) => c.free_at.max(busy_until.saturating_sub(cost)).max(now),
+            None => busy_until,
+        };
+        self.q.push(free_at, Ev::NicFree { host });
     }
 
     fn host_rx(&mut self, host: NodeId, pkt: Packet) {
@@ -950,7 +977,21 @@ impl Sim {
 
     // ---- switches ----------------------------------------------------------------------
 
-    fn switch_rx(&mut self, node: NodeId, in_port: PortId, mut pkt: Packet) {
+    fn switch_rx(&mut self, node: NodeId, in_port: PortId, pkt: Packet) {
+        // A failed switch returns no credits (its recovery resets them).
+        if self.pfc.as_ref().and_then(|p| p.credit()).is_none() || self.live.node_is_down(node) {
+            return self.switch_program(node, in_port, pkt);
+        }
+        // Credits: whatever the program makes of the packet, what it leaves uncharged to its
+        // ingress port goes back to the sender now.
+        let from = self.port_base[node as usize] as usize + in_port as usize;
+        self.credit_paid(from, pkt.size);
+        self.switch_program(node, in_port, pkt);
+        self.credit_settle(from);
+    }
+
+    /// A packet reaches switch `node`: admission, processing capacity, its program.
+    fn switch_program(&mut self, node: NodeId, in_port: PortId, mut pkt: Packet) {
         let si = (node - self.topo.hosts) as usize;
         if self.live.node_is_down(node) {
             return self.failure_drop(node, Why::NodeFailed, &pkt);
@@ -1021,6 +1062,7 @@ impl Sim {
         let si = (node - self.topo.hosts) as usize;
         let mut outs: i64 = 0;
         let mut out_bytes: i64 = 0;
+        self.pfc_share_open();
         for a in out.drain(..) {
             match a {
                 SwitchAction::Forward { port, pkt } => {
@@ -1058,9 +1100,7 @@ impl Sim {
                     let k = ports.len();
                     outs += k as i64;
                     out_bytes += (pkt.size as i64) * k as i64;
-                    if self.pfc.is_some() {
-                        self.pfc_multicast(node, &ports, pkt, ready);
-                    } else if let Some((&last, rest)) = ports.split_last() {
+                    if let Some((&last, rest)) = ports.split_last() {
                         for &p in rest {
                             self.egress(node, p, pkt.clone(), ready);
                         }
@@ -1084,6 +1124,7 @@ impl Sim {
                 }
             }
         }
+        self.pfc_share_close();
         let ins = if in_size > 0 { 1 } else { 0 };
         self.cons.created_packets += outs - ins;
         self.cons.created_bytes += out_bytes - in_size;
@@ -1226,7 +1267,7 @@ impl Sim {
             let (qn, qb) = pfc.in_flight();
             (n, b) = (n + qn, b + qb);
         }
-        self.hosts.iter().flat_map(|h| &h.local).fold((n, b), |(n, b), p| (n + 1, b + p.size as u64))
+        self.hosts.iter().flat_map(|h| h.local.iter().chain(&h.credit_held)).fold((n, b), |(n, b), p| (n + 1, b + p.size as u64))
     }
 }
 

@@ -113,6 +113,10 @@ pub enum FlowControl {
     /// the other end of that port's link, and resumes it when they fall to `xon_bytes`.
     /// Nothing is dropped for lack of buffer.
     Pfc { xoff_bytes: u64, xon_bytes: u64 },
+    /// Credit-based, as SST's merlin routers (`pfc.rs`): a port sends into a switch only while
+    /// that switch holds less than `buffer_bytes` that came in through the link, credits coming
+    /// back one link delay after the bytes leave it. Nothing is dropped for lack of buffer.
+    Credit { buffer_bytes: u64 },
 }
 
 /// `FlowControl` with errors that name the field (serde's alone do not).
@@ -235,6 +239,10 @@ pub struct BackgroundSpec {
     pub start_ps: u64,
     #[serde(default)]
     pub pattern: BackgroundPattern,
+    /// A host starts its next message when its last one has left its NIC (after the idle time
+    /// `load` leaves), instead of every message time / `load` whatever happened to the last.
+    #[serde(default)]
+    pub closed_loop: bool,
 }
 
 /// How a background message's receiver is chosen.

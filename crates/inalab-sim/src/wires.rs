@@ -131,14 +131,14 @@ impl<M: Copy> Fifos<M> {
         Some((meta, pkt, Some(next)))
     }
 
-    /// The head's time and `meta`, without taking it.
+    /// The head's time and size, without taking it.
     #[inline]
-    pub fn peek(&self, port: usize) -> Option<(Time, M)> {
+    pub fn peek(&self, port: usize) -> Option<(Time, u32)> {
         let f = &self.fifos[port];
         if f.len == 0 {
             return None;
         }
-        self.chunks[f.head as usize].slots[f.head_at as usize].as_ref().map(|&(t, m, _)| (t, m))
+        self.chunks[f.head as usize].slots[f.head_at as usize].as_ref().map(|(t, _, p)| (*t, p.size))
     }
 
     /// Bytes held by `port`'s FIFO.

@@ -186,7 +186,10 @@ pub struct FlowState {
 
 pub struct BackgroundState {
     hosts: Vec<NodeId>,
+    /// Open loop: message start to message start. Closed loop: the idle time after a message
+    /// left the NIC.
     gap: Vec<Time>,
+    closed_loop: bool,
     message_bytes: u64,
     rng: Xoshiro256PlusPlus,
     next_id: u64,
@@ -435,14 +438,17 @@ impl Workloads {
                 world.add_endpoint(h, Box::new(send), Owner::Background);
                 world.add_endpoint(h, Box::new(DatagramSink::new(Endpoint { host: h, port: BG_SINK_PORT })), Owner::Background);
                 let rate = world.topology().links[world.topology().nodes[h as usize].ports[0].link as usize].rate_bps;
-                // Message start to message start, so the offered load is `load` x line rate.
-                gap.push(inalab_core::time::serialization(bg.message_bytes, rate) as f64 / bg.load);
+                // Message start to message start, so the offered load is `load` x line rate;
+                // closed loop, the time left idle after each message for the same duty cycle.
+                let busy = inalab_core::time::serialization(bg.message_bytes, rate) as f64;
+                gap.push(if bg.closed_loop { busy / bg.load - busy } else { busy / bg.load });
                 world.schedule(bg.start_ps, Ev::Background { host: h });
             }
             self.background = Some(BackgroundState {
                 round_of: vec![0; hosts.len()],
                 hosts,
                 gap: gap.into_iter().map(|g| g.round() as Time).collect(),
+                closed_loop: bg.closed_loop,
                 message_bytes: bg.message_bytes,
                 rng: Xoshiro256PlusPlus::seed_from_u64(splitmix64(spec.seed ^ 0xB6)),
                 next_id: 0,
@@ -484,7 +490,14 @@ impl Workloads {
                     self.flow_sent(flow, world);
                 }
             }
-            Owner::FlowDst { .. } | Owner::Background => {}
+            // Closed loop: the sender finished a message (the sink reports `Received`).
+            Owner::Background => {
+                if let (HostEvent::Done { .. }, Some(bg)) = (&ev, self.background.as_ref().filter(|b| b.closed_loop)) {
+                    let i = bg.hosts.iter().position(|&h| h == host).expect("background host");
+                    world.schedule(world.now() + bg.gap[i], Ev::Background { host });
+                }
+            }
+            Owner::FlowDst { .. } => {}
         }
     }
 
@@ -771,9 +784,11 @@ impl Workloads {
         let (id, bytes, gap) = (bg.next_id, bg.message_bytes, bg.gap[i]);
         bg.next_id += 1;
         let ep = world.endpoint_index(host, BG_SEND_PORT).expect("background sender");
+        let closed = bg.closed_loop;
         world.submit(host, ep, AppRequest::Send { id, dst: Endpoint { host: dst, port: BG_SINK_PORT }, bytes });
-        let at = world.now() + gap;
-        world.schedule(at, Ev::Background { host });
+        if !closed {
+            world.schedule(world.now() + gap, Ev::Background { host });
+        }
     }
 
     // ---- completion -------------------------------------------------------------------------

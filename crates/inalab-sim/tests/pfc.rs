@@ -332,9 +332,9 @@ fn same_seed_same_result() {
 #[test]
 fn bad_values_name_the_field_and_the_allowed_ones() {
     let mut s = incast();
-    s["network"]["flow_control"] = json!({"kind": "credit"});
+    s["network"]["flow_control"] = json!({"kind": "credits"});
     let e = inalab_sim::parse_spec(&s.to_string()).unwrap_err().to_string();
-    assert!(e.contains("network.flow_control") && e.contains("drop_tail") && e.contains("pfc"), "{e}");
+    assert!(e.contains("network.flow_control") && e.contains("drop_tail") && e.contains("pfc") && e.contains("credit"), "{e}");
 
     let run_err = |fc: Value| {
         let mut s = incast();
@@ -400,4 +400,133 @@ fn a_spine_failing_under_pause_loses_its_queue_and_nothing_stalls() {
     assert_eq!(drops_queue(&r), 0);
     // After the failure everything goes through spine1, which keeps pausing.
     assert!(link(&r, "leaf1", "spine1").pfc_pauses.unwrap() > 0);
+}
+
+// ---- credits (`network.flow_control = "credit"`) -----------------------------------------
+
+/// SST ember's default per-port buffer (`defaultParams.py`: 14 KB).
+const CREDITS: u64 = 14_000;
+
+fn credit(mut s: Value, buffer: u64) -> Value {
+    s["network"]["flow_control"] = json!({"kind": "credit", "buffer_bytes": buffer});
+    s
+}
+
+/// No link into a switch ever has more than `buffer` bytes held at the switch.
+fn assert_bounded(r: &SimResult, buffer: u64) {
+    assert_eq!(drops_queue(r), 0, "nothing dropped for lack of buffer");
+    for l in r.links.iter().filter(|l| l.dst.starts_with('s') || l.dst.starts_with("leaf") || l.dst.starts_with("spine")) {
+        let held = l.pfc_max_ingress_bytes.expect("credit columns present");
+        assert!(held <= buffer, "{}->{}: {held} B held, buffer {buffer}", l.src, l.dst);
+    }
+}
+
+#[test]
+fn credits_never_drop_and_bound_every_ingress_by_its_buffer() {
+    let r = simulate(&credit(incast(), CREDITS));
+    assert_eq!(r.outcome, "completed");
+    assert_eq!(r.conservation.lost_packets, 0);
+    assert!(r.flows.iter().all(|f| f.bytes_received == FLOW));
+    assert_bounded(&r, CREDITS);
+    // The bound is reached: the senders wait for credits, the bottleneck stays busy.
+    for i in 1..17 {
+        let l = link(&r, &format!("h{i}"), "s0");
+        assert!(l.pfc_max_ingress_bytes.unwrap() > CREDITS / 2, "h{i}: {l:?}");
+        assert!(l.pfc_pauses.unwrap() > 0 && l.pfc_paused_s.unwrap() > 0.0, "h{i} waited for credits: {l:?}");
+    }
+    assert!(link(&r, "s0", "h0").utilization > 0.99);
+}
+
+/// One 1 MB flow h1 -> h0 through one switch with 1 us links and `buffer` bytes of credits:
+/// its rate in Gbps.
+fn one_flow_rate(buffer: u64) -> f64 {
+    let r = simulate(&credit(spec(star(2, US), vec![], vec![flow(1, 0, FLOW)]), buffer));
+    assert_bounded(&r, buffer);
+    let f = &r.flows[0];
+    assert_eq!(f.bytes_received, FLOW);
+    (FLOW - MTU) as f64 * 8.0 / (f.last_rx_s.unwrap() - f.first_rx_s.unwrap()) / 1e9
+}
+
+#[test]
+fn a_buffer_below_the_credit_loop_caps_a_flow_at_buffer_per_round_trip() {
+    // Credits come back one link delay after a packet leaves the switch, which it does one
+    // serialization after it arrived: the loop is 2 us + 2 x 120 ns. 14 KB per loop is 50
+    // Gbps; 64 KiB covers it (the flow runs at line rate).
+    let small = one_flow_rate(CREDITS);
+    let lp = 2e-6 + 2.0 * MTU as f64 * 8.0 / 1e11;
+    let want = (CREDITS / MTU * MTU) as f64 * 8.0 / lp / 1e9;
+    assert!((small - want).abs() < 0.05 * want, "{small:.1} Gbps, buffer / loop = {want:.1}");
+    let big = one_flow_rate(64 << 10);
+    assert!(big > 99.0, "{big:.1} Gbps");
+}
+
+#[test]
+fn waiting_for_credits_spreads_upstream_and_keeps_every_switch_within_its_buffer() {
+    let mut flows: Vec<Value> = (1..7).map(|i| flow(i, 0, 4 * FLOW)).collect();
+    flows.push(flow(7, 1, FLOW));
+    let r = simulate(&credit(spec(leaf_spine_100g(2, 1, 4), vec![], flows), CREDITS));
+    assert_eq!(r.outcome, "completed");
+    assert!(r.flows.iter().all(|f| f.bytes_received == f.bytes));
+    assert_bounded(&r, CREDITS);
+    for (a, b) in [("spine0", "leaf0"), ("leaf1", "spine0"), ("h4", "leaf1")] {
+        assert!(link(&r, a, b).pfc_pauses.unwrap() > 0, "{a}->{b} waited for credits: {:?}", link(&r, a, b));
+    }
+}
+
+#[test]
+fn canary_and_atp_sum_exactly_over_credits_with_background() {
+    let mut j = job(0, "canary", vec![], vec![], json!({"kind": "allreduce", "bytes": 4 * 50_000, "iterations": 2}));
+    j["ina"] = json!({});
+    let mut s = credit(with_background(j), CREDITS);
+    s["linger_ps"] = json!(1000 * US);
+    s["network"]["aggregator_memory_bytes"] = json!(4096 * 1060);
+    let r = simulate(&s);
+    assert_jobs_exact(&r);
+    assert_bounded(&r, CREDITS);
+    assert!(r.links.iter().any(|l| l.pfc_pauses.unwrap() > 0), "the background made ports wait");
+
+    let mut j = job(0, "atp", vec![], vec!["h15".into()], json!({"kind": "allreduce", "bytes": 4 * 50_000, "iterations": 2}));
+    j["ina"] = json!({"packet_bytes": 306, "header_bytes": 58, "hashing": "hash", "congestion_control": true, "timeout_ps": 200 * US});
+    let mut s = credit(with_background(j), CREDITS);
+    s["background"]["hosts"] = json!(["h2", "h3", "h6", "h7", "h10", "h11", "h14"]);
+    s["network"]["aggregator_memory_bytes"] = json!(1024 * 272);
+    let r = simulate(&s);
+    assert_jobs_exact(&r);
+    assert_bounded(&r, CREDITS);
+}
+
+#[test]
+fn credits_come_back_after_a_link_or_a_spine_fails() {
+    // h1's link fails for 30 us while it waits for credits: the credits in flight are lost,
+    // so unless the failure gives them back h1 never sends again.
+    let mut s = credit(spec(star(9, US), vec![], (1..9).map(|i| flow(i, 0, FLOW)).collect()), CREDITS);
+    s["failures"] = json!([{"link": ["h1", "s0"], "at_ps": 100 * US, "until_ps": 130 * US}]);
+    let r = simulate(&s);
+    assert_eq!(r.outcome, "completed", "every flow ended");
+    assert_eq!((r.conservation.in_flight_packets, r.conservation.in_flight_bytes), (0, 0));
+    assert!(r.flows[0].bytes_received > 0 && r.flows[0].bytes_received < FLOW);
+    assert!(r.flows[1..].iter().all(|f| f.bytes_received == FLOW));
+
+    let mut flows: Vec<Value> = (4..8).map(|i| flow(i, 0, 2 * FLOW)).collect();
+    flows.extend((1..4).map(|i| flow(i, 4 + i, 2 * FLOW)));
+    let mut s = credit(spec(leaf_spine_100g(2, 2, 4), vec![], flows), CREDITS);
+    s["failures"] = json!([{"node": "spine0", "at_ps": 50 * US, "until_ps": 80 * US}]);
+    let r = simulate(&s);
+    assert_eq!(r.outcome, "completed");
+    assert_eq!(r.conservation.in_flight_packets, 0);
+    assert_eq!(r.conservation.lost_packets, counter(&r, "drops_node_failed") + counter(&r, "drops_link_failed"), "every loss is the failure's");
+    assert_eq!(drops_queue(&r), 0);
+}
+
+#[test]
+fn a_bad_credit_buffer_names_the_field() {
+    for bad in [0u64, 1 << 33] {
+        let s = credit(incast(), bad);
+        let e = inalab_sim::run(&inalab_sim::parse_spec(&s.to_string()).expect("parses"), None).unwrap_err().to_string();
+        assert!(e.contains("network.flow_control.buffer_bytes") && e.contains("1 B to 4 GiB"), "{e}");
+    }
+    let a = simulate(&credit(incast(), CREDITS));
+    let b = simulate(&credit(incast(), CREDITS));
+    let bits = |r: &SimResult| serde_json::to_string(&SimResult { wall_s: 0.0, ..r.clone() }).unwrap();
+    assert_eq!(bits(&a), bits(&b), "same seed, same result");
 }

@@ -1,11 +1,13 @@
-//! PFC: a lossless fabric by hop-by-hop backpressure (802.1Qbb-style, one traffic class).
+//! Lossless fabrics: PFC (hop-by-hop pause, 802.1Qbb-style, one traffic class) and credits.
 //!
 //! The model. A switch counts, per ingress port, the bytes that came in through that port and
-//! are still at the switch (waiting in an egress queue or being sent). A packet a program emits
-//! is charged to the port of the packet it was handling; a packet a timer emits to none. A
-//! multicast is charged once, until its last copy has left, as a shared buffer stores it once
-//! (charging every copy in full made a static tree's root pause its children at every
-//! broadcast: a fifth of one tree's goodput on the 64-host Canary case). When a port's count
+//! are still at the switch (waiting in an egress queue or being sent). The packets a program
+//! emits while handling one packet are charged to that packet's port once, at the largest one's
+//! size, until the last of them has left, as a shared buffer stores a multicast once (charging
+//! every copy in full made a static tree's root pause its children at every broadcast: a fifth
+//! of one tree's goodput on the 64-host Canary case; ATP's copies to each worker are separate
+//! packets to the program, the same stored packet to the switch). A packet a timer emits is
+//! charged to none. Under PFC, when a port's count
 //! exceeds `xoff` the switch sends PAUSE to the node at the other end of that port's link, and
 //! RESUME once the count is back to `xon`.
 //! A frame takes effect one link delay after it is sent (its own serialization and its wait
@@ -20,6 +22,21 @@
 //! count. Queue lengths that programs, ECN and adaptive routing read are the bytes waiting
 //! plus the rest of the packet in service.
 //!
+//! Credits (`network.flow_control = "credit"`, what SST's merlin routers do). The same
+//! per-ingress-port count, with no PAUSE: a port sends into a switch only against credits, the
+//! bytes of that switch's buffer for its link. Sending a packet spends its size; the receiving
+//! switch returns credits (one link delay later) as the bytes charged to that ingress port
+//! leave it, and at once for what it takes in and sends nothing for (an aggregated packet, a
+//! refused one). So a switch holds at most the buffer from each ingress port, whatever the
+//! load: the bound is exact unless one packet makes a switch emit more bytes than it brought
+//! (none of the INA programs does: a multicast is charged once), and after a failure, which
+//! gives the link's sender its whole buffer back while the old charges drain. A port whose
+//! head packet lacks credits waits (counted as a pause, its wait as paused time); a port that
+//! has spent nothing may send a packet larger than the buffer, so nothing deadlocks. merlin
+//! splits a switch's buffer into an input and an output buffer per port; here the output
+//! queues are the egress FIFOs below, bounded by the ingress charges that feed them.
+//! A host NIC waiting for credits holds the packet it took, as a NIC's transmit ring does.
+//!
 //! Failures. Packets waiting at a switch that fails, or at a port whose link fails, are lost and
 //! counted as failure drops (drop-tail loses its queues there too). The pause a dead switch or
 //! link leaves behind is cleared at once, since no RESUME would ever come, and frames still on
@@ -29,7 +46,7 @@ use super::Sim;
 use crate::events::Ev;
 use crate::failures::{Target, Why};
 use crate::wires::Fifos;
-use inalab_core::{NodeId, Packet, PortId, Time};
+use inalab_core::{NodeId, Packet, Time};
 
 /// The ingress port of a packet a switch made itself (a timer's): charged to no port.
 pub(super) const NO_INGRESS: u32 = u32::MAX;
@@ -46,7 +63,8 @@ enum Charge {
     Shared(u32),
 }
 
-/// A multicast's one charge: released when the last of its copies has left.
+/// The one charge of the packets a program made of one packet: released when the last has
+/// left.
 #[derive(Debug, Clone, Copy)]
 struct SharedCharge {
     from: u32,
@@ -54,15 +72,23 @@ struct SharedCharge {
     copies_left: u32,
 }
 
-/// PFC state of every port (global port index), and the switch ports' queues.
+/// Which lossless discipline (`FlowControl`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Pause { xoff: u64, xon: u64 },
+    Credit { buffer: u64 },
+}
+
+/// PFC or credit state of every port (global port index), and the switch ports' queues.
 pub(crate) struct Pfc {
-    xoff: u64,
-    xon: u64,
+    mode: Mode,
     /// Packets waiting at each switch egress port: (time it may start, charge, packet).
     queues: Fifos<Charge>,
     ports: Vec<PfcPort>,
     /// Multicasts with copies still at their switch; freed slots are reused.
     shared: Vec<SharedCharge>,
+    /// The shared charge of the copies being queued (`pfc_share`).
+    sharing: Option<u32>,
     free_shared: Vec<u32>,
     /// The node each port belongs to.
     node_of_port: Vec<NodeId>,
@@ -92,6 +118,33 @@ struct PfcPort {
     pauses_sent: u64,
     /// Bumped when a failure clears this link's pause: frames sent before are stale.
     gen: u16,
+    // ---- credits only
+    /// As an egress port into a switch: bytes sent not yet credited back.
+    spent: u64,
+    /// As a switch's ingress port: bytes its sender paid for that have not been credited
+    /// back (at least `in_bytes`, the rest returned as soon as it is not).
+    paid: u64,
+}
+
+impl PfcPort {
+    /// Credits: the head packet waits for credits from `now` (a pause, in the statistics).
+    #[inline]
+    fn stall(&mut self, now: Time) {
+        if !self.paused {
+            self.paused = true;
+            self.paused_since = now;
+            self.pauses += 1;
+        }
+    }
+
+    /// Credits: a packet starts; a wait for credits ends.
+    #[inline]
+    fn unstall(&mut self, now: Time) {
+        if self.paused {
+            self.paused = false;
+            self.paused_ps += now - self.paused_since;
+        }
+    }
 }
 
 /// One link direction's PFC figures, for the results.
@@ -106,9 +159,9 @@ pub(crate) struct LinkPfc {
 }
 
 impl Pfc {
-    pub fn new(xoff: u64, xon: u64, node_of_port: Vec<NodeId>) -> Self {
+    pub fn new(mode: Mode, node_of_port: Vec<NodeId>) -> Self {
         let n = node_of_port.len();
-        Pfc { xoff, xon, queues: Fifos::new(n), ports: vec![PfcPort::default(); n], shared: vec![], free_shared: vec![], node_of_port }
+        Pfc { mode, queues: Fifos::new(n), ports: vec![PfcPort::default(); n], shared: vec![], sharing: None, free_shared: vec![], node_of_port }
     }
 
     /// Bytes waiting at port `pi`, not counting the packet in service.
@@ -120,6 +173,27 @@ impl Pfc {
     /// Packets and bytes waiting in the switch queues.
     pub fn in_flight(&self) -> (u64, u64) {
         self.queues.in_flight()
+    }
+
+    #[inline]
+    pub fn credit(&self) -> Option<u64> {
+        match self.mode {
+            Mode::Credit { buffer } => Some(buffer),
+            Mode::Pause { .. } => None,
+        }
+    }
+
+    /// Credits: whether egress port `pi` may start a packet of `size` bytes (a port into a
+    /// host needs none: hosts take every packet at line rate).
+    #[inline]
+    fn may_send(&self, pi: usize, size: u32, into_host: bool) -> bool {
+        match self.mode {
+            Mode::Pause { .. } => true,
+            Mode::Credit { buffer } => {
+                let spent = self.ports[pi].spent;
+                into_host || spent == 0 || spent + size as u64 <= buffer
+            }
+        }
     }
 }
 
@@ -139,24 +213,33 @@ impl Sim {
     /// `egress` under PFC: charges a packet that arrived through global port `from` (or
     /// `NO_INGRESS`) to that port and queues it at switch port `pi`.
     pub(super) fn pfc_egress(&mut self, pi: usize, pkt: Packet, ready: Time, from: u32) {
+        if let Some(idx) = self.pfc_mut().sharing {
+            let c = &mut self.pfc_mut().shared[idx as usize];
+            c.copies_left += 1;
+            let (from, grow) = (c.from, pkt.size.saturating_sub(c.size));
+            if grow > 0 {
+                c.size = pkt.size;
+                self.pfc_charge(from, grow);
+            }
+            return self.pfc_enqueue(pi, pkt, ready, Charge::Shared(idx));
+        }
         let charge = if from == NO_INGRESS { Charge::None } else { Charge::Port(from) };
         self.pfc_charge(from, pkt.size);
         self.pfc_enqueue(pi, pkt, ready, charge);
     }
 
-    /// A multicast under PFC: one charge for all its copies, one copy queued per port.
-    pub(super) fn pfc_multicast(&mut self, node: NodeId, ports: &[PortId], pkt: Packet, ready: Time) {
+    /// What `egress` queues until `pfc_share_close` (the packets a program made of the one it
+    /// was handling) shares one charge to its ingress port: the largest packet's size, held
+    /// until the last has left, as a switch stores a packet once however many copies it sends
+    /// (a multicast, ATP's copies to each worker, a tree's replication). Nothing to do without
+    /// PFC or credits, or for a timer's packets (charged to no port).
+    pub(super) fn pfc_share_open(&mut self) {
         let from = self.ingress;
-        let base = self.port_base[node as usize] as usize;
-        if from == NO_INGRESS || ports.len() < 2 {
-            for &p in ports {
-                self.pfc_egress(base + p as usize, pkt.clone(), ready, from);
-            }
+        let Some(pfc) = self.pfc.as_mut() else { return };
+        if from == NO_INGRESS {
             return;
         }
-        self.pfc_charge(from, pkt.size);
-        let pfc = self.pfc_mut();
-        let one = SharedCharge { from, size: pkt.size, copies_left: ports.len() as u32 };
+        let one = SharedCharge { from, size: 0, copies_left: 0 };
         let idx = match pfc.free_shared.pop() {
             Some(i) => {
                 pfc.shared[i as usize] = one;
@@ -167,11 +250,19 @@ impl Sim {
                 (pfc.shared.len() - 1) as u32
             }
         };
-        let (&last, rest) = ports.split_last().expect("two ports or more");
-        for &p in rest {
-            self.pfc_enqueue(base + p as usize, pkt.clone(), ready, Charge::Shared(idx));
+        pfc.sharing = Some(idx);
+    }
+
+    /// Ends `pfc_share_open`'s group; a group that queued nothing is freed (it charged nothing).
+    /// Copies leave by events, never while the group is open, so its charge cannot be released
+    /// before it is complete.
+    pub(super) fn pfc_share_close(&mut self) {
+        let Some(pfc) = self.pfc.as_mut() else { return };
+        if let Some(idx) = pfc.sharing.take() {
+            if pfc.shared[idx as usize].copies_left == 0 {
+                pfc.free_shared.push(idx);
+            }
         }
-        self.pfc_enqueue(base + last as usize, pkt, ready, Charge::Shared(idx));
     }
 
     /// Adds `size` bytes to ingress port `from`'s count; PAUSE above `xoff`.
@@ -180,7 +271,12 @@ impl Sim {
             return;
         }
         let pfc = self.pfc_mut();
-        let xoff = pfc.xoff;
+        let Mode::Pause { xoff, .. } = pfc.mode else {
+            let p = &mut pfc.ports[from as usize];
+            p.in_bytes += size as u64;
+            p.max_in_bytes = p.max_in_bytes.max(p.in_bytes);
+            return;
+        };
         let p = &mut pfc.ports[from as usize];
         p.in_bytes += size as u64;
         p.max_in_bytes = p.max_in_bytes.max(p.in_bytes);
@@ -205,12 +301,13 @@ impl Sim {
     /// packet is ready; it goes on the wire at once (its arrival is known).
     fn pfc_start(&mut self, pi: usize) {
         let now = self.now;
+        let into_host = self.topo.is_host(self.ports[pi].peer);
         let pfc = self.pfc.as_mut().expect("PFC mode");
         let st = &pfc.ports[pi];
-        if st.busy || st.paused {
+        if st.busy || (st.paused && pfc.credit().is_none()) {
             return;
         }
-        let Some((ready, _)) = pfc.queues.peek(pi) else { return };
+        let Some((ready, size)) = pfc.queues.peek(pi) else { return };
         if ready > now {
             if !st.ready_pending {
                 pfc.ports[pi].ready_pending = true;
@@ -218,8 +315,17 @@ impl Sim {
             }
             return;
         }
+        if !pfc.may_send(pi, size, into_host) {
+            pfc.ports[pi].stall(now);
+            return;
+        }
         let (charge, pkt, _) = pfc.queues.pop(pi).expect("peeked");
+        let spends = pfc.credit().is_some() && !into_host;
         let st = &mut pfc.ports[pi];
+        st.unstall(now);
+        if spends {
+            st.spent += pkt.size as u64;
+        }
         st.busy = true;
         st.serving = (pkt.size, charge);
         let node = pfc.node_of_port[pi];
@@ -276,7 +382,10 @@ impl Sim {
             return;
         }
         let pfc = self.pfc_mut();
-        let xon = pfc.xon;
+        let Mode::Pause { xon, .. } = pfc.mode else {
+            pfc.ports[from as usize].in_bytes -= size as u64;
+            return self.credit_settle(from as usize);
+        };
         let p = &mut pfc.ports[from as usize];
         p.in_bytes -= size as u64;
         if p.pausing && p.in_bytes <= xon {
@@ -295,6 +404,86 @@ impl Sim {
         let gen = self.pfc_mut().ports[from].gen;
         let at = self.now + self.ports[from].delay_ps;
         self.q.push(at, Ev::Pause { port: up as u32, gen, on });
+    }
+
+    /// Credits: a packet of `size` bytes came into a switch through global port `from`; its
+    /// sender paid for it.
+    #[inline]
+    pub(super) fn credit_paid(&mut self, from: usize, size: u32) {
+        self.pfc_mut().ports[from].paid += size as u64;
+    }
+
+    /// Credits: returns to the sender at the far end of ingress port `from` what it paid for
+    /// beyond the bytes still charged to the port (they arrive one link delay later).
+    pub(super) fn credit_settle(&mut self, from: usize) {
+        let p = &mut self.pfc_mut().ports[from];
+        let back = p.paid.saturating_sub(p.in_bytes);
+        if back == 0 {
+            return;
+        }
+        p.paid -= back;
+        let gen = p.gen;
+        if self.live.link_is_down(self.ports[from].link) {
+            return; // lost with the link; its failure gave the sender its credits back
+        }
+        let up = self.peer_port_index(from);
+        let at = self.now + self.ports[from].delay_ps;
+        // At most the buffer, which set-up keeps within u32.
+        self.q.push(at, Ev::Credit { port: up as u32, gen, bytes: back as u32 });
+    }
+
+    /// Credits returned reach egress port `pi`: its waiting packet may start.
+    pub(super) fn credit_back(&mut self, pi: usize, gen: u16, bytes: u32) {
+        let from = self.peer_port_index(pi);
+        let pfc = self.pfc_mut();
+        if pfc.ports[from].gen != gen {
+            return; // sent before a failure reset this link's credits
+        }
+        // Saturating: packets already on their way when a failure reset the link's credits
+        // are credited again when they arrive (the bound may be passed by those, once).
+        let st = &mut pfc.ports[pi];
+        st.spent = st.spent.saturating_sub(bytes as u64);
+        self.credit_resume(pi);
+    }
+
+    /// Credits: port `pi` may have credits for its waiting packet now (a host's NIC sends the
+    /// packet it holds).
+    fn credit_resume(&mut self, pi: usize) {
+        let node = self.pfc_mut().node_of_port[pi];
+        if !self.topo.is_host(node) {
+            return self.pfc_start(pi);
+        }
+        let Some(size) = self.hosts[node as usize].credit_held.as_ref().map(|p| p.size) else { return };
+        if self.live.node_is_down(node) {
+            // A failed host sends nothing again: what it held is lost with it.
+            let pkt = self.hosts[node as usize].credit_held.take().expect("held");
+            return self.failure_drop(node, Why::NodeFailed, &pkt);
+        }
+        let now = self.now;
+        let pfc = self.pfc_mut();
+        if !pfc.may_send(pi, size, false) {
+            return;
+        }
+        let st = &mut pfc.ports[pi];
+        st.unstall(now);
+        st.spent += size as u64;
+        let pkt = self.hosts[node as usize].credit_held.take().expect("held");
+        self.nic_send(node, pkt);
+    }
+
+    /// Credits: whether host `host`'s NIC may send `pkt` now; if not it holds it (and takes
+    /// no other) until credits come back. Spends the credits when it may.
+    pub(super) fn credit_nic(&mut self, host: NodeId, pkt: Packet) -> Option<Packet> {
+        let pi = self.port_base[host as usize] as usize;
+        let now = self.now;
+        let pfc = self.pfc_mut();
+        if pfc.may_send(pi, pkt.size, false) {
+            pfc.ports[pi].spent += pkt.size as u64;
+            return Some(pkt);
+        }
+        pfc.ports[pi].stall(now);
+        self.hosts[host as usize].credit_held = Some(pkt);
+        None
     }
 
     /// A PAUSE or RESUME frame reaches egress port `pi`.
@@ -334,7 +523,8 @@ impl Sim {
     }
 
     /// After failure `target` started (liveness already updated): loses what waits where it
-    /// failed and clears the pause its link(s) can no longer lift.
+    /// failed and clears the pause its link(s) can no longer lift. Under credits also when it
+    /// ends: what the link's sender spent into the dead end never comes back.
     pub(super) fn pfc_failed(&mut self, target: Target) {
         // (node, its port) pairs whose queue is lost, and whose link's pause is cleared.
         let ends: Vec<(NodeId, usize, Why)> = match target {
@@ -361,8 +551,22 @@ impl Sim {
             let st = &mut self.pfc_mut().ports[pi];
             st.gen = st.gen.wrapping_add(1);
             st.pausing = false;
+            st.paid = 0;
             let up = self.peer_port_index(pi);
-            self.pfc_set_paused(up, false);
+            if self.pfc_mut().credit().is_some() {
+                // Both directions start afresh: each sender gets its whole buffer back (what it
+                // spent is lost or drains uncredited), credits on their way are stale.
+                let pfc = self.pfc_mut();
+                pfc.ports[pi].spent = 0;
+                let far = &mut pfc.ports[up];
+                far.spent = 0;
+                far.paid = 0;
+                far.gen = far.gen.wrapping_add(1);
+                self.credit_resume(up);
+                self.credit_resume(pi);
+            } else {
+                self.pfc_set_paused(up, false);
+            }
         }
     }
 
