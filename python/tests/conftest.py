@@ -1,8 +1,16 @@
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
+
+# A suite started in the background of a non-interactive shell (`cmd &` without job control)
+# inherits SIGINT ignored, as POSIX has it; Python then installs no KeyboardInterrupt handler,
+# and the CLIs the tests start inherit the ignored signal too, so every Ctrl-C test failed (found
+# running .ci/run from a subshell). Ctrl-C is what those tests test: give it back.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO = Path(__file__).resolve().parents[2]
 TSHARK = shutil.which("tshark")
