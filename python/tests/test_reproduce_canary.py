@@ -39,46 +39,78 @@ def test_scenarios_can_run_on_a_lossless_fabric():
     assert "flow_control" not in scenario("canary")["network"], "drop-tail stays the default"
     # Another buffer keeps adaptive routing's 512 KiB threshold.
     assert scenario("canary", buffer="1MiB")["network"]["adaptive_threshold"] == 0.5
-    with pytest.raises(ValueError, match="drop_tail, pfc"):
-        scenario("canary", flow_control="credit")
+    with pytest.raises(ValueError, match="drop_tail, pfc, credit"):
+        scenario("canary", flow_control="credits")
+    with pytest.raises(ValueError, match="sst, inalab"):
+        scenario("canary", setup="ns3")
     row = measure(inalab.simulate(scenario("canary", size="256KiB", topology=SMALL, flow_control="pfc")))[0]
     assert row["finished"] and row["drops_queue"] == 0 and row["pfc_pauses"] > 0, row
+
+
+def test_the_paper_network_routes_every_packet_by_one_rule():
+    """Issue #40 item 1/6: `setup = "sst"` gives the background, the trees and Canary's partial
+    sums one routing rule (destination port, rerouted above half a 14 KB port buffer), credit
+    links, a permutation background; Canary's own threshold is gone."""
+    s = scenario("canary", setup="sst", flow_control="credit")
+    net = s["network"]
+    assert net["default_port"] == "destination" and net["routing"] == "adaptive" and net["adaptive_threshold"] == 0.5
+    assert net["flow_control"] == "credit" and net["credit_buffer"] == net["buffer"] == "14KB"
+    assert s["jobs"][0]["ina"] == {"routing": "network"} and s["background"]["pattern"] == "permutation"
+    spec = load_scenario(s).to_spec()["network"]
+    assert spec["flow_control"] == {"kind": "credit", "buffer_bytes": 14_000}
+    # The same rule for a static tree (its job has no routing of its own) and the ECMP ablation.
+    t = scenario("4 ST", setup="sst", flow_control="credit")
+    assert t["network"] == net and t["jobs"][0]["ina"] == {"trees": 4}
+    assert scenario("canary", setup="sst", routing="ecmp")["network"]["routing"] == "ecmp"
+    # PFC as a sensitivity row: half of its pause threshold.
+    assert scenario("canary", setup="sst", flow_control="pfc")["network"]["buffer"] == "64KiB"
+    row = measure(inalab.simulate(scenario("canary", size="256KiB", topology=SMALL, setup="sst", flow_control="credit")))[0]
+    assert row["finished"] and row["drops_queue"] == 0 and row["credit_waits"] > 0 and row["pfc_pauses"] == 0, row
 
 
 def test_figures_default_to_the_lossless_fabric_and_keep_drop_tail():
     import pytest
 
-    from inalab.reproduce.canary import FLOW_CONTROL, PFC_REROUTE_QUEUE
+    from inalab.reproduce.canary import FLOW_CONTROL, PFC_REROUTE_QUEUE, SETUP
 
-    assert FLOW_CONTROL == "pfc"
-    for name in ("canary-congestion", "canary-fraction", "canary-size", "canary-tenants", "canary-timeout", "canary-ablations"):
+    assert FLOW_CONTROL == "pfc" and SETUP == "sst"
+    # Fig. 7 runs on the paper's network, five seeds; the figures not yet rerun there keep the
+    # set-up their committed write-ups ran (issue #40).
+    fig7 = REPRODUCTIONS["canary-congestion"]
+    assert (fig7.setup, fig7.flow_control, fig7.seeds, fig7.reroute_queue) == ("sst", "credit", (1, 2, 3, 4, 5), None)
+    assert "Set-up." in fig7.setup_table() and "14KB" in fig7.setup_table()
+    for name in ("canary-fraction", "canary-size", "canary-tenants", "canary-timeout", "canary-ablations"):
         rep = REPRODUCTIONS[name]
-        assert rep.flow_control == "pfc" and rep.reroute_queue == PFC_REROUTE_QUEUE, name
-        assert type(rep)(flow_control="drop_tail").scenario("canary")["network"].get("flow_control") is None, name
-    rep = CanaryCongestion()
+        assert rep.setup == "inalab" and rep.flow_control == "pfc" and rep.reroute_queue == PFC_REROUTE_QUEUE, name
+        assert type(rep)(flow_control="drop_tail", setup="inalab").scenario("canary")["network"].get("flow_control") is None, name
+        assert type(rep)().setup == "sst", name
+    with pytest.raises(ValueError, match="reroute_queue applies only"):
+        CanaryCongestion(reroute_queue="64KiB")
+    rep = CanaryCongestion(setup="inalab")
     s = rep.scenario("canary")
     assert s["network"]["flow_control"] == "pfc" and s["jobs"][0]["ina"] == {"reroute_queue": PFC_REROUTE_QUEUE}
     # Only Canary's program gets the threshold; an explicit one wins (the ECMP ablation's 1 TiB).
     assert "ina" not in rep.scenario("ring")["jobs"][0] and rep.scenario("4 ST")["jobs"][0]["ina"] == {"trees": 4}
     assert rep.scenario("canary", ina={"reroute_queue": "1TiB"})["jobs"][0]["ina"] == {"reroute_queue": "1TiB"}
-    drop = CanaryCongestion(flow_control="drop_tail")
+    drop = CanaryCongestion(flow_control="drop_tail", setup="inalab")
     assert drop.scenario("canary")["jobs"][0]["ina"] == {} and "pfc" in rep.fabric_text() and "drop-tail" in drop.fabric_text()
-    assert CanaryCongestion(reroute_queue="512KiB").scenario("canary")["jobs"][0]["ina"] == {"reroute_queue": "512KiB"}
+    assert CanaryCongestion(reroute_queue="512KiB", setup="inalab").scenario("canary")["jobs"][0]["ina"] == {"reroute_queue": "512KiB"}
     load_scenario(s)
     # The congested ring runs by default on PFC only (no losses, so no 1 ms timeouts per step).
     assert rep.ring_congested and not drop.ring_congested and not CanaryCongestion(ring_congested=False).ring_congested
-    with pytest.raises(ValueError, match="drop_tail, pfc"):
-        CanaryCongestion(flow_control="credit")
+    assert CanaryCongestion().ring_congested, "credits are lossless too"
+    with pytest.raises(ValueError, match="drop_tail, pfc, credit"):
+        CanaryCongestion(flow_control="credits")
 
 
 def test_a_small_fig7_runs_and_is_explained(tmp_path):
-    rep = CanaryCongestion(trees=(1, 4))
+    rep = CanaryCongestion(trees=(1, 4))  # the paper's network: credits
     rows = []
     for label in rep.schemes:
         for congested in (False, True):
             if label == "ring" and congested:
                 continue
-            r = inalab.simulate(rep.scenario(label, congested=congested, size="256KiB", topology=SMALL))  # PFC
+            r = inalab.simulate(rep.scenario(label, congested=congested, size="256KiB", topology=SMALL))
             row = measure(r)[0]
             assert row["finished"] and row["goodput_gbps"] > 0, (label, congested, row)
             assert r.switches.aggregators_end.sum() == 0
@@ -91,7 +123,8 @@ def test_a_small_fig7_runs_and_is_explained(tmp_path):
     df["vs_canary"] = relative(df, ["congested"])
     assert set(rep.checks(df)) == {"no_degradation", "vs_one_tree", "vs_multi_trees", "utilization_order"}
     text = rep.explain(df)
-    assert "Where and why" in text and "holds" in text
+    assert "Where and why" in text and "holds" in text and "| parameter | paper (where) | ours | why different |" in text
+    assert "| scheme | congested | min | mean | max |" in rep.seed_range(df)
     assert rep.plot(df, tmp_path / "fig7.png").exists()
 
 
@@ -109,3 +142,26 @@ def test_canary_sums_exactly_on_1024_hosts_under_loss():
     assert r.switches.aggregators_end.sum() == 0
     hosts = {k: sum(c.get(k, 0) for c in r.hosts.counters) for k in ("rtx_requests", "reissues", "resent_results")}
     assert hosts["rtx_requests"] > 0, f"the loss was repaired: {hosts}"
+
+
+def test_fig11_on_the_paper_network_delays_packets_and_gives_the_trees_the_same_noise(monkeypatch):
+    """Issue #40 item 4: on "sst" Fig. 11's noise delays the drawn packet alone, and four static
+    trees run under every noise level (on "inalab" they ran noiseless, and Canary's NIC stalled)."""
+    import pandas as pd
+
+    from inalab.reproduce import canary as mod
+
+    seen = []
+    monkeypatch.setattr(mod, "run_grid", lambda label, pts, progress: seen.extend(pts) or pd.DataFrame([p for p, _ in pts]))
+    mod.CanaryTimeout(windows=("1us",), noise=(0.001, 0.1), setup="sst").run(lambda _m: None)
+    trees = [(p, s) for p, s in seen if p["scheme"] == "4 ST"]
+    assert sorted({p["noise"] for p, _ in trees}) == [0.001, 0.1]
+    assert all(s["jobs"][0]["ina"] == {"trees": 4, "noise_prob": p["noise"], "noise_mode": "packet"} for p, s in trees)
+    canary = [s for p, s in seen if p["scheme"] == "canary"]
+    assert all(s["jobs"][0]["ina"]["noise_mode"] == "packet" and s["jobs"][0]["ina"]["routing"] == "network" for s in canary)
+    for p, s in seen:
+        load_scenario(s)
+    seen.clear()
+    mod.CanaryTimeout(windows=("1us",), noise=(0.1,), setup="inalab").run(lambda _m: None)
+    assert [p["noise"] for p, _ in seen if p["scheme"] == "4 ST"] == [0.0, 0.0]
+    assert all("noise_mode" not in s["jobs"][0]["ina"] for p, s in seen if p["scheme"] == "canary")

@@ -332,6 +332,9 @@ def run_one(name: str, progress: Optional[Progress] = None, seeds=None) -> Outco
 
         paragraph += f"\n\n{HEADLINE} {rep.headline(judged)}"
     writeup = with_seeds_paragraph(rep.explain(judged), paragraph)
+    if means is not None and callable(getattr(rep, "seed_range", None)):
+        # The spread the mean hides: every seed's rows, per setup.
+        writeup = writeup.rstrip("\n") + f"\n\n**Range over the seeds** ({rep.range_metric}):\n\n{rep.seed_range(rows)}\n"
     return Outcome(name=name, paper=paper_of(rep), figure=getattr(rep, "figure", ""), claim=rep.claim,
                    tolerance=getattr(rep, "tolerance", ""), holds=bool(rep.holds(judged)), checks=checks, rows=rows,
                    writeup=writeup, seconds=seconds, seeds=chosen, seeds_default=chosen == defaults, means=means)

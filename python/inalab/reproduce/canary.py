@@ -30,7 +30,7 @@ REROUTE_QUEUE = 512 << 10
 # Spec A17's lossless option: `scenario(flow_control="pfc")` runs the fabric with per-port pause
 # (`network.flow_control`), so queues stay short and congestion throttles the senders instead
 # of building deep queues; the 64 MiB buffer then only scales the adaptive threshold.
-FLOW_CONTROLS = ("drop_tail", "pfc")
+FLOW_CONTROLS = ("drop_tail", "pfc", "credit")
 # The reproductions' fabric (every figure's `flow_control`): lossless and short-queued, what the
 # paper's SST network is (spec A17). On the 64 MiB drop-tail fabric queues grow to milliseconds
 # under the line-rate background, a block's partial sums meet their switches far apart against a
@@ -44,6 +44,24 @@ FLOW_CONTROL = "pfc"
 # Only Canary's program uses it: the network's adaptive routing (the background's) keeps
 # REROUTE_QUEUE, so the static trees and the ring see the same fabric whatever Canary's setting.
 PFC_REROUTE_QUEUE = "64KiB"
+# The paper's SST network (§5.1, issue #40), every figure's default set-up ("sst"): one routing
+# rule for every packet (background, static trees, ring and Canary's partial sums alike): merlin's
+# fat tree sends a packet up the port its destination picks (the destination modulo the up
+# ports) unless that port's output buffer is more than half full, then up the least queued
+# (§5.1: "occupancy higher than 50 % of its capacity"); credit-based lossless links with a
+# per-port buffer of SST_BUFFER; a background in which each host sends to one random host and
+# receives from another (a new derangement per 1 MiB message, §5.2); noise that delays the drawn
+# packet alone (§5.2.5: "delays 10 % of the packets ... by 1 us"). "inalab" is the set-up the
+# committed write-ups used before (PFC, flow-hash ECMP, Canary's own 64 KiB load balancer, the
+# background's 512 KiB threshold, a fresh peer per message, NIC stalls), kept as a sensitivity row.
+SETUPS = ("sst", "inalab")
+SETUP = "sst"
+# The per-port buffer: the paper gives none; SST ember's default router parameters
+# (`defaultParams.py`: input_buf_size = output_buf_size = 14 KB). It is the credit buffer and
+# the base of the 50 % reroute threshold (7 KB); 2 x 300 ns x 100 Gbps = 7.5 KB is the credit
+# loop, so one flow keeps its line rate.
+SST_BUFFER = "14KB"
+SST_NETWORK = {"routing": "adaptive", "adaptive_threshold": 0.5, "default_port": "destination", "buffer": SST_BUFFER}
 # Spec A20: the ring sends the INA schemes' 1081-B packets (1024 B of values + 57 B).
 RING_TRANSPORT = {"mss": "1024B", "header": "57B"}
 
@@ -65,7 +83,7 @@ TOPOLOGY = {"kind": "canary_fat_tree", "link_delay": "300ns"}
 
 def scenario(scheme: str, *, fraction: float = 0.5, congested: bool = True, size: str = "4MiB", tenants: int = 1,
              seed: int = 1, ina: dict | None = None, routing: str = "adaptive", topology: dict | None = None,
-             flow_control: str = "drop_tail", buffer: str = BUFFER, pfc: dict | None = None) -> dict:
+             flow_control: str = "drop_tail", buffer: str = BUFFER, pfc: dict | None = None, setup: str = "inalab") -> dict:
     """Canary §5.2: ``tenants`` allreduces of ``size`` on ``fraction`` of the hosts, chosen at
     random (seeded), split equally among the tenants; with ``congested`` the other hosts send
     1 MiB messages at line rate to random peers among themselves (spec A18). ``topology``: a
@@ -73,11 +91,20 @@ def scenario(scheme: str, *, fraction: float = 0.5, congested: bool = True, size
     ``flow_control``: "drop_tail" (deep ``buffer``s; this builder's default, the simulator's) or
     "pfc" (a lossless, short-queued fabric, spec A17; ``pfc`` may set ``pfc_xoff`` / ``pfc_xon``).
     The figures pass their own ``flow_control`` (FLOW_CONTROL, "pfc", by default) through
-    ``_CanaryFigure.scenario``."""
+    ``_CanaryFigure.scenario``. ``setup = "sst"``: the paper's network instead (SST_NETWORK, a
+    permutation background, Canary's partial sums routed by the network's rule, see SETUPS);
+    ``flow_control`` still chooses the links' discipline ("credit" is SST's) and ``routing``
+    "ecmp" still turns rerouting off, the rest of ``buffer``/``routing`` is the set-up's."""
+    if setup not in SETUPS:
+        raise ValueError(f"setup {setup!r}; allowed values: {', '.join(SETUPS)}")
     if flow_control not in FLOW_CONTROLS:
         raise ValueError(f"flow_control {flow_control!r}; allowed values: {', '.join(FLOW_CONTROLS)}")
     if pfc and flow_control != "pfc":
         raise ValueError('pfc thresholds apply only with flow_control="pfc"')
+    if setup == "sst":
+        return _sst(scenario(scheme, fraction=fraction, congested=congested, size=size, tenants=tenants, seed=seed, ina=ina,
+                             routing=routing, topology=topology, flow_control=flow_control, buffer=buffer, pfc=pfc),
+                    scheme, flow_control, routing)
     topology = topology or TOPOLOGY
     hosts = topology.get("leaves", 32) * topology.get("hosts_per_leaf", 32)
     order = list(range(hosts))
@@ -94,11 +121,31 @@ def scenario(scheme: str, *, fraction: float = 0.5, congested: bool = True, size
          "topology": topology,
          "network": {"routing": routing, "aggregator_memory": MEMORY, "buffer": buffer,
                      **({"adaptive_threshold": _adaptive_threshold(buffer)} if routing == "adaptive" else {}),
-                     **({"flow_control": "pfc", **(pfc or {})} if flow_control == "pfc" else {})},
+                     **({"flow_control": "pfc", **(pfc or {})} if flow_control == "pfc" else {}),
+                     **({"flow_control": "credit", "credit_buffer": SST_BUFFER} if flow_control == "credit" else {})},
          "jobs": jobs}
     rest = order[n:]
     if congested and len(rest) >= 2:
         s["background"] = {"hosts": [f"h{h}" for h in sorted(rest)], "load": 1.0, "message": "1MiB"}
+    return s
+
+
+def _sst(s: dict, scheme: str, flow_control: str, routing: str) -> dict:
+    """Scenario ``s`` on the paper's network (SETUPS)."""
+    net = s["network"]
+    net.pop("adaptive_threshold", None)
+    net.update(SST_NETWORK)
+    if routing == "ecmp":
+        net["routing"] = "ecmp"
+        net.pop("adaptive_threshold")
+    if flow_control == "pfc":
+        # Half a per-port buffer taken as PFC's pause threshold (64 KiB): 32 KiB.
+        net["buffer"] = net.get("pfc_xoff", "64KiB")
+    if scheme == "canary":
+        for j in s["jobs"]:
+            j["ina"] = {"routing": "network", **j.get("ina", {})}
+    if "background" in s:
+        s["background"]["pattern"] = "permutation"
     return s
 
 
@@ -131,7 +178,9 @@ def measure(r) -> list[dict]:
              "reissues": _sum(hosts, "reissues"), "rtx_requests": _sum(hosts, "rtx_requests") + _sum(hosts, "resends"),
              "drops_queue": int(r.switches.drops_queue.sum()), "descriptors_peak": int(r.switches.aggregators_peak.max()),
              # PFC only (0 under drop-tail): PAUSE frames the switches sent. The deepest switch queue either way.
-             "pfc_pauses": _sum(sw, "pfc_pauses_sent"), "max_queue_bytes": int(r.switches.max_queue_bytes.max())}]
+             "pfc_pauses": _sum(sw, "pfc_pauses_sent"), "max_queue_bytes": int(r.switches.max_queue_bytes.max()),
+             # Credits only (0 otherwise): times a port's next packet waited for credits.
+             "credit_waits": int(r.links.pfc_pauses.sum()) if "pfc_pauses" in r.links and not _sum(sw, "pfc_pauses_sent") else 0}]
 
 
 def run_grid(label: str, points: list[tuple[dict, dict]], progress) -> pd.DataFrame:
@@ -154,7 +203,7 @@ def _ring_congested(ring_congested: bool | None, flow_control: str) -> bool:
     is lost and the congested 512-host point takes about 1.5 minutes (`canary-size`'s seven
     205-host points 4 minutes together). `canary-fraction` leaves it off by default (False):
     with 75-95 % of the hosts congesting, one ring point took 2.3-3.3 minutes on PFC."""
-    return flow_control == "pfc" if ring_congested is None else bool(ring_congested)
+    return flow_control in ("pfc", "credit") if ring_congested is None else bool(ring_congested)
 
 
 class _CanaryFigure:
@@ -167,28 +216,79 @@ class _CanaryFigure:
     seeds: tuple = (1,)
     seed_use = ("the scenario `seed`: which hosts run the allreduces, the background's peers and the static trees' "
                 "roots")
-    flow_control: str = FLOW_CONTROL
+    flow_control: str = "credit"
     reroute_queue: str | None = None
+    setup: str = SETUP
 
-    def _fabric(self, flow_control: str, reroute_queue: str | None) -> None:
-        """The figures' common constructor arguments. ``flow_control``: "pfc" (FLOW_CONTROL, the
-        default: lossless, short queues, spec A17) or "drop_tail" (64 MiB buffers).
-        ``reroute_queue``: Canary's ``ina.reroute_queue``; None = the fabric's default
+    def _fabric(self, flow_control: str | None, reroute_queue: str | None, setup: str = SETUP) -> None:
+        """The figures' common constructor arguments. ``setup``: "sst" (SETUP, the paper's
+        network) or "inalab" (the earlier write-ups'). ``flow_control``: "credit" (the "sst"
+        default, SST's), "pfc" (the "inalab" default: lossless, short queues, spec A17) or
+        "drop_tail" (64 MiB buffers). ``reroute_queue``: Canary's own ``ina.reroute_queue``
+        ("inalab" only; "sst" routes Canary by the network's rule); None = the fabric's default
         (PFC_REROUTE_QUEUE on PFC, the scheme's 512 KiB on drop-tail)."""
+        if setup not in SETUPS:
+            raise ValueError(f"setup {setup!r}; allowed values: {', '.join(SETUPS)}")
+        flow_control = flow_control or ("credit" if setup == "sst" else FLOW_CONTROL)
         if flow_control not in FLOW_CONTROLS:
             raise ValueError(f"flow_control {flow_control!r}; allowed values: {', '.join(FLOW_CONTROLS)}")
-        self.flow_control = flow_control
-        self.reroute_queue = reroute_queue if reroute_queue is not None else (PFC_REROUTE_QUEUE if flow_control == "pfc" else None)
+        if setup == "sst" and reroute_queue is not None:
+            raise ValueError('reroute_queue applies only with setup="inalab" (on "sst" Canary follows the network\'s routing)')
+        self.setup, self.flow_control = setup, flow_control
+        self.reroute_queue = reroute_queue if reroute_queue is not None else (
+            PFC_REROUTE_QUEUE if flow_control == "pfc" and setup == "inalab" else None)
 
     def scenario(self, scheme: str, *, ina: dict | None = None, **kw) -> dict:
-        """:func:`scenario` on this figure's fabric; Canary gets its reroute threshold (an
-        explicit ``ina.reroute_queue`` wins)."""
+        """:func:`scenario` on this figure's set-up and fabric; on "inalab" Canary gets its
+        reroute threshold (an explicit ``ina.reroute_queue`` wins)."""
         if scheme == "canary" and self.reroute_queue is not None:
             ina = {"reroute_queue": self.reroute_queue, **(ina or {})}
-        return scenario(scheme, ina=ina, flow_control=self.flow_control, **kw)
+        return scenario(scheme, ina=ina, flow_control=self.flow_control, setup=self.setup, **kw)
+
+    def setup_table(self, *extra: tuple[str, str, str, str]) -> str:
+        """The write-up's opening table: parameter | the paper's value and where | ours | why
+        different; ``extra`` rows are the figure's own."""
+        sst = self.setup == "sst"
+        fc = {"credit": f"credits, {SST_BUFFER} per port (`network.flow_control = \"credit\"`)",
+              "pfc": "PFC, pause at 64 KiB, resume at 32 KiB",
+              "drop_tail": "drop-tail, 64 MiB buffers"}[self.flow_control]
+        rows = [
+            ("topology", "two-level fat tree, 32 leaves x (32 hosts + 32 up ports), 32 spines, 1024 hosts (§5.2)",
+             "the same (`canary_fat_tree`)", ""),
+            ("link rate", "100 Gbps, hosts and switches (§5.2)", "100 Gbps", ""),
+            ("link delay", "not given for the simulations; \"per-hop latency of around 300 ns\" (§3.3)", "300 ns", "the paper's model value"),
+            ("flow control", "not given; SST's merlin routers are credit-based", fc,
+             "" if self.flow_control == "credit" else "a sensitivity row of issue #40 (the earlier write-ups' fabric)"),
+            ("per-port buffer", "not given", SST_BUFFER if sst else ("64 KiB (PFC xoff)" if self.flow_control == "pfc" else "64 MiB"),
+             "SST ember's default router buffer (`defaultParams.py`)" if sst else "the earlier write-ups' choice"),
+            ("default up port", "\"selected depending on the packet destination\" (§5.2)",
+             "destination modulo the up ports, every packet" if sst else "flow hash (ECMP); Canary's leaders by its own hash",
+             "" if sst else "the earlier write-ups' set-up"),
+            ("rerouting", "up port with the fewest queued bytes once the output buffer is over 50 % full (§5.2), every packet",
+             f"the same: over half of {SST_BUFFER} (7 KB), every packet incl. Canary's partial sums (`ina.routing = \"network\"`)" if sst
+             else f"background over 512 KiB; Canary's own load balancer over {self.reroute_queue or '512KiB'}",
+             "" if sst else "the earlier write-ups' set-up (Canary's threshold tuned on Fig. 7a)"),
+            ("background", "\"each host sends a message to a randomly selected host and receives a message from another\", peers change "
+             "through the run (§5.2)", "a new derangement per 1 MiB message, line rate, open loop" if sst else
+             "a fresh uniform peer per 1 MiB message, line rate", "message size not given (spec A18)"),
+            ("descriptors", "not given", "32K of 1060 B per switch", "spec A5"),
+            ("packet", "256 elements (1 KiB) per packet (§5.1)", "1024 B of values + 57 B header", "spec A20"),
+            ("runs", "\"each test five times\", hosts and tree roots drawn anew (§5.2)",
+             f"seeds {', '.join(map(str, self.seeds))}: hosts, background peers, tree roots",
+             "" if len(self.seeds) >= 5 else "fewer runs than the paper: see Seeds"),
+        ]
+        rows += list(extra)
+        lines = ["| parameter | paper (where) | ours | why different |", "| --- | --- | --- | --- |"]
+        lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+        return "**Set-up.**\n\n" + "\n".join(lines)
 
     def fabric_text(self) -> str:
         """The fabric, for the write-ups' Command paragraphs."""
+        if self.setup == "sst":
+            fc = {"credit": f"credit-based lossless links ({SST_BUFFER} per port)", "pfc": "PFC links (64 KiB xoff)",
+                  "drop_tail": "64 MiB drop-tail buffers"}[self.flow_control]
+            return (f"the paper's SST network (`setup = \"sst\"`): {fc}, every packet up the port its destination picks "
+                    "and rerouted to the least queued up port above half a port's buffer, a permutation background")
         if self.flow_control == "pfc":
             rq = self.reroute_queue or "512KiB"
             return (f"lossless PFC fabric (`flow_control = \"pfc\"`, spec A17: per-ingress-port pause at 64 KiB, resume "
@@ -197,13 +297,23 @@ class _CanaryFigure:
         return ("64 MiB drop-tail buffers (`flow_control = \"drop_tail\"`; effectively lossless but deep-queued), "
                 "adaptive routing and Canary's load balancer leaving a port queued above 512 KiB")
 
+    # The columns naming a setup (besides the seed): each figure's, for `seed_range`.
+    range_keys: tuple = ("scheme", "congested")
+    range_metric = "goodput_gbps"
+
+    def seed_range(self, rows: pd.DataFrame) -> str:
+        """Each setup's ``range_metric`` over the seeds (min, mean, max), from every seed's rows."""
+        keys = [k for k in self.range_keys if k in rows]
+        t = rows.groupby(keys)[self.range_metric].agg(["min", "mean", "max"]).round(2).reset_index()
+        return markdown_table(t)
+
     def _table(self, rows: pd.DataFrame, index: list[str], col: str = "goodput_gbps") -> pd.DataFrame:
         return rows.pivot_table(index=index, columns="scheme", values=col, aggfunc="mean").reset_index()
 
     def _all_runs(self, rows: pd.DataFrame, extra: list[str]) -> str:
         cols = [c for c in extra + ["scheme", "seed", "goodput_gbps", "runtime_us", "util_mean", "util_idle", "stragglers",
                                     "collisions", "rerouted", "reissues", "drops_queue", "descriptors_peak", "pfc_pauses",
-                                    "max_queue_bytes"] if c in rows]
+                                    "credit_waits", "max_queue_bytes"] if c in rows]
         return markdown_table(rows[cols])
 
 
@@ -217,10 +327,10 @@ class CanaryCongestion(_CanaryFigure):
              "degradation, is up to 2x one static tree and up to about 40 % above several; beyond 4 trees little "
              "changes. Average link utilization about 40.2 / 29.5 / 20.9 % (Canary / 4 trees / 1 tree).")
 
-    def __init__(self, trees=(1, 2, 4, 8, 16), seeds=(1,), ring_congested=None, flow_control=FLOW_CONTROL, reroute_queue=None):
+    def __init__(self, trees=(1, 2, 4, 8, 16), seeds=(1,), ring_congested=None, flow_control=None, reroute_queue=None, setup=SETUP):
         self.schemes = ["canary", "ring"] + [f"{n} ST" for n in trees]
         self.seeds = tuple(seeds)
-        self._fabric(flow_control, reroute_queue)
+        self._fabric(flow_control, reroute_queue, setup)
         self.ring_congested = _ring_congested(ring_congested, self.flow_control)
 
     def run(self, progress) -> pd.DataFrame:
@@ -239,12 +349,12 @@ class CanaryCongestion(_CanaryFigure):
         util = rows[rows.congested].groupby("scheme").util_mean.mean()
         multi = [s for s in self.schemes if s.endswith(" ST") and s != "1 ST"]
         return {
-            # Tolerances written here: "no degradation" = congested Canary >= 0.9x uncongested;
-            # "up to 2x one tree" = at least 1.5x; "up to 40 % above several" = every multi-tree
-            # run at most 1.0x Canary and at least 0.6x (the spec's "about 0.7"); utilization
-            # ranks Canary > 4 ST > 1 ST.
-            "no_degradation": bool(c[True] >= 0.9 * c[False]),
-            "vs_one_tree": bool(self._ratio(rows, "1 ST") >= 1.5),
+            # Tolerances written here, two-sided (issue #40): "no degradation" = congested
+            # Canary at 0.9-1.1x uncongested; "up to 2x one tree" = 1.5-3x; "up to 40 % above
+            # several" = every multi-tree run at 0.6-1.0x Canary (the spec's "about 0.7");
+            # utilization ranks Canary > 4 ST > 1 ST.
+            "no_degradation": bool(0.9 * c[False] <= c[True] <= 1.1 * c[False]),
+            "vs_one_tree": bool(1.5 <= self._ratio(rows, "1 ST") <= 3.0),
             "vs_multi_trees": bool(all(1.0 <= self._ratio(rows, s) <= 1 / 0.6 for s in multi)),
             "utilization_order": bool("4 ST" not in util or util["canary"] > util["4 ST"] > util.get("1 ST", 0)),
         }
@@ -252,7 +362,7 @@ class CanaryCongestion(_CanaryFigure):
     @property
     def tolerance(self) -> str:
         """What `holds` checks, with its thresholds (shown by the report and the JSON)."""
-        return ("no_degradation: congested Canary >= 0.9x uncongested; vs_one_tree: Canary >= 1.5x one static tree "
+        return ("no_degradation: congested Canary at 0.9-1.1x uncongested; vs_one_tree: Canary at 1.5-3x one static tree "
                 "(paper up to 2x); vs_multi_trees: every several-tree run at 0.6-1.0x Canary (paper about 0.7); utilization_order: "
                 "congested mean link utilization Canary > 4 trees > 1 tree")
 
@@ -270,12 +380,11 @@ class CanaryCongestion(_CanaryFigure):
 
 **Claim.** {self.claim}
 
-**Command.** `inalab reproduce {self.name}`. The paper's fat tree (32 leaves x 32 hosts, 32 spines,
-100 Gbps, 300 ns per link, spec A19), a {self.fabric_text()}; not the spec's 1 MiB drop-tail
-buffers, with which every lost packet re-issues its block to all 511 other hosts and the run
-collapses. 32K descriptors of 1060 B per switch (spec A5), 512 allreduce hosts drawn at random (seed {", ".join(map(str, self.seeds))}), the other
-512 sending 1 MiB messages at line rate to random peers among themselves (spec A18). Ring with
-the same 1081-B packets (spec A20). Static trees: spec A21 (`scheme = "static_tree"`).
+{self.setup_table(("allreduce", "4 MiB on 512 hosts, the other 512 congesting (§5.2.1)", "the same", ""))}
+
+**Command.** `inalab reproduce {self.name}`: {self.fabric_text()}; 512 allreduce hosts drawn at random
+(seeds {", ".join(map(str, self.seeds))}), the other 512 sending 1 MiB messages at line rate among themselves
+(spec A18). Ring with the same 1081-B packets (spec A20). Static trees: spec A21 (`scheme = "static_tree"`).
 
 **Our result** (`holds` = {self.holds(rows)}; checks: {checks}):
 
@@ -316,10 +425,12 @@ def _congestion_notes(rows: pd.DataFrame) -> str:
             f"hosts re-issued {int(r.reissues):,} blocks, and the queues dropped {int(r.drops_queue):,} packets "
             f"(background included); at most {int(r.descriptors_peak):,} descriptors were held at one switch"
             + (f"; the switches sent {int(r.pfc_pauses):,} PAUSE frames and the deepest switch queue held "
-               f"{r.max_queue_bytes / 1e3:,.0f} KB." if "pfc_pauses" in r and r.pfc_pauses else "."))
+               f"{r.max_queue_bytes / 1e3:,.0f} KB." if "pfc_pauses" in r and r.pfc_pauses else
+               f"; ports waited {int(r.credit_waits):,} times for credits and the deepest switch queue held "
+               f"{r.max_queue_bytes / 1e3:,.0f} KB." if "credit_waits" in r and r.credit_waits else "."))
 
 
-register(CanaryCongestion())
+register(CanaryCongestion(seeds=(1, 2, 3, 4, 5)))
 
 
 # Panel titles of the congested flag.
@@ -369,6 +480,7 @@ def _ring_note(ring_congested: bool, flow_control: str = FLOW_CONTROL) -> str:
 class CanaryFraction(_CanaryFigure):
     """Fig. 8: the allreduce on 5 to 75 % of the hosts, the rest congesting."""
 
+    range_keys = ("scheme", "fraction", "congested")
     name = "canary-fraction"
     figure = "Fig. 8"
     claim = ("Canary Fig. 8 (§5.2.2): 4 MiB allreduce on 5 to 75 % of the 1024 hosts, the rest congesting: Canary "
@@ -376,9 +488,9 @@ class CanaryFraction(_CanaryFigure):
              "tree about 66 %, four trees about 47 %; at large fractions Canary is about 2x one tree and +23 % "
              "over four.")
 
-    def __init__(self, fractions=(0.05, 0.1, 0.25, 0.5, 0.75), seeds=(1,), ring_congested=False, flow_control=FLOW_CONTROL, reroute_queue=None):
+    def __init__(self, fractions=(0.05, 0.1, 0.25, 0.5, 0.75), seeds=(1,), ring_congested=False, flow_control=None, reroute_queue=None, setup=SETUP):
         self.fractions, self.seeds = list(fractions), tuple(seeds)
-        self._fabric(flow_control, reroute_queue)
+        self._fabric(flow_control, reroute_queue, setup)
         self.ring_congested = _ring_congested(ring_congested, self.flow_control)
 
     def run(self, progress) -> pd.DataFrame:
@@ -394,23 +506,42 @@ class CanaryFraction(_CanaryFigure):
     def checks(self, rows: pd.DataFrame) -> dict:
         cong = rows[rows.congested].groupby(["fraction", "scheme"]).goodput_gbps.mean().unstack()
         loss = 1 - rows[rows.congested].groupby(["fraction", "scheme"]).vs_uncongested.mean().unstack()
-        lo = min(self.fractions)
+        lo, hi = min(self.fractions), max(self.fractions)
         # Tolerances: "best at every point" = Canary >= 0.95x each static tree and 4 ST >=
         # 0.95x 1 ST under congestion; at the smallest fraction Canary loses at most 30 % of its
         # uncongested goodput (paper 20 %) and less than either static tree.
-        return {
+        checks = {
             "canary_best": bool((cong["canary"] >= 0.95 * cong[["1 ST", "4 ST"]].max(axis=1)).all()),
             "four_over_one": bool((cong["4 ST"] >= 0.95 * cong["1 ST"]).all()),
             "canary_small_loss": bool(loss.loc[lo, "canary"] <= 0.3),
             "static_lose_more": bool(loss.loc[lo, "canary"] < min(loss.loc[lo, "1 ST"], loss.loc[lo, "4 ST"])),
         }
+        if self.setup == "sst":
+            # Issue #40: the paper's numbers as two-sided bands, the static trees' too. At the
+            # smallest fraction the losses: Canary 10-30 % (paper 20 %), one tree 50-80 % (66 %),
+            # four trees 30-65 % (47 %); at the largest, Canary 1.5-3x one tree (about 2x) and
+            # 1.0-1.5x four (+23 %).
+            ratio = cong.loc[hi, "canary"] / cong.loc[hi]
+            checks.update({
+                "canary_small_loss": bool(0.1 <= loss.loc[lo, "canary"] <= 0.3),
+                "one_tree_loss": bool(0.5 <= loss.loc[lo, "1 ST"] <= 0.8),
+                "four_trees_loss": bool(0.3 <= loss.loc[lo, "4 ST"] <= 0.65),
+                "vs_one_tree_large": bool(1.5 <= ratio["1 ST"] <= 3.0),
+                "vs_four_trees_large": bool(1.0 <= ratio["4 ST"] <= 1.5),
+            })
+        return checks
 
     @property
     def tolerance(self) -> str:
         """What `holds` checks, with its thresholds (shown by the report and the JSON)."""
-        return ("congested, at every fraction: canary_best: Canary >= 0.95x the better static tree; four_over_one: "
+        text = ("congested, at every fraction: canary_best: Canary >= 0.95x the better static tree; four_over_one: "
                 "4 trees >= 0.95x 1 tree; at the smallest fraction: canary_small_loss: Canary loses at most 30 % "
                 "of its uncongested goodput (paper 20 %); static_lose_more: and less than either static tree")
+        if self.setup == "sst":
+            text += ("; on the paper's network also two-sided: canary_small_loss 10-30 %, one_tree_loss 50-80 % (paper "
+                     "66 %), four_trees_loss 30-65 % (47 %) at the smallest fraction; at the largest vs_one_tree_large "
+                     "Canary 1.5-3x one tree (about 2x), vs_four_trees_large 1.0-1.5x four (+23 %)")
+        return text
 
     def holds(self, rows: pd.DataFrame) -> bool:
         return all(self.checks(rows).values())
@@ -421,6 +552,8 @@ class CanaryFraction(_CanaryFigure):
         return f"""# {self.name} (Canary Fig. 8; simulation)
 
 **Claim.** {self.claim}
+
+{self.setup_table(("allreduce", "4 MiB on 5-75 % of the hosts, the rest congesting (§5.2.2)", f"4 MiB on {self.fractions}", ""))}
 
 **Command.** `inalab reproduce {self.name}`. Setup as `canary-congestion` (a {self.fabric_text()}); fractions {self.fractions} of the
 hosts (spec A25), drawn at random (seed {", ".join(map(str, self.seeds))}), the rest congesting.
@@ -453,6 +586,8 @@ All runs:
 class CanarySize(_CanaryFigure):
     """Fig. 9: runtime against the allreduce size on 20 % of the hosts."""
 
+    range_keys = ("scheme", "size", "congested")
+    range_metric = "runtime_us"
     name = "canary-size"
     figure = "Fig. 9"
     claim = ("Canary Fig. 9 (§5.2.3): on 20 % of the hosts (80 % congesting), Canary is slower than static trees "
@@ -460,9 +595,9 @@ class CanarySize(_CanaryFigure):
              "runtime is flat from 1 KiB to 256 KiB (latency-bound).")
     SIZES = ("1KiB", "4KiB", "16KiB", "64KiB", "256KiB", "1MiB", "4MiB")
 
-    def __init__(self, sizes=SIZES, seeds=(1,), ring_congested=None, flow_control=FLOW_CONTROL, reroute_queue=None):
+    def __init__(self, sizes=SIZES, seeds=(1,), ring_congested=None, flow_control=None, reroute_queue=None, setup=SETUP):
         self.sizes, self.seeds = list(sizes), tuple(seeds)
-        self._fabric(flow_control, reroute_queue)
+        self._fabric(flow_control, reroute_queue, setup)
         self.ring_congested = _ring_congested(ring_congested, self.flow_control)
 
     def run(self, progress) -> pd.DataFrame:
@@ -504,6 +639,8 @@ class CanarySize(_CanaryFigure):
 
 **Claim.** {self.claim}
 
+{self.setup_table(("allreduce", "1 KiB-4 MiB on 20 % of the hosts, 80 % congesting (§5.2.3)", f"{', '.join(self.sizes)} on 205 hosts", ""))}
+
 **Command.** `inalab reproduce {self.name}`. Setup as `canary-congestion` (a {self.fabric_text()}), 20 % of the hosts (205),
 sizes {", ".join(self.sizes)} (spec A26).
 
@@ -530,15 +667,16 @@ here) besides the path; static trees wait only for their children. {_ring_note(s
 class CanaryTenants(_CanaryFigure):
     """Fig. 10: K concurrent allreduces on an equal split of the hosts."""
 
+    range_keys = ("scheme", "tenants")
     name = "canary-tenants"
     figure = "Fig. 10"
     claim = ("Canary Fig. 10a (§5.2.4): K concurrent 4 MiB allreduces on an equal split of the 1024 hosts, "
              "Canary's table split statically per tenant: Canary stays almost flat (32 jobs at about 80 Gbps "
              "each) while static in-network allreduce loses about 40 %.")
 
-    def __init__(self, tenants=(1, 2, 4, 8, 16, 32), seeds=(1,), flow_control=FLOW_CONTROL, reroute_queue=None):
+    def __init__(self, tenants=(1, 2, 4, 8, 16, 32), seeds=(1,), flow_control=None, reroute_queue=None, setup=SETUP):
         self.tenants, self.seeds = list(tenants), tuple(seeds)
-        self._fabric(flow_control, reroute_queue)
+        self._fabric(flow_control, reroute_queue, setup)
 
     def run(self, progress) -> pd.DataFrame:
         pts = [({"scheme": s, "tenants": k, "seed": seed},
@@ -577,6 +715,8 @@ class CanaryTenants(_CanaryFigure):
 
 **Claim.** {self.claim}
 
+{self.setup_table(("tenants", "K concurrent 4 MiB allreduces on an equal split of the hosts, no background (§5.2.4)", f"K in {self.tenants}; Canary's table split statically", ""))}
+
 **Command.** `inalab reproduce {self.name}`. Setup as `canary-congestion` (a {self.fabric_text()}) without background: K in
 {self.tenants} (spec A27) jobs of 1024 / K random hosts each, one 4 MiB allreduce each; Canary with
 `ina.table = "static"` (an equal slice of every table per job); static trees split their slots
@@ -608,31 +748,39 @@ All runs:
 class CanaryTimeout(_CanaryFigure):
     """Fig. 11: the aggregation window against host noise."""
 
+    range_keys = ("scheme", "window", "noise", "congested")
     name = "canary-timeout"
     figure = "Fig. 11"
     claim = ("Canary Fig. 11 (§5.2.5): 4 MiB on 512 hosts, Canary with windows of 1 to 3 us against hosts whose NIC "
              "stalls 1 us before a packet with probability 0.01 to 10 %: at most about 30 % spread across windows, "
              "and under congestion Canary above four static trees for every setting.")
 
-    def __init__(self, windows=("1us", "2us", "3us"), noise=(0.0001, 0.001, 0.01, 0.1), seeds=(1,), flow_control=FLOW_CONTROL, reroute_queue=None):
+    def __init__(self, windows=("1us", "2us", "3us"), noise=(0.0001, 0.001, 0.01, 0.1), seeds=(1,), flow_control=None, reroute_queue=None, setup=SETUP):
         self.windows, self.noise, self.seeds = list(windows), list(noise), tuple(seeds)
-        self._fabric(flow_control, reroute_queue)
+        self._fabric(flow_control, reroute_queue, setup)
 
     def run(self, progress) -> pd.DataFrame:
+        # "sst": the paper's noise, the drawn packet alone delayed (`ina.noise_mode = "packet"`),
+        # and four static trees under every noise level too; "inalab": a NIC stall, trees noiseless.
+        sst = self.setup == "sst"
+        mode = {"noise_mode": "packet"} if sst else {}
         pts = [({"scheme": "canary", "window": w, "noise": p, "congested": c, "seed": seed},
-                self.scenario("canary", congested=c, seed=seed, ina={"aggregation_timeout": w, "noise_prob": p}))
+                self.scenario("canary", congested=c, seed=seed, ina={"aggregation_timeout": w, "noise_prob": p, **mode}))
                for seed in self.seeds for c in (False, True) for w in self.windows for p in self.noise]
-        pts += [({"scheme": "4 ST", "window": "-", "noise": 0.0, "congested": c, "seed": seed}, self.scenario("4 ST", congested=c, seed=seed))
-                for seed in self.seeds for c in (False, True)]
+        pts += [({"scheme": "4 ST", "window": "-", "noise": p, "congested": c, "seed": seed},
+                 self.scenario("4 ST", congested=c, seed=seed, ina={"noise_prob": p, **mode} if p else None))
+                for seed in self.seeds for c in (False, True) for p in (self.noise if sst else [0.0])]
         return run_grid(self.name, pts, progress)
 
     def checks(self, rows: pd.DataFrame) -> dict:
         c = rows[rows.scheme == "canary"].groupby(["congested", "noise", "window"]).goodput_gbps.mean()
         spread = c.groupby(level=["congested", "noise"]).agg(lambda g: g.max() / g.min())
-        st = rows[rows.scheme == "4 ST"].groupby("congested").goodput_gbps.mean()
+        st = rows[rows.scheme == "4 ST"].groupby(["congested", "noise"]).goodput_gbps.mean()
         # Tolerances: max/min across windows at most 1.3 for every noise level and congestion;
-        # congested Canary above congested 4 ST at every setting.
-        return {"spread_within_30pct": bool((spread <= 1.3).all()), "above_four_trees_congested": bool((c.loc[True] > st[True]).all())}
+        # congested Canary above congested 4 ST at every setting (the trees at the same noise
+        # level where they ran under noise, else noiseless).
+        above = all(g > st.loc[True].get(p, st.loc[True].iloc[0]) for (p, _w), g in c.loc[True].items())
+        return {"spread_within_30pct": bool((spread <= 1.3).all()), "above_four_trees_congested": bool(above)}
 
     @property
     def tolerance(self) -> str:
@@ -644,12 +792,22 @@ class CanaryTimeout(_CanaryFigure):
     def holds(self, rows: pd.DataFrame) -> bool:
         return all(self.checks(rows).values())
 
+    def _noise_row(self) -> tuple:
+        """The set-up table's noise row."""
+        if self.setup == "sst":
+            return ("noise", "before a packet, a host delays it 1 us with probability 0.01-10 % (§5.2.5)",
+                    'the drawn packet alone (`ina.noise_mode = "packet"`), the static trees too', "")
+        return ("noise", "before a packet, a host delays it 1 us with probability 0.01-10 % (§5.2.5)",
+                "a 1 us NIC stall (every later packet shifts), trees without noise", "the earlier write-ups' reading")
+
     def explain(self, rows: pd.DataFrame) -> str:
         t = rows[rows.scheme == "canary"].pivot_table(index=["congested", "noise"], columns="window", values="goodput_gbps").reset_index()
-        st = rows[rows.scheme == "4 ST"][["congested", "goodput_gbps"]]
+        st = rows[rows.scheme == "4 ST"][["congested", "noise", "goodput_gbps"]]
         return f"""# {self.name} (Canary Fig. 11; simulation)
 
 **Claim.** {self.claim}
+
+{self.setup_table(self._noise_row())}
 
 **Command.** `inalab reproduce {self.name}`. Setup as `canary-congestion` (a {self.fabric_text()}); `ina.aggregation_timeout` in
 {self.windows} and `ina.noise_prob` in {self.noise} (a host's NIC stalls `ina.noise` = 1 us before a
@@ -661,7 +819,7 @@ Canary's goodput (Gbps) by window:
 
 {markdown_table(t)}
 
-Four static trees (no noise):
+Four static trees{" (same noise)" if self.setup == "sst" else " (no noise)"}:
 
 {markdown_table(st)}
 
@@ -684,6 +842,7 @@ their window (`stragglers`) and leaders receive more packets per block.
 class CanaryAblations(_CanaryFigure):
     """Two ablations the paper lacks (spec §3.3): no rerouting (ECMP), and one leader."""
 
+    range_keys = ("variant", "congested")
     name = "canary-ablations"
     figure = "ablations (spec §3.3, no figure)"
     claim = ("Ablations the Canary paper lacks (spec §3.3), on the Fig. 7 setup: Canary with ECMP (every switch "
@@ -694,9 +853,9 @@ class CanaryAblations(_CanaryFigure):
                 "canary, ECMP": ({"reroute_queue": "1TiB"}, "ecmp"),
                 "canary, one leader": ({"leaders": "single"}, "adaptive")}
 
-    def __init__(self, seeds=(1,), one_leader_congested=False, flow_control=FLOW_CONTROL, reroute_queue=None):
+    def __init__(self, seeds=(1,), one_leader_congested=False, flow_control=None, reroute_queue=None, setup=SETUP):
         self.seeds, self.one_leader_congested = tuple(seeds), one_leader_congested
-        self._fabric(flow_control, reroute_queue)
+        self._fabric(flow_control, reroute_queue, setup)
 
     def run(self, progress) -> pd.DataFrame:
         pts = [({"scheme": "canary", "variant": v, "congested": c, "seed": seed},
@@ -734,6 +893,8 @@ class CanaryAblations(_CanaryFigure):
 
 **Claim.** {self.claim}
 
+{self.setup_table()}
+
 **Command.** `inalab reproduce {self.name}`. Setup as `canary-congestion` (a {self.fabric_text()}). "ECMP": network routing
 `ecmp` and `ina.reroute_queue` = 1 TiB (the program never leaves the leader's default port);
 "one leader": `ina.leaders = "single"`, uncongested only{"" if self.one_leader_congested else
@@ -759,8 +920,10 @@ All runs:
                         xlabel="variant", values=True)
 
 
-register(CanaryFraction())
-register(CanarySize())
-register(CanaryTenants())
-register(CanaryTimeout())
-register(CanaryAblations())
+# Not yet rerun on the paper's network (issue #40 open): registered on the set-up their committed
+# write-ups ran, so every number in them is what this code gives; `setup="sst"` runs them there.
+register(CanaryFraction(setup="inalab"))
+register(CanarySize(setup="inalab"))
+register(CanaryTenants(setup="inalab"))
+register(CanaryTimeout(setup="inalab"))
+register(CanaryAblations(setup="inalab"))
