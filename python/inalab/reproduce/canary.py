@@ -405,6 +405,17 @@ under congestion. Canary over the others with congestion: {", ".join(f"{s} {v:.2
 {_congestion_notes(rows)} {_ring_note(self.ring_congested, self.flow_control)}
 """
 
+    def headline(self, rows: pd.DataFrame) -> str:
+        """The index's one line, from the rows the write-up shows."""
+        g = rows.groupby(["congested", "scheme"]).goodput_gbps.mean()
+        trees = [s for s in self.schemes if s.endswith(" ST")]
+        ring = f", ring {g[(True, 'ring')]:.1f}" if (True, "ring") in g else ""
+        return (f"{self.fabric_text().split(':')[0]}: uncongested in-network {g[False].drop('ring', errors='ignore').min():.0f}-"
+                f"{g[False].drop('ring', errors='ignore').max():.0f} Gbps; congested Canary {g[(True, 'canary')]:.1f} "
+                f"({g[(True, 'canary')] / g[(False, 'canary')]:.0%} of uncongested), static trees "
+                f"{min(g[(True, t)] for t in trees):.1f}-{max(g[(True, t)] for t in trees):.1f}{ring}: Canary "
+                f"{self._ratio(rows, '1 ST'):.1f}x one tree, {self._ratio(rows, '4 ST'):.1f}x four (paper 2x, 1.4x)")
+
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:
         t = self._table(rows, ["congested"]).set_index("congested")[self.schemes]
         t.index = ["congested" if c else "no congestion" for c in t.index]
@@ -575,6 +586,16 @@ All runs:
 **Where and why they differ.** {_ring_note(self.ring_congested, self.flow_control)}
 {_congestion_notes(rows[rows.fraction == max(self.fractions)])}
 """
+
+    def headline(self, rows: pd.DataFrame) -> str:
+        """The index's one line, from the rows the write-up shows."""
+        cong = rows[rows.congested].groupby(["fraction", "scheme"]).goodput_gbps.mean().unstack()
+        loss = 1 - rows[rows.congested].groupby(["fraction", "scheme"]).vs_uncongested.mean().unstack()
+        lo = min(self.fractions)
+        return (f"{self.fabric_text().split(':')[0]}: congested Canary {cong['canary'].min():.0f}-{cong['canary'].max():.0f} Gbps, "
+                f"1 tree {cong['1 ST'].min():.1f}-{cong['1 ST'].max():.1f}, 4 trees {cong['4 ST'].min():.1f}-{cong['4 ST'].max():.1f}; "
+                f"at {lo:.0%} of the hosts Canary loses {loss.loc[lo, 'canary']:.0%}, one tree {loss.loc[lo, '1 ST']:.0%}, "
+                f"four {loss.loc[lo, '4 ST']:.0%} (paper 20 / 66 / 47 %)")
 
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:
         return _plot_lines(rows, path, "fraction", "goodput_gbps", "Canary Fig. 8: allreduce goodput against the share of "
