@@ -87,7 +87,7 @@ pub(crate) struct Pfc {
     ports: Vec<PfcPort>,
     /// Multicasts with copies still at their switch; freed slots are reused.
     shared: Vec<SharedCharge>,
-    /// The shared charge of the copies being queued (`pfc_share`).
+    /// The shared charge of the packets being queued (`pfc_share_open`).
     sharing: Option<u32>,
     free_shared: Vec<u32>,
     /// The node each port belongs to.
@@ -271,15 +271,12 @@ impl Sim {
             return;
         }
         let pfc = self.pfc_mut();
-        let Mode::Pause { xoff, .. } = pfc.mode else {
-            let p = &mut pfc.ports[from as usize];
-            p.in_bytes += size as u64;
-            p.max_in_bytes = p.max_in_bytes.max(p.in_bytes);
-            return;
-        };
+        let mode = pfc.mode;
         let p = &mut pfc.ports[from as usize];
         p.in_bytes += size as u64;
         p.max_in_bytes = p.max_in_bytes.max(p.in_bytes);
+        // Credits: no PAUSE (the sender never sends beyond them).
+        let Mode::Pause { xoff, .. } = mode else { return };
         if p.in_bytes > xoff && !p.pausing {
             p.pausing = true;
             p.pauses_sent += 1;
