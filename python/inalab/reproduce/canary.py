@@ -480,7 +480,7 @@ def _plot_lines(rows: pd.DataFrame, path: Path, x: str, y: str, title: str, pane
 
 
 def _ring_note(ring_congested: bool, flow_control: str = FLOW_CONTROL) -> str:
-    fabric = "the PFC fabric" if flow_control == "pfc" else "the 64 MiB drop-tail buffers"
+    fabric = {"pfc": "the PFC fabric", "credit": "the credit fabric"}.get(flow_control, "the 64 MiB drop-tail buffers")
     return ("" if ring_congested else
             "Ring allreduce runs only without congestion by default: with the spec's 1 MiB drop-tail buffers one "
             "congested 512-host ring point lost tens of millions of packets, its 1,022 steps each waited out 1 ms "
