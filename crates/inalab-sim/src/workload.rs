@@ -872,6 +872,7 @@ mod background_tests {
         BackgroundState {
             hosts: (0..n as NodeId).collect(),
             gap: vec![1; n],
+            closed_loop: false,
             message_bytes: 1,
             rng: Xoshiro256PlusPlus::seed_from_u64(1),
             next_id: 0,
