@@ -44,11 +44,11 @@ FLOW_CONTROL = "pfc"
 # Only Canary's program uses it: the network's adaptive routing (the background's) keeps
 # REROUTE_QUEUE, so the static trees and the ring see the same fabric whatever Canary's setting.
 PFC_REROUTE_QUEUE = "64KiB"
-# The paper's SST network (§5.1, issue #40), every figure's default set-up ("sst"): one routing
+# The paper's SST network (§5.2, issue #40), the figures' set-up once rerun on it ("sst"): one routing
 # rule for every packet (background, static trees, ring and Canary's partial sums alike): merlin's
 # fat tree sends a packet up the port its destination picks (the destination modulo the up
 # ports) unless that port's output buffer is more than half full, then up the least queued
-# (§5.1: "occupancy higher than 50 % of its capacity"); credit-based lossless links with a
+# (§5.2: "occupancy higher than 50% of its capacity"); credit-based lossless links with a
 # per-port buffer of SST_BUFFER; a background in which each host sends to one random host and
 # receives from another (a new derangement per 1 MiB message, §5.2); noise that delays the drawn
 # packet alone (§5.2.5: "delays 10 % of the packets ... by 1 us"). "inalab" is the set-up the
