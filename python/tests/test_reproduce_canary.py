@@ -74,17 +74,14 @@ def test_figures_default_to_the_lossless_fabric_and_keep_drop_tail():
     from inalab.reproduce.canary import FLOW_CONTROL, PFC_REROUTE_QUEUE, SETUP
 
     assert FLOW_CONTROL == "pfc" and SETUP == "sst"
-    # Fig. 7 runs on the paper's network, five seeds; the figures not yet rerun there keep the
-    # set-up their committed write-ups ran (issue #40).
-    for name in ("canary-congestion", "canary-fraction", "canary-timeout", "canary-ablations"):
+    # Every figure runs on the paper's network with its five seeds (issue #40).
+    for name in ("canary-congestion", "canary-fraction", "canary-size", "canary-tenants", "canary-timeout", "canary-ablations"):
         rep = REPRODUCTIONS[name]
         assert (rep.setup, rep.flow_control, rep.seeds, rep.reroute_queue) == ("sst", "credit", (1, 2, 3, 4, 5), None), name
         assert "Set-up." in rep.setup_table() and "14KB" in rep.setup_table()
-    for name in ("canary-size", "canary-tenants"):
-        rep = REPRODUCTIONS[name]
-        assert rep.setup == "inalab" and rep.flow_control == "pfc" and rep.reroute_queue == PFC_REROUTE_QUEUE, name
+        inalab_setup = type(rep)(setup="inalab")
+        assert inalab_setup.flow_control == "pfc" and inalab_setup.reroute_queue == PFC_REROUTE_QUEUE, name
         assert type(rep)(flow_control="drop_tail", setup="inalab").scenario("canary")["network"].get("flow_control") is None, name
-        assert type(rep)().setup == "sst", name
     with pytest.raises(ValueError, match="reroute_queue applies only"):
         CanaryCongestion(reroute_queue="64KiB")
     rep = CanaryCongestion(setup="inalab")
@@ -193,3 +190,41 @@ def test_fig8_bands_are_two_sided_on_the_paper_network():
     for loss in (0.3, 0.95):  # a tree losing far less or far more than the paper's 66 %
         assert rep.checks(rows(loss))["one_tree_loss"] is False
     assert "one_tree_loss" not in CanaryFraction(setup="inalab").checks(rows(0.66))
+
+
+def test_size_tenants_and_ablations_write_their_index_line_from_the_rows():
+    """The index's line of Figs. 9, 10 and the ablations comes from the rows (a rerun keeps it
+    true), naming the crossover, the tenants' extremes and the 64-block one-leader variant."""
+    import pandas as pd
+
+    from inalab.reproduce.canary import CanaryAblations, CanarySize, CanaryTenants
+
+    size = CanarySize(sizes=("1KiB", "64KiB", "4MiB"))
+    rt = {(False, "canary"): (10, 50, 400), (False, "4 ST"): (7, 48, 390), (True, "canary"): (12, 60, 500),
+          (True, "4 ST"): (9, 70, 1500)}
+    rows = pd.DataFrame([{"scheme": s, "congested": c, "bytes": b, "runtime_us": float(v)}
+                         for (c, s), vals in rt.items() for b, v in zip((1024, 65536, 4 << 20), vals)]
+                        + [{"scheme": "ring", "congested": False, "bytes": b, "runtime_us": 30.0} for b in (1024, 65536, 4 << 20)])
+    line = size.headline(rows)
+    assert "+3.0 us against four trees at 1 KiB" in line and "faster than four trees from 64 KiB" in line
+    assert "(3.0x faster at 4 MiB)" in line, line
+    assert size.holds(rows)
+
+    tenants = CanaryTenants(tenants=(1, 32))
+    g = {(1, "canary"): 92, (32, "canary"): 80, (1, "1 ST"): 90, (32, "1 ST"): 40, (1, "4 ST"): 91, (32, "4 ST"): 55,
+         (1, "ring"): 45, (32, "ring"): 44}
+    rows = pd.DataFrame([{"tenants": k, "scheme": s, "goodput_gbps": float(v)} for (k, s), v in g.items()])
+    line = tenants.headline(rows)
+    assert "Canary 92 Gbps per job alone, 80 at 32 tenants" in line and "four 91 -> 55" in line, line
+    assert tenants.holds(rows)
+
+    abl = CanaryAblations()
+    g = {(False, "canary"): (90, 1000), (True, "canary"): (80, 1100), (False, "canary, ECMP"): (90, 1000),
+         (True, "canary, ECMP"): (85, 1000), (False, "canary, one leader"): (0.07, 472000),
+         (False, "canary, one leader, 64 blocks"): (19, 1770), (True, "canary, one leader, 64 blocks"): (2.7, 12300)}
+    rows = pd.DataFrame([{"congested": c, "variant": v, "goodput_gbps": float(x), "runtime_us": float(t)}
+                         for (c, v), (x, t) in g.items()])
+    line = abl.headline(rows)
+    assert "one leader 0.07 Gbps uncongested (472 ms), congested skipped" in line
+    assert "with a 64-block window 19.0 uncongested, 2.7 congested" in line, line
+    assert set(abl.VARIANTS) >= {"canary, one leader", "canary, one leader, 64 blocks"}

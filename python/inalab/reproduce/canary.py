@@ -604,6 +604,12 @@ All runs:
                            xlabel="share of the hosts in the allreduce")
 
 
+def _size_text(nbytes) -> str:
+    """1024 -> "1 KiB", 4194304 -> "4 MiB"."""
+    n = int(nbytes)
+    return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n >> 10} KiB"
+
+
 class CanarySize(_CanaryFigure):
     """Fig. 9: runtime against the allreduce size on 20 % of the hosts."""
 
@@ -678,6 +684,17 @@ All runs:
 **Where and why they differ.** A block's tree costs Canary one 1 us window per level (2 levels
 here) besides the path; static trees wait only for their children. {_ring_note(self.ring_congested, self.flow_control)}
 """
+
+    def headline(self, rows: pd.DataFrame) -> str:
+        """The index's one line, from the rows the write-up shows."""
+        rt = rows.groupby(["congested", "bytes", "scheme"]).runtime_us.mean().unstack()
+        small, large = min(rows.bytes), max(rows.bytes)
+        c = rt.loc[True]
+        faster = [b for b in c.index if c.loc[b, "canary"] < c.loc[b, "4 ST"]]
+        cross = (f"faster than four trees from {_size_text(min(faster))}" if faster else "never faster than four trees")
+        return (f"{self.fabric_text().split(':')[0]}: uncongested Canary {rt.loc[(False, small), 'canary'] - rt.loc[(False, small), '4 ST']:+.1f} us "
+                f"against four trees at {_size_text(small)}, {rt.loc[(False, large), 'canary'] / rt.loc[(False, large), '4 ST']:.2f}x their runtime at "
+                f"{_size_text(large)}; congested Canary {cross} ({c.loc[large, '4 ST'] / c.loc[large, 'canary']:.1f}x faster at {_size_text(large)})")
 
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:
         return _plot_lines(rows, path, "bytes", "runtime_us", "Canary Fig. 9: allreduce runtime against its size on 20 % "
@@ -759,6 +776,14 @@ All runs:
 
 **Where and why they differ.** Goodput is the mean over the K jobs of S x 8 / runtime.
 """
+
+    def headline(self, rows: pd.DataFrame) -> str:
+        """The index's one line, from the rows the write-up shows."""
+        g = rows.groupby(["tenants", "scheme"]).goodput_gbps.mean().unstack()
+        lo, hi = min(self.tenants), max(self.tenants)
+        return (f"{self.fabric_text().split(':')[0]}: Canary {g.loc[lo, 'canary']:.0f} Gbps per job alone, {g.loc[hi, 'canary']:.0f} at "
+                f"{hi} tenants (paper ~80); one tree {g.loc[lo, '1 ST']:.0f} -> {g.loc[hi, '1 ST']:.0f}, four {g.loc[lo, '4 ST']:.0f} -> "
+                f"{g.loc[hi, '4 ST']:.0f}; ring {g.loc[lo, 'ring']:.0f} -> {g.loc[hi, 'ring']:.0f}")
 
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:
         return _plot_lines(rows, path, "tenants", "goodput_gbps", "Canary Fig. 10a: goodput of K concurrent 4 MiB "
@@ -887,9 +912,12 @@ class CanaryAblations(_CanaryFigure):
              "sends a block on its leader's default port, never rerouting) separates the spreading of roots "
              "over spines by leader from adaptivity; Canary with a single leader shows what round-robin leaders buy.")
 
+    # "one leader, 64 blocks": the single leader with a 64-block window (issue #40 item 5): what
+    # one leader costs once its own link is not flooded with 4,096 blocks at a time.
     VARIANTS = {"canary": ({}, "adaptive"),
                 "canary, ECMP": ({"reroute_queue": "1TiB"}, "ecmp"),
-                "canary, one leader": ({"leaders": "single"}, "adaptive")}
+                "canary, one leader": ({"leaders": "single"}, "adaptive"),
+                "canary, one leader, 64 blocks": ({"leaders": "single", "window_blocks": 64}, "adaptive")}
 
     def __init__(self, seeds=(1,), one_leader_congested=False, flow_control=None, reroute_queue=None, setup=SETUP):
         self.seeds, self.one_leader_congested = tuple(seeds), one_leader_congested
@@ -936,7 +964,9 @@ class CanaryAblations(_CanaryFigure):
 **Command.** `inalab reproduce {self.name}`. Setup as `canary-congestion` (a {self.fabric_text()}). "ECMP": network routing
 `ecmp` and `ina.reroute_queue` = 1 TiB (the program never leaves the leader's default port);
 "one leader": `ina.leaders = "single"`, uncongested only{"" if self.one_leader_congested else
-" (congested it did not end in 25 minutes of simulation on drop-tail, nor in 10 on PFC; `one_leader_congested=True` runs it)"}.
+" (congested it did not end in 25 minutes of simulation on drop-tail, nor in 10 on PFC; `one_leader_congested=True` runs it)"};
+"one leader, 64 blocks": the same with `ina.window_blocks = 64` (the default window is 4,096 blocks, 4 MiB), with and
+without congestion.
 
 **Our result** (`holds` = {self.holds(rows)}; checks: {self.checks(rows)}):
 
@@ -949,6 +979,17 @@ All runs:
 {self._all_runs(rows, ["variant", "congested"])}
 """
 
+    def headline(self, rows: pd.DataFrame) -> str:
+        """The index's one line, from the rows the write-up shows."""
+        g = rows.groupby(["congested", "variant"]).goodput_gbps.mean()
+        rt = rows.groupby(["congested", "variant"]).runtime_us.mean()
+        one, small = "canary, one leader", "canary, one leader, 64 blocks"
+        congested_one = f"{g[(True, one)]:.2f} congested" if (True, one) in g else "congested skipped"
+        return (f"{self.fabric_text().split(':')[0]}, congested: Canary {g[(True, 'canary')]:.1f} Gbps with the network's "
+                f"rerouting, {g[(True, 'canary, ECMP')]:.1f} without it (ECMP); one leader {g[(False, one)]:.2f} Gbps uncongested "
+                f"({rt[(False, one)] / 1000:.0f} ms), {congested_one}; with a 64-block window {g[(False, small)]:.1f} "
+                f"uncongested, {g[(True, small)]:.1f} congested")
+
     def plot(self, rows: pd.DataFrame, path: Path) -> Path:
         t = rows.pivot_table(index="variant", columns="congested", values="goodput_gbps", dropna=False)
         t = t.reindex(columns=[False, True]).rename(columns={False: "no congestion", True: "congested"})
@@ -958,10 +999,8 @@ All runs:
                         xlabel="variant", values=True)
 
 
-# Not yet rerun on the paper's network (issue #40 open): registered on the set-up their committed
-# write-ups ran, so every number in them is what this code gives; `setup="sst"` runs them there.
 register(CanaryFraction(seeds=(1, 2, 3, 4, 5)))
-register(CanarySize(setup="inalab"))
-register(CanaryTenants(setup="inalab"))
+register(CanarySize(seeds=(1, 2, 3, 4, 5)))
+register(CanaryTenants(seeds=(1, 2, 3, 4, 5)))
 register(CanaryTimeout(seeds=(1, 2, 3, 4, 5)))
 register(CanaryAblations(seeds=(1, 2, 3, 4, 5)))
