@@ -18,7 +18,7 @@ from inalab import _core
 from inalab.capture import Capture
 from inalab.config import ConfigError
 
-TAG_BYTES = 16
+TAG_BYTES = 24  # the runtime's trailer after a frame: sequence number and tag (crates/inalab-net/src/auth.rs)
 UDP_FRAMING = 42
 
 
@@ -48,7 +48,7 @@ def read_pcapng(path: Path) -> tuple[list[str], list[dict]]:
 
 
 def frame_of(data: bytes) -> bytes:
-    """The inalab frame inside a captured Ethernet/IPv4/UDP packet (without its tag)."""
+    """The inalab frame inside a captured Ethernet/IPv4/UDP packet (without its trailer)."""
     return data[UDP_FRAMING:-TAG_BYTES]
 
 

@@ -55,7 +55,7 @@ STATS_PROBES = 3        # at least this many `stats` probes during the attack
 SEED_FRAME = REPO / "fuzz" / "corpus" / "frame" / "seed1"
 SRC_NODE = slice(4, 8)
 VALUE_BYTES = 62 * 4
-TAG_LEN = 16
+TAG_LEN = 24  # the runtime's trailer: sequence number and tag (crates/inalab-net/src/auth.rs)
 
 WORKER = textwrap.dedent('''
     import json, pathlib, sys, time

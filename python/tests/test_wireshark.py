@@ -25,7 +25,10 @@ needs_tshark = pytest.mark.usefixtures("tshark_required")
 # frame.rs: ENV = src 0x0A0B0C0D, dst 0x01020304, ports 0x1234 -> 0x5678.
 ENV = bytes([0x1A, 0xAB, 1, 0, 0x0A, 0x0B, 0x0C, 0x0D, 0x01, 0x02, 0x03, 0x04, 0x12, 0x34, 0x56, 0x78])
 ENV_ECN = ENV[:3] + b"\x01" + ENV[4:]
-TAG = bytes(range(0xA0, 0xB0))
+# The runtime's trailer: sequence number (8 B, big endian), then the 16-byte tag.
+SEQ = bytes([0, 0, 0, 0, 0, 0, 0x01, 0x02])
+TAG_ONLY = bytes(range(0xA0, 0xB0))
+TAG = SEQ + TAG_ONLY
 
 # frame.rs raw_without_payload.
 RAW = ENV + bytes([0, 0, 0, 0])
@@ -137,7 +140,7 @@ PACKETS = [
     ("bad_value", udp_packet(ENV + SWITCHML_H[:15] + bytes([2, 4, 5]) + payload(0) + TAG)),  # 16
     # A simulator capture (crates/inalab-sim/src/capture.rs): frame, 16 zero bytes, and an
     # original length of the simulated packet's size.
-    ("simulated", udp_packet(ATP + bytes(16), wire_len=306 - 42)),                   # 17
+    ("simulated", udp_packet(ATP + bytes(24), wire_len=306 - 42)),                   # 17
     ("ctl_request", tcp_packet(b'{"op":"hello"}\n{"config":{"scheme":"switchml"},"job":3,"op":"join",'
                                b'"rank":1,"udp":"127.0.0.1:40000","world":2}\n', 40000, 9100, 1000)),  # 18
     ("ctl_reply", tcp_packet(CTL_REPLY, 9100, 40000, 5000)),                        # 19
@@ -220,7 +223,8 @@ def test_tag_or_no_tag(decoded):
         assert "inalab.tag" not in fields(decoded, name)
     for name in ["atp", "switchml", "transport_data", "dsa", "canary", "rina", "grid"]:
         assert one(decoded, name, "inalab.tagged") == "1", name
-        assert one(decoded, name, "inalab.tag").replace(":", "") == TAG.hex(), name
+        assert one(decoded, name, "inalab.tag").replace(":", "") == TAG_ONLY.hex(), name
+        assert one(decoded, name, "inalab.seq") == "258", name
     assert one(decoded, "atp", "inalab.frame_len") == str(len(ATP))
 
 

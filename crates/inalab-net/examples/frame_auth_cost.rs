@@ -10,7 +10,7 @@
 use inalab_core::frame;
 use inalab_core::wire::{AtpHeader, Header, SwitchMlHeader};
 use inalab_core::{Packet, Payload};
-use inalab_net::auth::{random_key, FrameMac};
+use inalab_net::auth::{random_key, FrameMac, Link, ANY};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -24,21 +24,22 @@ fn packet(header: Header, values: usize) -> Packet {
 fn round(p: &Packet, mac: Option<&FrameMac>, n: usize) -> f64 {
     let mut wire = vec![];
     frame::encode(p, &mut wire);
+    let link = Link { from: 1, to: ANY };
     if let Some(m) = mac {
-        m.seal(&mut wire, 0);
+        m.seal(&mut wire, 0, link, 1);
     }
     let mut out = Vec::with_capacity(512);
     let t = Instant::now();
     for _ in 0..n {
         let bytes = match mac {
-            Some(m) => m.open(black_box(&wire)).expect("a good tag"),
+            Some(m) => m.open(black_box(&wire), link).expect("a good tag").0,
             None => black_box(&wire[..]),
         };
         let pkt = frame::decode(bytes).expect("a good frame");
         out.clear();
         frame::encode(&pkt, &mut out);
         if let Some(m) = mac {
-            m.seal(&mut out, 0);
+            m.seal(&mut out, 0, link, 2);
         }
         black_box(&out);
     }

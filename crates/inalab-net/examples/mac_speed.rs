@@ -23,7 +23,7 @@ use aes_gcm::aead::{AeadInPlace, KeyInit};
 use aes_gcm::{Aes256Gcm, Nonce};
 use chacha20poly1305::ChaCha20Poly1305;
 use hmac::{Hmac, Mac};
-use inalab_net::auth::{random_key, FrameMac};
+use inalab_net::auth::{random_key, FrameMac, Link, ANY, SEQ_BYTES};
 use sha2::Sha256;
 use std::hint::black_box;
 use std::time::Instant;
@@ -48,8 +48,8 @@ fn main() {
     let candidates: Vec<(&str, Tagger)> = vec![
         ("inalab", Box::new(|f: &[u8], _| {
             let mut buf = f.to_vec();
-            inalab.seal(&mut buf, 0);
-            buf[f.len()..].try_into().expect("16 bytes")
+            inalab.seal(&mut buf, 0, Link { from: 1, to: ANY }, 1);
+            buf[f.len() + SEQ_BYTES..].try_into().expect("16 bytes")
         })),
         ("hmac-sha256", Box::new(|f: &[u8], _| {
             let mut m = hmac.clone();

@@ -223,7 +223,7 @@ impl Client {
     ) -> Result<Client, NetError> {
         let proto = spec.endpoint(node, Role::Worker { rank: rank as u32 })?;
         let mut io = HostIo::new(udp, gateway);
-        io.add_job(spec.job, spec.frame_mac()?);
+        io.add_job(spec.job, spec.frame_mac()?, node);
         if let Some(rate) = link_rate_bps {
             io.pace(rate);
         }

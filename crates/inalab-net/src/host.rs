@@ -1,9 +1,10 @@
 //! Host-side I/O for host protocols: frames in from the host's switch, frames out to it.
 //! A host has one neighbour (its switch, the "gateway"); datagrams from anyone else are
 //! counted as `foreign` and dropped, undecodable ones as `malformed`, ones without a valid tag
-//! of one of the host's jobs as `forged` ([`crate::auth`]). Outgoing frames are tagged.
+//! of one of the host's jobs as `forged`, well-tagged ones seen before (or too old to tell) as
+//! `replayed` ([`crate::auth`]). Outgoing frames are tagged.
 
-use crate::auth::{self, FrameMac, TAG_BYTES};
+use crate::auth::{self, FrameMac, ReplayWindow, TRAILER_BYTES};
 use crate::pace::Pacer;
 use crate::udp::{TxBatch, Udp};
 use inalab_core::{frame, HostProtocol, Packet, Time};
@@ -15,11 +16,15 @@ pub struct HostIo {
     pub udp: Udp,
     pub gateway: SocketAddr,
     tx: TxBatch,
-    /// Frame authenticators of the jobs this host takes part in.
-    keys: HashMap<u32, FrameMac>,
+    /// The jobs this host takes part in: their frame authenticators, who this host is in them,
+    /// and what their switch sent.
+    keys: HashMap<u32, JobAuth>,
+    /// The sequence number of the last datagram sealed ([`auth`]: replays).
+    seq: u64,
     malformed: u64,
     foreign: u64,
     forged: u64,
+    replayed: u64,
     unsealed: u64,
     last_malformed: Option<String>,
     /// Sends at the host link's rate (`None`: as fast as the socket takes them).
@@ -37,9 +42,11 @@ impl HostIo {
             gateway,
             tx: TxBatch::default(),
             keys: HashMap::new(),
+            seq: auth::first_seq(),
             malformed: 0,
             foreign: 0,
             forged: 0,
+            replayed: 0,
             unsealed: 0,
             last_malformed: None,
             pacer: None,
@@ -58,9 +65,10 @@ impl HostIo {
         self.pacer.filter(|_| self.throttled).map(|p| p.next_ready())
     }
 
-    /// From now on, frames of `job` are accepted and sent with `mac`'s tags.
-    pub fn add_job(&mut self, job: u32, mac: FrameMac) {
-        self.keys.insert(job, mac);
+    /// From now on, frames of `job` are accepted and sent with `mac`'s tags, this host being
+    /// `me` in them: its node id, with [`auth::SERVER_BIT`] for a parameter server.
+    pub fn add_job(&mut self, job: u32, mac: FrameMac, me: u32) {
+        self.keys.insert(job, JobAuth { mac, me, window: ReplayWindow::default() });
     }
 
     pub fn remove_job(&mut self, job: u32) {
@@ -70,14 +78,14 @@ impl HostIo {
     /// One batched receive; every decodable frame from the gateway goes to `deliver`.
     /// Returns the datagrams read (0: nothing was queued).
     pub fn recv(&mut self, mut deliver: impl FnMut(Packet)) -> std::io::Result<usize> {
-        let (gw, keys) = (self.gateway, &self.keys);
-        let (mut malformed, mut foreign, mut forged, mut last) = (0, 0, 0, None);
+        let (gw, keys) = (self.gateway, &mut self.keys);
+        let (mut malformed, mut foreign, mut forged, mut replayed, mut last) = (0, 0, 0, 0, None);
         let n = self.udp.recv_batch(|from, d| {
             if from != gw {
                 foreign += 1;
                 return;
             }
-            let Ok((bytes, _)) = auth::split(d) else {
+            let Ok((bytes, _, _)) = auth::split(d) else {
                 forged += 1;
                 return;
             };
@@ -89,14 +97,20 @@ impl HostIo {
                     return;
                 }
             };
-            match frame_key(keys, view.header()).map(|m| m.open(d)) {
-                Some(Ok(_)) => deliver(frame::to_packet(&view)),
-                _ => forged += 1,
+            let Some(job) = frame_key(keys, view.header()) else {
+                forged += 1;
+                return;
+            };
+            match job.mac.open(d, auth::Link { from: auth::ANY, to: job.me }) {
+                Ok((_, seq)) if job.window.accept(seq).is_ok() => deliver(frame::to_packet(&view)),
+                Ok(_) => replayed += 1,
+                Err(_) => forged += 1,
             }
         })?;
         self.malformed += malformed;
         self.foreign += foreign;
         self.forged += forged;
+        self.replayed += replayed;
         if last.is_some() {
             self.last_malformed = last;
         }
@@ -114,16 +128,18 @@ impl HostIo {
                 break;
             }
             let Some(p) = proto.poll_transmit(now) else { break };
-            let Some(mac) = frame_key(&self.keys, &p.header) else {
+            let Some(job) = frame_key(&mut self.keys, &p.header) else {
                 self.unsealed += 1;
                 continue;
             };
+            self.seq += 1;
+            let (link, seq) = (auth::Link { from: job.me, to: auth::ANY }, self.seq);
             self.tx.push(self.gateway, |b| {
                 let start = b.len();
                 frame::encode(&p, b);
-                mac.seal(b, start);
+                job.mac.seal(b, start, link, seq);
             });
-            let bytes = frame::encoded_len(&p) + TAG_BYTES;
+            let bytes = frame::encoded_len(&p) + TRAILER_BYTES;
             self.wire_bytes_sent += (bytes as u64) + crate::pace::WIRE_OVERHEAD_BYTES;
             if let Some(pacer) = &mut self.pacer {
                 pacer.charge(now, bytes);
@@ -142,7 +158,7 @@ impl HostIo {
     pub fn stats(&self) -> Value {
         let io = self.udp.stats;
         json!({
-            "malformed": self.malformed, "foreign": self.foreign, "forged": self.forged, "unsealed": self.unsealed,
+            "malformed": self.malformed, "foreign": self.foreign, "forged": self.forged, "replayed": self.replayed, "unsealed": self.unsealed,
             "last_malformed": self.last_malformed,
             "datagrams_sent": io.datagrams_sent, "wire_bytes_sent": self.wire_bytes_sent, "datagrams_received": io.datagrams_received,
             "send_calls": io.send_calls, "recv_calls": io.recv_calls, "send_errors": io.send_errors,
@@ -150,12 +166,21 @@ impl HostIo {
     }
 }
 
-/// The key of a frame: its header's job's, or, for a frame whose header names no job (a
-/// transport segment between hosts), the host's only job's.
-fn frame_key<'a>(keys: &'a HashMap<u32, FrameMac>, header: &inalab_core::wire::Header) -> Option<&'a FrameMac> {
+/// One job's frame authentication at a host.
+struct JobAuth {
+    mac: FrameMac,
+    /// This host's identity in the job's [`auth::Link`]s.
+    me: u32,
+    /// Sequence numbers accepted from the switch.
+    window: ReplayWindow,
+}
+
+/// The job of a frame: its header's, or, for a frame whose header names no job (a transport
+/// segment between hosts), the host's only job.
+fn frame_key<'a>(keys: &'a mut HashMap<u32, JobAuth>, header: &inalab_core::wire::Header) -> Option<&'a mut JobAuth> {
     match header.job() {
-        Some(j) => keys.get(&j),
-        None if keys.len() == 1 => keys.values().next(),
+        Some(j) => keys.get_mut(&j),
+        None if keys.len() == 1 => keys.values_mut().next(),
         None => None,
     }
 }

@@ -377,7 +377,7 @@ fn admit(s: &Shared, spec: &JobSpec) -> Result<(), NetError> {
         return Err(NetError::Config(format!("job {} is already admitted at the PS", spec.job)));
     }
     st.servers.insert(spec.job, server);
-    st.io.add_job(spec.job, mac);
+    st.io.add_job(spec.job, mac, s.node | crate::auth::SERVER_BIT);
     Ok(())
 }
 

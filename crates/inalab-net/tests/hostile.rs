@@ -15,7 +15,7 @@ use inalab_net::switch::{SwitchHandle, SwitchOptions};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde_json::json;
-use inalab_net::auth::FrameMac;
+use inalab_net::auth::{self, FrameMac, Link};
 use std::io::BufReader;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::time::Duration;
@@ -24,8 +24,9 @@ fn any_port() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
 }
 
-/// A random frame; `tenant`: (its job, its node, its job's key) to name and tag with.
-fn random_frame(rng: &mut Xoshiro256PlusPlus, tenant: Option<(u32, u32, &FrameMac)>) -> Vec<u8> {
+/// A random frame; `tenant`: (its job, its node, its job's key) to name and tag with, `seq` its
+/// sequence number.
+fn random_frame(rng: &mut Xoshiro256PlusPlus, tenant: Option<(u32, u32, &FrameMac)>, seq: u64) -> Vec<u8> {
     let mut header = match rng.random_range(0..3) {
         0 => Header::Raw,
         1 => Header::Atp(AtpHeader {
@@ -66,8 +67,8 @@ fn random_frame(rng: &mut Xoshiro256PlusPlus, tenant: Option<(u32, u32, &FrameMa
     };
     let mut b = vec![];
     frame::encode(&p, &mut b);
-    if let Some((_, _, mac)) = tenant {
-        mac.seal(&mut b, 0);
+    if let Some((_, node, mac)) = tenant {
+        mac.seal(&mut b, 0, Link { from: node, to: auth::ANY }, seq);
     }
     match rng.random_range(0..4) {
         0 => {
@@ -130,7 +131,7 @@ fn attack(program: &'static str, scheme: &'static str) {
             1..=4 => (&tenant, Some((2, tenant_node, &tenant_mac))),
             _ => (&insider, None),
         };
-        let b = random_frame(&mut rng, key);
+        let b = random_frame(&mut rng, key, i + 1);
         malformed_sent += frame::decode(&b).is_err() as u64;
         let _ = from.send_to(&b, sw.udp_addr);
         if i % 500 == 0 {
@@ -218,7 +219,7 @@ fn forged_contributions_for_a_live_job_are_dropped() {
                     p.payload = Some(Box::new(Payload::I32(vec![0; 32])));
                     let mut b = vec![];
                     frame::encode(&p, &mut b);
-                    b.extend((0..16).map(|_| rng.random::<u8>()));
+                    b.extend((0..auth::TRAILER_BYTES).map(|_| rng.random::<u8>()));
                     let _ = forger.send_to(&b, to);
                     sent += 1;
                 }
@@ -271,7 +272,7 @@ fn a_tenant_cannot_relay_through_the_switch() {
         p.payload = Some(Box::new(Payload::I32(vec![7; 32])));
         let mut b = vec![];
         frame::encode(&p, &mut b);
-        mac.seal(&mut b, 0);
+        mac.seal(&mut b, 0, Link { from: node, to: auth::ANY }, i + 1);
         tenant.send_to(&b, sw.udp_addr).unwrap();
     }
     // Job 1 still works, and its hosts never saw a frame of job 2.
@@ -293,4 +294,98 @@ fn a_tenant_cannot_relay_through_the_switch() {
         let io = &c.stats()["io"];
         assert_eq!((io["forged"].as_u64(), io["foreign"].as_u64()), (Some(0), Some(0)), "{io}");
     }
+}
+
+/// Issue #41 item 4: a replayed frame of an earlier iteration is counted and dropped. A tenant
+/// (the one worker of job 2, holding its key) sends well-tagged SwitchML result frames to
+/// itself, which the switch relays back; the same bytes sent again, a frame far behind the
+/// newest, and a frame offered as another host's are each counted and never relayed.
+#[test]
+fn a_replayed_frame_is_counted_and_dropped_at_the_switch() {
+    let sw = SwitchHandle::start(SwitchOptions { udp: any_port(), control: any_port(), ..SwitchOptions::new(&["switchml"]) }).unwrap();
+    let secret = control::Secret::load().unwrap();
+    let tenant = UdpSocket::bind(any_port()).unwrap();
+    tenant.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let mut ctl = TcpStream::connect(sw.control_addr).unwrap();
+    let mut replies = BufReader::new(ctl.try_clone().unwrap());
+    control::authenticate(&mut ctl, &mut replies, &secret.credential(control::AuthRole::Worker)).unwrap();
+    let join = json!({"op": "join", "job": 2, "rank": 0, "world": 1, "config": {"scheme": "switchml"}, "udp": tenant.local_addr().unwrap()});
+    control::send_line(&mut ctl, &join).unwrap();
+    let reply = control::read_line(&mut replies).unwrap().unwrap();
+    let spec: control::JobSpec = serde_json::from_value(reply["spec"].clone()).unwrap();
+    let (node, mac) = (reply["node"].as_u64().unwrap() as u32, spec.frame_mac().unwrap());
+    let frame = |iteration: u32, from: u32, seq: u64| {
+        let h = SwitchMlHeader { job: 2, slot: 0, chunk: iteration, wid: 0, ver: (iteration % 2) as u8, flags: SwitchMlHeader::FLAG_RESULT, exp: 0 };
+        let mut p = Packet::new(node, 1, node, 1, 0, Header::SwitchMl(h));
+        p.payload = Some(Box::new(Payload::I32(vec![iteration as i32; 32])));
+        let mut b = vec![];
+        frame::encode(&p, &mut b);
+        mac.seal(&mut b, 0, Link { from, to: auth::ANY }, seq);
+        b
+    };
+    // What comes back to the tenant: the chunk (iteration) of each relayed frame, opened as
+    // the switch sealed it for this host.
+    let mut buf = [0u8; 2048];
+    let mut relayed = || -> Option<u32> {
+        let n = tenant.recv(&mut buf).ok()?;
+        let (f, _) = mac.open(&buf[..n], Link { from: auth::ANY, to: node }).expect("the switch seals for this host");
+        match frame::decode(f).unwrap().header {
+            Header::SwitchMl(h) => Some(h.chunk),
+            h => panic!("{h:?}"),
+        }
+    };
+    let start = auth::first_seq();
+    let first = frame(0, node, start);
+    tenant.send_to(&first, sw.udp_addr).unwrap();
+    assert_eq!(relayed(), Some(0));
+    tenant.send_to(&frame(1, node, start + 1), sw.udp_addr).unwrap();
+    assert_eq!(relayed(), Some(1));
+    // Iteration 0's datagram again, byte for byte.
+    tenant.send_to(&first, sw.udp_addr).unwrap();
+    assert_eq!(relayed(), None, "a replay is not relayed");
+    // A frame from far ahead moves the window; one never seen but now behind it is stale.
+    tenant.send_to(&frame(2, node, start + 2 * auth::REPLAY_WINDOW), sw.udp_addr).unwrap();
+    assert_eq!(relayed(), Some(2));
+    tenant.send_to(&frame(3, node, start + 2), sw.udp_addr).unwrap();
+    assert_eq!(relayed(), None, "a frame behind the window is not relayed");
+    // Sealed as another host (node + 1) and sent from the tenant's address: the tag binds the sealer.
+    tenant.send_to(&frame(4, node + 1, start + 3 * auth::REPLAY_WINDOW), sw.udp_addr).unwrap();
+    assert_eq!(relayed(), None);
+    let st = sw.stats();
+    assert_eq!((st["forged"]["replayed"].as_u64(), st["forged"]["stale"].as_u64(), st["forged"]["bad_tag"].as_u64()), (Some(1), Some(1), Some(1)), "{st}");
+}
+
+/// The same at a host: a datagram from its switch accepted once, a copy counted as `replayed`,
+/// and one sealed for another host counted as `forged`.
+#[test]
+fn a_replayed_frame_is_counted_and_dropped_at_a_host() {
+    let gateway = UdpSocket::bind(any_port()).unwrap();
+    let udp = inalab_net::udp::Udp::bind(any_port()).unwrap();
+    let me_addr = udp.local_addr().unwrap();
+    let mut io = inalab_net::host::HostIo::new(udp, gateway.local_addr().unwrap());
+    let mac = FrameMac::new(&auth::random_key());
+    io.add_job(5, mac.clone(), 3);
+    let sealed = |to: u32, seq: u64| {
+        let h = SwitchMlHeader { job: 5, slot: 1, chunk: seq as u32, wid: 0, ver: 0, flags: SwitchMlHeader::FLAG_RESULT, exp: 0 };
+        let mut b = vec![];
+        frame::encode(&Packet::new(0, 1, 3, 1, 0, Header::SwitchMl(h)), &mut b);
+        mac.seal(&mut b, 0, Link { from: auth::ANY, to }, seq);
+        b
+    };
+    let once = sealed(3, 10);
+    for d in [&once, &once, &sealed(4, 11), &sealed(3, 12)] {
+        gateway.send_to(d, me_addr).unwrap();
+    }
+    let mut got = vec![];
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while got.len() < 2 && std::time::Instant::now() < deadline {
+        io.recv(|p| got.push(p.header)).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    io.recv(|p| got.push(p.header)).unwrap();
+    let chunks: Vec<u32> = got.iter().map(|h| if let Header::SwitchMl(h) = h { h.chunk } else { panic!() }).collect();
+    assert_eq!(chunks, [10, 12]);
+    let st = io.stats();
+    assert_eq!((st["replayed"].as_u64(), st["forged"].as_u64()), (Some(1), Some(1)), "{st}");
 }

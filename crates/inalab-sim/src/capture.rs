@@ -15,8 +15,9 @@ use inalab_topo::Topology;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-/// Bytes of the runtime's tag after each frame (`inalab_net::auth::TAG_BYTES`).
-const TAG_BYTES: usize = 16;
+/// Bytes of the runtime's trailer after each frame, its sequence number and tag
+/// (`inalab_net::auth::TRAILER_BYTES`), zeros here.
+const TRAILER_BYTES: usize = 24;
 /// At most this many capture points (files) in one run: the default, every host, of a large
 /// topology needs `at` to narrow it.
 pub const MAX_POINTS: usize = 1024;
@@ -106,7 +107,7 @@ impl Capture {
         }
         self.frame.clear();
         frame::encode(pkt, &mut self.frame);
-        self.frame.resize(self.frame.len() + TAG_BYTES, 0);
+        self.frame.resize(self.frame.len() + TRAILER_BYTES, 0);
         let (src, dst) = (node_addr(pkt.src, pkt.src_port), node_addr(pkt.dst, pkt.dst_port));
         let wire = (pkt.size as usize).saturating_sub(UDP_FRAMING_BYTES);
         // Nanoseconds: a pcapng interface's finest common resolution (the simulator counts ps).

@@ -39,8 +39,8 @@ SCHEMES = ["ring", "hierarchical", "atp", "rina"]
 # emulate-rina-* scenarios' 64 kB a rack of 4 members overflowed queues in both drivers (1,818
 # retransmits simulated, 5,036 emulated at 25 Mbps), whose loss recovery then differed by 18 %
 # in JCT; at 24 kB nothing is lost in the simulation and its JCT is the same.
-EMULATED_INA = {"rina": {"rto": "20ms", "repair": "40ms", "window": "24000B", "header": "106B"},
-                "atp": {"packet": "350B", "header": "102B", "timeout": "100ms"}}
+EMULATED_INA = {"rina": {"rto": "20ms", "repair": "40ms", "window": "24000B", "header": "114B"},
+                "atp": {"packet": "358B", "header": "110B", "timeout": "100ms"}}
 
 
 def testbed_scenario(scheme: str, ina: str, size: str, iterations: int, rate: str = "100Gbps", emulated: bool = False,

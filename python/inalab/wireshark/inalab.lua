@@ -2,7 +2,8 @@
 --
 --   * the UDP data plane: every datagram is one frame (a 16-byte envelope, a protocol header
 --     of kind 0..8, a payload of little-endian 4-byte values), followed in the UDP runtime by
---     a 16-byte tag (HMAC-SHA256 or BLAKE3 under the job's key: shown, not checked). A UDP
+--     a 24-byte trailer: the sealer's sequence number (replay protection) and a 16-byte tag
+--     (HMAC-SHA256 or BLAKE3 under the job's key: shown, not checked). A UDP
 --     GSO train (several datagrams captured as one, on loopback) is dissected frame by frame.
 --     Registered as a heuristic dissector on UDP (magic 0x1AAB, version 1) and on the UDP
 --     ports of preference "inalab.udp_ports" (default 9000,9200: the switch's and the PS's);
@@ -31,7 +32,9 @@ end
 local MAGIC = 0x1AAB
 local VERSION = 1
 local ENVELOPE_LEN = 16
+local SEQ_LEN = 8
 local TAG_LEN = 16
+local TRAILER_LEN = SEQ_LEN + TAG_LEN
 local VALUE_LEN = 4
 
 ---------------------------------------------------------------------------------------------
@@ -76,6 +79,7 @@ F.payload_kind = ProtoField.uint8("inalab.payload.kind", "Payload kind", base.DE
 F.payload_count = ProtoField.uint16("inalab.payload.count", "Value count")
 F.values = ProtoField.bytes("inalab.values", "Values")
 F.value = ProtoField.double("inalab.value", "Value")
+F.seq = ProtoField.uint64("inalab.seq", "Sequence number")
 F.tag = ProtoField.bytes("inalab.tag", "Tag")
 F.tagged = ProtoField.bool("inalab.tagged", "Tagged")
 F.frame_len = ProtoField.uint32("inalab.frame_len", "Frame length (without tag)")
@@ -621,10 +625,11 @@ local function dissect_frame_in(tvb, pinfo, item, off, seg)
                 count * VALUE_LEN, math.max(cap - v0, 0)))
         end
         used = nil
-    elseif cap - off == flen + TAG_LEN or (cap - off > flen + TAG_LEN and frame_at(tvb, off + flen + TAG_LEN)) then
-        item:add(F.tag, tvb(off + flen, TAG_LEN)):append_text(" (not verified: needs the job's key)")
+    elseif cap - off == flen + TRAILER_LEN or (cap - off > flen + TRAILER_LEN and frame_at(tvb, off + flen + TRAILER_LEN)) then
+        item:add(F.seq, tvb(off + flen, SEQ_LEN))
+        item:add(F.tag, tvb(off + flen + SEQ_LEN, TAG_LEN)):append_text(" (not verified: needs the job's key)")
         item:add(F.tagged, true):set_generated()
-        used = flen + TAG_LEN
+        used = flen + TRAILER_LEN
     elseif cut and cap - off == flen then
         -- The capture ends with the frame: whether a tag follows on the wire is unknown.
         used = flen
@@ -634,8 +639,8 @@ local function dissect_frame_in(tvb, pinfo, item, off, seg)
         ti:append_text(" (no tag: the frame fills the datagram)")
         used = flen
     else
-        flag(item, E.length, string.format("%d bytes after the %d-byte frame: neither a %d-byte tag nor a next frame",
-            cap - off - flen, flen, TAG_LEN))
+        flag(item, E.length, string.format("%d bytes after the %d-byte frame: neither a %d-byte trailer (sequence number, tag) nor a next frame",
+            cap - off - flen, flen, TRAILER_LEN))
         used = nil
     end
     if used ~= nil then

@@ -776,6 +776,7 @@ pub(super) fn release_here(s: &Shared, job: u32, spec: Option<&JobSpec>) -> u32 
         }
     };
     dp.keys.remove(&job);
+    dp.windows.retain(|(j, _), _| *j != job);
     dp.paths.retain(|_, (j, _)| *j != job);
     dp.trees.retain(|(j, _), _| *j != job);
     dp.ports.iter_mut().for_each(|p| p.jobs.retain(|&j| j != job));

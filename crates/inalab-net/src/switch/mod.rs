@@ -89,7 +89,7 @@ pub struct SwitchOptions {
     /// same whatever its size, so small ones cap a software switch at a tenth of what it moves
     /// with these. Bounded at start by the MTU of the switch's interfaces (the sockets set
     /// don't-fragment): 2048 fit loopback (64 KiB) and jumbo frames (9000 B), a 1500-B network
-    /// gets 352.
+    /// gets 350.
     pub packet_values: u32,
     /// Share of incoming packets dropped at random (0 to 1). Default 0.
     pub drop_probability: f64,
@@ -230,11 +230,42 @@ struct Port {
     queue_model: Option<Pacer>,
     /// The link is up (false: reported down, routing skips the port).
     link_up: bool,
+    /// The sequence number of the last datagram sealed for this port ([`auth`]: replays).
+    seq: u64,
 }
 
 impl Port {
     fn new(addr: SocketAddr, node: NodeId, kind: PortKind, shaper: Option<ShapedQueue>) -> Port {
-        Port { addr, ps_addr: None, node, kind, live: true, jobs: vec![], sent: 0, sent_bytes: 0, shaper, queue_model: None, link_up: true }
+        Port { addr, ps_addr: None, node, kind, live: true, jobs: vec![], sent: 0, sent_bytes: 0, shaper, queue_model: None, link_up: true, seq: auth::first_seq() }
+    }
+
+    /// The host end's identity in a [`auth::Link`]: its node, or its server
+    /// ([`auth::SERVER_BIT`]) for a PS port and a co-located PS's address.
+    fn host_identity(&self, server: bool) -> u32 {
+        if server || self.kind == PortKind::Ps {
+            self.node | auth::SERVER_BIT
+        } else {
+            self.node
+        }
+    }
+
+    /// The link a datagram from `addr` on this port crossed, to switch `me`.
+    fn link_from(&self, addr: SocketAddr, me: NodeId) -> auth::Link {
+        match self.kind {
+            PortKind::Switch => auth::Link { from: self.node, to: me },
+            _ => auth::Link { from: self.host_identity(self.ps_addr == Some(addr)), to: auth::ANY },
+        }
+    }
+
+    /// The link a datagram for endpoint port `dst_port` of this port's host (see
+    /// [`Port::dest`]) crosses from switch `me`, and its sequence number.
+    fn link_to(&mut self, dst_port: u16, me: NodeId) -> (auth::Link, u64) {
+        let link = match self.kind {
+            PortKind::Switch => auth::Link { from: me, to: self.node },
+            _ => auth::Link { from: auth::ANY, to: self.host_identity(self.ps_addr.is_some() && dst_port == crate::control::COLOCATED_SERVER_PORT) },
+        };
+        self.seq += 1;
+        (link, self.seq)
     }
 
     /// Where a datagram for endpoint port `dst_port` of this port's host goes.
@@ -302,7 +333,8 @@ struct Counters {
     processing_packets: u64,
     processing_bytes: u64,
     /// Datagrams without a valid tag, by reason: `short`, `no_key` (no admitted job's key for
-    /// the job the header names, or no job at all), `bad_tag`.
+    /// the job the header names, or no job at all), `bad_tag`; and well-tagged replays:
+    /// `replayed`, `stale` ([`auth::ReplayWindow`]).
     forged: BTreeMap<&'static str, u64>,
     /// Packets the program sent for a job whose key is gone (released meanwhile).
     unsealed: u64,
@@ -401,6 +433,8 @@ struct DataPlane {
     node_jobs: HashMap<NodeId, u32>,
     /// Frame authenticators of the admitted jobs.
     keys: HashMap<u32, FrameMac>,
+    /// Sequence numbers accepted per job and sending address ([`auth`]: replays).
+    windows: HashMap<(u32, SocketAddr), auth::ReplayWindow>,
     /// Port toward the next switch (ATP chains): where unknown destinations go.
     default_route: Option<PortId>,
     drop_probability: f64,
@@ -428,9 +462,9 @@ struct DataPlane {
     failed_jobs: Vec<(u32, String)>,
 }
 
-/// Bytes of a frame besides its values, at most: envelope 16, the longest protocol header,
-/// payload kind and count 3, tag 16.
-const FRAME_OVERHEAD_BYTES: usize = 64;
+/// Bytes of a datagram besides its values, at most: envelope 16, the longest protocol header
+/// (29), payload kind and count 3, the trailer (sequence number and tag, 24).
+const FRAME_OVERHEAD_BYTES: usize = 16 + 29 + 3 + auth::TRAILER_BYTES;
 
 /// Datagrams handled per lock hold before timers and sends run.
 const RECV_BUDGET: usize = 1024;
@@ -604,7 +638,7 @@ impl DataPlane {
             self.c.unknown_source += 1;
             return;
         };
-        let Ok((frame_bytes, _)) = auth::split(bytes) else {
+        let Ok((frame_bytes, _, _)) = auth::split(bytes) else {
             *self.c.forged.entry("short").or_default() += 1;
             return;
         };
@@ -617,15 +651,19 @@ impl DataPlane {
             }
         };
         // Nothing reads the frame further before its tag is checked.
-        let Some(mac) = self.frame_job(view.header(), view.src()).and_then(|j| self.keys.get(&j)) else {
+        let Some((job, mac)) = self.frame_job(view.header(), view.src()).and_then(|j| Some((j, self.keys.get(&j)?))) else {
             *self.c.forged.entry("no_key").or_default() += 1;
             return;
         };
-        if mac.open(bytes).is_err() {
+        let p = &self.ports[port as usize];
+        let Ok((_, seq)) = mac.open(bytes, p.link_from(addr, self.node)) else {
             *self.c.forged.entry("bad_tag").or_default() += 1;
             return;
+        };
+        if let Err(r) = self.windows.entry((job, addr)).or_default().accept(seq) {
+            *self.c.forged.entry(r.name()).or_default() += 1;
+            return;
         }
-        let p = &self.ports[port as usize];
         // Checked on the view so a spoofed datagram's payload is never copied.
         if p.kind != PortKind::Switch && view.src() != p.node {
             self.c.spoofed += 1;
@@ -772,25 +810,28 @@ impl DataPlane {
             self.c.unsealed += 1;
             return;
         };
-        match self.ports.get(port as usize) {
+        let me = self.node;
+        match self.ports.get_mut(port as usize) {
             Some(p) if p.live && !p.carries(job) => self.c.outside_job += 1,
             Some(p) if p.live && !p.link_up => self.c.link_down += 1,
             // Unshaped (the usual case): encoded straight into the send batch, no copy.
             Some(p) if p.live && p.shaper.is_none() => {
+                let (link, seq) = p.link_to(pkt.dst_port, me);
                 let (addr, start) = (p.dest(pkt.dst_port), self.tx.bytes());
                 self.tx.push(addr, |b| {
                     let start = b.len();
                     frame::encode(pkt, b);
-                    mac.seal_reusing(b, start, tail);
+                    mac.seal_reusing(b, start, link, seq, tail);
                 });
                 let len = self.tx.bytes() - start;
                 self.count_sent(port, len);
             }
             Some(p) if p.live => {
+                let (link, seq) = p.link_to(pkt.dst_port, me);
                 let mut bytes = std::mem::take(&mut self.scratch);
                 bytes.clear();
                 frame::encode(pkt, &mut bytes);
-                mac.seal(&mut bytes, 0);
+                mac.seal(&mut bytes, 0, link, seq);
                 self.send(port, &bytes, pkt.dst_port);
                 self.scratch = bytes;
             }
@@ -817,26 +858,13 @@ impl DataPlane {
         }
     }
 
-    /// One packet to several ports: encoded and tagged once (the bytes are the same for every
-    /// port), then copied.
+    /// One packet to several ports: encoded once, then tagged for each port's link (a wide
+    /// frame's values hashed once: [`FrameMac::seal_reusing`]).
     fn egress_many(&mut self, ports: &[PortId], pkt: &Packet) {
-        let Some((job, mac)) = self.frame_job(&pkt.header, pkt.src).and_then(|j| Some((j, self.keys.get(&j)?))) else {
-            self.c.unsealed += ports.len() as u64;
-            return;
-        };
-        let mut bytes = std::mem::take(&mut self.scratch);
-        bytes.clear();
-        frame::encode(pkt, &mut bytes);
-        mac.seal(&mut bytes, 0);
+        let mut tail = None;
         for &port in ports {
-            match self.ports.get(port as usize) {
-                Some(p) if p.live && !p.carries(job) => self.c.outside_job += 1,
-                Some(p) if p.live && !p.link_up => self.c.link_down += 1,
-                Some(p) if p.live => self.send(port, &bytes, pkt.dst_port),
-                _ => self.c.dead_port += 1,
-            }
+            self.egress_reusing(port, pkt, &mut tail);
         }
-        self.scratch = bytes;
     }
 
     /// The port toward `pkt`'s destination: a neighbour's, one of a static fabric's next hops
@@ -997,6 +1025,7 @@ impl SwitchHandle {
             in_port: None,
             node_jobs: HashMap::new(),
             keys: HashMap::new(),
+            windows: HashMap::new(),
             default_route: None,
             drop_probability: opts.drop_probability,
             rng: Xoshiro256PlusPlus::seed_from_u64(opts.seed),
