@@ -82,6 +82,30 @@ fn random_frame(rng: &mut Xoshiro256PlusPlus, tenant: Option<(u32, u32, &FrameMa
     b
 }
 
+/// The one worker of its own job 2 at `sw`, joined over the control plane: it learns the job's
+/// key and its node id. The job lasts as long as `control` is open.
+struct Tenant {
+    udp: UdpSocket,
+    control: (TcpStream, BufReader<TcpStream>),
+    node: u32,
+    mac: FrameMac,
+}
+
+impl Tenant {
+    fn join(sw: &SwitchHandle, secret: &control::Secret, scheme: &str) -> Tenant {
+        let udp = UdpSocket::bind(any_port()).unwrap();
+        let mut ctl = TcpStream::connect(sw.control_addr).unwrap();
+        let mut replies = BufReader::new(ctl.try_clone().unwrap());
+        control::authenticate(&mut ctl, &mut replies, &secret.credential(control::AuthRole::Worker)).unwrap();
+        let join = json!({"op": "join", "job": 2, "rank": 0, "world": 1, "config": {"scheme": scheme}, "udp": udp.local_addr().unwrap()});
+        control::send_line(&mut ctl, &join).unwrap();
+        let reply = control::read_line(&mut replies).unwrap().unwrap();
+        let spec: control::JobSpec = serde_json::from_value(reply["spec"].clone()).unwrap();
+        let (node, mac) = (reply["node"].as_u64().unwrap() as u32, spec.frame_mac().unwrap());
+        Tenant { udp, control: (ctl, replies), node, mac }
+    }
+}
+
 fn attack(program: &'static str, scheme: &'static str) {
     let sw = SwitchHandle::start(SwitchOptions { udp: any_port(), control: any_port(), ..SwitchOptions::new(&[program]) }).unwrap();
     let _ps = (program == "atp").then(|| {
@@ -94,15 +118,7 @@ fn attack(program: &'static str, scheme: &'static str) {
     control::request(sw.control_addr, Some(&secret.credential(control::AuthRole::Switch)), &msg, Duration::from_secs(5)).unwrap();
     let stranger = UdpSocket::bind(any_port()).unwrap();
     // A tenant: a worker of its own one-worker job 2, which learns that job's key and node.
-    let tenant = UdpSocket::bind(any_port()).unwrap();
-    let mut tenant_ctl = TcpStream::connect(sw.control_addr).unwrap();
-    let mut tenant_replies = BufReader::new(tenant_ctl.try_clone().unwrap());
-    control::authenticate(&mut tenant_ctl, &mut tenant_replies, &secret.credential(control::AuthRole::Worker)).unwrap();
-    let join = json!({"op": "join", "job": 2, "rank": 0, "world": 1, "config": {"scheme": scheme}, "udp": tenant.local_addr().unwrap()});
-    control::send_line(&mut tenant_ctl, &join).unwrap();
-    let reply = control::read_line(&mut tenant_replies).unwrap().unwrap();
-    let spec: control::JobSpec = serde_json::from_value(reply["spec"].clone()).unwrap();
-    let (tenant_node, tenant_mac) = (reply["node"].as_u64().unwrap() as u32, spec.frame_mac().unwrap());
+    let Tenant { udp: tenant, control: tenant_ctl, node: tenant_node, mac: tenant_mac } = Tenant::join(&sw, &secret, scheme);
     // A job runs while the attack goes on.
     let addr = sw.control_addr;
     let job = std::thread::spawn(move || {
@@ -157,7 +173,7 @@ fn attack(program: &'static str, scheme: &'static str) {
     assert!(forged["no_key"].as_u64().unwrap_or(0) + forged["bad_tag"].as_u64().unwrap_or(0) > 1000, "{st}");
     assert!(st["unadmitted"].as_u64().unwrap() + st["no_route"].as_u64().unwrap() > 0, "tagged tenant frames reached the checks after the tag: {st}");
     // The tenant leaves without `leave`: its job is released and nothing stays held.
-    drop((tenant_ctl, tenant_replies));
+    drop(tenant_ctl);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while sw.stats()["jobs"] != json!([]) && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
@@ -256,15 +272,7 @@ fn a_tenant_cannot_relay_through_the_switch() {
     };
     let victims: Vec<_> = [connect(1, 0, 2), connect(1, 1, 2)].into_iter().map(|h| h.join().unwrap()).collect();
     // The tenant: the only worker of job 2, holding job 2's key.
-    let tenant = UdpSocket::bind(any_port()).unwrap();
-    let mut ctl = TcpStream::connect(sw.control_addr).unwrap();
-    let mut replies = BufReader::new(ctl.try_clone().unwrap());
-    control::authenticate(&mut ctl, &mut replies, &secret.credential(control::AuthRole::Worker)).unwrap();
-    let join = json!({"op": "join", "job": 2, "rank": 0, "world": 1, "config": {"scheme": "switchml"}, "udp": tenant.local_addr().unwrap()});
-    control::send_line(&mut ctl, &join).unwrap();
-    let reply = control::read_line(&mut replies).unwrap().unwrap();
-    let spec: control::JobSpec = serde_json::from_value(reply["spec"].clone()).unwrap();
-    let (node, mac) = (reply["node"].as_u64().unwrap() as u32, spec.frame_mac().unwrap());
+    let Tenant { udp: tenant, node, mac, control: _job } = Tenant::join(&sw, &secret, "switchml");
     const SENT: u64 = 200;
     for i in 0..SENT {
         let h = SwitchMlHeader { job: 2, slot: 0, chunk: i as u32, wid: 0, ver: 0, flags: SwitchMlHeader::FLAG_RESULT, exp: 0 };
@@ -303,17 +311,8 @@ fn a_tenant_cannot_relay_through_the_switch() {
 #[test]
 fn a_replayed_frame_is_counted_and_dropped_at_the_switch() {
     let sw = SwitchHandle::start(SwitchOptions { udp: any_port(), control: any_port(), ..SwitchOptions::new(&["switchml"]) }).unwrap();
-    let secret = control::Secret::load().unwrap();
-    let tenant = UdpSocket::bind(any_port()).unwrap();
+    let Tenant { udp: tenant, node, mac, control: _job } = Tenant::join(&sw, &control::Secret::load().unwrap(), "switchml");
     tenant.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
-    let mut ctl = TcpStream::connect(sw.control_addr).unwrap();
-    let mut replies = BufReader::new(ctl.try_clone().unwrap());
-    control::authenticate(&mut ctl, &mut replies, &secret.credential(control::AuthRole::Worker)).unwrap();
-    let join = json!({"op": "join", "job": 2, "rank": 0, "world": 1, "config": {"scheme": "switchml"}, "udp": tenant.local_addr().unwrap()});
-    control::send_line(&mut ctl, &join).unwrap();
-    let reply = control::read_line(&mut replies).unwrap().unwrap();
-    let spec: control::JobSpec = serde_json::from_value(reply["spec"].clone()).unwrap();
-    let (node, mac) = (reply["node"].as_u64().unwrap() as u32, spec.frame_mac().unwrap());
     let frame = |iteration: u32, from: u32, seq: u64| {
         let h = SwitchMlHeader { job: 2, slot: 0, chunk: iteration, wid: 0, ver: (iteration % 2) as u8, flags: SwitchMlHeader::FLAG_RESULT, exp: 0 };
         let mut p = Packet::new(node, 1, node, 1, 0, Header::SwitchMl(h));
