@@ -229,16 +229,14 @@ fn forged_contributions_for_a_live_job_are_dropped() {
             let mut rng = Xoshiro256PlusPlus::seed_from_u64(3);
             let mut sent = 0u64;
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                for node in [victim] {
-                    let h = SwitchMlHeader { job: 1, slot: rng.random_range(0..128), chunk: rng.random_range(0..2000), wid: 1, ver: rng.random_range(0..2), flags: 0, exp: 0 };
-                    let mut p = Packet::new(node, 1, 1, 1, 0, Header::SwitchMl(h));
-                    p.payload = Some(Box::new(Payload::I32(vec![0; 32])));
-                    let mut b = vec![];
-                    frame::encode(&p, &mut b);
-                    b.extend((0..auth::TRAILER_BYTES).map(|_| rng.random::<u8>()));
-                    let _ = forger.send_to(&b, to);
-                    sent += 1;
-                }
+                let h = SwitchMlHeader { job: 1, slot: rng.random_range(0..128), chunk: rng.random_range(0..2000), wid: 1, ver: rng.random_range(0..2), flags: 0, exp: 0 };
+                let mut p = Packet::new(victim, 1, 1, 1, 0, Header::SwitchMl(h));
+                p.payload = Some(Box::new(Payload::I32(vec![0; 32])));
+                let mut b = vec![];
+                frame::encode(&p, &mut b);
+                b.extend((0..auth::TRAILER_BYTES).map(|_| rng.random::<u8>()));
+                let _ = forger.send_to(&b, to);
+                sent += 1;
             }
             sent
         })
