@@ -363,3 +363,20 @@ def test_sigterm_stops_a_single_reproduction_and_its_sweep(tmp_path, start):
     text = _signal_and_check(p, err, seen, signal.SIGTERM)
     assert "interrupted by SIGTERM: atp-loss stopped" in text
     assert not (tmp_path / "out").exists()
+
+
+def test_a_reproductions_progress_names_its_points_and_seeds():
+    """Issue #39: a reproduction's seeds and points run as one sweep, and its progress says how
+    many of each (a seedless or one-seed sweep shows the count alone)."""
+    from inalab.reproduce import simulate_all
+
+    base = {"name": "p", "topology": {"kind": "star", "hosts": 4},
+            "jobs": [{"name": "r", "scheme": "ring", "allreduce": "64KiB", "workers": 4}]}
+    runs = [({"size": size, "seed": seed}, {**base, "seed": seed, "jobs": [{**base["jobs"][0], "allreduce": size}]})
+            for seed in (1, 2, 3) for size in ("32KiB", "64KiB")]
+    said = []
+    rows = simulate_all("example", runs, said.append)
+    assert len(rows) == 6 and said[-1] == "example: 6/6 runs (2 points x 3 seeds)", said
+    said.clear()
+    simulate_all("example", runs[:2], said.append)
+    assert said[-1] == "example: 2/2 runs", said

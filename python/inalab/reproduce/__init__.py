@@ -402,6 +402,16 @@ def reproduce(name: str, progress: Optional[Progress] = None, out: Optional[Path
             "json": str(f["json"]), "docs": str(f["docs"]) if "docs" in f else None}
 
 
+def _runs_shape(params) -> str:
+    """" (24 points x 5 seeds)" for runs whose params carry several seeds, else ""."""
+    params = list(params)
+    seeds = {p.get("seed") for p in params}
+    if len(seeds) < 2 or None in seeds:
+        return ""
+    points = len({tuple(sorted((k, str(v)) for k, v in p.items() if k != "seed")) for p in params})
+    return f" ({points} points x {len(seeds)} seeds)"
+
+
 def simulate_all(label: str, runs: list[tuple[dict, dict]], progress: Progress, measure=None) -> pd.DataFrame:
     """Simulates every ``(params, scenario)`` of a reproduction as one sweep, in parallel on
     this machine's cores (``inalab.sweeps.run_points``): one row per point and job (or per
@@ -413,8 +423,9 @@ def simulate_all(label: str, runs: list[tuple[dict, dict]], progress: Progress, 
     from ..sweeps import point_id, run_points
 
     pts = [{"id": point_id(params), "params": params, "scenario": scenario} for params, scenario in runs]
+    shape = _runs_shape(params for params, _ in runs)
     with tempfile.TemporaryDirectory(prefix=f"{label}-") as out:
-        done = run_points(pts, out, measure=measure, progress=lambda n, total: progress(f"{label}: {n}/{total} runs"))
+        done = run_points(pts, out, measure=measure, progress=lambda n, total: progress(f"{label}: {n}/{total} runs{shape}"))
     failed = done[done.status != "ok"].drop_duplicates("point")
     if len(failed):
         first = failed.iloc[0]
