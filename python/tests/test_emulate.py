@@ -184,6 +184,24 @@ def test_canary_sums_exactly_on_a_leaf_spine_with_its_program_on_every_switch(sh
     assert_sane_time(e.jct_s, sim.jobs.jct_s[0])
 
 
+def test_canary_on_the_papers_routing_rule_sums_exactly_for_real():
+    """Issue #40: the Canary figures route partial sums by the network's rule (`ina.routing =
+    "network"`, destination-modulo default ports). The runtime switch runs that too: exact sums,
+    the leaves aggregate, nothing held at the end (the emulation does not reroute adaptively)."""
+    job = {**CANARY["jobs"][0], "ina": {**CANARY["jobs"][0]["ina"], "routing": "network"}}
+    scenario = {**CANARY, "jobs": [job], "network": {"default_port": "destination"}}
+    sim = inalab.simulate(scenario)
+    emu = inalab.emulate(scenario, progress=False)
+    e = emu.jobs.iloc[0]
+    assert e.finished and e.iterations == 2 and e.payload_checked == 4 * 2, e.failures
+    assert e.payload_errors == 0 and e.max_error <= e.error_bound
+    sw = emu.raw["emulation"]["switches"]
+    assert all(sw[leaf]["program"]["aggregated"] > 0 for leaf in ("leaf0", "leaf1")), sw
+    for name, st in sw.items():
+        assert st["aggregators_in_use"] == 0 and sum(st["forged"].values()) == 0 and st["no_route"] == 0, (name, st)
+    assert_sane_time(e.jct_s, sim.jobs.jct_s[0])
+
+
 def test_a_spine_killed_mid_allreduce_is_routed_around_and_the_sums_stay_exact(shaper):
     """The scenario's [[failures]]: spine1 (which carries three leaders' trees) dies 60 ms in;
     its process is killed, its neighbours told, and Canary re-issues the blocks it held."""
