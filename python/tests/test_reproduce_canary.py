@@ -228,3 +228,36 @@ def test_size_tenants_and_ablations_write_their_index_line_from_the_rows():
     assert "one leader 0.07 Gbps uncongested (472 ms), congested skipped" in line
     assert "with a 64-block window 19.0 uncongested, 2.7 congested" in line, line
     assert set(abl.VARIANTS) >= {"canary, one leader", "canary, one leader, 64 blocks"}
+
+
+def test_line_figures_draw_the_seeds_range_around_their_mean(tmp_path, monkeypatch):
+    """Issue #40 item 6: a figure shows the mean over the seeds and their range. write_outcome
+    gives a Canary figure every seed's rows; its lines are the means, shaded min to max."""
+    import pandas as pd
+
+    import inalab.plots
+    from inalab.reproduce import Outcome, write_outcome
+    from inalab.reproduce.canary import CanaryTenants
+
+    rows = pd.DataFrame([{"tenants": k, "scheme": s, "seed": seed, "goodput_gbps": 50.0 + 10 * seed + k}
+                         for k in (1, 32) for s in ("canary", "ring") for seed in (1, 2, 3)])
+    drawn = {}
+
+    def finish(fig, path, *args, **kw):
+        ax = fig.axes[0]
+        drawn["lines"] = {l.get_label(): list(l.get_ydata()) for l in ax.get_lines()}
+        drawn["bands"] = len(ax.collections)
+        fig.savefig(path)
+        return path
+
+    monkeypatch.setattr(inalab.plots, "finish_figure", finish)
+    rep = CanaryTenants(tenants=(1, 32))
+    monkeypatch.setitem(REPRODUCTIONS, rep.name, rep)
+    means = rows.groupby(["tenants", "scheme"], as_index=False).goodput_gbps.mean()
+    outcome = Outcome(name=rep.name, paper="Canary", figure="Fig. 10", claim="", tolerance="", holds=False, checks=None,
+                      rows=rows, writeup="", seconds=0.0, seeds=(1, 2, 3), means=means)
+    write_outcome(outcome, tmp_path)
+    assert drawn["lines"]["canary"] == [71.0, 102.0] and drawn["bands"] == 2, drawn
+    # One seed: no band.
+    write_outcome(Outcome(**{**outcome.__dict__, "rows": rows[rows.seed == 1], "seeds": (1,), "means": None}), tmp_path)
+    assert drawn["bands"] == 0, drawn

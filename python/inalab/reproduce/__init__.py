@@ -349,7 +349,10 @@ def write_outcome(outcome: Outcome, out: Path) -> dict:
     files = {"md": out / f"{name}.md", "png": out / f"{name}.png", "csv": out / f"{name}.csv",
              "json": out / f"{name}.json"}
     files["md"].write_text(outcome.writeup)
-    files["png"] = Path(get(name).plot(outcome.judged, files["png"]))
+    rep = get(name)
+    # A reproduction whose plot averages the seeds itself gets every seed's rows, to draw their range.
+    plotted = outcome.rows if getattr(rep, "plots_every_seed", False) else outcome.judged
+    files["png"] = Path(rep.plot(plotted, files["png"]))
     outcome.rows.to_csv(files["csv"], index=False)
     outcome.files.update(files)
     files["json"].write_text(json.dumps(outcome.to_dict(), indent=1) + "\n")

@@ -44,7 +44,7 @@ FLOW_CONTROL = "pfc"
 # Only Canary's program uses it: the network's adaptive routing (the background's) keeps
 # REROUTE_QUEUE, so the static trees and the ring see the same fabric whatever Canary's setting.
 PFC_REROUTE_QUEUE = "64KiB"
-# The paper's SST network (§5.2, issue #40), the figures' set-up once rerun on it ("sst"): one routing
+# The paper's SST network (§5.2, issue #40), every figure's default set-up ("sst"): one routing
 # rule for every packet (background, static trees, ring and Canary's partial sums alike): merlin's
 # fat tree sends a packet up the port its destination picks (the destination modulo the up
 # ports) unless that port's output buffer is more than half full, then up the least queued
@@ -214,6 +214,9 @@ class _CanaryFigure:
     # simulations, the background's peers and the static trees' roots. (1,): the committed
     # write-ups'; each figure's `seeds` argument sets it.
     seeds: tuple = (1,)
+    # `plot` gets every seed's rows (write_outcome): the lines are the mean over the seeds, a band
+    # their range; the bar figures (Fig. 7, the ablations) average them and show the mean.
+    plots_every_seed = True
     seed_use = ("the scenario `seed`: which hosts run the allreduces, the background's peers and the static trees' "
                 "roots")
     flow_control: str = "credit"
@@ -450,7 +453,8 @@ CONGESTED = {False: "no congestion", True: "congested (the other hosts send back
 
 def _plot_lines(rows: pd.DataFrame, path: Path, x: str, y: str, title: str, panels: list[tuple[str, object]], logx=False,
                 ylabel=None, xlabel=None, logbase=2, logy=False) -> Path:
-    """One panel per (column, value) filter, a line per scheme: each scheme keeps its color and
+    """One panel per (column, value) filter, a line per scheme (the mean over the seeds, shaded
+    from their minimum to maximum where ``rows`` hold several): each scheme keeps its color and
     marker in every panel, and one legend beside the panels lists them all."""
     import matplotlib
 
@@ -464,8 +468,11 @@ def _plot_lines(rows: pd.DataFrame, path: Path, x: str, y: str, title: str, pane
     for ax, (col, val) in zip(axes[0], panels):
         sub = rows[rows[col] == val] if col else rows
         for scheme, g in sub.groupby("scheme"):
-            g = g.groupby(x)[y].mean()
-            ax.plot(g.index, g.values, label=scheme, **look[scheme])
+            by_x = g.groupby(x)[y]
+            mean = by_x.mean()
+            ax.plot(mean.index, mean.values, label=scheme, **look[scheme])
+            if "seed" in g and g.seed.nunique() > 1:
+                ax.fill_between(mean.index, by_x.min().values, by_x.max().values, color=look[scheme].get("color"), alpha=0.15, linewidth=0)
         if col == "congested":
             ax.set_title(CONGESTED[bool(val)], fontsize=9)
         elif col:
