@@ -34,7 +34,8 @@ loop, so the deltas count exactly the timed allreduces. Their CPU time (user + s
 /proc/PID/stat) is read at the same points.
 
 ``--schemes`` entries are ``switchml`` or ``atp``, optionally with switch options
-(``switchml:timeout_us=5000:pool_slots=512``) and the job's ``ina`` parameters (any other key:
+(``switchml:timeout_us=5000:pool_slots=512``; ``threads=N`` runs the switch's data plane on N
+threads, ``switchml:threads=4``, its default being the switch's) and the job's ``ina`` parameters (any other key:
 ``switchml:packet_bytes=180``); each entry gets its own switch process, so variants run side by
 side on the same worker processes.
 
@@ -264,12 +265,12 @@ def parse_scheme(spec: str, args) -> tuple[str, dict, dict]:
     program, *kvs = spec.split(":")
     if program not in ("switchml", "atp"):
         raise ValueError(f"{spec!r}: {program!r} is not switchml or atp")
-    opts = {"pool_slots": args.pool_slots, "timeout_us": args.timeout_us}
+    opts = {"pool_slots": args.pool_slots, "timeout_us": args.timeout_us, "threads": 0}
     ina = {}
     for kv in kvs:
         k, _, v = kv.partition("=")
         if not k or not v.isdigit() or int(v) <= 0:
-            raise ValueError(f"{spec!r}: {kv!r} is not KEY=N (N > 0; KEY pool_slots, timeout_us or a job's ina parameter)")
+            raise ValueError(f"{spec!r}: {kv!r} is not KEY=N (N > 0; KEY pool_slots, timeout_us, threads or a job's ina parameter)")
         if k in opts:
             opts[k] = int(v)
         else:
@@ -285,18 +286,18 @@ def switch_default(name: str):
     return inspect.signature(Switch).parameters[name].default
 
 
-def start_nodes(scheme: str, in_process: bool, pool_slots: int, timeout_us: int) -> list[Node]:
+def start_nodes(scheme: str, in_process: bool, pool_slots: int, timeout_us: int, threads: int = 0) -> list[Node]:
     """The switch for `scheme` (and for ATP its PS); the switch first."""
     if in_process:
         import inalab
 
         sw = Node("switch", [], inalab.Switch(scheme, udp="127.0.0.1:0", control="127.0.0.1:0", pool_slots=pool_slots,
-                                              timeout_us=timeout_us))
+                                              timeout_us=timeout_us, threads=threads))
         nodes = [sw]
         if scheme == "atp":
             nodes.append(Node("ps", [], inalab.ParameterServer(switch=sw.control, udp="127.0.0.1:0", control="127.0.0.1:0")))
         return nodes
-    sw = Node("switch", ["--program", scheme, "--pool-slots", str(pool_slots), "--timeout-us", str(timeout_us)])
+    sw = Node("switch", ["--program", scheme, "--pool-slots", str(pool_slots), "--timeout-us", str(timeout_us), "--threads", str(threads)])
     nodes = [sw]
     if scheme == "atp":
         nodes.append(Node("ps", ["--switch", sw.control]))
@@ -791,7 +792,7 @@ def main() -> None:
     rows: list[dict] = []
     try:
         for s, (program, opts, _) in schemes.items():
-            switches[s] = start_nodes(program, args.in_process_switch, opts["pool_slots"], opts["timeout_us"])
+            switches[s] = start_nodes(program, args.in_process_switch, opts["pool_slots"], opts["timeout_us"], opts["threads"])
             log(f"{s} switch: udp {switches[s][0].udp}, control {switches[s][0].control}"
                 + (" (in this process)" if args.in_process_switch else f" (pid {switches[s][0].pid})"))
         for i, w in enumerate(worlds):

@@ -953,6 +953,8 @@ def switch(
     commands: Annotated[bool, typer.Option("--stdin-commands", help='Read commands from stdin, one JSON line each: {"op": "link", "peer": NODE, "up": false} reports the link to neighbour NODE down (true: up); {"op": "release", "job": J} says job J ended.')] = False,
     standby: Annotated[bool, typer.Option("--standby", help='Start only when stdin says {"op": "start"} (a switch restarted at a set time).')] = False,
     pcap: Annotated[Optional[Path], typer.Option("--pcap", help="Write every datagram received and sent to this pcapng file (wall-clock timestamps; docs/runtime.md, 'Packet captures').")] = None,
+    threads: Annotated[int, typer.Option(help="Data-plane threads, each with its own socket and --memory-bytes of aggregator memory; "
+                                         "a job runs on one. 0: a quarter of the cores, 1 to 8 (1 with --fabric, --pcap or --link-rate).")] = 0,
     every: StatsEvery = 5.0,
     as_json: ServeJsonOpt = False,
 ) -> None:
@@ -964,7 +966,7 @@ def switch(
 
     f = _read_json(fabric, "--fabric")
     _serve("switch", lambda: Switch(program, udp, control, node, memory_bytes, pool_slots, drop_probability, seed,
-                                    upstream, timeout_us, link_rate, link_delay_us, buffer_bytes, f, packet_values, pcap), as_json, every,
+                                    upstream, timeout_us, link_rate, link_delay_us, buffer_bytes, f, packet_values, pcap, threads), as_json, every,
                                     commands, standby)
 
 

@@ -128,6 +128,10 @@ class Switch(_Service):
     nodes) and ``jobs`` (job specs admitted at start; see ``inalab.net`` docs/runtime.md).
     ``pcap`` (default none): a pcapng file that gets every datagram the switch receives and
     sends, with wall-clock timestamps (docs/runtime.md, "Packet captures and Wireshark").
+    ``threads`` (default 0: a quarter of the machine's cores, 1 to 8; 1 with ``fabric``,
+    ``pcap`` or ``link_rate``): data-plane threads, each with its own UDP socket, programs and
+    ``memory_bytes`` (so one thread is a Tofino's budget); each job runs on one of them (docs/runtime.md,
+    "Data-plane threads").
 
     ``stats()`` gives packets received/forwarded, drops by cause (``malformed``,
     ``unknown_source``, ``spoofed``, ``unadmitted``, ``injected_drops``, ...), the program's own
@@ -153,6 +157,7 @@ class Switch(_Service):
         fabric: Optional[dict] = None,
         packet_values: int = 2048,
         pcap: Optional[Union[str, Path]] = None,
+        threads: int = 0,
     ):
         programs = [p.strip() for p in program.split(",")]
         for p in programs:
@@ -176,12 +181,14 @@ class Switch(_Service):
             raise ValueError(f"seed: must be a non-negative integer, got {seed}")
         if not 0 <= packet_values <= 16_000:
             raise ValueError(f"packet_values: must be 0 (the scheme's default) to 16000 (a 64 KiB datagram), got {packet_values}")
+        if not 0 <= threads <= 64:
+            raise ValueError(f"threads: {threads} is not in 0..64 (0: from the machine's cores)")
         self.program = program
         self._h = _core.Switch(
             programs, udp, control, node, memory_bytes, pool_slots, drop_probability, seed, upstream, timeout_us,
             None if link_rate is None else int(link_rate), float(link_delay_us), int(buffer_bytes),
             None if fabric is None else json.dumps(fabric), int(packet_values),
-            None if pcap is None else str(pcap),
+            None if pcap is None else str(pcap), int(threads),
         )
 
     def set_link(self, peer: int, up: bool) -> None:

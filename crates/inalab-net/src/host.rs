@@ -1,6 +1,7 @@
 //! Host-side I/O for host protocols: frames in from the host's switch, frames out to it.
-//! A host has one neighbour (its switch, the "gateway"); datagrams from anyone else are
-//! counted as `foreign` and dropped, undecodable ones as `malformed`, ones without a valid tag
+//! A host has one neighbour (its switch, the "gateway"; a job may name another address of it,
+//! the data-plane thread that runs the job: [`HostIo::add_job_via`]); datagrams from anyone
+//! else are counted as `foreign` and dropped, undecodable ones as `malformed`, ones without a valid tag
 //! of one of the host's jobs as `forged`, well-tagged ones seen before (or too old to tell) as
 //! `replayed` ([`crate::auth`]). Outgoing frames are tagged.
 
@@ -68,7 +69,13 @@ impl HostIo {
     /// From now on, frames of `job` are accepted and sent with `mac`'s tags, this host being
     /// `me` in them: its node id, with [`auth::SERVER_BIT`] for a parameter server.
     pub fn add_job(&mut self, job: u32, mac: FrameMac, me: u32) {
-        self.keys.insert(job, JobAuth { mac, me, window: ReplayWindow::default() });
+        self.keys.insert(job, JobAuth { mac, me, window: ReplayWindow::default(), gateway: None });
+    }
+
+    /// As [`HostIo::add_job`], the job's frames going to and coming from `gateway` (a sharded
+    /// switch's thread that runs it) instead of the host's gateway.
+    pub fn add_job_via(&mut self, job: u32, mac: FrameMac, me: u32, gateway: SocketAddr) {
+        self.keys.insert(job, JobAuth { mac, me, window: ReplayWindow::default(), gateway: Some(gateway) });
     }
 
     pub fn remove_job(&mut self, job: u32) {
@@ -81,7 +88,7 @@ impl HostIo {
         let (gw, keys) = (self.gateway, &mut self.keys);
         let (mut malformed, mut foreign, mut forged, mut replayed, mut last) = (0, 0, 0, 0, None);
         let n = self.udp.recv_batch(|from, d| {
-            if from != gw {
+            if from != gw && !keys.values().any(|k| k.gateway == Some(from)) {
                 foreign += 1;
                 return;
             }
@@ -101,6 +108,11 @@ impl HostIo {
                 forged += 1;
                 return;
             };
+            if from != job.gateway.unwrap_or(gw) {
+                // From the switch, but not the thread that runs this job.
+                foreign += 1;
+                return;
+            }
             match job.mac.open(d, auth::Link { from: auth::ANY, to: job.me }) {
                 Ok((_, seq)) if job.window.accept(seq).is_ok() => deliver(frame::to_packet(&view)),
                 Ok(_) => replayed += 1,
@@ -134,7 +146,7 @@ impl HostIo {
             };
             self.seq += 1;
             let (link, seq) = (auth::Link { from: job.me, to: auth::ANY }, self.seq);
-            self.tx.push(self.gateway, |b| {
+            self.tx.push(job.gateway.unwrap_or(self.gateway), |b| {
                 let start = b.len();
                 frame::encode(&p, b);
                 job.mac.seal(b, start, link, seq);
@@ -173,6 +185,8 @@ struct JobAuth {
     me: u32,
     /// Sequence numbers accepted from the switch.
     window: ReplayWindow,
+    /// Where the job's frames go and come from, if not the host's gateway.
+    gateway: Option<SocketAddr>,
 }
 
 /// The job of a frame: its header's, or, for a frame whose header names no job (a transport

@@ -110,7 +110,7 @@ impl PsHandle {
         if let Some(f) = &opts.fabric {
             let shared = Arc::new(Shared { node: opts.node, secret, st: Mutex::new(PsState::new(udp, f.gateway, opts.link_rate_bps)), stop: AtomicBool::new(false), dead: Mutex::new(None) });
             for spec in &f.jobs {
-                admit(&shared, spec).map_err(|e| NetError::Config(format!("fabric: job {}: {e}", spec.job)))?;
+                admit(&shared, spec, None).map_err(|e| NetError::Config(format!("fabric: job {}: {e}", spec.job)))?;
             }
             let threads = spawn(&shared, listener)?;
             return Ok(PsHandle { shared, threads, udp_addr, control_addr });
@@ -366,7 +366,7 @@ fn spawn(shared: &Arc<Shared>, listener: TcpListener) -> Result<Vec<JoinHandle<(
 }
 
 /// Runs the PS's part of `spec`.
-fn admit(s: &Shared, spec: &JobSpec) -> Result<(), NetError> {
+fn admit(s: &Shared, spec: &JobSpec, gateway: Option<SocketAddr>) -> Result<(), NetError> {
     let index = spec.servers.iter().position(|p| p.node == s.node).ok_or_else(|| NetError::Config(format!("job {}: node {} is not one of its servers", spec.job, s.node)))?;
     // The scheme's own code: a panic refuses this job alone.
     let server = crate::guarded(|| spec.endpoint(s.node, Role::Server { index: index as u32 }))
@@ -377,7 +377,11 @@ fn admit(s: &Shared, spec: &JobSpec) -> Result<(), NetError> {
         return Err(NetError::Config(format!("job {} is already admitted at the PS", spec.job)));
     }
     st.servers.insert(spec.job, server);
-    st.io.add_job(spec.job, mac, s.node | crate::auth::SERVER_BIT);
+    let me = s.node | crate::auth::SERVER_BIT;
+    match gateway {
+        Some(g) => st.io.add_job_via(spec.job, mac, me, g),
+        None => st.io.add_job(spec.job, mac, me),
+    }
     Ok(())
 }
 
@@ -413,7 +417,9 @@ fn handle(s: &Shared, msg: &Value) -> Result<Value, NetError> {
     match msg["op"].as_str().unwrap_or("") {
         "admit" => {
             let spec: JobSpec = field(msg, "spec")?;
-            admit(s, &spec)?;
+            // A sharded switch runs the job on a thread of its own address.
+            let gateway: Option<SocketAddr> = msg.get("gateway").filter(|g| !g.is_null()).map(|_| field(msg, "gateway")).transpose()?;
+            admit(s, &spec, gateway)?;
             Ok(ok(json!({})))
         }
         "release" => {

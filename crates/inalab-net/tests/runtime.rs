@@ -26,13 +26,22 @@ fn ps(switch: &SwitchHandle) -> PsHandle {
 
 /// Runs `world` workers of `job`; worker r allreduces `sizes` arrays whose values depend on r.
 fn run_job(sw: SocketAddr, scheme: &'static str, job: u32, world: usize, sizes: &[usize]) -> Vec<Vec<Vec<f32>>> {
+    run_job_until(sw, scheme, job, world, sizes, None)
+}
+
+/// As [`run_job`], every worker waiting at `before_close` (if any) before it leaves the job.
+fn run_job_until(sw: SocketAddr, scheme: &'static str, job: u32, world: usize, sizes: &[usize], before_close: Option<std::sync::Arc<std::sync::Barrier>>) -> Vec<Vec<Vec<f32>>> {
     let threads: Vec<_> = (0..world)
         .map(|rank| {
             let sizes = sizes.to_vec();
+            let before_close = before_close.clone();
             std::thread::spawn(move || {
                 let opts = ClientOptions { switch: sw, job, rank, world, config: serde_json::json!({"scheme": scheme}), join_timeout: Duration::from_secs(20), secret: None, job_secret: None, link_rate_bps: None };
                 let c = Client::connect(opts).unwrap();
                 let out: Vec<Vec<f32>> = sizes.iter().map(|&n| c.allreduce(input(rank, n)).unwrap()).collect();
+                if let Some(b) = before_close {
+                    b.wait();
+                }
                 c.close();
                 out
             })
@@ -170,4 +179,77 @@ fn a_canary_worker_that_closes_first_serves_its_peers_until_they_leave() {
         .collect();
     let results: Vec<Vec<Vec<f32>>> = threads.into_iter().map(|t| t.join().unwrap().unwrap()).collect();
     check(&results, &[n, n, n], 1e-5);
+}
+
+/// Issue #41, item 2: a switch with three data-plane threads. Jobs that only this switch
+/// serves spread over the shards (the least busy first), each on its own socket, the PS told
+/// which one sends it a job's frames; the switch's counters are the shards' sums; nothing is
+/// held once they end.
+#[test]
+fn a_sharded_switch_spreads_jobs_over_its_threads_and_sums_exactly() {
+    let opts = SwitchOptions { udp: any_port(), control: any_port(), threads: 3, ..SwitchOptions::new(&["switchml", "atp"]) };
+    let sw = SwitchHandle::start(opts).unwrap();
+    let _ps = ps(&sw);
+    let sizes = [33, 100_000];
+    // Admitted one after another, and none leaves before all are done, so each finds the
+    // earlier ones' shards busy.
+    let ctl = sw.control_addr;
+    let jobs: Vec<(u32, &'static str)> = vec![(11, "switchml"), (12, "atp"), (13, "switchml"), (14, "atp")];
+    let all_done = std::sync::Arc::new(std::sync::Barrier::new(3 * jobs.len()));
+    let running: Vec<_> = jobs
+        .iter()
+        .map(|&(job, scheme)| {
+            let all_done = all_done.clone();
+            let t = std::thread::spawn(move || run_job_until(ctl, scheme, job, 3, &sizes, Some(all_done)));
+            // Until a shard holds this job (the next one then sees it busy).
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            loop {
+                let shards = sw.stats()["shards"].clone();
+                let held = shards.as_array().unwrap().iter().any(|s| s["jobs"].as_array().unwrap().contains(&serde_json::json!(job)));
+                if held || std::time::Instant::now() > deadline {
+                    break (t, shards);
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+        .collect();
+    let mut seen_on = std::collections::BTreeSet::new();
+    for ((t, shards), (job, scheme)) in running.into_iter().zip(&jobs) {
+        let res = t.join().unwrap();
+        check(&res, &sizes, if *scheme == "atp" { 1e-6 } else { 1e-5 });
+        let on: Vec<usize> = shards.as_array().unwrap().iter().enumerate().filter(|(_, s)| s["jobs"].as_array().unwrap().contains(&serde_json::json!(job))).map(|(k, _)| k).collect();
+        assert_eq!(on.len(), 1, "job {job} on one shard: {shards}");
+        seen_on.insert(on[0]);
+    }
+    assert_eq!(seen_on.len(), 3, "four jobs admitted one by one use all three shards");
+    std::thread::sleep(Duration::from_millis(100));
+    let st = sw.stats();
+    let shards = st["shards"].as_array().unwrap();
+    assert_eq!(shards.len(), 3);
+    let udp: std::collections::BTreeSet<&str> = shards.iter().map(|s| s["udp"].as_str().unwrap()).collect();
+    assert_eq!(udp.len(), 3, "a socket per shard: {st}");
+    for key in ["received", "forwarded"] {
+        let sum: u64 = shards.iter().map(|s| s[key].as_u64().unwrap()).sum();
+        assert_eq!(st[key].as_u64().unwrap(), sum, "{key}: the switch's count is its shards' sum");
+        assert!(shards.iter().filter(|s| s[key].as_u64().unwrap() > 0).count() == 3, "{key}: every shard carried packets: {st}");
+    }
+    assert!(st["program"]["atp_aggregated"].as_u64().unwrap_or(0) + st["absorbed"]["atp_aggregated"].as_u64().unwrap_or(0) > 0, "{st}");
+    assert_eq!(st["aggregators_in_use"], 0, "{st}");
+    assert_eq!(st["jobs"], serde_json::json!([]), "{st}");
+    for k in ["unknown_source", "forged", "malformed", "unadmitted"] {
+        assert!(st[k] == 0 || st[k] == serde_json::json!({}), "{k}: {st}");
+    }
+}
+
+#[test]
+fn a_switch_with_a_capture_runs_one_thread() {
+    let pcap = std::env::temp_dir().join(format!("inalab-threads-{}.pcapng", std::process::id()));
+    let opts = SwitchOptions { udp: any_port(), control: any_port(), threads: 2, pcap: Some(pcap.clone()), ..SwitchOptions::new(&["switchml"]) };
+    let e = SwitchHandle::start(opts).err().expect("refused").to_string();
+    assert!(e.contains("threads") && e.contains("capture"), "{e}");
+    let opts = SwitchOptions { udp: any_port(), control: any_port(), pcap: Some(pcap.clone()), ..SwitchOptions::new(&["switchml"]) };
+    let sw = SwitchHandle::start(opts).unwrap();
+    assert_eq!(sw.stats()["shards"].as_array().unwrap().len(), 1, "the default is one thread with a capture");
+    drop(sw);
+    let _ = std::fs::remove_file(pcap);
 }

@@ -80,7 +80,7 @@ pub struct Switch(Option<SwitchHandle>);
 #[pymethods]
 impl Switch {
     #[new]
-    #[pyo3(signature = (programs, udp, control, node, memory_bytes, pool_slots, drop_probability, seed, upstream, timeout_us, link_rate_bps=None, link_delay_us=0.0, buffer_bytes=1048576, fabric_json=None, packet_values=2048, pcap=None))]
+    #[pyo3(signature = (programs, udp, control, node, memory_bytes, pool_slots, drop_probability, seed, upstream, timeout_us, link_rate_bps=None, link_delay_us=0.0, buffer_bytes=1048576, fabric_json=None, packet_values=2048, pcap=None, threads=0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         programs: Vec<String>,
@@ -99,6 +99,7 @@ impl Switch {
         fabric_json: Option<&str>,
         packet_values: u32,
         pcap: Option<std::path::PathBuf>,
+        threads: usize,
     ) -> PyResult<Switch> {
         let opts = SwitchOptions {
             programs,
@@ -117,6 +118,7 @@ impl Switch {
             shaping: link_rate_bps.map(|rate_bps| PortShaping { rate_bps, delay_us: link_delay_us, buffer_bytes }),
             fabric: fabric(fabric_json)?,
             pcap,
+            threads,
         };
         SwitchHandle::start(opts).map(|h| Switch(Some(h))).map_err(net_err)
     }

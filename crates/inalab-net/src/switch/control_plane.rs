@@ -210,7 +210,7 @@ fn ps_gone(s: &Arc<Shared>, node: NodeId, attachment: u64) {
         cp.ps = None;
         cp.served_by(node)
     };
-    crate::lock(&s.dp).remove_port(node);
+    s.each_shard(|dp| dp.remove_port(node));
     let reason = format!(
         "the parameter server (node {node}) disconnected or stopped answering for {PS_LIVENESS:?}: its jobs here failed. A PS that still runs \
          re-attaches by itself (then start the job again); else restart it (`inalab ps --switch <this switch's control address>`)"
@@ -255,11 +255,14 @@ fn attach_ps(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(Value, (
     for job in lost {
         release(s, job, Some(&format!("the parameter server (node {node}) came back without job {job} (it restarted or moved): the job's state there is lost")));
     }
+    // Every shard may run a job it serves (the PS learns which at the job's admission).
     let port = {
         let _one_at_a_time = crate::lock(&s.admitting);
-        crate::lock(&s.dp).add_port(udp, node, PortKind::Ps)
+        let mut ports = vec![];
+        s.each_shard(|dp| ports.push(dp.add_port(udp, node, PortKind::Ps)));
+        ports[0]
     };
-    let bound = crate::lock(&s.dp).udp().local_addr()?;
+    let bound = s.dp().udp().local_addr()?;
     Ok((ok(json!({"port": port, "node": s.opts.node, "udp": seen_from(bound, conn), "jobs": kept})), (node, generation)))
 }
 
@@ -299,11 +302,12 @@ fn handle(s: &Arc<Shared>, op: &str, msg: &Value, conn: &TcpStream, role: Option
                 "ps" => return Err(NetError::Protocol("this connection is attached already".into())),
                 r => return Err(NetError::Protocol(format!("field `role`: {:?} is not one of \"ps\", \"switch\"", inalab_scheme::clip(r, 64)))),
             }
+            // Jobs that span switches run on shard 0 (see `shards_for`).
             let port = {
                 let _one_at_a_time = crate::lock(&s.admitting);
-                crate::lock(&s.dp).add_port(udp, node, PortKind::Switch)
+                s.dp().add_port(udp, node, PortKind::Switch)
             };
-            let bound = crate::lock(&s.dp).udp().local_addr()?;
+            let bound = s.dp().udp().local_addr()?;
             Ok(ok(json!({"port": port, "node": s.opts.node, "udp": seen_from(bound, conn)})))
         }
         "ps_info" => ps_info(s).map(ok),
@@ -320,7 +324,7 @@ fn handle(s: &Arc<Shared>, op: &str, msg: &Value, conn: &TcpStream, role: Option
         "link" => {
             let peer: NodeId = field(msg, "peer")?;
             let up: bool = field(msg, "up")?;
-            crate::lock(&s.dp).set_link(peer, up)?;
+            s.set_link(peer, up)?;
             Ok(ok(json!({})))
         }
         "ping" => Ok(ok(json!({}))),
@@ -378,8 +382,8 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
         let field = if e.field.is_empty() { "config".to_string() } else { format!("config.{}", e.field) };
         plan_err(inalab_scheme::PlanError::new(field, e.message))
     })?;
-    if !crate::lock(&s.dp).program.has(scheme.name()) {
-        let runs = crate::lock(&s.dp).program.names();
+    if !s.dp().program.has(scheme.name()) {
+        let runs = s.dp().program.names();
         return Err(NetError::Config(format!("field `config.scheme`: this switch runs {runs}, the worker asked for {}", scheme.name())));
     }
     if !(1..=MAX_WORLD).contains(&world) {
@@ -421,10 +425,8 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
     // Everyone is here: assign node ids and admit. Ids are drawn at random among the free
     // ones, so nobody learns a job's ids from the order jobs came in.
     let mut workers = vec![];
-    let taken: std::collections::BTreeSet<NodeId> = {
-        let dp = crate::lock(&s.dp);
-        dp.routes.keys().copied().chain(cp.jobs.values().flat_map(|j| j.members.values().map(|m| m.node))).collect()
-    };
+    let mut taken: std::collections::BTreeSet<NodeId> = cp.jobs.values().flat_map(|j| j.members.values().map(|m| m.node)).collect();
+    s.each_shard(|dp| taken.extend(dp.routes.keys().copied()));
     let st = cp.jobs.get_mut(&job).expect("present");
     let mut used = taken;
     for m in st.members.values_mut() {
@@ -440,14 +442,14 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
     }
     drop(guard);
     let result = build_spec(s, job, config, workers).and_then(|spec| {
-        admit(s, &spec)?;
-        Ok(spec)
+        let shard = admit(s, &spec)?;
+        Ok((spec, shard))
     });
     let mut cp = crate::lock(&s.cp);
     let Some(st) = cp.jobs.get_mut(&job) else {
         // Every rank's connection closed while the job was admitted: nobody runs it.
         drop(cp);
-        if let Ok(spec) = &result {
+        if let Ok((spec, _)) = &result {
             release_here(s, job, Some(spec));
             if let Ok(Some(addr)) = next_hop(s, spec) {
                 let _ = control::request(addr, Some(&s.secret.credential(AuthRole::Switch)), &json!({"op": "release", "job": job}), CONTROL_TIMEOUT);
@@ -455,14 +457,15 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
         }
         return Err(NetError::JobFailed(format!("job {job}: every worker left during its admission")));
     };
-    let reply = match &result {
-        Ok(spec) => {
+    let (reply, shard) = match &result {
+        Ok((spec, shard)) => {
             st.spec = Some(spec.clone());
-            None
+            (None, *shard)
         }
-        Err(e) => Some(err(e)),
+        Err(e) => (Some(err(e)), 0),
     };
-    let bound = crate::lock(&s.dp).udp().local_addr()?;
+    // The job's workers send to the thread that runs it.
+    let bound = crate::lock(&s.shards[shard]).udp().local_addr()?;
     let mut lines = vec![];
     for m in st.members.values() {
         let switch_udp = seen_from(bound, &m.conn);
@@ -545,19 +548,46 @@ fn next_hop(s: &Shared, spec: &JobSpec) -> Result<Option<SocketAddr>, NetError> 
     ps.map(Some).ok_or_else(|| NetError::Config(format!("PS node {} is not attached to switch {}", server.node, s.opts.node)))
 }
 
-/// Installs this switch's part of `spec` and passes it on (upstream switch, PS).
-fn admit(s: &Arc<Shared>, spec: &JobSpec) -> Result<(), NetError> {
-    admit_here(s, spec)?;
-    let passed_on = next_hop(s, spec).and_then(|next| match next {
-        Some(next) => control::request(next, Some(&s.secret.credential(AuthRole::Switch)), &json!({"op": "admit", "spec": spec}), CONTROL_TIMEOUT).map(drop),
-        None => Ok(()),
+/// Installs this switch's part of `spec` and passes it on (upstream switch, PS). Returns the
+/// shard that runs it.
+fn admit(s: &Arc<Shared>, spec: &JobSpec) -> Result<usize, NetError> {
+    let shard = admit_here(s, spec)?;
+    let passed_on = next_hop(s, spec).and_then(|next| {
+        let Some(next) = next else { return Ok(()) };
+        let mut msg = json!({"op": "admit", "spec": spec});
+        if shard > 0 {
+            // Only a PS attached here is the next hop of a job on another shard than 0: it
+            // sends the job's frames to that shard's socket.
+            let bound = crate::lock(&s.shards[shard]).udp().local_addr()?;
+            msg["gateway"] = json!(control::announce(bound, next));
+        }
+        control::request(next, Some(&s.secret.credential(AuthRole::Switch)), &msg, CONTROL_TIMEOUT).map(drop)
     });
     if passed_on.is_err() {
         // Refused further on (or the next hop is gone): nothing of it may stay here, or
         // refused jobs would hold this switch's aggregators for ever.
         release_here(s, spec.job, Some(spec));
     }
-    passed_on
+    passed_on.map(|()| shard)
+}
+
+/// The shards that may run `spec`, in the order to try them. A job all of whose datagrams
+/// at this switch come from its own workers and a PS attached here may run on any shard
+/// (the PS is told which: `admit`'s `gateway`), the least busy first (fewest jobs, then
+/// the lowest index); a job that spans switches or a static fabric runs on shard 0, whose
+/// socket is the one the other switches know.
+fn shards_for(s: &Shared, spec: &JobSpec) -> Vec<usize> {
+    let me = s.opts.node;
+    let here_only = spec.network.is_none()
+        && spec.switches.iter().all(|sw| sw.node == me)
+        && spec.workers.iter().all(|w| w.rack == me)
+        && spec.servers.iter().all(|sv| sv.rack == me);
+    if !here_only {
+        return vec![0];
+    }
+    let mut load: Vec<(usize, usize)> = s.shards.iter().enumerate().map(|(k, sh)| (crate::lock(sh).keys.len(), k)).collect();
+    load.sort();
+    load.into_iter().map(|(_, k)| k).collect()
 }
 
 /// Installs this switch's part of `spec`: worker ports and routes, the programs' admissions,
@@ -567,12 +597,30 @@ fn admit(s: &Arc<Shared>, spec: &JobSpec) -> Result<(), NetError> {
 /// from a snapshot of the ports it may name, and its panics are caught: a plan that is slow,
 /// large or broken refuses its own job and never holds up packets or another tenant's
 /// admission. [`Shared::admitting`] keeps the port table as the snapshot saw it meanwhile.
-pub(super) fn admit_here(s: &Shared, spec: &JobSpec) -> Result<(), NetError> {
+///
+/// Tried on each shard [`shards_for`] names until one admits it (each has its own aggregator
+/// memory, which other jobs may fill): returns that shard, or the last refusal.
+pub(super) fn admit_here(s: &Shared, spec: &JobSpec) -> Result<usize, NetError> {
+    let _one_at_a_time = crate::lock(&s.admitting);
+    for k in 0..s.shards.len() {
+        check_admit(&crate::lock(&s.shards[k]), spec, s.opts.node)?;
+    }
+    let mut refused = None;
+    for shard in shards_for(s, spec) {
+        match admit_on(s, shard, spec) {
+            Ok(()) => return Ok(shard),
+            Err(e) => refused = Some(e),
+        }
+    }
+    Err(refused.expect("at least shard 0 is tried"))
+}
+
+/// [`admit_here`] on one shard, [`Shared::admitting`] held.
+fn admit_on(s: &Shared, shard: usize, spec: &JobSpec) -> Result<(), NetError> {
     let me = s.opts.node;
     let mac = spec.frame_mac()?;
-    let _one_at_a_time = crate::lock(&s.admitting);
     let view = {
-        let dp = crate::lock(&s.dp);
+        let dp = crate::lock(&s.shards[shard]);
         check_admit(&dp, spec, me)?;
         PortsView::of(&dp, spec, me)
     };
@@ -585,7 +633,7 @@ pub(super) fn admit_here(s: &Shared, spec: &JobSpec) -> Result<(), NetError> {
         Ok((admissions, routes))
     });
     let (admissions, (paths, trees)) = planned.map_err(|p| NetError::Config(format!("job {}: refused: setting it up panicked ({p})", spec.job)))??;
-    let mut dp = crate::lock(&s.dp);
+    let mut dp = crate::lock(&s.shards[shard]);
     check_admit(&dp, spec, me)?;
     if !view.still_holds(&dp) {
         return Err(NetError::Config(format!("job {}: the switch's ports changed while it was set up; join again", spec.job)));
@@ -767,7 +815,7 @@ pub(super) fn release(s: &Shared, job: u32, reason: Option<&str>) {
 /// panic here is caught: the job is gone either way), key, paths, trees, and, with its spec,
 /// its workers' ports and routes. Returns the aggregators the job still held.
 pub(super) fn release_here(s: &Shared, job: u32, spec: Option<&JobSpec>) -> u32 {
-    let mut dp = crate::lock(&s.dp);
+    let mut dp = crate::lock(&s.shards[s.shard_of(job).unwrap_or(0)]);
     let held = match crate::guarded(|| dp.program.release(job)) {
         Ok(n) => n,
         Err(p) => {

@@ -113,6 +113,23 @@ pub struct SwitchOptions {
     /// Capture every datagram the data plane receives and sends to this pcapng file
     /// ([`crate::capture`]). Default none.
     pub pcap: Option<std::path::PathBuf>,
+    /// Data-plane threads (shards), each with its own socket, programs and `memory_bytes` of
+    /// aggregator memory; a job runs on one of them (see the module docs, "Shards"). 0, the
+    /// default: [`default_threads`] (a quarter of the machine's cores, 1 to 8), and 1 where a
+    /// static fabric, a capture or port shaping asks for one ordered stream.
+    pub threads: usize,
+}
+
+/// Most data-plane threads a switch runs.
+pub const MAX_THREADS: usize = 64;
+
+/// Data-plane threads a switch runs by default: a quarter of the machine's cores, from 1 to
+/// 8. The switch shares the machine with the workers it serves (on one machine) or with the
+/// kernel's network stack, which spends about as much CPU per datagram as the switch; so 1
+/// on 2 to 7 cores, 4 on 16.
+pub fn default_threads() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cores / 4).clamp(1, 8)
 }
 
 /// A link's rate, delay and buffer, applied to a port's egress by [`crate::pace::ShapedQueue`].
@@ -141,6 +158,16 @@ impl SwitchOptions {
             shaping: None,
             fabric: None,
             pcap: None,
+            threads: 0,
+        }
+    }
+
+    /// The data-plane threads this switch runs ([`SwitchOptions::threads`]).
+    fn shard_count(&self) -> usize {
+        match self.threads {
+            0 if self.fabric.is_some() || self.pcap.is_some() || self.shaping.is_some() => 1,
+            0 => default_threads(),
+            n => n,
         }
     }
 
@@ -152,7 +179,10 @@ impl SwitchOptions {
         }
     }
 
-    /// This switch as a job's spec lists it, with the memory one of its programs gets.
+    /// This switch as a job's spec lists it, with the memory one of its programs gets. Each
+    /// data-plane thread has that much: splitting it would refuse the runtime's default
+    /// SwitchML job (128 slots of 2048 values, 2.3 MB) on a 4-thread switch; a Tofino's
+    /// budget is one thread's.
     fn switch_spec(&self) -> SwitchSpec {
         SwitchSpec { node: self.node, memory_bytes: self.memory_bytes / self.programs.len().max(1) as u64 }
     }
@@ -188,6 +218,15 @@ impl SwitchOptions {
         }
         if !(1..=inalab_scheme::MAX_SLOTS).contains(&(self.pool_slots as u64)) {
             return Err(NetError::Config(format!("pool_slots must be in 1..={}, got {}", inalab_scheme::MAX_SLOTS, self.pool_slots)));
+        }
+        if self.threads > MAX_THREADS {
+            return Err(NetError::Config(format!("threads must be in 0..={MAX_THREADS} (0: the default from the machine's cores), got {}", self.threads)));
+        }
+        if self.threads > 1 {
+            let one_stream = [(self.fabric.is_some(), "a static fabric"), (self.pcap.is_some(), "a capture (--pcap)"), (self.shaping.is_some(), "port shaping")];
+            if let Some((_, what)) = one_stream.iter().find(|(on, _)| *on) {
+                return Err(NetError::Config(format!("threads must be 0 or 1 with {what}: it needs one ordered stream of datagrams; got {}", self.threads)));
+            }
         }
         if let Some(sh) = self.shaping {
             if sh.rate_bps == 0 || !(sh.delay_us >= 0.0 && sh.delay_us.is_finite()) || sh.buffer_bytes == 0 {
@@ -475,6 +514,44 @@ const RECV_BUDGET: usize = 1024;
 const ECN_BACKLOG_DATAGRAMS: usize = 256;
 
 impl DataPlane {
+    /// A shard's data plane: its own socket, programs (sized by [`SwitchOptions::switch_spec`])
+    /// and drop decisions (seeded `seed`).
+    fn new(opts: &SwitchOptions, udp: Udp, seed: u64, capture: Option<WireCapture>) -> Result<DataPlane, NetError> {
+        Ok(DataPlane {
+            node: opts.node,
+            program: opts.build_programs()?,
+            udp: Some(udp),
+            ports: vec![],
+            by_addr: HashMap::new(),
+            routes: HashMap::new(),
+            ecmp: HashMap::new(),
+            default_port: DefaultPort::FlowHash,
+            ecmp_all: HashMap::new(),
+            pinned: HashMap::new(),
+            paths: HashMap::new(),
+            trees: HashMap::new(),
+            in_port: None,
+            node_jobs: HashMap::new(),
+            keys: HashMap::new(),
+            windows: HashMap::new(),
+            default_route: None,
+            drop_probability: opts.drop_probability,
+            rng: Xoshiro256PlusPlus::seed_from_u64(seed),
+            timers: BinaryHeap::new(),
+            timer_seq: 0,
+            actions: vec![],
+            tx: TxBatch::default(),
+            scratch: vec![],
+            shaping: opts.shaping,
+            processing: None,
+            processed: VecDeque::new(),
+            now: 0,
+            c: Counters::default(),
+            capture,
+            failed_jobs: vec![],
+        })
+    }
+
     fn add_port(&mut self, addr: SocketAddr, node: NodeId, kind: PortKind) -> PortId {
         if let Some(&p) = self.by_addr.get(&addr) {
             let port = &mut self.ports[p as usize];
@@ -968,7 +1045,9 @@ impl DataPlane {
 struct Shared {
     opts: SwitchOptions,
     secret: crate::auth::Secret,
-    dp: Mutex<DataPlane>,
+    /// The data plane's shards, one thread each (see the module docs, "Shards"). Shard 0's
+    /// socket is the switch's address: neighbours (PS, other switches) attach to it.
+    shards: Vec<Mutex<DataPlane>>,
     cp: Mutex<ControlState>,
     stop: AtomicBool,
     /// Held while a job is admitted here (and a neighbour attaches): the ports an admission
@@ -977,6 +1056,36 @@ struct Shared {
     /// Why the data-plane thread stopped, if it did while the switch was meant to serve: then
     /// every control request but the handshake is refused with it, and `stats` says it.
     dead: Mutex<Option<String>>,
+}
+
+impl Shared {
+    /// Shard 0: the one neighbours know, and the only one where jobs that span switches run.
+    fn dp(&self) -> std::sync::MutexGuard<'_, DataPlane> {
+        crate::lock(&self.shards[0])
+    }
+
+    /// Runs `f` on every shard in turn, one lock at a time.
+    fn each_shard(&self, mut f: impl FnMut(&mut DataPlane)) {
+        for shard in &self.shards {
+            f(&mut crate::lock(shard));
+        }
+    }
+
+    /// The shard holding `job`, if any does.
+    fn shard_of(&self, job: u32) -> Option<usize> {
+        self.shards.iter().position(|sh| crate::lock(sh).keys.contains_key(&job))
+    }
+
+    /// A neighbour's link, in every shard that has a port to it.
+    fn set_link(&self, peer: NodeId, up: bool) -> Result<(), NetError> {
+        let mut result = Err(NetError::Config(format!("field `peer`: node {peer} is no neighbour of switch {}", self.opts.node)));
+        self.each_shard(|dp| {
+            if dp.set_link(peer, up).is_ok() {
+                result = Ok(());
+            }
+        });
+        result
+    }
 }
 
 /// A running switch: its packet loop and control server threads.
@@ -1004,44 +1113,18 @@ impl SwitchHandle {
         if opts.packet_values > fits {
             opts.packet_values = fits;
         }
-        let program = opts.build_programs()?;
         let capture = match &opts.pcap {
             Some(path) => Some(WireCapture::create(path, udp_addr).map_err(|e| NetError::Config(format!("pcap: cannot write {}: {e}", path.display())))?),
             None => None,
         };
-        let mut dp = DataPlane {
-            node: opts.node,
-            program,
-            udp: Some(udp),
-            ports: vec![],
-            by_addr: HashMap::new(),
-            routes: HashMap::new(),
-            ecmp: HashMap::new(),
-            default_port: DefaultPort::FlowHash,
-            ecmp_all: HashMap::new(),
-            pinned: HashMap::new(),
-            paths: HashMap::new(),
-            trees: HashMap::new(),
-            in_port: None,
-            node_jobs: HashMap::new(),
-            keys: HashMap::new(),
-            windows: HashMap::new(),
-            default_route: None,
-            drop_probability: opts.drop_probability,
-            rng: Xoshiro256PlusPlus::seed_from_u64(opts.seed),
-            timers: BinaryHeap::new(),
-            timer_seq: 0,
-            actions: vec![],
-            tx: TxBatch::default(),
-            scratch: vec![],
-            shaping: opts.shaping,
-            processing: None,
-            processed: VecDeque::new(),
-            now: 0,
-            c: Counters::default(),
-            capture,
-            failed_jobs: vec![],
-        };
+        let mut dp = DataPlane::new(&opts, udp, opts.seed, capture)?;
+        // The other shards' sockets: the same address, ports the kernel picks (their workers
+        // learn them at admission).
+        let mut more = vec![];
+        for k in 1..opts.shard_count() {
+            let udp = Udp::bind(SocketAddr::new(udp_addr.ip(), 0)).map_err(|e| crate::bind_error(e, "--udp (another shard's socket)", udp_addr))?;
+            more.push(DataPlane::new(&opts, udp, opts.seed.wrapping_add(k as u64), None)?);
+        }
         if let Some(up) = opts.upstream {
             let reply = control::request(
                 up,
@@ -1065,7 +1148,7 @@ impl SwitchHandle {
         let shared = Arc::new(Shared {
             opts,
             secret,
-            dp: Mutex::new(dp),
+            shards: std::iter::once(dp).chain(more).map(Mutex::new).collect(),
             cp: Mutex::new(ControlState::default()),
             stop: AtomicBool::new(false),
             admitting: Mutex::new(()),
@@ -1074,16 +1157,20 @@ impl SwitchHandle {
         for spec in shared.opts.fabric.iter().flat_map(|f| &f.jobs) {
             admit_here(&shared, spec).map_err(|e| NetError::Config(format!("fabric: job {}: {e}", spec.job)))?;
         }
-        let s = shared.clone();
-        let data = std::thread::Builder::new().name("inalab-switch-dp".into()).spawn(move || {
-            // A panic here is the driver's (the programs' are caught per packet): the switch
-            // then says so at every request and in `health`, rather than live on serving nothing.
-            if let Err(msg) = crate::guarded(|| data_loop(&s)) {
-                let why = format!("the switch's data plane stopped: {msg}");
-                eprintln!("inalab switch: {why}");
-                *crate::lock(&s.dead) = Some(why);
-            }
-        })?;
+        let mut threads = vec![];
+        for k in 0..shared.shards.len() {
+            let s = shared.clone();
+            threads.push(std::thread::Builder::new().name(format!("inalab-switch-dp{k}")).spawn(move || {
+                // A panic here is the driver's (the programs' are caught per packet): the switch
+                // then says so at every request and in `health`, rather than live on serving
+                // nothing.
+                if let Err(msg) = crate::guarded(|| data_loop(&s, k)) {
+                    let why = format!("the switch's data plane stopped (thread {k}): {msg}");
+                    eprintln!("inalab switch: {why}");
+                    *crate::lock(&s.dead) = Some(why);
+                }
+            })?);
+        }
         let s = shared.clone();
         let ctl = std::thread::Builder::new().name("inalab-switch-cp".into()).spawn(move || {
             let conn_shared = s.clone();
@@ -1096,13 +1183,14 @@ impl SwitchHandle {
                 control_plane::reap_rendezvous(&s);
             }
         })?;
-        Ok(SwitchHandle { shared, threads: vec![data, ctl, reaper], udp_addr, control_addr })
+        threads.extend([ctl, reaper]);
+        Ok(SwitchHandle { shared, threads, udp_addr, control_addr })
     }
 
     /// Reports the link to neighbour `peer` down (`up` false) or up again (see the module
     /// docs, "Links"). An error if `peer` is no neighbour.
     pub fn set_link(&self, peer: NodeId, up: bool) -> Result<(), NetError> {
-        crate::lock(&self.shared.dp).set_link(peer, up)
+        self.shared.set_link(peer, up)
     }
 
     /// Removes `job`'s state here alone (its programs' aggregators, key, paths, trees), as its
@@ -1151,10 +1239,15 @@ fn health(s: &Shared) -> Result<(), NetError> {
 /// another switch), the jobs still in their rendezvous, whose ids anyone else could use to take
 /// a free rank.
 fn stats(s: &Shared, with_rendezvous: bool) -> Value {
-    let (mut v, admitted) = {
-        let dp = crate::lock(&s.dp);
-        (dp.stats(), dp.keys.keys().copied().collect::<Vec<u32>>())
-    };
+    let (mut v, mut admitted, mut shards) = (Value::Null, vec![], vec![]);
+    s.each_shard(|dp| {
+        let one = dp.stats();
+        shards.push(json!({"udp": dp.udp().local_addr().ok().map(|a| a.to_string()), "jobs": dp.keys.keys().collect::<std::collections::BTreeSet<_>>(),
+                           "received": one["received"], "forwarded": one["forwarded"]}));
+        admitted.extend(dp.keys.keys().copied());
+        merge_counts(&mut v, one);
+    });
+    v["shards"] = json!(shards);
     // Jobs the data plane still holds (their keys go in the same step as their aggregators, so
     // `jobs: []` means nothing is held), static fabrics' too.
     let mut jobs: std::collections::BTreeSet<u32> = admitted.into_iter().collect();
@@ -1176,20 +1269,52 @@ fn stats(s: &Shared, with_rendezvous: bool) -> Value {
     v
 }
 
-fn data_loop(s: &Arc<Shared>) {
+/// Adds shard `b`'s stats into `a`: counts add up, objects merge by key, ports merge by the
+/// neighbour they lead to; anything else (names, the last error) is the first shard's unless
+/// it has none.
+fn merge_counts(a: &mut Value, b: Value) {
+    match (a, b) {
+        (a @ Value::Null, b) => *a = b,
+        (Value::Number(x), Value::Number(y)) => {
+            if let (Some(x0), Some(y0)) = (x.as_u64(), y.as_u64()) {
+                *x = (x0 + y0).into();
+            }
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            for (k, v) in y {
+                merge_counts(x.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.iter().chain(&y).all(|p| p.get("node").is_some() && p.get("sent").is_some()) => {
+            for port in y {
+                match x.iter_mut().find(|q| q["node"] == port["node"] && q["kind"] == port["kind"]) {
+                    Some(q) => {
+                        for k in ["sent", "sent_bytes", "queue_drops"] {
+                            merge_counts(&mut q[k], port[k].clone());
+                        }
+                    }
+                    None => x.push(port),
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn data_loop(s: &Arc<Shared>, shard: usize) {
     let clock = Clock::new();
-    let fd = crate::lock(&s.dp).udp().fd();
+    let fd = crate::lock(&s.shards[shard]).udp().fd();
     let mut last_flush = std::time::Instant::now();
     while !s.stop.load(Ordering::Relaxed) {
         let next = {
-            let dp = crate::lock(&s.dp);
+            let dp = crate::lock(&s.shards[shard]);
             [dp.timers.peek().map(|Reverse((at, _, _))| *at), dp.next_due()].into_iter().flatten().min()
         };
         let timeout = next.map_or(Duration::from_millis(10), |at| clock.until(at).min(Duration::from_millis(10)));
         if wait(&[(fd, libc::POLLIN)], Some(timeout)).is_err() {
             continue;
         }
-        let mut dp = crate::lock(&s.dp);
+        let mut dp = crate::lock(&s.shards[shard]);
         if let Err(e) = dp.poll(&clock) {
             eprintln!("inalab switch: receive error: {e}");
         }
@@ -1211,7 +1336,7 @@ fn data_loop(s: &Arc<Shared>) {
             last_flush = std::time::Instant::now();
         }
     }
-    if let Some(c) = crate::lock(&s.dp).capture.as_mut() {
+    if let Some(c) = crate::lock(&s.shards[shard]).capture.as_mut() {
         c.flush();
     }
 }
@@ -1297,7 +1422,7 @@ mod tests {
             let mut programs = Programs::new();
             programs.install("switchml", program("switchml")).unwrap();
             programs.install("rina", Box::new(Broken { inner: program("rina"), on_admit: on_admit.clone() })).unwrap();
-            crate::lock(&sw.shared.dp).program = programs;
+            sw.shared.dp().program = programs;
         }
         // The honest tenant: a SwitchML job whose integer sums must stay exact throughout.
         let (a, b) = pair(&sw, "switchml", 1).unwrap();
@@ -1349,7 +1474,7 @@ mod tests {
         // control request (`inalab switch` exits with it; `inalab.Switch.stats()` raises it).
         let sw = SwitchHandle::start(SwitchOptions { udp: any_port(), control: any_port(), ..SwitchOptions::new(&["switchml"]) }).unwrap();
         assert!(sw.health().is_ok());
-        crate::lock(&sw.shared.dp).udp = None;
+        sw.shared.dp().udp = None;
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let why = loop {
             match sw.health() {
