@@ -193,12 +193,14 @@ impl Client {
         drop(reader);
         let spec: JobSpec = field(&reply, "spec")?;
         let node: u32 = field(&reply, "node")?;
-        // The switch's data-plane address: the only source the worker accepts packets from.
+        // The switch's data-plane address: the only source the worker accepts packets from;
+        // a sharded switch that spreads the job over its threads lists each one's.
         let gateway: SocketAddr = field(&reply, "switch_udp")?;
+        let threads: Vec<SocketAddr> = if reply.get("switch_threads").is_some() { field(&reply, "switch_threads")? } else { vec![] };
         conn.set_read_timeout(None)?;
         conn.set_write_timeout(None)?;
         conn.set_nonblocking(true)?;
-        Client::start(spec, opts.rank, node, udp, gateway, opts.link_rate_bps, Some(conn), leftover)
+        Client::start(spec, opts.rank, node, udp, gateway, threads, opts.link_rate_bps, Some(conn), leftover)
     }
 
     /// A worker of a static deployment (`inalab emulate`): rank `rank` of `spec`, with the
@@ -207,7 +209,7 @@ impl Client {
     pub fn from_spec(spec: JobSpec, rank: usize, gateway: SocketAddr, link_rate_bps: Option<u64>) -> Result<Client, NetError> {
         let w = spec.workers.get(rank).ok_or_else(|| NetError::Config(format!("rank {rank} is not in 0..{} (the spec's workers)", spec.workers.len())))?;
         let (node, udp) = (w.node, Udp::bind(w.udp)?);
-        Client::start(spec, rank, node, udp, gateway, link_rate_bps, None, vec![])
+        Client::start(spec, rank, node, udp, gateway, vec![], link_rate_bps, None, vec![])
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -217,13 +219,18 @@ impl Client {
         node: u32,
         udp: Udp,
         gateway: SocketAddr,
+        threads: Vec<SocketAddr>,
         link_rate_bps: Option<u64>,
         control: Option<TcpStream>,
         leftover: Vec<u8>,
     ) -> Result<Client, NetError> {
         let proto = spec.endpoint(node, Role::Worker { rank: rank as u32 })?;
         let mut io = HostIo::new(udp, gateway);
-        io.add_job(spec.job, spec.frame_mac()?, node);
+        if threads.len() > 1 {
+            io.add_job_via(spec.job, spec.frame_mac()?, node, spec.gateways(threads)?);
+        } else {
+            io.add_job(spec.job, spec.frame_mac()?, node);
+        }
         if let Some(rate) = link_rate_bps {
             io.pace(rate);
         }

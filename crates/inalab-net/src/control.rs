@@ -125,6 +125,12 @@ impl JobSpec {
         scheme_of(&self.config).map_err(plan_err)
     }
 
+    /// The job's frames to and from `addrs`, the threads of a sharded switch that run it, each
+    /// packet steered by the scheme's key ([`Scheme::steering`]).
+    pub fn gateways(&self, addrs: Vec<SocketAddr>) -> Result<crate::host::Gateways, NetError> {
+        Ok(crate::host::Gateways { addrs, steer: self.scheme()?.steering() })
+    }
+
     /// The job as the registry takes it.
     pub fn scheme_job(&self) -> SchemeJob {
         SchemeJob {

@@ -1,6 +1,6 @@
 //! Host-side I/O for host protocols: frames in from the host's switch, frames out to it.
-//! A host has one neighbour (its switch, the "gateway"; a job may name another address of it,
-//! the data-plane thread that runs the job: [`HostIo::add_job_via`]); datagrams from anyone
+//! A host has one neighbour (its switch, the "gateway"; a job may name other addresses of it,
+//! the data-plane threads that run the job: [`HostIo::add_job_via`]); datagrams from anyone
 //! else are counted as `foreign` and dropped, undecodable ones as `malformed`, ones without a valid tag
 //! of one of the host's jobs as `forged`, well-tagged ones seen before (or too old to tell) as
 //! `replayed` ([`crate::auth`]). Outgoing frames are tagged.
@@ -69,13 +69,13 @@ impl HostIo {
     /// From now on, frames of `job` are accepted and sent with `mac`'s tags, this host being
     /// `me` in them: its node id, with [`auth::SERVER_BIT`] for a parameter server.
     pub fn add_job(&mut self, job: u32, mac: FrameMac, me: u32) {
-        self.keys.insert(job, JobAuth { mac, me, window: ReplayWindow::default(), gateway: None });
+        self.keys.insert(job, JobAuth { mac, me, windows: vec![], via: None });
     }
 
-    /// As [`HostIo::add_job`], the job's frames going to and coming from `gateway` (a sharded
-    /// switch's thread that runs it) instead of the host's gateway.
-    pub fn add_job_via(&mut self, job: u32, mac: FrameMac, me: u32, gateway: SocketAddr) {
-        self.keys.insert(job, JobAuth { mac, me, window: ReplayWindow::default(), gateway: Some(gateway) });
+    /// As [`HostIo::add_job`], the job's frames going to and coming from `via` (the threads of
+    /// a sharded switch that run it) instead of the host's gateway.
+    pub fn add_job_via(&mut self, job: u32, mac: FrameMac, me: u32, via: Gateways) {
+        self.keys.insert(job, JobAuth { mac, me, windows: vec![], via: Some(via) });
     }
 
     pub fn remove_job(&mut self, job: u32) {
@@ -88,7 +88,7 @@ impl HostIo {
         let (gw, keys) = (self.gateway, &mut self.keys);
         let (mut malformed, mut foreign, mut forged, mut replayed, mut last) = (0, 0, 0, 0, None);
         let n = self.udp.recv_batch(|from, d| {
-            if from != gw && !keys.values().any(|k| k.gateway == Some(from)) {
+            if from != gw && !keys.values().any(|k| k.via.as_ref().is_some_and(|v| v.addrs.contains(&from))) {
                 foreign += 1;
                 return;
             }
@@ -108,13 +108,13 @@ impl HostIo {
                 forged += 1;
                 return;
             };
-            if from != job.gateway.unwrap_or(gw) {
-                // From the switch, but not the thread that runs this job.
+            if !job.via.as_ref().map_or(from == gw, |v| v.addrs.contains(&from)) {
+                // From the switch, but not a thread that runs this job.
                 foreign += 1;
                 return;
             }
             match job.mac.open(d, auth::Link { from: auth::ANY, to: job.me }) {
-                Ok((_, seq)) if job.window.accept(seq).is_ok() => deliver(frame::to_packet(&view)),
+                Ok((_, seq)) if job.window(from).accept(seq).is_ok() => deliver(frame::to_packet(&view)),
                 Ok(_) => replayed += 1,
                 Err(_) => forged += 1,
             }
@@ -146,7 +146,8 @@ impl HostIo {
             };
             self.seq += 1;
             let (link, seq) = (auth::Link { from: job.me, to: auth::ANY }, self.seq);
-            self.tx.push(job.gateway.unwrap_or(self.gateway), |b| {
+            let to = job.via.as_ref().map_or(self.gateway, |v| v.to(&p.header));
+            self.tx.push(to, |b| {
                 let start = b.len();
                 frame::encode(&p, b);
                 job.mac.seal(b, start, link, seq);
@@ -183,10 +184,48 @@ struct JobAuth {
     mac: FrameMac,
     /// This host's identity in the job's [`auth::Link`]s.
     me: u32,
-    /// Sequence numbers accepted from the switch.
-    window: ReplayWindow,
+    /// Sequence numbers accepted from the switch, per address: each thread of a sharded
+    /// switch numbers its own datagrams.
+    windows: Vec<(SocketAddr, ReplayWindow)>,
     /// Where the job's frames go and come from, if not the host's gateway.
-    gateway: Option<SocketAddr>,
+    via: Option<Gateways>,
+}
+
+impl JobAuth {
+    /// The replay window of datagrams from `from` (one of the job's gateways).
+    fn window(&mut self, from: SocketAddr) -> &mut ReplayWindow {
+        let i = match self.windows.iter().position(|(a, _)| *a == from) {
+            Some(i) => i,
+            None => {
+                self.windows.push((from, ReplayWindow::default()));
+                self.windows.len() - 1
+            }
+        };
+        &mut self.windows[i].1
+    }
+}
+
+/// The addresses of a sharded switch's threads that run a job: one, or several, each packet
+/// going to the one its scheme's steering key picks (`inalab_scheme::Scheme::steering`), so
+/// every packet of one aggregator meets the others at the same thread.
+#[derive(Debug, Clone)]
+pub struct Gateways {
+    pub addrs: Vec<SocketAddr>,
+    pub steer: Option<fn(&inalab_core::wire::Header) -> u32>,
+}
+
+impl Gateways {
+    pub fn one(addr: SocketAddr) -> Gateways {
+        Gateways { addrs: vec![addr], steer: None }
+    }
+
+    /// Where a packet with `header` goes.
+    fn to(&self, header: &inalab_core::wire::Header) -> SocketAddr {
+        match (self.addrs.len(), self.steer) {
+            (n, Some(steer)) if n > 1 => self.addrs[steer(header) as usize % n],
+            _ => self.addrs[0],
+        }
+    }
 }
 
 /// The job of a frame: its header's, or, for a frame whose header names no job (a transport

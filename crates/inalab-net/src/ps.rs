@@ -366,20 +366,21 @@ fn spawn(shared: &Arc<Shared>, listener: TcpListener) -> Result<Vec<JoinHandle<(
 }
 
 /// Runs the PS's part of `spec`.
-fn admit(s: &Shared, spec: &JobSpec, gateway: Option<SocketAddr>) -> Result<(), NetError> {
+fn admit(s: &Shared, spec: &JobSpec, via: Option<Vec<SocketAddr>>) -> Result<(), NetError> {
     let index = spec.servers.iter().position(|p| p.node == s.node).ok_or_else(|| NetError::Config(format!("job {}: node {} is not one of its servers", spec.job, s.node)))?;
     // The scheme's own code: a panic refuses this job alone.
     let server = crate::guarded(|| spec.endpoint(s.node, Role::Server { index: index as u32 }))
         .map_err(|p| NetError::Config(format!("job {}: refused: setting up its server panicked ({p})", spec.job)))??;
     let mac = spec.frame_mac()?;
+    let via = via.map(|addrs| spec.gateways(addrs)).transpose()?;
     let mut st = crate::lock(&s.st);
     if st.servers.contains_key(&spec.job) {
         return Err(NetError::Config(format!("job {} is already admitted at the PS", spec.job)));
     }
     st.servers.insert(spec.job, server);
     let me = s.node | crate::auth::SERVER_BIT;
-    match gateway {
-        Some(g) => st.io.add_job_via(spec.job, mac, me, g),
+    match via {
+        Some(via) => st.io.add_job_via(spec.job, mac, me, via),
         None => st.io.add_job(spec.job, mac, me),
     }
     Ok(())
@@ -417,9 +418,9 @@ fn handle(s: &Shared, msg: &Value) -> Result<Value, NetError> {
     match msg["op"].as_str().unwrap_or("") {
         "admit" => {
             let spec: JobSpec = field(msg, "spec")?;
-            // A sharded switch runs the job on a thread of its own address.
-            let gateway: Option<SocketAddr> = msg.get("gateway").filter(|g| !g.is_null()).map(|_| field(msg, "gateway")).transpose()?;
-            admit(s, &spec, gateway)?;
+            // A sharded switch runs the job on threads of their own addresses.
+            let via: Option<Vec<SocketAddr>> = msg.get("gateways").filter(|g| !g.is_null()).map(|_| field(msg, "gateways")).transpose()?;
+            admit(s, &spec, via)?;
             Ok(ok(json!({})))
         }
         "release" => {

@@ -149,6 +149,14 @@ impl Scheme for Atp {
     fn any_packet_values(&self) -> bool {
         true
     }
+    /// By fragment: every packet of a fragment (its gradients, the parameter packet, a
+    /// re-hash to another aggregator) reaches the thread that holds its aggregator.
+    fn steering(&self) -> Option<fn(&inalab_core::wire::Header) -> u32> {
+        Some(|h| match h {
+            inalab_core::wire::Header::Atp(h) => h.seq,
+            _ => 0,
+        })
+    }
     fn servers(&self) -> Servers {
         Servers::ExactlyOne
     }

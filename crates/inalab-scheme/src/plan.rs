@@ -422,6 +422,14 @@ pub trait Scheme: Sync {
     fn program(&self, _switch: NodeId, _net: &dyn NetView) -> Option<Box<dyn SwitchProgram>> {
         None
     }
+    /// How a job's packets are spread over a sharded switch's threads, each running the
+    /// scheme's program with the job admitted, so that one job uses several cores: a key from
+    /// a packet's header, the thread being the key modulo their count. Only for a program
+    /// whose state is per key (an aggregator slot, a fragment) and that keeps nothing across
+    /// keys; `None` (the default): a job runs on one thread.
+    fn steering(&self) -> Option<fn(&inalab_core::wire::Header) -> u32> {
+        None
+    }
     /// Whether the scheme has a switch program (what a UDP switch can run).
     fn has_program(&self) -> bool {
         self.program(0, &NoNetwork).is_some()

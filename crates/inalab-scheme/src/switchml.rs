@@ -65,6 +65,13 @@ impl Scheme for SwitchMl {
     fn any_packet_values(&self) -> bool {
         true
     }
+    /// By slot: the switch keeps each slot's sum and bitmaps apart from every other slot's.
+    fn steering(&self) -> Option<fn(&inalab_core::wire::Header) -> u32> {
+        Some(|h| match h {
+            inalab_core::wire::Header::SwitchMl(h) => h.slot,
+            _ => 0,
+        })
+    }
     fn servers(&self) -> Servers {
         Servers::None
     }

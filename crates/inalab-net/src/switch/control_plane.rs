@@ -442,8 +442,8 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
     }
     drop(guard);
     let result = build_spec(s, job, config, workers).and_then(|spec| {
-        let shard = admit(s, &spec)?;
-        Ok((spec, shard))
+        let shards = admit(s, &spec)?;
+        Ok((spec, shards))
     });
     let mut cp = crate::lock(&s.cp);
     let Some(st) = cp.jobs.get_mut(&job) else {
@@ -457,19 +457,23 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
         }
         return Err(NetError::JobFailed(format!("job {job}: every worker left during its admission")));
     };
-    let (reply, shard) = match &result {
-        Ok((spec, shard)) => {
+    let (reply, shards) = match &result {
+        Ok((spec, shards)) => {
             st.spec = Some(spec.clone());
-            (None, *shard)
+            (None, shards.clone())
         }
-        Err(e) => (Some(err(e)), 0),
+        Err(e) => (Some(err(e)), vec![0]),
     };
-    // The job's workers send to the thread that runs it.
-    let bound = crate::lock(&s.shards[shard]).udp().local_addr()?;
+    // The job's workers send to the threads that run it.
+    let bound: Vec<SocketAddr> = shards.iter().map(|&k| crate::lock(&s.shards[k]).udp().local_addr()).collect::<Result<_, _>>()?;
     let mut lines = vec![];
     for m in st.members.values() {
-        let switch_udp = seen_from(bound, &m.conn);
-        let r = reply.clone().unwrap_or_else(|| ok(json!({"node": m.node, "rank": m.rank, "spec": st.spec, "switch_udp": switch_udp})));
+        let seen: Vec<SocketAddr> = bound.iter().map(|&b| seen_from(b, &m.conn)).collect();
+        let mut r = json!({"node": m.node, "rank": m.rank, "spec": st.spec, "switch_udp": seen[0]});
+        if seen.len() > 1 {
+            r["switch_threads"] = json!(seen);
+        }
+        let r = reply.clone().unwrap_or_else(|| ok(r));
         if let Ok(c) = m.conn.try_clone() {
             lines.push((c, r));
         }
@@ -549,17 +553,17 @@ fn next_hop(s: &Shared, spec: &JobSpec) -> Result<Option<SocketAddr>, NetError> 
 }
 
 /// Installs this switch's part of `spec` and passes it on (upstream switch, PS). Returns the
-/// shard that runs it.
-fn admit(s: &Arc<Shared>, spec: &JobSpec) -> Result<usize, NetError> {
-    let shard = admit_here(s, spec)?;
+/// shards that run it.
+fn admit(s: &Arc<Shared>, spec: &JobSpec) -> Result<Vec<usize>, NetError> {
+    let shards = admit_here(s, spec)?;
     let passed_on = next_hop(s, spec).and_then(|next| {
         let Some(next) = next else { return Ok(()) };
         let mut msg = json!({"op": "admit", "spec": spec});
-        if shard > 0 {
-            // Only a PS attached here is the next hop of a job on another shard than 0: it
-            // sends the job's frames to that shard's socket.
-            let bound = crate::lock(&s.shards[shard]).udp().local_addr()?;
-            msg["gateway"] = json!(control::announce(bound, next));
+        if shards != [0] {
+            // Only a PS attached here is the next hop of a job on other shards than 0: it
+            // sends the job's frames to those shards' sockets.
+            let bound: Vec<SocketAddr> = shards.iter().map(|&k| crate::lock(&s.shards[k]).udp().local_addr()).collect::<Result<_, _>>()?;
+            msg["gateways"] = json!(bound.into_iter().map(|b| control::announce(b, next)).collect::<Vec<_>>());
         }
         control::request(next, Some(&s.secret.credential(AuthRole::Switch)), &msg, CONTROL_TIMEOUT).map(drop)
     });
@@ -568,21 +572,25 @@ fn admit(s: &Arc<Shared>, spec: &JobSpec) -> Result<usize, NetError> {
         // refused jobs would hold this switch's aggregators for ever.
         release_here(s, spec.job, Some(spec));
     }
-    passed_on.map(|()| shard)
+    passed_on.map(|()| shards)
 }
 
-/// The shards that may run `spec`, in the order to try them. A job all of whose datagrams
-/// at this switch come from its own workers and a PS attached here may run on any shard
-/// (the PS is told which: `admit`'s `gateway`), the least busy first (fewest jobs, then
-/// the lowest index); a job that spans switches or a static fabric runs on shard 0, whose
-/// socket is the one the other switches know.
-fn shards_for(s: &Shared, spec: &JobSpec) -> Vec<usize> {
+/// Whether all of `spec`'s datagrams at this switch come from its own workers and a PS
+/// attached here, so that it may run on any shard (the PS is told which: `admit`'s
+/// `gateways`); a job that spans switches or a static fabric runs on shard 0, whose socket
+/// is the one the other switches know.
+fn here_only(s: &Shared, spec: &JobSpec) -> bool {
     let me = s.opts.node;
-    let here_only = spec.network.is_none()
+    spec.network.is_none()
         && spec.switches.iter().all(|sw| sw.node == me)
         && spec.workers.iter().all(|w| w.rack == me)
-        && spec.servers.iter().all(|sv| sv.rack == me);
-    if !here_only {
+        && spec.servers.iter().all(|sv| sv.rack == me)
+}
+
+/// The shards that may run `spec` alone, in the order to try them: shard 0 for a job that
+/// is not [`here_only`], else the least busy first (fewest jobs, then the lowest index).
+fn shards_for(s: &Shared, spec: &JobSpec) -> Vec<usize> {
+    if !here_only(s, spec) {
         return vec![0];
     }
     let mut load: Vec<(usize, usize)> = s.shards.iter().enumerate().map(|(k, sh)| (crate::lock(sh).keys.len(), k)).collect();
@@ -598,17 +606,31 @@ fn shards_for(s: &Shared, spec: &JobSpec) -> Vec<usize> {
 /// large or broken refuses its own job and never holds up packets or another tenant's
 /// admission. [`Shared::admitting`] keeps the port table as the snapshot saw it meanwhile.
 ///
-/// Tried on each shard [`shards_for`] names until one admits it (each has its own aggregator
-/// memory, which other jobs may fill): returns that shard, or the last refusal.
-pub(super) fn admit_here(s: &Shared, spec: &JobSpec) -> Result<usize, NetError> {
+/// A job whose scheme steers its packets by a key ([`inalab_scheme::Scheme::steering`]) and
+/// that is [`here_only`] is admitted on every shard: its workers and PS send each packet to
+/// the shard its key picks, so one job uses every thread. Any other job is tried on each
+/// shard [`shards_for`] names until one admits it (each has its own aggregator memory, which
+/// other jobs may fill). Returns the shards, or the (last) refusal.
+pub(super) fn admit_here(s: &Shared, spec: &JobSpec) -> Result<Vec<usize>, NetError> {
     let _one_at_a_time = crate::lock(&s.admitting);
     for k in 0..s.shards.len() {
         check_admit(&crate::lock(&s.shards[k]), spec, s.opts.node)?;
     }
+    if s.shards.len() > 1 && here_only(s, spec) && spec.scheme()?.steering().is_some() {
+        for k in 0..s.shards.len() {
+            if let Err(e) = admit_on(s, k, spec) {
+                for done in 0..k {
+                    release_on(s, done, spec.job, Some(spec));
+                }
+                return Err(e);
+            }
+        }
+        return Ok((0..s.shards.len()).collect());
+    }
     let mut refused = None;
     for shard in shards_for(s, spec) {
         match admit_on(s, shard, spec) {
-            Ok(()) => return Ok(shard),
+            Ok(()) => return Ok(vec![shard]),
             Err(e) => refused = Some(e),
         }
     }
@@ -815,7 +837,15 @@ pub(super) fn release(s: &Shared, job: u32, reason: Option<&str>) {
 /// panic here is caught: the job is gone either way), key, paths, trees, and, with its spec,
 /// its workers' ports and routes. Returns the aggregators the job still held.
 pub(super) fn release_here(s: &Shared, job: u32, spec: Option<&JobSpec>) -> u32 {
-    let mut dp = crate::lock(&s.shards[s.shard_of(job).unwrap_or(0)]);
+    let holding: Vec<usize> = (0..s.shards.len()).filter(|&k| crate::lock(&s.shards[k]).keys.contains_key(&job)).collect();
+    // (Held nowhere: shard 0, where a job's ports were before it had a key.)
+    let holding = if holding.is_empty() { vec![0] } else { holding };
+    holding.into_iter().map(|k| release_on(s, k, job, spec)).sum()
+}
+
+/// [`release_here`] on one shard.
+fn release_on(s: &Shared, shard: usize, job: u32, spec: Option<&JobSpec>) -> u32 {
+    let mut dp = crate::lock(&s.shards[shard]);
     let held = match crate::guarded(|| dp.program.release(job)) {
         Ok(n) => n,
         Err(p) => {

@@ -1071,11 +1071,6 @@ impl Shared {
         }
     }
 
-    /// The shard holding `job`, if any does.
-    fn shard_of(&self, job: u32) -> Option<usize> {
-        self.shards.iter().position(|sh| crate::lock(sh).keys.contains_key(&job))
-    }
-
     /// A neighbour's link, in every shard that has a port to it.
     fn set_link(&self, peer: NodeId, up: bool) -> Result<(), NetError> {
         let mut result = Err(NetError::Config(format!("field `peer`: node {peer} is no neighbour of switch {}", self.opts.node)));
@@ -1270,9 +1265,10 @@ fn stats(s: &Shared, with_rendezvous: bool) -> Value {
 }
 
 /// Adds shard `b`'s stats into `a`: counts add up, objects merge by key, ports merge by the
-/// neighbour they lead to; anything else (names, the last error) is the first shard's unless
-/// it has none.
+/// neighbour they lead to; anything else (names, ids, the last error) is the first shard's
+/// unless it has none.
 fn merge_counts(a: &mut Value, b: Value) {
+    const IDENTITIES: [&str; 3] = ["node", "gso_segments", "gro_segments"];
     match (a, b) {
         (a @ Value::Null, b) => *a = b,
         (Value::Number(x), Value::Number(y)) => {
@@ -1282,7 +1278,10 @@ fn merge_counts(a: &mut Value, b: Value) {
         }
         (Value::Object(x), Value::Object(y)) => {
             for (k, v) in y {
-                merge_counts(x.entry(k).or_insert(Value::Null), v);
+                // Numbers that are not counts: the same in every shard.
+                if !IDENTITIES.contains(&k.as_str()) {
+                    merge_counts(x.entry(k).or_insert(Value::Null), v);
+                }
             }
         }
         (Value::Array(x), Value::Array(y)) if x.iter().chain(&y).all(|p| p.get("node").is_some() && p.get("sent").is_some()) => {
