@@ -239,6 +239,10 @@ pub struct AtpConfig {
     /// The ECMP key every gradient packet of the job carries (tree mode: one key for the
     /// whole job, so that the routes to the PS form one tree); `None`: each worker's own flow.
     pub flow: Option<u64>,
+    /// Fragments take this many paths that may overtake each other (seq modulo `lanes`: a
+    /// sharded runtime switch's threads); a parameter counts as out of order only for missing
+    /// fragments of its own path. Default 1.
+    pub lanes: u32,
 }
 
 impl Default for AtpConfig {
@@ -256,6 +260,7 @@ impl Default for AtpConfig {
             timeout_ps: MS,
             scale: crate::quant::ATP_SCALE,
             flow: None,
+            lanes: 1,
         }
     }
 }
@@ -652,7 +657,8 @@ impl AtpWorker {
             // at three it is taken as lost (or stalled in a partial aggregation) and resent
             // once, like a SACK hole; the timeout covers a lost resend.
             let mut lost = vec![];
-            for (&m, o) in self.outstanding.range_mut(self.expected..seq) {
+            let lanes = self.cfg.lanes.max(1);
+            for (&m, o) in self.outstanding.range_mut(self.expected..seq).filter(|(&m, _)| m % lanes == seq % lanes) {
                 o.later_params = o.later_params.saturating_add(1);
                 if o.later_params == 3 && !o.fast_resent {
                     o.fast_resent = true;
@@ -1323,6 +1329,38 @@ mod tests {
             if !moved {
                 return;
             }
+        }
+    }
+
+    #[test]
+    fn parameters_of_another_lane_are_not_out_of_order() {
+        // A sharded runtime switch (#41) handles even and odd fragments on two threads, so the
+        // odd ones' parameters may all come before the even ones'. With one lane, three of
+        // them make the worker resend every even fragment; with two lanes, none.
+        for (lanes, resends_expected) in [(1u32, true), (2, false)] {
+            let layout = atp_layout(&[0u32; 2], 0, |_| true).unwrap();
+            let cfg = AtpConfig { aggregators: 64, hashing: Hashing::Linear, timeout_ps: 10_000, lanes, ..AtpConfig::default() };
+            let wep: Vec<Endpoint> = (0..2).map(|h| ep(h, 1)).collect();
+            let mut ws: Vec<AtpWorker> = (0..2).map(|r| AtpWorker::new(wep[r], ep(100, 2), layout.positions[r], cfg.clone()).unwrap()).collect();
+            let mut ps = AtpServer::new(ep(100, 2), AtpServerConfig { atp: cfg, layout, workers: wep, multicast: false, targets: vec![], resend_holdoff_ps: 5_000 }).unwrap();
+            submit_all(&mut ws, 1, |r, i| (r + i) as i32, 62 * 8);
+            for w in ws.iter_mut() {
+                while let Some(p) = w.poll_transmit(0) {
+                    ps.handle_packet(0, p);
+                }
+            }
+            let params: Vec<Packet> = std::iter::from_fn(|| ps.poll_transmit(0)).filter(|p| p.dst == 0).collect();
+            let seq = |p: &Packet| match p.header { Header::Atp(h) => h.seq, _ => unreachable!() };
+            let (odd, even): (Vec<Packet>, Vec<Packet>) = params.into_iter().partition(|p| seq(p) % 2 == 1);
+            for p in odd {
+                ws[0].handle_packet(0, p);
+            }
+            let resent = std::iter::from_fn(|| ws[0].poll_transmit(0)).count();
+            assert_eq!(resent > 0, resends_expected, "lanes {lanes}: {resent} fragments resent");
+            for p in even {
+                ws[0].handle_packet(0, p);
+            }
+            assert!(matches!(ws[0].poll_event(), Some(HostEvent::Done { id: 1, .. })), "lanes {lanes}");
         }
     }
 

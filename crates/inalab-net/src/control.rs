@@ -102,6 +102,20 @@ pub struct JobSpec {
     /// names nodes, a multicast tree over the links). Default none: names and links unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkSpec>,
+    /// The threads of a sharded switch that run the job, each packet sent to the one its
+    /// scheme's steering key picks ([`Scheme::steering`]): packets of different keys may
+    /// overtake each other, which a protocol that infers loss from order must know
+    /// ([`inalab_scheme::NetView::lanes`]). Default 1.
+    #[serde(default = "one_lane", skip_serializing_if = "is_one_lane")]
+    pub lanes: u32,
+}
+
+fn one_lane() -> u32 {
+    1
+}
+
+fn is_one_lane(n: &u32) -> bool {
+    *n == 1
 }
 
 /// A deployment's nodes by name and its links, as a job's spec carries them.
@@ -213,6 +227,9 @@ impl NetView for RuntimeView<'_> {
         let Some(net) = &self.spec.network else { return vec![] };
         let peers = net.links.iter().filter_map(|&[a, b]| if a == switch { Some(b) } else if b == switch { Some(a) } else { None });
         peers.enumerate().map(|(k, peer)| (self.port_toward(switch, peer).unwrap_or(k as PortId), peer)).collect()
+    }
+    fn lanes(&self) -> u32 {
+        self.spec.lanes
     }
     /// A runtime switch admits jobs one at a time, so nothing is split among future jobs.
     fn share(&self, _job: u32, _key: &str) -> (u32, u32) {

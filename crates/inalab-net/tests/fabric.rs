@@ -30,6 +30,7 @@ fn deploy(config: serde_json::Value, ps: bool) -> (Vec<SwitchHandle>, JobSpec, O
         switches: vec![SwitchSpec { node: 1, memory_bytes: 1_000_000 }, SwitchSpec { node: 2, memory_bytes: 1_000_000 }],
         key: "ab".repeat(32),
         network: None,
+        lanes: 1,
     };
     let port = |node: u32, kind: &str, udp: SocketAddr| FabricPort { node, kind: kind.into(), udp, rate_bps: None, ps_udp: None };
     let route = |dst: u32, via: u32| FabricRoute { src: None, dst, via: vec![via] };
@@ -136,6 +137,7 @@ fn canary_leaf_spine(ina: serde_json::Value) -> (Vec<SwitchHandle>, JobSpec) {
         switches: (1..=4).map(|node| SwitchSpec { node, memory_bytes: 1_000_000 }).collect(),
         key: "cd".repeat(32),
         network: None,
+        lanes: 1,
     };
     let port = |node: u32, kind: &str| FabricPort { node, kind: kind.into(), udp: a[if node > 100 { 4 + node as usize - 101 } else { node as usize - 1 }], rate_bps: None, ps_udp: None };
     let via = |dst: u32, via: Vec<u32>| FabricRoute { src: None, dst, via };
@@ -297,6 +299,7 @@ fn grid_fabric(memory_bytes: u64, processing: Option<Processing>) -> (Vec<Switch
         switches: vec![SwitchSpec { node: 1, memory_bytes }, SwitchSpec { node: 2, memory_bytes }],
         key: "ef".repeat(32),
         network: Some(inalab_net::control::NetworkSpec { names, links: vec![[1, 2], [101, 1], [102, 1], [103, 2], [104, 2], [105, 2]] }),
+        lanes: 1,
     };
     let port = |node: u32, kind: &str, udp: SocketAddr| FabricPort { node, kind: kind.into(), udp, rate_bps: None, ps_udp: None };
     let route = |dst: u32, via: u32| FabricRoute { src: None, dst, via: vec![via] };

@@ -74,6 +74,7 @@ fn check_on(jobs: Vec<Value>, programmable: &str) {
             names: topo.nodes.iter().enumerate().map(|(i, n)| (n.name.clone(), i as NodeId)).collect(),
             links: topo.links.iter().map(|l| [l.a, l.b]).collect(),
         }),
+        lanes: 1,
     };
     let rt_job = rt.scheme_job();
     assert_eq!((&rt_job.workers, &rt_job.servers), (&job.workers, &job.servers));

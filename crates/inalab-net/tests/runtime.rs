@@ -215,7 +215,9 @@ fn run_jobs_on_shards(sw: &SwitchHandle, jobs: &[(u32, &'static str)], sizes: &'
 }
 
 /// After every job ended: nothing held, the counters the shards' sums, no frame refused.
-fn check_shards_after(sw: &SwitchHandle, threads: usize) -> serde_json::Value {
+/// `lingering`: the workers serve their peers after their last allreduce (Canary), so a late
+/// request may come after the job's release and find no port (the same with one thread).
+fn check_shards_after(sw: &SwitchHandle, threads: usize, lingering: bool) -> serde_json::Value {
     std::thread::sleep(Duration::from_millis(100));
     let st = sw.stats();
     let shards = st["shards"].as_array().unwrap();
@@ -230,7 +232,7 @@ fn check_shards_after(sw: &SwitchHandle, threads: usize) -> serde_json::Value {
     assert_eq!(st["aggregators_in_use"], 0, "{st}");
     assert_eq!(st["jobs"], serde_json::json!([]), "{st}");
     assert_eq!(st["node"], 1, "ids are not summed: {st}");
-    for k in ["unknown_source", "malformed", "unadmitted"] {
+    for k in ["unknown_source", "malformed", "unadmitted"].into_iter().filter(|&k| !(lingering && k == "unknown_source")) {
         assert_eq!(st[k], 0, "{k}: {st}");
     }
     assert_eq!(st["forged"], serde_json::json!({}), "{st}");
@@ -248,7 +250,7 @@ fn one_job_spreads_over_a_sharded_switchs_threads_by_slot() {
     let _ps = ps(&sw);
     let on = run_jobs_on_shards(&sw, &[(11, "switchml"), (12, "atp")], &[33, 300_000]);
     assert_eq!(on, vec![vec![0, 1, 2], vec![0, 1, 2]], "each job on every shard");
-    let st = check_shards_after(&sw, 3);
+    let st = check_shards_after(&sw, 3, false);
     assert!(st["injected_drops"].as_u64().unwrap() > 0, "{st}");
     assert!(st["absorbed"]["atp_aggregated"].as_u64().unwrap_or(0) > 0, "{st}");
 }
@@ -261,7 +263,7 @@ fn jobs_that_do_not_steer_take_the_least_busy_thread() {
     let sw = SwitchHandle::start(opts).unwrap();
     let on = run_jobs_on_shards(&sw, &[(21, "canary"), (22, "canary"), (23, "canary")], &[33, 20_000]);
     assert_eq!(on, vec![vec![0], vec![1], vec![2]], "one job per shard, the least busy first");
-    check_shards_after(&sw, 3);
+    check_shards_after(&sw, 3, true);
 }
 
 #[test]

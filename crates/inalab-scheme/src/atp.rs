@@ -238,6 +238,7 @@ impl Scheme for Atp {
             timeout_ps: ina.timeout_ps,
             scale: ina.scale,
             flow,
+            lanes: net.lanes(),
         };
         let err = |e: inalab_host::ConfigError| PlanError::new("ina", e.0);
         let ps = Endpoint { host: ps_host, port: job.server_port };

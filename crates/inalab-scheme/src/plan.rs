@@ -41,6 +41,13 @@ pub trait NetView {
     }
     /// The run's seed, for the random choices a set-up makes (a static tree's root); 0 when
     /// the driver has none.
+    /// Paths a job's packets take that may overtake each other, a packet's path being its
+    /// scheme's steering key modulo this ([`Scheme::steering`]: a sharded runtime switch's
+    /// threads); a protocol that infers loss from order compares packets of one path only.
+    /// Default 1 (every driver but the sharded switch).
+    fn lanes(&self) -> u32 {
+        1
+    }
     fn seed(&self) -> u64 {
         0
     }

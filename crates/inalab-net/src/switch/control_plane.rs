@@ -312,8 +312,8 @@ fn handle(s: &Arc<Shared>, op: &str, msg: &Value, conn: &TcpStream, role: Option
         }
         "ps_info" => ps_info(s).map(ok),
         "admit" => {
-            let spec: JobSpec = field(msg, "spec")?;
-            admit(s, &spec)?;
+            let mut spec: JobSpec = field(msg, "spec")?;
+            admit(s, &mut spec)?;
             Ok(ok(json!({})))
         }
         "release" => {
@@ -441,8 +441,8 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
         workers.push(WorkerSpec { node: m.node, udp: m.udp, rack: s.opts.node });
     }
     drop(guard);
-    let result = build_spec(s, job, config, workers).and_then(|spec| {
-        let shards = admit(s, &spec)?;
+    let result = build_spec(s, job, config, workers).and_then(|mut spec| {
+        let shards = admit(s, &mut spec)?;
         Ok((spec, shards))
     });
     let mut cp = crate::lock(&s.cp);
@@ -532,7 +532,7 @@ pub(super) fn reap_rendezvous(s: &Shared) {
 
 fn build_spec(s: &Shared, job: u32, config: Value, workers: Vec<WorkerSpec>) -> Result<JobSpec, NetError> {
     let key = crate::auth::key_to_hex(&crate::auth::random_key());
-    let mut spec = JobSpec { job, config, workers, servers: vec![], switches: vec![s.opts.switch_spec()], key, network: None };
+    let mut spec = JobSpec { job, config, workers, servers: vec![], switches: vec![s.opts.switch_spec()], key, network: None, lanes: 1 };
     if spec.scheme()?.servers() != Servers::None {
         let info = ps_info(s)?;
         spec.servers = vec![ServerSpec { node: field(&info, "ps")?, rack: field(&info, "rack")? }];
@@ -554,8 +554,13 @@ fn next_hop(s: &Shared, spec: &JobSpec) -> Result<Option<SocketAddr>, NetError> 
 
 /// Installs this switch's part of `spec` and passes it on (upstream switch, PS). Returns the
 /// shards that run it.
-fn admit(s: &Arc<Shared>, spec: &JobSpec) -> Result<Vec<usize>, NetError> {
+///
+/// A job spread over several shards gets `lanes` set to their number before it goes on, so
+/// the PS and the workers (the join reply's spec) plan for packets that overtake each other.
+fn admit(s: &Arc<Shared>, spec: &mut JobSpec) -> Result<Vec<usize>, NetError> {
     let shards = admit_here(s, spec)?;
+    spec.lanes = shards.len() as u32;
+    let spec = &*spec;
     let passed_on = next_hop(s, spec).and_then(|next| {
         let Some(next) = next else { return Ok(()) };
         let mut msg = json!({"op": "admit", "spec": spec});

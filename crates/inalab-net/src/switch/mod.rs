@@ -189,7 +189,7 @@ impl SwitchOptions {
 
     /// The programs named in `programs`, each sized for this switch.
     fn build_programs(&self) -> Result<Programs, NetError> {
-        let me = JobSpec { job: 0, config: Value::Null, workers: vec![], servers: vec![], switches: vec![self.switch_spec()], key: String::new(), network: None };
+        let me = JobSpec { job: 0, config: Value::Null, workers: vec![], servers: vec![], switches: vec![self.switch_spec()], key: String::new(), network: None, lanes: 1 };
         let view = control::RuntimeView::new(&me, Some(self.node), &|_| None);
         let mut programs = Programs::new();
         for name in &self.programs {
@@ -1415,7 +1415,7 @@ mod tests {
         let on_admit = Arc::new(AtomicBool::new(true));
         {
             // Rina's program is swapped for the broken one (what a bug in it would do).
-            let me = JobSpec { job: 0, config: Value::Null, workers: vec![], servers: vec![], switches: vec![sw.shared.opts.switch_spec()], key: String::new(), network: None };
+            let me = JobSpec { job: 0, config: Value::Null, workers: vec![], servers: vec![], switches: vec![sw.shared.opts.switch_spec()], key: String::new(), network: None, lanes: 1 };
             let view = control::RuntimeView::new(&me, Some(1), &|_| None);
             let program = |name: &str| inalab_scheme::by_name(name).unwrap().program(1, &view).unwrap();
             let mut programs = Programs::new();
