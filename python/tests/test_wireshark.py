@@ -429,6 +429,33 @@ def test_mutated_frames_never_raise_lua_errors(tmp_path):
     assert tshark(pcap, "-T", "fields", "-e", "_ws.col.Protocol").splitlines() == expect
 
 
+def test_the_dissectors_tables_match_the_wire_crate():
+    # Issue #42 item 5: the dissector copies the frame layout by hand; this reads its tables
+    # and compares them with the wire crate's own (`_core.wire_layout`), so a header that
+    # changes length, or a new kind, fails here until the dissector follows.
+    import json
+    import re
+
+    from inalab import _core
+
+    layout = json.loads(_core.wire_layout())
+    lua = LUA.read_text()
+
+    def const(name):
+        m = re.search(rf"^local {name} = (\d+)$", lua, re.M)
+        assert m, f"{name} not found in the dissector"
+        return int(m.group(1))
+
+    assert (const("ENVELOPE_LEN"), const("SEQ_LEN"), const("TAG_LEN")) == (layout["envelope_len"], layout["seq_len"], layout["tag_len"])
+    lens = {int(k): int(n) for k, n in re.findall(r"^KINDS\[(\d+)\] = \{ len = (\d+),", lua, re.M)}
+    names_src = re.search(r"local HEADER_KINDS = \{(.*?)\}", lua, re.S).group(1)
+    names = {int(k): n for k, n in re.findall(r'\[(\d+)\] = "([^"]+)"', names_src)}
+    want_lens = {k["tag"]: k["body_len"] for k in layout["kinds"]}
+    want_names = {k["tag"]: k["name"].lower() for k in layout["kinds"]}
+    assert lens == want_lens, "header body lengths: dissector vs wire crate"
+    assert {k: n.lower() for k, n in names.items()} == want_names, "header kinds: dissector vs wire crate"
+
+
 def test_the_dissector_ships_in_the_wheel():
     """maturin packs every file of python/inalab that git does not ignore."""
     git = shutil.which("git")

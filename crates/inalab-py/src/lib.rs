@@ -191,6 +191,22 @@ fn decode_frame(frame: &[u8]) -> PyResult<String> {
     .to_string())
 }
 
+/// The frame layout as the wire crate defines it, as JSON: the envelope's bytes, the runtime
+/// trailer's sequence number and tag, and each header kind's tag, name and body length. What
+/// the Wireshark dissector's tables are checked against (python/tests/test_wireshark.py).
+#[pyfunction]
+fn wire_layout() -> String {
+    let kinds: Vec<serde_json::Value> =
+        inalab_core::wire::HeaderKind::ALL.iter().map(|&k| serde_json::json!({"tag": k as u8, "name": format!("{k:?}"), "body_len": k.body_len()})).collect();
+    serde_json::json!({
+        "envelope_len": inalab_core::wire::frame::field::HEADER,
+        "seq_len": inalab_net::auth::SEQ_BYTES,
+        "tag_len": inalab_net::auth::TAG_BYTES,
+        "kinds": kinds,
+    })
+    .to_string()
+}
+
 #[pyfunction]
 fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
@@ -207,6 +223,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(worker_key, m)?)?;
     m.add_function(wrap_pyfunction!(ecmp_paths, m)?)?;
     m.add_function(wrap_pyfunction!(decode_frame, m)?)?;
+    m.add_function(wrap_pyfunction!(wire_layout, m)?)?;
     m.add_class::<net::Switch>()?;
     m.add_class::<net::ParameterServer>()?;
     m.add_class::<net::PyClient>()?;

@@ -49,13 +49,31 @@ pub enum HeaderKind {
     Grid = 8,
 }
 
+impl HeaderKind {
+    /// Every kind, in the order of their tags.
+    pub const ALL: [HeaderKind; 9] =
+        [HeaderKind::Raw, HeaderKind::Transport, HeaderKind::Atp, HeaderKind::SwitchMl, HeaderKind::Dsa, HeaderKind::Canary, HeaderKind::StaticTree, HeaderKind::Rina, HeaderKind::Grid];
+
+    /// Bytes of the kind's fixed-length body, after its one-byte tag.
+    pub const fn body_len(self) -> usize {
+        match self {
+            HeaderKind::Raw => 0,
+            HeaderKind::Transport => TransportHeader::LEN,
+            HeaderKind::Atp => AtpHeader::LEN,
+            HeaderKind::SwitchMl => SwitchMlHeader::LEN,
+            HeaderKind::Dsa => DsaHeader::LEN,
+            HeaderKind::Canary => CanaryHeader::LEN,
+            HeaderKind::StaticTree => StaticTreeHeader::LEN,
+            HeaderKind::Rina => RinaHeader::LEN,
+            HeaderKind::Grid => GridHeader::LEN,
+        }
+    }
+}
+
 impl TryFrom<u8> for HeaderKind {
     type Error = WireError;
     fn try_from(v: u8) -> Result<Self, WireError> {
-        [HeaderKind::Raw, HeaderKind::Transport, HeaderKind::Atp, HeaderKind::SwitchMl, HeaderKind::Dsa, HeaderKind::Canary, HeaderKind::StaticTree, HeaderKind::Rina, HeaderKind::Grid]
-            .into_iter()
-            .find(|k| *k as u8 == v)
-            .ok_or(WireError::BadValue { what: "header kind", value: v as u64 })
+        HeaderKind::ALL.into_iter().find(|k| *k as u8 == v).ok_or(WireError::BadValue { what: "header kind", value: v as u64 })
     }
 }
 
@@ -91,18 +109,7 @@ impl Header {
 
     /// Bytes of the encoded header including its one-byte kind tag.
     pub fn encoded_len(&self) -> usize {
-        field::BODY
-            + match self {
-                Header::Raw => 0,
-                Header::Transport(_) => TransportHeader::LEN,
-                Header::Atp(_) => AtpHeader::LEN,
-                Header::SwitchMl(_) => SwitchMlHeader::LEN,
-                Header::Dsa(_) => DsaHeader::LEN,
-                Header::Canary(_) => CanaryHeader::LEN,
-                Header::StaticTree(_) => StaticTreeHeader::LEN,
-                Header::Rina(_) => RinaHeader::LEN,
-                Header::Grid(_) => GridHeader::LEN,
-            }
+        field::BODY + self.kind().body_len()
     }
 
     pub fn encode(&self, out: &mut Vec<u8>) {
