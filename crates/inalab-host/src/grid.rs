@@ -54,7 +54,7 @@ use crate::rtt::{RttConfig, RttEstimator};
 use crate::ConfigError;
 use inalab_core::wire::{GridHeader, Header};
 use inalab_core::time::{Time, MS, S as SECOND};
-use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, GROUP};
+use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, TimerTable, GROUP};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Values per gradient packet (§6.2: 64, one Tofino pipeline).
@@ -109,8 +109,6 @@ impl GridConfig {
 
 struct Flight {
     tensor: usize,
-    /// When it is sent again (`None`: queued).
-    deadline: Option<Time>,
     expiries: u32,
     /// Queued again after a control packet (sent without `RESEND`).
     collided: bool,
@@ -151,7 +149,8 @@ pub struct GridWorker {
     next_send: u64,
     flights: BTreeMap<u64, Flight>,
     in_flight_bytes: u64,
-    deadlines: BTreeSet<(Time, u64)>,
+    /// When each fragment in flight is sent again (none: queued).
+    deadlines: TimerTable<u64>,
     /// Fragments a switch dropped for a collision, to send again first (without `RESEND`).
     again: VecDeque<u64>,
     /// Fragments that timed out, to send again with `RESEND`, oldest first (the one every other
@@ -187,7 +186,7 @@ impl GridWorker {
             next_send: 0,
             flights: BTreeMap::new(),
             in_flight_bytes: 0,
-            deadlines: BTreeSet::new(),
+            deadlines: TimerTable::new(),
             again: VecDeque::new(),
             lost: BTreeSet::new(),
             events: VecDeque::new(),
@@ -246,16 +245,12 @@ impl GridWorker {
 
     fn arm(&mut self, frag: u64, now: Time) {
         // The worker's one backed-off RTO (RFC 6298), not a per-fragment doubling on top of it.
-        let f = self.flights.get_mut(&frag).expect("in flight");
-        let at = now + self.rtt.rto();
-        f.deadline = Some(at);
-        self.deadlines.insert((at, frag));
+        debug_assert!(self.flights.contains_key(&frag), "in flight");
+        self.deadlines.set(frag, now + self.rtt.rto());
     }
 
     fn disarm(&mut self, frag: u64) {
-        if let Some(d) = self.flights.get_mut(&frag).and_then(|f| f.deadline.take()) {
-            self.deadlines.remove(&(d, frag));
-        }
+        self.deadlines.cancel(frag);
     }
 
     fn on_result(&mut self, now: Time, h: GridHeader, pkt: &Packet) {
@@ -311,7 +306,8 @@ impl GridWorker {
         let frag = self.frag_of(h.frag);
         // A control packet for a fragment already answered, queued again or waiting changes
         // nothing.
-        let Some(f) = self.flights.get_mut(&frag).filter(|f| f.deadline.is_some() && !f.parked) else { return };
+        let armed = self.deadlines.get(frag).is_some();
+        let Some(f) = self.flights.get_mut(&frag).filter(|f| armed && !f.parked) else { return };
         f.collided = true;
         self.c.controls += 1;
         self.window.on_congestion(self.next_send);
@@ -321,10 +317,8 @@ impl GridWorker {
         // each time, down to one packet). It waits half a smoothed RTT (a result's wait for the
         // slowest contribution) first.
         let wait = self.rtt.srtt().map_or(self.cfg.rto_ps, |s| s / 2).max(1);
-        let f = self.flights.get_mut(&frag).expect("in flight");
-        f.parked = true;
-        f.deadline = Some(now + wait);
-        self.deadlines.insert((now + wait, frag));
+        self.flights.get_mut(&frag).expect("in flight").parked = true;
+        self.deadlines.set(frag, now + wait);
     }
 
     pub fn window_bytes(&self) -> u64 {
@@ -362,13 +356,8 @@ impl HostProtocol for GridWorker {
             self.paced = false;
         }
         let mut expired = false;
-        while let Some(&(at, frag)) = self.deadlines.first() {
-            if at > now {
-                break;
-            }
-            self.deadlines.remove(&(at, frag));
+        while let Some(frag) = self.deadlines.pop_expired(now) {
             let f = self.flights.get_mut(&frag).expect("a deadline is a fragment in flight");
-            f.deadline = None;
             if std::mem::take(&mut f.parked) {
                 self.again.push_back(frag);
                 continue;
@@ -441,7 +430,7 @@ impl HostProtocol for GridWorker {
         }
         self.next_send += 1;
         self.in_flight_bytes += size;
-        self.flights.insert(frag, Flight { tensor, deadline: None, expiries: 0, collided: false, parked: false, sent: now, counted: true });
+        self.flights.insert(frag, Flight { tensor, expiries: 0, collided: false, parked: false, sent: now, counted: true });
         self.arm(frag, now);
         self.c.sent += 1;
         Some(self.gradient(tensor, frag, false))
@@ -449,7 +438,7 @@ impl HostProtocol for GridWorker {
 
     fn poll_timeout(&self) -> Option<Time> {
         let paced = self.paced.then_some(self.next_tx);
-        self.deadlines.first().map(|d| d.0).into_iter().chain(paced).min()
+        self.deadlines.next().into_iter().chain(paced).min()
     }
 
     fn poll_event(&mut self) -> Option<HostEvent> {

@@ -38,7 +38,7 @@ use crate::aimd::{AimdConfig, AimdWindow};
 use crate::rtt::{RttConfig, RttEstimator};
 use crate::ConfigError;
 use inalab_core::wire::{Header, RinaHeader, RinaKind};
-use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, Time};
+use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, Time, TimerTable};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Values per packet: the switch's slot width (ATP's 62).
@@ -217,7 +217,6 @@ struct Req {
 struct Flight {
     pkt: Packet,
     sent: Time,
-    deadline: Time,
     expiries: u32,
 }
 
@@ -227,14 +226,15 @@ struct Flow<K: Ord + Copy> {
     window: AimdWindow,
     queue: BTreeMap<K, Packet>,
     flights: BTreeMap<K, Flight>,
-    deadlines: BTreeSet<(Time, K)>,
+    /// When each packet in flight is sent again.
+    deadlines: TimerTable<K>,
     in_flight_bytes: u64,
     sent: u64,
 }
 
 impl<K: Ord + Copy> Flow<K> {
     fn new(cfg: AimdConfig) -> Self {
-        Flow { window: AimdWindow::new(cfg), queue: BTreeMap::new(), flights: BTreeMap::new(), deadlines: BTreeSet::new(), in_flight_bytes: 0, sent: 0 }
+        Flow { window: AimdWindow::new(cfg), queue: BTreeMap::new(), flights: BTreeMap::new(), deadlines: TimerTable::new(), in_flight_bytes: 0, sent: 0 }
     }
     /// The next packet the window lets out, if `allowed` accepts its key.
     fn next(&mut self, now: Time, rtt: &RttEstimator, allowed: impl Fn(K, Option<K>) -> bool) -> Option<Packet> {
@@ -247,14 +247,14 @@ impl<K: Ord + Copy> Flow<K> {
         let deadline = now + rtt.rto();
         self.in_flight_bytes += pkt.size as u64;
         self.sent += 1;
-        self.deadlines.insert((deadline, k));
-        self.flights.insert(k, Flight { pkt: pkt.clone(), sent: now, deadline, expiries: 0 });
+        self.deadlines.set(k, deadline);
+        self.flights.insert(k, Flight { pkt: pkt.clone(), sent: now, expiries: 0 });
         Some(pkt)
     }
     /// `k` acknowledged: its RTT sample (first sends only, Karn) and the window's growth.
     fn ack(&mut self, k: K, ecn: bool, now: Time, rtt: &mut RttEstimator) -> bool {
         let Some(f) = self.flights.remove(&k) else { return false };
-        self.deadlines.remove(&(f.deadline, k));
+        self.deadlines.cancel(k);
         self.in_flight_bytes -= f.pkt.size as u64;
         if f.expiries == 0 {
             rtt.sample(now - f.sent);
@@ -265,15 +265,10 @@ impl<K: Ord + Copy> Flow<K> {
     /// Expired packets, sent again with RETX (the window is cut once).
     fn expire(&mut self, now: Time, rtt: &RttEstimator, out: &mut VecDeque<Packet>) -> u64 {
         let mut n = 0;
-        while let Some(&(at, k)) = self.deadlines.first() {
-            if at > now {
-                break;
-            }
-            self.deadlines.pop_first();
+        while let Some(k) = self.deadlines.pop_expired(now) {
             let f = self.flights.get_mut(&k).expect("armed flights are in flight");
             f.expiries += 1;
-            f.deadline = now + (rtt.rto() << f.expiries.min(MAX_BACKOFFS));
-            self.deadlines.insert((f.deadline, k));
+            self.deadlines.set(k, now + (rtt.rto() << f.expiries.min(MAX_BACKOFFS)));
             let mut p = f.pkt.clone();
             if let Header::Rina(h) = &mut p.header {
                 h.flags |= RinaHeader::RETX;
@@ -287,7 +282,7 @@ impl<K: Ord + Copy> Flow<K> {
         n
     }
     fn next_deadline(&self) -> Option<Time> {
-        self.deadlines.first().map(|&(t, _)| t)
+        self.deadlines.next()
     }
 }
 

@@ -16,8 +16,8 @@
 use crate::blocks::Blocks;
 use crate::ConfigError;
 use inalab_core::wire::{Header, StaticTreeHeader, StaticTreeKind};
-use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, Time};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, Time, TimerTable};
+use std::collections::{BTreeMap, VecDeque};
 
 /// Values per packet: Canary's blocks (§5.1: 256 x 4 B), so the baselines compare alike.
 pub const STATIC_TREE_BLOCK_VALUES: usize = 256;
@@ -60,8 +60,6 @@ impl StaticTreeConfig {
 /// A block sent and not yet finished.
 struct Flight {
     tensor: usize,
-    /// When it is sent again (`None`: queued for a re-send).
-    deadline: Option<Time>,
     /// Expiries so far: the next timeout is `rtx_timeout << expiries` (bounded).
     expiries: u32,
 }
@@ -82,7 +80,8 @@ pub struct StaticTreeHost {
     blocks: Blocks,
     next_send: u64,
     flights: BTreeMap<u64, Flight>,
-    deadlines: BTreeSet<(Time, u64)>,
+    /// When each block in flight is sent again (none: queued for a re-send).
+    deadlines: TimerTable<u64>,
     resend: VecDeque<u64>,
     events: VecDeque<HostEvent>,
     c: Counters,
@@ -92,7 +91,7 @@ impl StaticTreeHost {
     pub fn new(cfg: StaticTreeConfig, rank: usize) -> Result<Self, ConfigError> {
         cfg.check()?;
         let me = *cfg.workers.get(rank).ok_or_else(|| ConfigError(format!("rank {rank} is not in 0..{}", cfg.workers.len())))?;
-        Ok(StaticTreeHost { cfg, me, blocks: Blocks::new(STATIC_TREE_BLOCK_VALUES), next_send: 0, flights: BTreeMap::new(), deadlines: BTreeSet::new(), resend: VecDeque::new(), events: VecDeque::new(), c: Counters::default() })
+        Ok(StaticTreeHost { cfg, me, blocks: Blocks::new(STATIC_TREE_BLOCK_VALUES), next_send: 0, flights: BTreeMap::new(), deadlines: TimerTable::new(), resend: VecDeque::new(), events: VecDeque::new(), c: Counters::default() })
     }
 
     fn tree_of(&self, block: u64) -> usize {
@@ -126,8 +125,7 @@ impl StaticTreeHost {
         // The shift bounded first: a block that expires 64 times (one whose peers never send
         // it, as when ranks disagree on sizes) overflowed `1 << expiries` and panicked.
         let at = now + self.cfg.rtx_timeout_ps * (1u64 << f.expiries.min(MAX_BACKOFF.ilog2())).min(MAX_BACKOFF as u64);
-        f.deadline = Some(at);
-        self.deadlines.insert((at, block));
+        self.deadlines.set(block, at);
     }
 
     fn on_result(&mut self, h: StaticTreeHeader, pkt: &Packet) {
@@ -151,12 +149,9 @@ impl StaticTreeHost {
             self.c.malformed += 1;
             return;
         }
-        let f = self.flights.remove(&block).expect("checked");
-        match f.deadline {
-            Some(d) => {
-                self.deadlines.remove(&(d, block));
-            }
-            None => self.resend.retain(|&b| b != block),
+        self.flights.remove(&block);
+        if self.deadlines.cancel(block).is_none() {
+            self.resend.retain(|&b| b != block);
         }
         self.c.results += 1;
         self.events.extend(self.blocks.finish(tensor, block, values));
@@ -186,13 +181,8 @@ impl HostProtocol for StaticTreeHost {
     }
 
     fn handle_timeout(&mut self, now: Time) {
-        while let Some(&(at, block)) = self.deadlines.first() {
-            if at > now {
-                break;
-            }
-            self.deadlines.remove(&(at, block));
+        while let Some(block) = self.deadlines.pop_expired(now) {
             let f = self.flights.get_mut(&block).expect("a deadline is a block in flight");
-            f.deadline = None;
             f.expiries += 1;
             self.resend.push_back(block);
         }
@@ -212,14 +202,14 @@ impl HostProtocol for StaticTreeHost {
         }
         self.next_send += 1;
         let tensor = self.blocks.tensor_of(block);
-        self.flights.insert(block, Flight { tensor, deadline: None, expiries: 0 });
+        self.flights.insert(block, Flight { tensor, expiries: 0 });
         self.arm(block, now);
         self.c.sent += 1;
         Some(self.reduce(tensor, block, false))
     }
 
     fn poll_timeout(&self) -> Option<Time> {
-        self.deadlines.first().map(|d| d.0)
+        self.deadlines.next()
     }
 
     fn poll_event(&mut self) -> Option<HostEvent> {
