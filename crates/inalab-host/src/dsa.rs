@@ -20,8 +20,8 @@
 use crate::{AimdConfig, AimdWindow, RttConfig, RttEstimator};
 use inalab_core::time::MS;
 use inalab_core::wire::{DsaHeader, DsaKind, Header};
-use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload, Time};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload, Time, TimerTable};
+use std::collections::{BTreeMap, VecDeque};
 
 /// Values per DSA packet (248 B of int32 in a 306 B packet).
 pub const DSA_VALUES: usize = 62;
@@ -154,7 +154,6 @@ pub const MAX_BACKOFF_DOUBLINGS: u32 = 6;
 struct Outstanding {
     sent: Time,
     retx: u32,
-    deadline: Time,
 }
 
 #[derive(Default)]
@@ -186,7 +185,7 @@ pub struct DsaWorker {
     /// L2p1 -> L1 -> L2p2 is the order tensors are submitted in (the job's `send_order`).
     unsent: VecDeque<u32>,
     outstanding: BTreeMap<u32, Outstanding>,
-    deadlines: BTreeSet<(Time, u32)>,
+    deadlines: TimerTable<u32>,
     /// Retransmissions, notifications and fetch replies, sent before new fragments.
     urgent: VecDeque<Packet>,
     window: AimdWindow,
@@ -210,7 +209,7 @@ impl DsaWorker {
             next_psn: 0,
             unsent: VecDeque::new(),
             outstanding: BTreeMap::new(),
-            deadlines: BTreeSet::new(),
+            deadlines: TimerTable::new(),
             urgent: VecDeque::new(),
             events: VecDeque::new(),
             c: WorkerCounters::default(),
@@ -252,10 +251,8 @@ impl DsaWorker {
     }
 
     fn arm(&mut self, psn: u32, at: Time) {
-        let o = self.outstanding.get_mut(&psn).expect("outstanding");
-        self.deadlines.remove(&(o.deadline, psn));
-        o.deadline = at;
-        self.deadlines.insert((at, psn));
+        debug_assert!(self.outstanding.contains_key(&psn), "outstanding");
+        self.deadlines.set(psn, at);
     }
 
     /// Bytes of a full fragment, the window's unit.
@@ -275,7 +272,7 @@ impl DsaWorker {
             return;
         }
         let o = self.outstanding.remove(&h.psn).expect("checked above");
-        self.deadlines.remove(&(o.deadline, h.psn));
+        self.deadlines.cancel(h.psn);
         // Sampled from the first send even when the fragment was resent (not Karn's rule, the
         // spec's choice): a DSA ACK is the whole job's sum, so it can come no sooner than the
         // slowest peer's contribution whichever of this worker's copies counted, and the time
@@ -359,9 +356,8 @@ impl DsaWorker {
             // allreduce in the real runtime).
             self.c.fetch_replies += 1;
             self.c.sent += 1;
-            let deadline = now + self.rtt.rto();
-            self.outstanding.insert(h.psn, Outstanding { sent: now, retx: 0, deadline });
-            self.deadlines.insert((deadline, h.psn));
+            self.outstanding.insert(h.psn, Outstanding { sent: now, retx: 0 });
+            self.deadlines.set(h.psn, now + self.rtt.rto());
             let p = self.gradient(h.psn, DsaKind::FetchResp, 0);
             return self.urgent.push_back(p);
         }
@@ -457,10 +453,7 @@ impl HostProtocol for DsaWorker {
 
     fn handle_timeout(&mut self, now: Time) {
         let mut fired = false;
-        while let Some(&(at, psn)) = self.deadlines.first() {
-            if at > now {
-                break;
-            }
+        while let Some(psn) = self.deadlines.pop_expired(now) {
             fired = true;
             self.c.timeouts += 1;
             let o = self
@@ -511,22 +504,14 @@ impl HostProtocol for DsaWorker {
             }
         }
         self.unsent.pop_front();
-        let deadline = now + self.rtt.rto();
-        self.outstanding.insert(
-            psn,
-            Outstanding {
-                sent: now,
-                retx: 0,
-                deadline,
-            },
-        );
-        self.deadlines.insert((deadline, psn));
+        self.outstanding.insert(psn, Outstanding { sent: now, retx: 0 });
+        self.deadlines.set(psn, now + self.rtt.rto());
         self.c.sent += 1;
         Some(self.gradient(psn, DsaKind::Grad, 0))
     }
 
     fn poll_timeout(&self) -> Option<Time> {
-        self.deadlines.first().map(|&(t, _)| t)
+        self.deadlines.next()
     }
 
     fn poll_event(&mut self) -> Option<HostEvent> {
@@ -554,7 +539,6 @@ struct Entry {
     bitmap: u32,
     priority: u32,
     created: Time,
-    deadline: Time,
     reminders: u32,
     last_reminder: Option<Time>,
     ecn: bool,
@@ -605,7 +589,7 @@ struct Mover {
 pub struct DsaServer {
     cfg: DsaConfig,
     entries: BTreeMap<u32, Entry>,
-    deadlines: BTreeSet<(Time, u32)>,
+    deadlines: TimerTable<u32>,
     /// Recently completed PSNs, oldest first, with the sum (payload mode).
     completed: BTreeMap<u32, Option<Vec<i32>>>,
     completed_order: VecDeque<u32>,
@@ -629,7 +613,7 @@ impl DsaServer {
             rtt: cfg.rtt(),
             cfg,
             entries: BTreeMap::new(),
-            deadlines: BTreeSet::new(),
+            deadlines: TimerTable::new(),
             completed: BTreeMap::new(),
             completed_order: VecDeque::new(),
             newest: None,
@@ -681,7 +665,7 @@ impl DsaServer {
 
     fn finish(&mut self, now: Time, psn: u32) {
         let e = self.entries.remove(&psn).expect("finishing an entry");
-        self.deadlines.remove(&(e.deadline, psn));
+        self.deadlines.cancel(psn);
         // Karn's rule at the PS: an entry a reminder completed lived about one RTO_ps, so its
         // lifetime measures the timer, not the aggregation (§VI's "entry setup and its
         // aggregation completion"). Sampled, each RTO_ps became the next SRTT and RTO_ps
@@ -732,7 +716,7 @@ impl DsaServer {
         let Some(e) = self.entries.get_mut(&psn) else {
             return;
         };
-        self.deadlines.remove(&(e.deadline, psn));
+        self.deadlines.cancel(psn);
         if e.reminders >= MAX_REMINDERS {
             // No worker and no switch has this fragment (a PSN no worker sent, or a forged
             // one): give it up rather than remind forever (spec §1.8 item 2.4's diagnostic).
@@ -740,11 +724,10 @@ impl DsaServer {
             self.c.abandoned += 1;
             return;
         }
-        e.deadline = now + rto;
         e.reminders += 1;
         e.last_reminder = Some(now);
         let (missing, priority) = (full & !e.bitmap, e.priority);
-        self.deadlines.insert((now + rto, psn));
+        self.deadlines.set(psn, now + rto);
         self.c.reminders += 1;
         // The switch on the way to any worker consumes REMIND_SW; worker 0 is the address.
         let h = self.cfg.header(psn, 0, priority, DsaKind::RemindSw, 0);
@@ -845,14 +828,13 @@ impl DsaServer {
         let rto = self.rtt.rto();
         let deadlines = &mut self.deadlines;
         self.entries.entry(h.psn).or_insert_with(|| {
-            deadlines.insert((now + rto, h.psn));
+            deadlines.set(h.psn, now + rto);
             Entry {
                 values: None,
                 count,
                 bitmap: 0,
                 priority: h.priority,
                 created: now,
-                deadline: now + rto,
                 reminders: 0,
                 last_reminder: None,
                 ecn: false,
@@ -901,12 +883,8 @@ impl HostProtocol for DsaServer {
     }
 
     fn handle_timeout(&mut self, now: Time) {
-        while let Some(&(at, psn)) = self.deadlines.first() {
-            if at > now {
-                break;
-            }
-            // Removed here too, so a deadline can never outlive its entry and spin this loop.
-            self.deadlines.remove(&(at, psn));
+        // Taken out as it fires, so a deadline can never outlive its entry and spin this loop.
+        while let Some(psn) = self.deadlines.pop_expired(now) {
             self.reminder(now, psn);
         }
     }
@@ -916,7 +894,7 @@ impl HostProtocol for DsaServer {
     }
 
     fn poll_timeout(&self) -> Option<Time> {
-        self.deadlines.first().map(|&(t, _)| t)
+        self.deadlines.next()
     }
 
     fn poll_event(&mut self) -> Option<HostEvent> {
