@@ -29,7 +29,8 @@ fn run_job(sw: SocketAddr, scheme: &'static str, job: u32, world: usize, sizes: 
     run_job_until(sw, scheme, job, world, sizes, None)
 }
 
-/// As [`run_job`], every worker waiting at `before_close` (if any) before it leaves the job.
+/// As [`run_job`], every worker waiting twice at `before_close` (if any) before it leaves the
+/// job: whoever else waits there sees every job still admitted in between.
 fn run_job_until(sw: SocketAddr, scheme: &'static str, job: u32, world: usize, sizes: &[usize], before_close: Option<std::sync::Arc<std::sync::Barrier>>) -> Vec<Vec<Vec<f32>>> {
     let threads: Vec<_> = (0..world)
         .map(|rank| {
@@ -40,6 +41,7 @@ fn run_job_until(sw: SocketAddr, scheme: &'static str, job: u32, world: usize, s
                 let c = Client::connect(opts).unwrap();
                 let out: Vec<Vec<f32>> = sizes.iter().map(|&n| c.allreduce(input(rank, n)).unwrap()).collect();
                 if let Some(b) = before_close {
+                    b.wait();
                     b.wait();
                 }
                 c.close();
@@ -181,37 +183,38 @@ fn a_canary_worker_that_closes_first_serves_its_peers_until_they_leave() {
     check(&results, &[n, n, n], 1e-5);
 }
 
-/// Runs each of `jobs` (id, scheme) with 3 workers on `sw`, admitted one after another and
-/// none leaving before all are done; checks their sums and returns, per job, the shards that
-/// held it while it ran.
+/// Runs each of `jobs` (id, scheme) with 3 workers on `sw`, admitted one after another; once
+/// every worker has its sums (and before any leaves) reads which shards hold each job; checks
+/// the sums and returns those shards per job.
 fn run_jobs_on_shards(sw: &SwitchHandle, jobs: &[(u32, &'static str)], sizes: &'static [usize]) -> Vec<Vec<usize>> {
     let ctl = sw.control_addr;
-    let all_done = std::sync::Arc::new(std::sync::Barrier::new(3 * jobs.len()));
+    // Each worker waits twice before it leaves: once done (the shards are read then), once
+    // more until they were.
+    let done = std::sync::Arc::new(std::sync::Barrier::new(3 * jobs.len() + 1));
+    let holders = |job: u32| -> Vec<usize> {
+        let shards = sw.stats()["shards"].as_array().unwrap().clone();
+        (0..shards.len()).filter(|&k| shards[k]["jobs"].as_array().unwrap().contains(&serde_json::json!(job))).collect()
+    };
     let running: Vec<_> = jobs
         .iter()
         .map(|&(job, scheme)| {
-            let all_done = all_done.clone();
-            let t = std::thread::spawn(move || run_job_until(ctl, scheme, job, 3, sizes, Some(all_done)));
+            let done = done.clone();
+            let t = std::thread::spawn(move || run_job_until(ctl, scheme, job, 3, sizes, Some(done)));
             // Until a shard holds this job (the next one then sees it busy).
             let deadline = std::time::Instant::now() + Duration::from_secs(20);
-            loop {
-                let shards = sw.stats()["shards"].as_array().unwrap().clone();
-                let on: Vec<usize> = (0..shards.len()).filter(|&k| shards[k]["jobs"].as_array().unwrap().contains(&serde_json::json!(job))).collect();
-                if !on.is_empty() || std::time::Instant::now() > deadline {
-                    break (t, on);
-                }
+            while holders(job).is_empty() && std::time::Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(2));
             }
+            t
         })
         .collect();
-    running
-        .into_iter()
-        .zip(jobs)
-        .map(|((t, on), (_, scheme))| {
-            check(&t.join().unwrap(), sizes, if *scheme == "atp" { 1e-6 } else { 1e-5 });
-            on
-        })
-        .collect()
+    done.wait();
+    let on: Vec<Vec<usize>> = jobs.iter().map(|&(job, _)| holders(job)).collect();
+    done.wait();
+    for (t, (_, scheme)) in running.into_iter().zip(jobs) {
+        check(&t.join().unwrap(), sizes, if *scheme == "atp" { 1e-6 } else { 1e-5 });
+    }
+    on
 }
 
 /// After every job ended: nothing held, the counters the shards' sums, no frame refused.
