@@ -5,21 +5,28 @@
 //! [`TimerTable::next`]; a host protocol returns it from `poll_timeout`.
 
 use crate::Time;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hash};
+
+/// Each key's deadline by key: only looked up, never iterated, so a hash map (with a fixed
+/// hasher, no per-process state) keeps runs deterministic; it costs the host protocols that
+/// keep thousands of timers (Canary's window of 4096 blocks) less than an ordered map.
+type ByKey<K> = HashMap<K, Time, BuildHasherDefault<DefaultHasher>>;
 
 #[derive(Debug, Clone)]
-pub struct TimerTable<K: Ord + Copy> {
-    by_key: BTreeMap<K, Time>,
+pub struct TimerTable<K: Ord + Copy + Hash> {
+    by_key: ByKey<K>,
     by_time: BTreeSet<(Time, K)>,
 }
 
-impl<K: Ord + Copy> Default for TimerTable<K> {
+impl<K: Ord + Copy + Hash> Default for TimerTable<K> {
     fn default() -> Self {
-        TimerTable { by_key: BTreeMap::new(), by_time: BTreeSet::new() }
+        TimerTable { by_key: ByKey::default(), by_time: BTreeSet::new() }
     }
 }
 
-impl<K: Ord + Copy> TimerTable<K> {
+impl<K: Ord + Copy + Hash> TimerTable<K> {
     pub fn new() -> Self {
         Self::default()
     }
@@ -59,6 +66,12 @@ impl<K: Ord + Copy> TimerTable<K> {
         self.by_time.pop_first();
         self.by_key.remove(&key);
         Some(key)
+    }
+
+    /// Cancels every deadline.
+    pub fn clear(&mut self) {
+        self.by_key.clear();
+        self.by_time.clear();
     }
 
     pub fn len(&self) -> usize {

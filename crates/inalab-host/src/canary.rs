@@ -24,7 +24,7 @@
 
 use crate::{ConfigError, RttConfig, RttEstimator};
 use inalab_core::wire::{CanaryHeader, CanaryType, Header};
-use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, Time};
+use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, Time, TimerTable};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -107,8 +107,6 @@ struct Sending {
     tensor: usize,
     attempt: u8,
     fallback: bool,
-    /// `None`: queued, not yet (re)sent.
-    deadline: Option<Time>,
     /// When the block (this attempt) was sent; its Result is an RTT sample only if it was
     /// sent once and never asked for (Karn's rule).
     sent_at: Time,
@@ -201,7 +199,8 @@ pub struct CanaryHost {
     /// When the last Result for a block this host sent arrived (progress: see
     /// `handle_timeout`).
     last_result: Time,
-    deadlines: BTreeSet<(Time, u32)>,
+    /// When each block in flight times out (none: queued, not yet (re)sent).
+    deadlines: TimerTable<u32>,
     urgent: VecDeque<Packet>,
     events: VecDeque<HostEvent>,
     rtt: RttEstimator,
@@ -252,7 +251,7 @@ impl CanaryHost {
             unsent: VecDeque::new(),
             in_flight: 0,
             last_result: 0,
-            deadlines: BTreeSet::new(),
+            deadlines: TimerTable::new(),
             urgent: VecDeque::new(),
             events: VecDeque::new(),
             rtt: RttEstimator::new(RttConfig {
@@ -337,11 +336,8 @@ impl CanaryHost {
     }
 
     fn arm(&mut self, seq: u32, at: Time) {
-        if let Some((_, s)) = self.sending.get_mut(&seq) {
-            if let Some(old) = s.deadline.replace(at) {
-                self.deadlines.remove(&(old, seq));
-            }
-            self.deadlines.insert((at, seq));
+        if self.sending.contains_key(&seq) {
+            self.deadlines.set(seq, at);
         }
     }
 
@@ -358,7 +354,8 @@ impl CanaryHost {
             self.c.duplicates += 1;
             return;
         };
-        if s.attempt == 0 && s.expiries == 0 && !s.fallback && s.deadline.is_some() {
+        let armed = self.deadlines.cancel(seq).is_some();
+        if s.attempt == 0 && s.expiries == 0 && !s.fallback && armed {
             self.rtt.sample(now.saturating_sub(s.sent_at));
         } else {
             // Karn: no sample, but the path answers again, so the back-off ends (RFC 6298 5.7's
@@ -369,8 +366,7 @@ impl CanaryHost {
             self.rtt.on_progress();
         }
         self.last_result = now;
-        if let Some(d) = s.deadline {
-            self.deadlines.remove(&(d, seq));
+        if armed {
             self.in_flight -= 1;
         } else {
             self.unsent.retain(|&q| q != seq);
@@ -650,8 +646,7 @@ impl CanaryHost {
             return;
         }
         // Re-send at the head of the queue (spec §1.10 item 3).
-        if let Some(d) = s.deadline.take() {
-            self.deadlines.remove(&(d, seq));
+        if self.deadlines.cancel(seq).is_some() {
             self.in_flight -= 1;
         } else {
             self.unsent.retain(|&q| q != seq);
@@ -702,7 +697,7 @@ impl HostProtocol for CanaryHost {
                 self.leading.insert(seq, (block, l));
                 if barrier { &mut self.led_barriers } else { &mut self.led_order }.push_back((block, seq));
             } else {
-                self.sending.insert(seq, (block, Sending { tensor, attempt: 0, fallback: false, deadline: None, sent_at: 0, expiries: 0, held: barrier }));
+                self.sending.insert(seq, (block, Sending { tensor, attempt: 0, fallback: false, sent_at: 0, expiries: 0, held: barrier }));
                 if !barrier {
                     self.unsent.push_back(seq);
                 }
@@ -755,11 +750,7 @@ impl HostProtocol for CanaryHost {
     }
 
     fn handle_timeout(&mut self, now: Time) {
-        while let Some(&(at, seq)) = self.deadlines.first() {
-            if at > now {
-                break;
-            }
-            self.deadlines.remove(&(at, seq));
+        while let Some(seq) = self.deadlines.pop_expired(now) {
             let Some((block, s)) = self.sending.get(&seq) else { continue };
             let (block, attempt) = (*block, s.attempt);
             // A block's first timeout covers the window it was sent in: while Results for
@@ -770,10 +761,7 @@ impl HostProtocol for CanaryHost {
             // the run never ended (issue #40).
             let resume = self.last_result.saturating_add(self.rtt.rto());
             if s.expiries == 0 && !s.fallback && self.last_result > s.sent_at && resume > now {
-                if let Some((_, s)) = self.sending.get_mut(&seq) {
-                    s.deadline = Some(resume);
-                }
-                self.deadlines.insert((resume, seq));
+                self.deadlines.set(seq, resume);
                 self.c.deferred += 1;
                 continue;
             }
@@ -796,10 +784,8 @@ impl HostProtocol for CanaryHost {
             self.rtt.on_timeout_of(self.sending[&seq].1.sent_at, now);
             let expiries = self.sending[&seq].1.expiries + 1;
             let at = now + self.backed_off(self.rtt.rto(), expiries);
-            let (_, s) = self.sending.get_mut(&seq).expect("present");
-            s.expiries = expiries;
-            s.deadline = Some(at);
-            self.deadlines.insert((at, seq));
+            self.sending.get_mut(&seq).expect("present").1.expiries = expiries;
+            self.deadlines.set(seq, at);
         }
     }
 
@@ -824,7 +810,7 @@ impl HostProtocol for CanaryHost {
     }
 
     fn poll_timeout(&self) -> Option<Time> {
-        self.deadlines.first().map(|d| d.0)
+        self.deadlines.next()
     }
 
     fn poll_event(&mut self) -> Option<HostEvent> {

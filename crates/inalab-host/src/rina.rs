@@ -222,7 +222,7 @@ struct Flight {
 
 /// A windowed, acknowledged flow of packets (a member's DATA, an autonomous worker's AGGs,
 /// a receiver's AllGather hops).
-struct Flow<K: Ord + Copy> {
+struct Flow<K: Ord + Copy + std::hash::Hash> {
     window: AimdWindow,
     queue: BTreeMap<K, Packet>,
     flights: BTreeMap<K, Flight>,
@@ -232,7 +232,7 @@ struct Flow<K: Ord + Copy> {
     sent: u64,
 }
 
-impl<K: Ord + Copy> Flow<K> {
+impl<K: Ord + Copy + std::hash::Hash> Flow<K> {
     fn new(cfg: AimdConfig) -> Self {
         Flow { window: AimdWindow::new(cfg), queue: BTreeMap::new(), flights: BTreeMap::new(), deadlines: TimerTable::new(), in_flight_bytes: 0, sent: 0 }
     }
