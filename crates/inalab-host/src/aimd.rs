@@ -114,9 +114,6 @@ impl AimdWindow {
         false
     }
 
-    /// A congestion signal detected by the caller (ECN, three out-of-order/duplicate ACKs,
-    /// timeout). Halves the window unless a cut is already in force for the data in flight;
-    /// `seq_now` is the caller's next sequence to send. Returns whether it cut.
     /// A retransmission timeout (RFC 5681 §3.1): the threshold halves, and the window restarts
     /// from its minimum in slow start, so that the resends of a whole window do not flood the
     /// path that delayed it. Counts as a cut.
@@ -129,6 +126,9 @@ impl AimdWindow {
         self.cuts += 1;
     }
 
+    /// A congestion signal detected by the caller (ECN, three out-of-order/duplicate ACKs,
+    /// timeout). Halves the window unless a cut is already in force for the data in flight;
+    /// `seq_now` is the caller's next sequence to send. Returns whether it cut.
     pub fn on_congestion(&mut self, seq_now: u64) -> bool {
         if self.cut_seq.is_some() {
             return false;

@@ -4,8 +4,9 @@
 
 use crate::aimd::{AimdConfig, AimdWindow};
 
-/// Which rules a protocol's congestion window follows (a config field, so a scheme can swap
-/// the rules without touching the protocol). DSA's and Rina's variants come with them.
+/// Which rules a protocol's congestion window follows (a config field for ATP and the
+/// transport, so a scheme can swap the rules without touching the protocol). Every windowed
+/// protocol (ATP, the transport, DSA, GRID, Rina) holds its window through it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum WindowRules {
     /// ATP's AIMD (§3.7), the default everywhere.
@@ -33,6 +34,8 @@ pub trait CongestionControl: Send {
     fn on_ack(&mut self, acked_bytes: u64, ecn: bool, ack_seq: u64, seq_now: u64) -> bool;
     /// A congestion signal the caller detected (loss, timeout). Returns whether it cut.
     fn on_congestion(&mut self, seq_now: u64) -> bool;
+    /// A retransmission timeout: the window restarts from its floor (RFC 5681 §3.1).
+    fn on_timeout(&mut self, seq_now: u64);
     /// How many times the window was cut.
     fn cuts(&self) -> u64;
 }
@@ -46,6 +49,9 @@ impl CongestionControl for AimdWindow {
     }
     fn on_congestion(&mut self, seq_now: u64) -> bool {
         AimdWindow::on_congestion(self, seq_now)
+    }
+    fn on_timeout(&mut self, seq_now: u64) {
+        AimdWindow::on_timeout(self, seq_now)
     }
     fn cuts(&self) -> u64 {
         AimdWindow::cuts(self)

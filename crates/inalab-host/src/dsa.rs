@@ -17,7 +17,7 @@
 //! no reminder completed, 1 ms floor) triggers the reminder: REMIND_SW takes the switch's partial out and FETCH asks the
 //! workers still missing; repeated every RTO.
 
-use crate::{AimdConfig, AimdWindow, RttConfig, RttEstimator};
+use crate::{AimdConfig, CongestionControl, RttConfig, RttEstimator, WindowRules};
 use inalab_core::time::MS;
 use inalab_core::wire::{DsaHeader, DsaKind, Header};
 use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload, Time, TimerTable};
@@ -188,7 +188,7 @@ pub struct DsaWorker {
     deadlines: TimerTable<u32>,
     /// Retransmissions, notifications and fetch replies, sent before new fragments.
     urgent: VecDeque<Packet>,
-    window: AimdWindow,
+    window: Box<dyn CongestionControl>,
     rtt: RttEstimator,
     events: VecDeque<HostEvent>,
     c: WorkerCounters,
@@ -198,7 +198,7 @@ impl DsaWorker {
     pub fn new(cfg: DsaConfig, rank: u32) -> Self {
         let me = cfg.workers[rank as usize];
         DsaWorker {
-            window: AimdWindow::new(cfg.aimd.clone()),
+            window: WindowRules::default().window(&cfg.aimd),
             rtt: cfg.rtt(),
             cfg,
             rank,

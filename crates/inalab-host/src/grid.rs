@@ -47,7 +47,8 @@
 //! [`MAX_FRAGMENT_SPAN`] behind it is forgotten (each worker has its result), and a late packet
 //! for one is dropped (counted in `overlaps`).
 
-use crate::aimd::{AimdConfig, AimdWindow};
+use crate::aimd::AimdConfig;
+use crate::cc::{CongestionControl, WindowRules};
 use crate::blocks::Blocks;
 use crate::error::ensure;
 use crate::rtt::{RttConfig, RttEstimator};
@@ -138,7 +139,7 @@ pub struct GridWorker {
     me: Endpoint,
     ps: Endpoint,
     target: GridTarget,
-    window: AimdWindow,
+    window: Box<dyn CongestionControl>,
     /// RFC 6298 RTT estimate: queues on a policy's paths can hold milliseconds, which a fixed
     /// timeout would take for loss (a storm of resends).
     rtt: RttEstimator,
@@ -171,7 +172,7 @@ impl GridWorker {
         cfg.check()?;
         ensure!(target.fan_in >= 1 && target.fan_in <= GridHeader::MAX_FAN_IN, "fan_in {} is not in 1..=64", target.fan_in);
         ensure!(target.position < target.fan_in, "position {} is not below the fan-in {}", target.position, target.fan_in);
-        let window = AimdWindow::new(cfg.aimd.clone());
+        let window = WindowRules::default().window(&cfg.aimd);
         let max_rto_ps = cfg.rto_ps.saturating_mul(MAX_BACKOFF as u64);
         let rtt = RttEstimator::new(RttConfig { initial_rto_ps: cfg.rto_ps, min_rto_ps: cfg.rto_ps, max_rto_ps, ..RttConfig::default() });
         Ok(GridWorker {

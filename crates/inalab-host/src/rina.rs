@@ -34,7 +34,8 @@
 //! paced and recovered alike; every chunk has at least one packet (a tensor shorter than G
 //! values sends empty ones).
 
-use crate::aimd::{AimdConfig, AimdWindow};
+use crate::aimd::AimdConfig;
+use crate::cc::{CongestionControl, WindowRules};
 use crate::rtt::{RttConfig, RttEstimator};
 use crate::ConfigError;
 use inalab_core::wire::{Header, RinaHeader, RinaKind};
@@ -223,7 +224,7 @@ struct Flight {
 /// A windowed, acknowledged flow of packets (a member's DATA, an autonomous worker's AGGs,
 /// a receiver's AllGather hops).
 struct Flow<K: Ord + Copy + std::hash::Hash> {
-    window: AimdWindow,
+    window: Box<dyn CongestionControl>,
     queue: BTreeMap<K, Packet>,
     flights: BTreeMap<K, Flight>,
     /// When each packet in flight is sent again.
@@ -234,7 +235,7 @@ struct Flow<K: Ord + Copy + std::hash::Hash> {
 
 impl<K: Ord + Copy + std::hash::Hash> Flow<K> {
     fn new(cfg: AimdConfig) -> Self {
-        Flow { window: AimdWindow::new(cfg), queue: BTreeMap::new(), flights: BTreeMap::new(), deadlines: TimerTable::new(), in_flight_bytes: 0, sent: 0 }
+        Flow { window: WindowRules::default().window(&cfg), queue: BTreeMap::new(), flights: BTreeMap::new(), deadlines: TimerTable::new(), in_flight_bytes: 0, sent: 0 }
     }
     /// The next packet the window lets out, if `allowed` accepts its key.
     fn next(&mut self, now: Time, rtt: &RttEstimator, allowed: impl Fn(K, Option<K>) -> bool) -> Option<Packet> {
