@@ -1,9 +1,9 @@
 //! Host-side I/O for host protocols: frames in from the host's switch, frames out to it.
 //! A host has one neighbour (its switch, the "gateway"; a job may name other addresses of it,
 //! the data-plane threads that run the job: [`HostIo::add_job_via`]); datagrams from anyone
-//! else are counted as `foreign` and dropped, undecodable ones as `malformed`, ones without a valid tag
-//! of one of the host's jobs as `forged`, well-tagged ones seen before (or too old to tell) as
-//! `replayed` ([`crate::auth`]). Outgoing frames are tagged.
+//! else are counted as `foreign` and dropped, undecodable ones as `malformed`, ones without a
+//! valid tag of one of the host's jobs as `forged`, well-tagged ones seen before (or too old
+//! to tell) as `replayed` ([`crate::auth`]). Outgoing frames are tagged.
 
 use crate::auth::{self, FrameMac, ReplayWindow, TRAILER_BYTES};
 use crate::pace::Pacer;
@@ -215,10 +215,6 @@ pub struct Gateways {
 }
 
 impl Gateways {
-    pub fn one(addr: SocketAddr) -> Gateways {
-        Gateways { addrs: vec![addr], steer: None }
-    }
-
     /// Where a packet with `header` goes.
     fn to(&self, header: &inalab_core::wire::Header) -> SocketAddr {
         match (self.addrs.len(), self.steer) {

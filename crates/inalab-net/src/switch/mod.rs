@@ -34,6 +34,14 @@
 //! for a link shaped outside it (`tc`), the backlog of a queue draining at the link's rate
 //! (the fabric's `rate_bps`), from what the switch sent on it.
 //!
+//! # Shards
+//! [`SwitchOptions::threads`] data-plane threads, each a [`DataPlane`] of its own (socket,
+//! programs, ports, keys, timers) behind its own lock: nothing is shared on the packet path.
+//! The control plane places each job: on every shard when its scheme steers packets by a key
+//! and only this switch serves it (workers and the PS then send each packet to the shard the
+//! key picks), else on one; jobs that span switches on shard 0, whose socket the neighbours
+//! know (docs/runtime.md, "Data-plane threads").
+//!
 //! # Control plane
 //! In [`control_plane`]: the rendezvous, admission and release of jobs.
 
