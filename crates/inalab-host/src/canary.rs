@@ -358,11 +358,11 @@ impl CanaryHost {
         if s.attempt == 0 && s.expiries == 0 && !s.fallback && armed {
             self.rtt.sample(now.saturating_sub(s.sent_at));
         } else {
-            // Karn: no sample, but the path answers again, so the back-off ends (RFC 6298 5.7's
-            // reading in Linux, as SwitchML's and GRID's hosts). Without it, a run of re-issues
-            // under loss (each re-sent block timing out once more) left the RTO at its 1 s
-            // ceiling for the rest of the job, so a later loss waited up to 64 s (#41 item 1's
-            // flaky runtime test).
+            // Karn: no sample, but the path answers again, so the back-off ends (as Linux does
+            // on an ACK of new data, and SwitchML's and GRID's hosts). Without it, a run of
+            // re-issues under loss (each re-sent block timing out once more) left the RTO at its
+            // 1 s ceiling for the rest of the job, so a later loss waited up to 64 s (#41 item
+            // 1's flaky runtime test).
             self.rtt.on_progress();
         }
         self.last_result = now;
