@@ -341,13 +341,6 @@ impl CanaryHost {
         }
     }
 
-    /// A block's timeout after `expiries` expiries: doubled per expiry, at most
-    /// [`MAX_BACKOFF`] times, and never beyond the RTO's ceiling (`MAX_RTO_FACTOR` x the
-    /// floor): the estimator's own back-off times the block's reached 64 s.
-    fn backed_off(&self, rto: Time, expiries: u32) -> Time {
-        (rto << expiries.min(MAX_BACKOFF)).min(self.cfg.rtx_timeout_ps.saturating_mul(MAX_RTO_FACTOR)).max(rto)
-    }
-
     /// A block this host sends is complete with `values`.
     fn sent_block_done(&mut self, now: Time, seq: u32, values: Option<&[i32]>) {
         let Some((block, s)) = self.sending.remove(&seq) else {
@@ -357,13 +350,6 @@ impl CanaryHost {
         let armed = self.deadlines.cancel(seq).is_some();
         if s.attempt == 0 && s.expiries == 0 && !s.fallback && armed {
             self.rtt.sample(now.saturating_sub(s.sent_at));
-        } else {
-            // Karn: no sample, but the path answers again, so the back-off ends (as Linux does
-            // on an ACK of new data, and SwitchML's and GRID's hosts). Without it, a run of
-            // re-issues under loss (each re-sent block timing out once more) left the RTO at its
-            // 1 s ceiling for the rest of the job, so a later loss waited up to 64 s (#41 item
-            // 1's flaky runtime test).
-            self.rtt.on_progress();
         }
         self.last_result = now;
         if armed {
@@ -783,7 +769,7 @@ impl HostProtocol for CanaryHost {
             // would never learn it; it backs off instead (RFC 6298 5.5), until a sample.
             self.rtt.on_timeout_of(self.sending[&seq].1.sent_at, now);
             let expiries = self.sending[&seq].1.expiries + 1;
-            let at = now + self.backed_off(self.rtt.rto(), expiries);
+            let at = now + (self.rtt.rto() << expiries.min(MAX_BACKOFF));
             self.sending.get_mut(&seq).expect("present").1.expiries = expiries;
             self.deadlines.set(seq, at);
         }
@@ -799,7 +785,7 @@ impl HostProtocol for CanaryHost {
         let seq = self.unsent.pop_front()?;
         let (block, s) = &self.sending[&seq];
         let p = self.contribution(*block, s);
-        let at = now + self.backed_off(self.rtt.rto(), s.expiries);
+        let at = now + (self.rtt.rto() << s.expiries.min(MAX_BACKOFF));
         self.in_flight += 1;
         self.c.sent += 1;
         if let Some((_, s)) = self.sending.get_mut(&seq) {
@@ -862,7 +848,7 @@ mod tests {
 
     /// Delivers packets between the two hosts until none is left, firing timers when the
     /// network is quiet; `drop` loses a packet. Returns the time reached.
-    fn exchange(hosts: &mut [CanaryHost], mut now: Time, mut drop: impl FnMut(Time, &Packet) -> bool) -> Time {
+    fn exchange(hosts: &mut [CanaryHost], mut now: Time, mut drop: impl FnMut(&Packet) -> bool) -> Time {
         for _ in 0..10_000 {
             let out: Vec<Packet> = hosts.iter_mut().flat_map(|h| std::iter::from_fn(move || h.poll_transmit(now))).collect();
             if out.is_empty() {
@@ -872,7 +858,7 @@ mod tests {
                 continue;
             }
             for mut p in out {
-                if drop(now, &p) {
+                if drop(&p) {
                     continue;
                 }
                 // To the ToR: its multicast copy reaches the host that did not send it.
@@ -908,7 +894,7 @@ mod tests {
             for (r, h) in hosts.iter_mut().enumerate() {
                 submit(h, now, k, r, VALUES);
             }
-            now = exchange(&mut hosts, now, |_, _| false);
+            now = exchange(&mut hosts, now, |_| false);
             for h in &mut hosts {
                 expect_done(h, k);
                 assert_eq!(h.retained_inputs(), 0, "allreduce {k}");
@@ -930,7 +916,7 @@ mod tests {
         }
         let mut lost = 0;
         let one_value = |p: &Packet| matches!(p.payload.as_deref(), Some(Payload::I32(v)) if v.len() == 1);
-        exchange(&mut hosts, 0, |_, p| {
+        exchange(&mut hosts, 0, |p| {
             let drop = one_value(p) && lost < 2 * 3 * 2;
             lost += drop as usize;
             drop
@@ -956,7 +942,7 @@ mod tests {
         }
         // Host 0 leads blocks 0, 2, ...: lose every Result it sends, once.
         let mut dropped = std::collections::BTreeSet::new();
-        exchange(&mut hosts, 0, |_, p| {
+        exchange(&mut hosts, 0, |p| {
             matches!(p.header, Header::Canary(h) if h.kind == CanaryType::Result && p.src == 0 && p.payload.as_deref().is_some_and(|v| matches!(v, Payload::I32(v) if v.len() > 1)))
                 && dropped.insert(match p.header { Header::Canary(h) => h.seq(), _ => 0 })
         });
@@ -966,39 +952,5 @@ mod tests {
             assert_eq!(h.led_sums_kept(), 0);
         }
         assert!(hosts[1].c.rtx_requests > 0, "host 1 recovered the lost Results by asking");
-    }
-
-    #[test]
-    fn a_blocks_timeout_stays_under_the_ceiling_and_a_late_answer_ends_the_back_off() {
-        // The runtime test `a_canary_worker_that_closes_first...` waited up to 30 s under load
-        // (#41): the estimator's back-off (doubled per window of expiries, no sample from a
-        // re-sent block) times the block's own doubling gave waits of 64 s, and nothing ended
-        // the back-off once re-sent blocks were answered.
-        let mut hosts = two_hosts();
-        for (r, h) in hosts.iter_mut().enumerate() {
-            submit(h, 0, 0, r, VALUES);
-        }
-        let floor = hosts[0].cfg.rtx_timeout_ps;
-        let ceiling = floor * MAX_RTO_FACTOR;
-        // Contributions and Results are lost until `heal`; requests and Fails pass, so the
-        // leaders re-issue every block, each re-sent block times out again and backs the
-        // estimator off once more, then the blocks fall back and their data is resent.
-        let heal: Time = 2000 * floor;
-        let mut asked: BTreeMap<(NodeId, u32), Vec<Time>> = BTreeMap::new();
-        exchange(&mut hosts, 0, |now, p| {
-            let Header::Canary(h) = p.header else { return false };
-            let fallback_data = h.kind == CanaryType::Fallback && h.counter == 1;
-            if h.kind == CanaryType::RtxReq || fallback_data {
-                asked.entry((p.src, h.seq())).or_default().push(now);
-            }
-            now < heal && (fallback_data || h.kind == CanaryType::Reduce || h.kind == CanaryType::Result)
-        });
-        let gaps: Vec<Time> = asked.values().flat_map(|t| t.windows(2).map(|w| w[1] - w[0])).collect();
-        assert!(gaps.iter().any(|&g| g > ceiling / 2), "the loss was too short to reach the ceiling: {gaps:?}");
-        assert!(gaps.iter().all(|&g| g <= ceiling), "a block waited beyond the RTO ceiling: {gaps:?}");
-        for h in &mut hosts {
-            expect_done(h, 0);
-            assert_eq!(h.rtt.rto(), floor, "the back-off outlived the loss");
-        }
     }
 }
