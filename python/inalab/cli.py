@@ -954,7 +954,8 @@ def switch(
     standby: Annotated[bool, typer.Option("--standby", help='Start only when stdin says {"op": "start"} (a switch restarted at a set time).')] = False,
     pcap: Annotated[Optional[Path], typer.Option("--pcap", help="Write every datagram received and sent to this pcapng file (wall-clock timestamps; docs/runtime.md, 'Packet captures').")] = None,
     threads: Annotated[int, typer.Option(help="Data-plane threads, each with its own socket and --memory-bytes of aggregator memory; "
-                                         "a job runs on one. 0: a quarter of the cores, 1 to 8 (1 with --fabric, --pcap or --link-rate).")] = 0,
+                                         "a SwitchML or ATP job runs on all of them (by slot or fragment), any other job on one. "
+                                         "0: a quarter of the cores, 1 to 8 (1 with --fabric, --pcap or --link-rate).")] = 0,
     every: StatsEvery = 5.0,
     as_json: ServeJsonOpt = False,
 ) -> None:

@@ -130,8 +130,9 @@ class Switch(_Service):
     sends, with wall-clock timestamps (docs/runtime.md, "Packet captures and Wireshark").
     ``threads`` (default 0: a quarter of the machine's cores, 1 to 8; 1 with ``fabric``,
     ``pcap`` or ``link_rate``): data-plane threads, each with its own UDP socket, programs and
-    ``memory_bytes`` (so one thread is a Tofino's budget); each job runs on one of them (docs/runtime.md,
-    "Data-plane threads").
+    ``memory_bytes`` (so one thread is a Tofino's budget); a SwitchML or ATP job runs on all of
+    them (each packet on the one its slot or fragment picks), any other job on one
+    (docs/runtime.md, "Data-plane threads").
 
     ``stats()`` gives packets received/forwarded, drops by cause (``malformed``,
     ``unknown_source``, ``spoofed``, ``unadmitted``, ``injected_drops``, ...), the program's own

@@ -39,8 +39,6 @@ pub trait NetView {
     fn tier(&self, _switch: NodeId) -> u8 {
         1
     }
-    /// The run's seed, for the random choices a set-up makes (a static tree's root); 0 when
-    /// the driver has none.
     /// Paths a job's packets take that may overtake each other, a packet's path being its
     /// scheme's steering key modulo this ([`Scheme::steering`]: a sharded runtime switch's
     /// threads); a protocol that infers loss from order compares packets of one path only.
@@ -48,6 +46,8 @@ pub trait NetView {
     fn lanes(&self) -> u32 {
         1
     }
+    /// The run's seed, for the random choices a set-up makes (a static tree's root); 0 when
+    /// the driver has none.
     fn seed(&self) -> u64 {
         0
     }
