@@ -17,6 +17,9 @@ pub struct HostIo {
     pub udp: Udp,
     pub gateway: SocketAddr,
     tx: TxBatch,
+    /// The switch's other addresses the jobs use (its threads: [`HostIo::add_job_via`]), each
+    /// once: what a datagram not from `gateway` is checked against before it is decoded.
+    peers: Vec<SocketAddr>,
     /// The jobs this host takes part in: their frame authenticators, who this host is in them,
     /// and what their switch sent.
     keys: HashMap<u32, JobAuth>,
@@ -42,6 +45,7 @@ impl HostIo {
             udp,
             gateway,
             tx: TxBatch::default(),
+            peers: vec![],
             keys: HashMap::new(),
             seq: auth::first_seq(),
             malformed: 0,
@@ -70,25 +74,36 @@ impl HostIo {
     /// `me` in them: its node id, with [`auth::SERVER_BIT`] for a parameter server.
     pub fn add_job(&mut self, job: u32, mac: FrameMac, me: u32) {
         self.keys.insert(job, JobAuth { mac, me, windows: vec![], via: None });
+        self.refresh_peers();
     }
 
     /// As [`HostIo::add_job`], the job's frames going to and coming from `via` (the threads of
     /// a sharded switch that run it) instead of the host's gateway.
     pub fn add_job_via(&mut self, job: u32, mac: FrameMac, me: u32, via: Gateways) {
         self.keys.insert(job, JobAuth { mac, me, windows: vec![], via: Some(via) });
+        self.refresh_peers();
     }
 
     pub fn remove_job(&mut self, job: u32) {
         self.keys.remove(&job);
+        self.refresh_peers();
+    }
+
+    /// [`HostIo::peers`] from the jobs, when they change (not per datagram).
+    fn refresh_peers(&mut self) {
+        let mut peers: Vec<SocketAddr> = self.keys.values().filter_map(|k| k.via.as_ref()).flat_map(|v| v.addrs.iter().copied()).collect();
+        peers.sort();
+        peers.dedup();
+        self.peers = peers;
     }
 
     /// One batched receive; every decodable frame from the gateway goes to `deliver`.
     /// Returns the datagrams read (0: nothing was queued).
     pub fn recv(&mut self, mut deliver: impl FnMut(Packet)) -> std::io::Result<usize> {
-        let (gw, keys) = (self.gateway, &mut self.keys);
+        let (gw, keys, peers) = (self.gateway, &mut self.keys, &self.peers);
         let (mut malformed, mut foreign, mut forged, mut replayed, mut last) = (0, 0, 0, 0, None);
         let n = self.udp.recv_batch(|from, d| {
-            if from != gw && !keys.values().any(|k| k.via.as_ref().is_some_and(|v| v.addrs.contains(&from))) {
+            if from != gw && !peers.contains(&from) {
                 foreign += 1;
                 return;
             }
