@@ -34,10 +34,10 @@ loop, so the deltas count exactly the timed allreduces. Their CPU time (user + s
 /proc/PID/stat) is read at the same points.
 
 ``--schemes`` entries are ``switchml`` or ``atp``, optionally with switch options
-(``switchml:timeout_us=5000:pool_slots=512``; ``threads=N`` runs the switch's data plane on N
-threads, ``switchml:threads=4``, its default being the switch's) and the job's ``ina`` parameters (any other key:
-``switchml:packet_bytes=180``); each entry gets its own switch process, so variants run side by
-side on the same worker processes.
+(``switchml:timeout_us=5000:pool_slots=512``; ``switchml:threads=4`` runs the switch's data
+plane on 4 threads, its default being the switch's) and the job's ``ina`` parameters (any
+other key: ``switchml:packet_bytes=180``); each entry gets its own switch process, so variants
+run side by side on the same worker processes.
 
 The first output line calibrates the machine: one connected send() and one recv() of a
 160-byte loopback datagram from Python, in microseconds (the kernel's per-datagram cost).
