@@ -56,6 +56,24 @@ def assert_sane_time(emulated_s: float, simulated_s: float) -> None:
     assert FASTER < emulated_s / simulated_s < SLOWER, (emulated_s, simulated_s)
 
 
+def resent_bytes(emu) -> float:
+    """What the hosts' resends put on the wire (SwitchML's `retransmissions`, ATP's `resends`)."""
+    return sum((h["counters"].get("retransmissions", 0) + h["counters"].get("resends", 0)) * h["tx_bytes"] / max(h["tx_packets"], 1)
+               for h in emu.raw["hosts"])
+
+
+def assert_links_carry_the_simulated_bytes(links, emu) -> None:
+    """Every link carries what the simulator charges it, to BYTES_TOLERANCE, plus what resends
+    add. Nothing is lost in these runs, but on a busy machine a worker's retransmission timer
+    can fire before a late answer arrives (CI: SwitchML's h2 resent 6 % of its packets, with the
+    switch answering each), and each resend (or its answer) crosses a link at most once. On an
+    idle machine there are none and the bound is the plain 2 %."""
+    allowance = resent_bytes(emu)
+    low = links.tx_bytes_b < links.tx_bytes_a * (1 - BYTES_TOLERANCE)
+    high = links.tx_bytes_b > links.tx_bytes_a * (1 + BYTES_TOLERANCE) + allowance
+    assert not (low | high).any(), (f"resent {allowance:.0f} B", links[low | high].to_string())
+
+
 def ours() -> list[str]:
     """This test process's namespaces (`inaem<pid>-<node>`): another emulation running on the
     machine at the same time (another checkout's tests) has its own."""
@@ -92,7 +110,8 @@ def test_a_star_scenario_runs_for_real_and_matches_the_simulator(shaper):
     assert e.payload_checked == 3 * 3 and e.payload_errors == 0 and e.max_error <= e.error_bound
     assert_sane_time(e.jct_s, s.jct_s)
     both = inalab.compare(sim, emu)["links"]
-    assert len(both) == 6 and both.tx_bytes_rel.abs().max() < BYTES_TOLERANCE, both
+    assert len(both) == 6
+    assert_links_carry_the_simulated_bytes(both, emu)
     sw = emu.raw["emulation"]["switches"]["s0"]
     # Every aggregator is free once the job ended, and the job's end released it at the switch
     # (a static fabric's jobs stay admitted until the emulator says they ended), with nothing
@@ -136,7 +155,10 @@ def test_a_leaf_spine_runs_with_every_flow_on_its_simulated_path(shaper, scheme)
     busy_emu = set(links[links.tx_bytes_b > 10_000].apply(lambda r: (r.src, r.dst), axis=1))
     assert busy_sim == busy_emu and any("spine" in s for s, _ in busy_sim), (busy_sim ^ busy_emu)
     both = links[links.tx_bytes_a > 10_000]
-    assert both.tx_bytes_rel.abs().max() < (BYTES_TOLERANCE if scheme == "atp" else 0.15), both
+    if scheme == "atp":
+        assert_links_carry_the_simulated_bytes(both, emu)
+    else:
+        assert both.tx_bytes_rel.abs().max() < 0.15, both
     for name, st in emu.raw["emulation"]["switches"].items():
         assert st["aggregators_in_use"] == 0 and sum(st["forged"].values()) == 0 and st["no_route"] == 0, (name, st)
 
