@@ -107,11 +107,12 @@ fn schemes() -> String {
     let list: Vec<serde_json::Value> = inalab_scheme::schemes()
         .iter()
         .map(|s| {
+            let defaults = s.defaults();
             let params: Vec<serde_json::Value> = s
                 .params()
                 .iter()
                 .map(|p| {
-                    let default: serde_json::Value = serde_json::from_str(p.default).expect("parameter defaults are JSON");
+                    let default = defaults.pointer(&format!("/{}", p.name.replace('.', "/"))).cloned().expect("a documented parameter has a default");
                     serde_json::json!({"name": p.name, "default": default, "unit": p.unit, "doc": p.doc, "range": range_json(&p.range), "allowed": p.range.describe(p.unit)})
                 })
                 .collect();

@@ -8,7 +8,7 @@
 //!   slice of the descriptor table (an equal split among the static jobs of the network);
 //! - block b is led by rank b mod N; the job id is the block ids' 8-bit tenant prefix.
 
-use crate::plan::{Range, check_servers, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
+use crate::plan::{Range, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Servers, SwitchAdmission, TypedScheme};
 use crate::noise;
 use crate::ring::worker_endpoints;
 use inalab_core::time::{MS, US};
@@ -16,7 +16,6 @@ use inalab_core::{Admission, NodeId, SwitchProgram};
 use inalab_host::{CanaryConfig, CanaryHost, Quantized};
 use inalab_switch::{CanarySwitch, CanarySwitchConfig, CanarySwitchJob};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 const PROGRAM: &str = "canary";
 /// The share key of jobs that split the descriptor table statically.
@@ -91,40 +90,23 @@ pub struct CanaryParams {
 pub const LIFETIME_PER_RTX: u64 = 20;
 
 const PARAMS: [Param; 11] = [
-    Param { name: "ina.header_bytes", default: "57", unit: "bytes", doc: "Bytes on the wire per packet besides its values (Canary §5.1: 19 B header + 14 B Ethernet + 24 B preamble, gap and FCS); a block is 256 values (1024 B), so a full packet is 1081 B.", range: Range::HEADER },
-    Param { name: "ina.aggregation_timeout_ps", default: "1000000", unit: "ps", doc: "Aggregation window of a switch from a block's first packet; at its end the partial sum goes on toward the leader (Canary §3.1.1; 1 us, the memory model's value, spec A1).", range: Range::Int { min: inalab_core::time::NS, max: crate::plan::MAX_TIME_PS } },
-    Param { name: "ina.rtx_timeout_ps", default: "1000000000", unit: "ps", doc: "A host asks a block's leader when the block's result is this late (Canary §6 suggests 2 RTTs; 1 ms where no loss is expected, spec A13): the least and the first timeout; it then follows the measured RTT (RFC 6298, up to 1000 x this) and doubles per expiry of a block (up to 64 x).", range: Range::TIME },
-    Param { name: "ina.descriptor_lifetime_ps", default: "0", unit: "ps", doc: "A switch frees a flushed descriptor whose result has not passed for this long (its result was lost or its block re-issued), and another block may take its slot (spec A12). 0 = 20 x ina.rtx_timeout (20 ms at the defaults): the host's timeout grows with the measured RTT, and a result later than the lifetime finds no tree to go down.", range: Range::TIME_OR_ZERO },
-    Param { name: "ina.max_attempts", default: "3", unit: "", doc: "Re-issues of a block under a new id before the hosts fall back to reducing it through its leader (Canary §3.3; at most 3, the id's 2-bit attempt field).", range: Range::Int { min: 0, max: 3 } },
-    Param { name: "ina.window_blocks", default: "4096", unit: "blocks", doc: "Blocks a host has in flight at most (spec A8: 4 MiB of blocks; the paper sends at line rate); with table = \"static\" at most half the job's slice of the smallest table (a margin: a switch may still hold a block when its result reached a host).", range: Range::SLOTS },
-    Param { name: "ina.table", default: "\"hash\"", unit: "", doc: "How a block finds its descriptor: \"hash\" = a hash of its id over the whole table (collisions are bypassed to the leader, which restores the subtree); \"static\" = an equal slice of the table per static job, no collisions (Canary §3.2.1, Fig. 10).", range: Range::Choice(&["hash", "static"]) },
-    Param { name: "ina.leaders", default: "\"round_robin\"", unit: "", doc: "Who leads a block: \"round_robin\" = rank b mod N leads block b (Canary §3.1.4), spreading the leaders' links and the trees' roots; \"single\" = rank 0 leads every block (an ablation the paper lacks: its downlink then carries every block's partial sums).", range: Range::Choice(&["round_robin", "single"]) },
-    Param { name: "ina.routing", default: "\"canary\"", unit: "", doc: "How a switch picks the port toward a block's leader: \"canary\" = Canary's own load balancer (ina.reroute_queue); \"network\" = the network's routing, as every other packet (network.default_port, network.routing and network.adaptive_threshold; the paper's SST network routes all traffic by one adaptive rule, §5.1). Either way the default port depends on the leader alone, the same at every switch, so partial sums meet.", range: Range::Choice(&["canary", "network"]) },
-    Param { name: "ina.reroute_queue_bytes", default: "524288", unit: "bytes", doc: "With ina.routing = \"canary\", Canary's load balancer: a switch sends a block toward its leader on the up port the leader's address picks (the same at every switch, so partial sums meet), unless that port has more than this queued, then on the least queued (Canary §5.2: half the buffer; half of 1 MiB here, spec A17).", range: Range::Int { min: 0, max: 1 << 50 } },
-    Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the hosts' float32 values (switches sum int32, Canary §6): error at most workers / (2 scale) per value.", range: Range::SCALE },
+    Param { name: "ina.header_bytes", unit: "bytes", doc: "Bytes on the wire per packet besides its values (Canary §5.1: 19 B header + 14 B Ethernet + 24 B preamble, gap and FCS); a block is 256 values (1024 B), so a full packet is 1081 B.", range: Range::HEADER },
+    Param { name: "ina.aggregation_timeout_ps", unit: "ps", doc: "Aggregation window of a switch from a block's first packet; at its end the partial sum goes on toward the leader (Canary §3.1.1; 1 us, the memory model's value, spec A1).", range: Range::Int { min: inalab_core::time::NS, max: crate::plan::MAX_TIME_PS } },
+    Param { name: "ina.rtx_timeout_ps", unit: "ps", doc: "A host asks a block's leader when the block's result is this late (Canary §6 suggests 2 RTTs; 1 ms where no loss is expected, spec A13): the least and the first timeout; it then follows the measured RTT (RFC 6298, up to 1000 x this) and doubles per expiry of a block (up to 64 x).", range: Range::TIME },
+    Param { name: "ina.descriptor_lifetime_ps", unit: "ps", doc: "A switch frees a flushed descriptor whose result has not passed for this long (its result was lost or its block re-issued), and another block may take its slot (spec A12). 0 = 20 x ina.rtx_timeout (20 ms at the defaults): the host's timeout grows with the measured RTT, and a result later than the lifetime finds no tree to go down.", range: Range::TIME_OR_ZERO },
+    Param { name: "ina.max_attempts", unit: "", doc: "Re-issues of a block under a new id before the hosts fall back to reducing it through its leader (Canary §3.3; at most 3, the id's 2-bit attempt field).", range: Range::Int { min: 0, max: 3 } },
+    Param { name: "ina.window_blocks", unit: "blocks", doc: "Blocks a host has in flight at most (spec A8: 4 MiB of blocks; the paper sends at line rate); with table = \"static\" at most half the job's slice of the smallest table (a margin: a switch may still hold a block when its result reached a host).", range: Range::SLOTS },
+    Param { name: "ina.table", unit: "", doc: "How a block finds its descriptor: \"hash\" = a hash of its id over the whole table (collisions are bypassed to the leader, which restores the subtree); \"static\" = an equal slice of the table per static job, no collisions (Canary §3.2.1, Fig. 10).", range: Range::Choice(&["hash", "static"]) },
+    Param { name: "ina.leaders", unit: "", doc: "Who leads a block: \"round_robin\" = rank b mod N leads block b (Canary §3.1.4), spreading the leaders' links and the trees' roots; \"single\" = rank 0 leads every block (an ablation the paper lacks: its downlink then carries every block's partial sums).", range: Range::Choice(&["round_robin", "single"]) },
+    Param { name: "ina.routing", unit: "", doc: "How a switch picks the port toward a block's leader: \"canary\" = Canary's own load balancer (ina.reroute_queue); \"network\" = the network's routing, as every other packet (network.default_port, network.routing and network.adaptive_threshold; the paper's SST network routes all traffic by one adaptive rule, §5.1). Either way the default port depends on the leader alone, the same at every switch, so partial sums meet.", range: Range::Choice(&["canary", "network"]) },
+    Param { name: "ina.reroute_queue_bytes", unit: "bytes", doc: "With ina.routing = \"canary\", Canary's load balancer: a switch sends a block toward its leader on the up port the leader's address picks (the same at every switch, so partial sums meet), unless that port has more than this queued, then on the least queued (Canary §5.2: half the buffer; half of 1 MiB here, spec A17).", range: Range::Int { min: 0, max: 1 << 50 } },
+    Param { name: "ina.scale", unit: "", doc: "Fixed-point scale of the hosts' float32 values (switches sum int32, Canary §6): error at most workers / (2 scale) per value.", range: Range::SCALE },
 ];
 
 pub struct Canary;
 
-fn parse(config: &Value) -> Result<CanaryParams, PlanError> {
-    let c: CanaryParams = parse_config(config, &Canary.params())?;
-    let i = &c.ina;
-    if i.header_bytes < 20 {
-        return Err(PlanError::new("ina.header_bytes", format!("{} bytes; Canary's header alone is 19 (plus 1 for the kind)", i.header_bytes)));
-    }
-    if i.aggregation_timeout_ps == 0 || i.rtx_timeout_ps == 0 {
-        return Err(PlanError::new(if i.aggregation_timeout_ps == 0 { "ina.aggregation_timeout_ps" } else { "ina.rtx_timeout_ps" }, "must be a positive duration"));
-    }
-    if i.max_attempts > 3 {
-        return Err(PlanError::new("ina.max_attempts", format!("{}; the id's attempt field allows 0..=3", i.max_attempts)));
-    }
-    if i.window_blocks == 0 {
-        return Err(PlanError::new("ina.window_blocks", "must be at least 1 block"));
-    }
-    Ok(c)
-}
-
-impl Scheme for Canary {
+impl TypedScheme for Canary {
+    type Config = CanaryParams;
     fn name(&self) -> &'static str {
         PROGRAM
     }
@@ -137,32 +119,43 @@ impl Scheme for Canary {
     fn servers(&self) -> Servers {
         Servers::None
     }
+    /// What the ranges and serde cannot check.
+    fn check(&self, c: &CanaryParams) -> Result<(), PlanError> {
+        let i = &c.ina;
+        if i.header_bytes < 20 {
+            return Err(PlanError::new("ina.header_bytes", format!("{} bytes; Canary's header alone is 19 (plus 1 for the kind)", i.header_bytes)));
+        }
+        if i.aggregation_timeout_ps == 0 || i.rtx_timeout_ps == 0 {
+            return Err(PlanError::new(if i.aggregation_timeout_ps == 0 { "ina.aggregation_timeout_ps" } else { "ina.rtx_timeout_ps" }, "must be a positive duration"));
+        }
+        if i.max_attempts > 3 {
+            return Err(PlanError::new("ina.max_attempts", format!("{}; the id's attempt field allows 0..=3", i.max_attempts)));
+        }
+        if i.window_blocks == 0 {
+            return Err(PlanError::new("ina.window_blocks", "must be at least 1 block"));
+        }
+        Ok(())
+    }
     /// A block's leader answers its peers' requests for a result they lost (§3.3), also after
     /// its own last allreduce finished.
     fn workers_serve_peers(&self) -> bool {
         true
     }
-    fn normalize(&self, config: &Value) -> Result<Value, PlanError> {
-        let c = parse(config)?;
-        Ok(serde_json::json!({"scheme": PROGRAM, "ina": c.ina}))
-    }
-    fn quantization(&self, config: &Value) -> Quantization {
-        let scale = parse_config::<CanaryParams>(config, &Canary.params()).map_or(inalab_host::quant::ATP_SCALE, |c| c.ina.scale);
-        Quantization::FixedPoint { scale }
+    fn quantization(&self, c: &CanaryParams) -> Quantization {
+        Quantization::FixedPoint { scale: c.ina.scale }
     }
     fn program(&self, switch: NodeId, net: &dyn NetView) -> Option<Box<dyn SwitchProgram>> {
         let cfg = CanarySwitchConfig { descriptors: CanarySwitchConfig::descriptors_for(net.memory_bytes(switch)), seed: inalab_core::splitmix64(switch as u64) };
         Some(Box::new(CanarySwitch::new(cfg)))
     }
-    fn shares(&self, job: &JobSpec, _net: &dyn NetView) -> Vec<String> {
-        match parse(&job.config) {
-            Ok(c) if c.ina.table == TableMode::Static => vec![STATIC_SHARE.into()],
-            _ => vec![],
+    fn shares(&self, _job: &JobSpec, c: &CanaryParams, _net: &dyn NetView) -> Vec<String> {
+        if c.ina.table == TableMode::Static {
+            vec![STATIC_SHARE.into()]
+        } else {
+            vec![]
         }
     }
-    fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError> {
-        check_servers(self, job)?;
-        let c = parse(&job.config)?;
+    fn plan(&self, job: &JobSpec, c: CanaryParams, net: &dyn NetView) -> Result<Plan, PlanError> {
         let tenant = u8::try_from(job.id).map_err(|_| PlanError::new("id", format!("job id {}; Canary's tenant prefix allows 0..=255", job.id)))?;
         let switches = net.switches();
         if switches.is_empty() {

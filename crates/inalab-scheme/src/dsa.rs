@@ -12,8 +12,8 @@
 //!   packet.
 
 use crate::plan::{
-    check_servers, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint,
-    Quantization, Range, Role, Scheme, Servers, SwitchAdmission, TensorContext,
+    JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint,
+    Quantization, Range, Role, Servers, SwitchAdmission, TensorContext, TypedScheme,
 };
 use crate::ring::worker_endpoints;
 use crate::transport::{TransportParams, TRANSPORT_PARAMS};
@@ -23,7 +23,6 @@ use inalab_core::{Admission, Endpoint, NodeId, SwitchProgram};
 use inalab_host::{AimdConfig, DsaConfig, DsaServer, DsaWorker, Quantized, SlotMoves};
 use inalab_switch::{DsaIndex, DsaPolicy, DsaSwitch, DsaSwitchConfig, DsaSwitchJob};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 const PROGRAM: &str = "dsa";
 
@@ -88,43 +87,38 @@ pub struct DsaParams {
 }
 
 const INA_PARAMS: [Param; 11] = [
-    Param { name: "ina.packet_bytes", default: "306", unit: "bytes", doc: "Bytes on the wire per gradient packet, headers included (DSA §VII-B: 306, as ATP).", range: Range::PACKET },
-    Param { name: "ina.header_bytes", default: "58", unit: "bytes", doc: "Header bytes of a gradient packet (42 B Ethernet/IPv4/UDP + 16 B DSA); the rest carries 32-bit values.", range: Range::HEADER },
+    Param { name: "ina.packet_bytes", unit: "bytes", doc: "Bytes on the wire per gradient packet, headers included (DSA §VII-B: 306, as ATP).", range: Range::PACKET },
+    Param { name: "ina.header_bytes", unit: "bytes", doc: "Header bytes of a gradient packet (42 B Ethernet/IPv4/UDP + 16 B DSA); the rest carries 32-bit values.", range: Range::HEADER },
     Param {
         name: "ina.policy",
-        default: "\"dsa\"",
         unit: "",
         doc: "Who wins a collision on the switch: \"dsa\" = the packet if its priority is strictly higher, a loser halves the aggregator's priority; \"always-preempt\" and \"preempt-half\" = the paper's two strawmen (every collision, or one in two by a seeded coin, no downgrading); \"fcfs\" = never (an ablation that keeps completion on the switch).",
         range: Range::Choice(&["dsa", "always-preempt", "preempt-half", "fcfs"]),
     },
     Param {
         name: "ina.index",
-        default: "\"slots\"",
         unit: "",
         doc: "How the switch addresses a fragment to an aggregator: \"slots\" = ATP's per-job slot table (DSA §III-A: \"by hashing as in statistical INA\"): PSN p on entry p mod `ina.slots` of the same table of distinct hashed aggregators ATP builds for the job and pool, and a worker never sends a PSN `ina.slots` or more beyond its oldest unacknowledged one, so a job never collides with itself; \"consecutive\" = a hashed offset per job and consecutive PSNs on consecutive aggregators (an ablation: jobs' ranges overlap in runs); \"hash\" = Hash(job, PSN) per fragment (spec §1.4), so a job's fragments in flight also collide with each other (a lone 8-worker job under the paper's send jitter: 1.45x slower, docs/dsa.md).",
         range: Range::Choice(&["slots", "hash", "consecutive"]),
     },
     Param {
         name: "ina.slots",
-        default: "512",
         unit: "aggregators",
         doc: "Length of a job's slot table with `ina.index = \"slots\"` (ATP's, 512 by default): the aggregators it uses, and the most PSNs a worker has in flight counted from its oldest unacknowledged one. A pool smaller than this is used more than once, as ATP's. At most 2^20.",
         range: Range::Int { min: 1, max: inalab_host::ATP_MAX_SLOTS as u64 },
     },
-    Param { name: "ina.min_rto_ps", default: "1000000000", unit: "ps", doc: "Floor and initial value of the workers' and the PS's timeouts (DSA §VI: 1 ms): RFC 6298 estimates of the RTT (sampled from a fragment's first send) and of the lifetimes of PS entries no reminder completed; a worker doubles a fragment's timeout at each of its expiries (RFC 6298 §5.5).", range: Range::TIME },
-    Param { name: "ina.retx_before_notify", default: "3", unit: "", doc: "Retransmissions of a fragment before the worker sends the PS a NOTIFY with its gradient, repeated every timeout (DSA §IV-B: 3).", range: Range::Int { min: 0, max: 1000 } },
-    Param { name: "ina.ps_ack_frees", default: "true", unit: "", doc: "An ACK from the PS frees a switch aggregator still holding its fragment (a leak guard not in the paper).", range: Range::Bool },
-    Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the workers' float32 values (value x scale, rounded, as i32): error at most workers / (2 scale) per value.", range: Range::SCALE },
+    Param { name: "ina.min_rto_ps", unit: "ps", doc: "Floor and initial value of the workers' and the PS's timeouts (DSA §VI: 1 ms): RFC 6298 estimates of the RTT (sampled from a fragment's first send) and of the lifetimes of PS entries no reminder completed; a worker doubles a fragment's timeout at each of its expiries (RFC 6298 §5.5).", range: Range::TIME },
+    Param { name: "ina.retx_before_notify", unit: "", doc: "Retransmissions of a fragment before the worker sends the PS a NOTIFY with its gradient, repeated every timeout (DSA §IV-B: 3).", range: Range::Int { min: 0, max: 1000 } },
+    Param { name: "ina.ps_ack_frees", unit: "", doc: "An ACK from the PS frees a switch aggregator still holding its fragment (a leak guard not in the paper).", range: Range::Bool },
+    Param { name: "ina.scale", unit: "", doc: "Fixed-point scale of the workers' float32 values (value x scale, rounded, as i32): error at most workers / (2 scale) per value.", range: Range::SCALE },
     Param {
         name: "ina.max_window_packets",
-        default: "16777216",
         unit: "packets",
         doc: "Ceiling of a worker's AIMD window, none in practice by default (the paper gives none, #37): with `ina.index = \"slots\"` the slot table already bounds a worker's PSNs in flight, as ATP's does. Set one for the `hash` and `consecutive` ablations, where nothing else stops a worker ahead of its job's slowest from holding thousands of half-aggregated fragments (512 was the default before the slot table).",
         range: Range::SLOTS,
     },
     Param {
         name: "ina.move_slots",
-        default: "false",
         unit: "",
         doc: "An ablation, not the paper's DSA (which never moves an address): the PS moves the slot of a fragment that met a collision to an aggregator the job does not use, as ATP's PS does (ATP §3.6), and tells the switch with a MOVE before the fragment's ACK. Needs `ina.index = \"slots\"`. Two 8-worker jobs at 5 MB: 381 collisions without, 51 with, ATP 62 (docs/dsa.md).",
         range: Range::Bool,
@@ -140,34 +134,8 @@ pub fn slot_table(id: u16, slots: u32, memory_bytes: u64) -> Vec<u32> {
     inalab_host::dsa_pool_slot_table(id, slots, aggregators)
 }
 
-fn parse(config: &Value) -> Result<DsaParams, PlanError> {
-    let c: DsaParams = parse_config(config, &Dsa.params())?;
-    let i = &c.ina;
-    if i.header_bytes < 17
-        || i.packet_bytes < i.header_bytes + 4
-        || (i.packet_bytes - i.header_bytes) / 4 != inalab_host::DSA_VALUES as u32
-    {
-        return Err(PlanError::new(
-            "ina.packet_bytes",
-            format!("{} bytes with a {}-byte header; DSA's aggregators hold {} values, so packet_bytes - header_bytes must be {} (or {} + 3)", i.packet_bytes, i.header_bytes, inalab_host::DSA_VALUES, 4 * inalab_host::DSA_VALUES, 4 * inalab_host::DSA_VALUES),
-        ));
-    }
-    if i.move_slots && i.index != DsaIndexName::Slots {
-        return Err(PlanError::new("ina.move_slots", "moves slots of a slot table: needs ina.index = \"slots\""));
-    }
-    if i.max_window_packets == 0 {
-        return Err(PlanError::new("ina.max_window_packets", "must be at least 1 packet"));
-    }
-    if i.min_rto_ps == 0 {
-        return Err(PlanError::new(
-            "ina.min_rto_ps",
-            "must be a positive duration",
-        ));
-    }
-    Ok(c)
-}
-
-impl Scheme for Dsa {
+impl TypedScheme for Dsa {
+    type Config = DsaParams;
     fn name(&self) -> &'static str {
         PROGRAM
     }
@@ -184,14 +152,34 @@ impl Scheme for Dsa {
     fn servers(&self) -> Servers {
         Servers::ExactlyOne
     }
-    fn normalize(&self, config: &Value) -> Result<Value, PlanError> {
-        let c = parse(config)?;
-        Ok(serde_json::json!({"scheme": PROGRAM, "transport": c.transport, "ina": c.ina}))
+    /// What the ranges and serde cannot check.
+    fn check(&self, c: &DsaParams) -> Result<(), PlanError> {
+        let i = &c.ina;
+        if i.header_bytes < 17
+            || i.packet_bytes < i.header_bytes + 4
+            || (i.packet_bytes - i.header_bytes) / 4 != inalab_host::DSA_VALUES as u32
+        {
+            return Err(PlanError::new(
+                "ina.packet_bytes",
+                format!("{} bytes with a {}-byte header; DSA's aggregators hold {} values, so packet_bytes - header_bytes must be {} (or {} + 3)", i.packet_bytes, i.header_bytes, inalab_host::DSA_VALUES, 4 * inalab_host::DSA_VALUES, 4 * inalab_host::DSA_VALUES),
+            ));
+        }
+        if i.move_slots && i.index != DsaIndexName::Slots {
+            return Err(PlanError::new("ina.move_slots", "moves slots of a slot table: needs ina.index = \"slots\""));
+        }
+        if i.max_window_packets == 0 {
+            return Err(PlanError::new("ina.max_window_packets", "must be at least 1 packet"));
+        }
+        if i.min_rto_ps == 0 {
+            return Err(PlanError::new(
+                "ina.min_rto_ps",
+                "must be a positive duration",
+            ));
+        }
+        Ok(())
     }
-    fn quantization(&self, config: &Value) -> Quantization {
-        let scale = parse_config::<DsaParams>(config, &Dsa.params())
-            .map_or(inalab_host::quant::ATP_SCALE, |c| c.ina.scale);
-        Quantization::FixedPoint { scale }
+    fn quantization(&self, c: &DsaParams) -> Quantization {
+        Quantization::FixedPoint { scale: c.ina.scale }
     }
     fn program(&self, switch: NodeId, net: &dyn NetView) -> Option<Box<dyn SwitchProgram>> {
         let cfg = DsaSwitchConfig {
@@ -200,9 +188,7 @@ impl Scheme for Dsa {
         };
         Some(Box::new(DsaSwitch::new(cfg)))
     }
-    fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError> {
-        check_servers(self, job)?;
-        let c = parse(&job.config)?;
+    fn plan(&self, job: &JobSpec, c: DsaParams, net: &dyn NetView) -> Result<Plan, PlanError> {
         let ps_host = job.servers[0];
         if job.workers.len() > DsaHeader::MAX_FAN_IN as usize {
             return Err(PlanError::new(
@@ -292,7 +278,7 @@ impl Scheme for Dsa {
         }
         Ok(plan)
     }
-    fn priority(&self, _config: &Value, t: &TensorContext) -> u32 {
+    fn priority(&self, _config: &DsaParams, t: &TensorContext) -> u32 {
         inalab_host::dsa_priority(t.layer, t.layers, t.comm_over_comp, t.remaining_ps)
     }
 }

@@ -14,7 +14,7 @@
 //!   switches reached over the link the policy's gradients use least;
 //! - each worker sends at most its policy's rate (`ina.pace`).
 
-use crate::plan::{Range, check_servers, parse_config, shortest_path_tree, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
+use crate::plan::{Range, shortest_path_tree, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Servers, SwitchAdmission, TypedScheme};
 use crate::ring::worker_endpoints;
 use inalab_core::time::MS;
 use inalab_core::wire::GridHeader;
@@ -22,7 +22,6 @@ use inalab_core::{Admission, Endpoint, NodeId, SwitchProgram};
 use inalab_host::{AimdConfig, GridConfig, GridServer, GridServerConfig, GridTarget, GridWorker, Quantized, GRID_PACKET_VALUES};
 use inalab_switch::{GridIndexing, GridSwitch, GridSwitchConfig, GridSwitchJob};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use std::collections::BTreeMap;
 
 const PROGRAM: &str = "grid";
@@ -118,35 +117,20 @@ pub struct GridParams {
 }
 
 const PARAMS: [Param; 11] = [
-    Param { name: "ina.header_bytes", default: "66", unit: "bytes", doc: "Bytes on the wire per GRID packet besides its 64 values: Ethernet 14, IPv4 20, UDP 8 and the 24-B GRID header; a full packet is 322 B.", range: Range::HEADER },
-    Param { name: "ina.rto_ps", default: "1000000000", unit: "ps", doc: "A fragment without its result this long is sent again with RESEND (doubling per expiry up to 64x); the paper has no loss recovery (spec A6).", range: Range::TIME },
-    Param { name: "ina.window_bytes", default: "60000", unit: "bytes", doc: "Initial window (GRID §5.2 gives none; inalab's ATP default). It grows by ina.increment per result while below the threshold, then per window, and halves on a control packet or an ECN echo.", range: Range::WINDOW },
-    Param { name: "ina.increment_bytes", default: "1500", unit: "bytes", doc: "Window increase per result (one MTU, §5.2).", range: Range::WINDOW },
-    Param { name: "ina.indexing", default: "\"modulo\"", unit: "", doc: "A fragment's memory unit at its switch: \"modulo\" = fragment mod units (consecutive fragments on consecutive units, so a collision always meets an older fragment: §5.1's 'the larger id is throttled'); \"hash\" = splitmix64(job, fragment, switch) mod units (the paper's Hash(fragment id); a younger holder can stall an older fragment, see docs/grid.md).", range: Range::Choice(&["hash", "modulo"]) },
-    Param { name: "ina.stale_timeout_ps", default: "2000000000", unit: "ps", doc: "A unit untouched this long is taken by a colliding fragment (spec A14: 2 x ina.rto).", range: Range::TIME },
-    Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the workers' float32 values (switches and PS sum int32): error at most workers / (2 scale) per value.", range: Range::SCALE },
-    Param { name: "ina.results", default: "\"multicast\"", unit: "", doc: "How the PS returns a result: \"multicast\" = once, replicated by every switch on the shortest-path tree from the PS to the workers, each switch reached over the link that carries the fewest of the policy's gradient streams (spec §1.6; where the driver knows no links, as the UDP runtime, unicast); \"unicast\" = one copy per worker, which caps each worker at B/N on the PS's link.", range: Range::Choice(&["multicast", "unicast"]) },
-    Param { name: "ina.control_packets", default: "true", unit: "", doc: "A switch whose unit is held by another fragment drops the packet and sends its sender a control packet (GRID §5.2's rate synchronization: halve, send again); false: it only drops, and the sender recovers by its timeout (the ablation).", range: Range::Bool },
-    Param { name: "ina.pace", default: "\"policy\"", unit: "", doc: "\"policy\" = each worker sends at most its policy's rate_gbps (GRID §3.3: the control plane gives every worker its aggregation node and sending rate), a token bucket one packet deep, besides its window; \"none\" = the window alone (the ablation: windows grow until ECN marks return, and a plan that fills a link exactly bursts past its buffers).", range: Range::Choice(&["policy", "none"]) },
-    Param { name: "policy.workers", default: "[]", unit: "", doc: "Per worker rank: {target = aggregation node name (a programmable switch, or the PS), path = node names from the worker to the PS through the target, rate_gbps = its sending rate in Gbps of wire bytes, 0 = none}; from `inalab plan grid` through the scenario's policy. [] = every worker sends to the PS.", range: Range::List },
+    Param { name: "ina.header_bytes", unit: "bytes", doc: "Bytes on the wire per GRID packet besides its 64 values: Ethernet 14, IPv4 20, UDP 8 and the 24-B GRID header; a full packet is 322 B.", range: Range::HEADER },
+    Param { name: "ina.rto_ps", unit: "ps", doc: "A fragment without its result this long is sent again with RESEND (doubling per expiry up to 64x); the paper has no loss recovery (spec A6).", range: Range::TIME },
+    Param { name: "ina.window_bytes", unit: "bytes", doc: "Initial window (GRID §5.2 gives none; inalab's ATP default). It grows by ina.increment per result while below the threshold, then per window, and halves on a control packet or an ECN echo.", range: Range::WINDOW },
+    Param { name: "ina.increment_bytes", unit: "bytes", doc: "Window increase per result (one MTU, §5.2).", range: Range::WINDOW },
+    Param { name: "ina.indexing", unit: "", doc: "A fragment's memory unit at its switch: \"modulo\" = fragment mod units (consecutive fragments on consecutive units, so a collision always meets an older fragment: §5.1's 'the larger id is throttled'); \"hash\" = splitmix64(job, fragment, switch) mod units (the paper's Hash(fragment id); a younger holder can stall an older fragment, see docs/grid.md).", range: Range::Choice(&["hash", "modulo"]) },
+    Param { name: "ina.stale_timeout_ps", unit: "ps", doc: "A unit untouched this long is taken by a colliding fragment (spec A14: 2 x ina.rto).", range: Range::TIME },
+    Param { name: "ina.scale", unit: "", doc: "Fixed-point scale of the workers' float32 values (switches and PS sum int32): error at most workers / (2 scale) per value.", range: Range::SCALE },
+    Param { name: "ina.results", unit: "", doc: "How the PS returns a result: \"multicast\" = once, replicated by every switch on the shortest-path tree from the PS to the workers, each switch reached over the link that carries the fewest of the policy's gradient streams (spec §1.6; where the driver knows no links, as the UDP runtime, unicast); \"unicast\" = one copy per worker, which caps each worker at B/N on the PS's link.", range: Range::Choice(&["multicast", "unicast"]) },
+    Param { name: "ina.control_packets", unit: "", doc: "A switch whose unit is held by another fragment drops the packet and sends its sender a control packet (GRID §5.2's rate synchronization: halve, send again); false: it only drops, and the sender recovers by its timeout (the ablation).", range: Range::Bool },
+    Param { name: "ina.pace", unit: "", doc: "\"policy\" = each worker sends at most its policy's rate_gbps (GRID §3.3: the control plane gives every worker its aggregation node and sending rate), a token bucket one packet deep, besides its window; \"none\" = the window alone (the ablation: windows grow until ECN marks return, and a plan that fills a link exactly bursts past its buffers).", range: Range::Choice(&["policy", "none"]) },
+    Param { name: "policy.workers", unit: "", doc: "Per worker rank: {target = aggregation node name (a programmable switch, or the PS), path = node names from the worker to the PS through the target, rate_gbps = its sending rate in Gbps of wire bytes, 0 = none}; from `inalab plan grid` through the scenario's policy. [] = every worker sends to the PS.", range: Range::List },
 ];
 
 pub struct Grid;
-
-fn parse(config: &Value) -> Result<GridParams, PlanError> {
-    let c: GridParams = parse_config(config, &Grid.params())?;
-    let i = &c.ina;
-    let least = 1 + GridHeader::LEN as u32;
-    if i.header_bytes < least {
-        return Err(PlanError::new("ina.header_bytes", format!("{} bytes; the GRID header alone is {least}", i.header_bytes)));
-    }
-    for (v, name) in [(i.rto_ps, "ina.rto_ps"), (i.stale_timeout_ps, "ina.stale_timeout_ps"), (i.window_bytes, "ina.window_bytes"), (i.increment_bytes, "ina.increment_bytes")] {
-        if v == 0 {
-            return Err(PlanError::new(name, "must be positive"));
-        }
-    }
-    Ok(c)
-}
 
 /// Per rank: its aggregation node (None: the PS) and its path (empty: routed).
 type Resolved = Vec<(Option<NodeId>, Vec<NodeId>)>;
@@ -211,7 +195,8 @@ fn resolve(job: &JobSpec, net: &dyn NetView, policy: &GridPolicy, ps: NodeId) ->
     Ok(out)
 }
 
-impl Scheme for Grid {
+impl TypedScheme for Grid {
+    type Config = GridParams;
     fn name(&self) -> &'static str {
         PROGRAM
     }
@@ -224,20 +209,27 @@ impl Scheme for Grid {
     fn servers(&self) -> Servers {
         Servers::ExactlyOne
     }
-    fn normalize(&self, config: &Value) -> Result<Value, PlanError> {
-        let c = parse(config)?;
-        Ok(serde_json::json!({"scheme": PROGRAM, "ina": c.ina, "policy": c.policy}))
+    /// What the ranges and serde cannot check.
+    fn check(&self, c: &GridParams) -> Result<(), PlanError> {
+        let i = &c.ina;
+        let least = 1 + GridHeader::LEN as u32;
+        if i.header_bytes < least {
+            return Err(PlanError::new("ina.header_bytes", format!("{} bytes; the GRID header alone is {least}", i.header_bytes)));
+        }
+        for (v, name) in [(i.rto_ps, "ina.rto_ps"), (i.stale_timeout_ps, "ina.stale_timeout_ps"), (i.window_bytes, "ina.window_bytes"), (i.increment_bytes, "ina.increment_bytes")] {
+            if v == 0 {
+                return Err(PlanError::new(name, "must be positive"));
+            }
+        }
+        Ok(())
     }
-    fn quantization(&self, config: &Value) -> Quantization {
-        let scale = parse_config::<GridParams>(config, &Grid.params()).map_or(inalab_host::quant::ATP_SCALE, |c| c.ina.scale);
-        Quantization::FixedPoint { scale }
+    fn quantization(&self, c: &GridParams) -> Quantization {
+        Quantization::FixedPoint { scale: c.ina.scale }
     }
     fn program(&self, switch: NodeId, net: &dyn NetView) -> Option<Box<dyn SwitchProgram>> {
         Some(Box::new(GridSwitch::new(GridSwitchConfig { units: GridSwitchConfig::units_for(net.memory_bytes(switch)) })))
     }
-    fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError> {
-        check_servers(self, job)?;
-        let c = parse(&job.config)?;
+    fn plan(&self, job: &JobSpec, c: GridParams, net: &dyn NetView) -> Result<Plan, PlanError> {
         let i = &c.ina;
         let ps_host = job.servers[0];
         let resolved = resolve(job, net, &c.policy, ps_host)?;

@@ -9,7 +9,6 @@
 //! docs/architecture.md, "Adding a scheme").
 
 mod atp;
-mod atp_tree;
 mod canary;
 mod dsa;
 mod grid;
@@ -24,7 +23,7 @@ mod switchml;
 mod transport;
 
 pub use plan::{
-    check_params, clip, parse_config, quote, JobSpec, NetView, Overrides, Param, Plan, PlanError, PlannedEndpoint, Quantization, Range, Role, Scheme, Servers, SwitchAdmission,
+    check_params, clip, parse_config, quote, JobSpec, NetView, Overrides, Param, Plan, PlanError, PlannedEndpoint, Quantization, Range, Role, Scheme, Servers, SwitchAdmission, TypedScheme,
     TensorContext, MAX_PACKET_BYTES, MAX_SLOTS, MAX_TIME_PS, MAX_WINDOW_BYTES,
 };
 pub use dsa::slot_table as dsa_slot_table;

@@ -17,9 +17,9 @@ pub enum Mode {
 }
 
 pub const PARAMS: [Param; 3] = [
-    Param { name: "ina.noise_prob", default: "0.0", unit: "", doc: "Host noise (Canary Fig. 11): as each packet leaves, with this probability, the host is disturbed for ina.noise (see ina.noise_mode); drawn from a stream seeded by the job and rank, the same for canary and static_tree jobs.", range: Range::Float { min: 0.0, max: 1.0 } },
-    Param { name: "ina.noise_ps", default: "1000000", unit: "ps", doc: "How long a noise draw disturbs the host (Canary §5.2.5: 1 us).", range: Range::TIME_OR_ZERO },
-    Param { name: "ina.noise_mode", default: "\"stall\"", unit: "", doc: "What a noise draw does: \"stall\" = the host's NIC sends nothing for ina.noise after the packet, so every later packet shifts too; \"packet\" = that packet alone waits ina.noise beside the NIC, which goes on with the packets behind it (the paper's \"delays 10 % of the packets by 1 us\").", range: Range::Choice(&["stall", "packet"]) },
+    Param { name: "ina.noise_prob", unit: "", doc: "Host noise (Canary Fig. 11): as each packet leaves, with this probability, the host is disturbed for ina.noise (see ina.noise_mode); drawn from a stream seeded by the job and rank, the same for canary and static_tree jobs.", range: Range::Float { min: 0.0, max: 1.0 } },
+    Param { name: "ina.noise_ps", unit: "ps", doc: "How long a noise draw disturbs the host (Canary §5.2.5: 1 us).", range: Range::TIME_OR_ZERO },
+    Param { name: "ina.noise_mode", unit: "", doc: "What a noise draw does: \"stall\" = the host's NIC sends nothing for ina.noise after the packet, so every later packet shifts too; \"packet\" = that packet alone waits ina.noise beside the NIC, which goes on with the packets behind it (the paper's \"delays 10 % of the packets by 1 us\").", range: Range::Choice(&["stall", "packet"]) },
 ];
 
 /// `proto` with the noise of rank `rank` of job `job`, or `proto` itself without noise.

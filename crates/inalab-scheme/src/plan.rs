@@ -4,6 +4,7 @@
 use inalab_core::{Admission, HostProtocol, NodeId, PortId, SwitchProgram, Time};
 pub use inalab_host::Quantization;
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::Value;
 use std::fmt;
 
@@ -196,13 +197,12 @@ impl fmt::Display for PlanError {
 impl std::error::Error for PlanError {}
 
 /// A documented parameter of a scheme's configuration (Python builds its schema and docs from
-/// these).
+/// these). Its default is not written here: it is the configuration struct's `Default`
+/// ([`Scheme::defaults`]), the one place each default is written.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Param {
     /// Dotted path in the configuration, e.g. `"ina.timeout_ps"`.
     pub name: &'static str,
-    /// Default, as JSON text.
-    pub default: &'static str,
     /// Unit of the value ("ps", "bytes", "slots", "" for plain values).
     pub unit: &'static str,
     pub doc: &'static str,
@@ -379,36 +379,45 @@ pub struct TensorContext {
     pub remaining_ps: Time,
 }
 
-/// One allreduce scheme. Each lives in its own module and is listed once in the registry.
+/// One allreduce scheme as the drivers see it: a job's configuration as JSON in, a plan out.
+/// Schemes do not implement it by hand: each implements [`TypedScheme`] against its own
+/// configuration struct, and the blanket implementation below parses the JSON once per call.
 pub trait Scheme: Sync {
     /// The name jobs give in `scheme`.
     fn name(&self) -> &'static str;
     /// One sentence for users.
     fn doc(&self) -> &'static str;
-    /// Every parameter of the configuration, with default and unit.
+    /// Every parameter of the configuration, with unit and range ([`Scheme::defaults`] holds
+    /// their defaults).
     fn params(&self) -> Vec<Param>;
     fn servers(&self) -> Servers;
     /// Checks a configuration and fills every default.
     fn normalize(&self, config: &Value) -> Result<Value, PlanError>;
+    /// The configuration with every default filled: what a job that names only the scheme
+    /// gets, and where each [`Param`]'s default is read.
+    fn defaults(&self) -> Value {
+        self.normalize(&serde_json::json!({"scheme": self.name()})).expect("a scheme's defaults are a valid configuration")
+    }
     /// Fills the settings a driver imposes where the configuration left them out, for the
     /// parameters this scheme has, then every default.
     fn apply(&self, config: &Value, o: &Overrides) -> Result<Value, PlanError> {
         // The job's own values first: an error is about what the job gave, not about a value
         // derived from it (a packet size from a header out of range).
-        check_params(&self.params(), config)?;
+        let params = self.params();
+        check_params(&params, config)?;
         let mut config = config.clone();
         for (name, value, zero_is_unset) in o.entries() {
-            let Some(value) = value.filter(|_| self.params().iter().any(|p| p.name == name)) else { continue };
+            let Some(value) = value.filter(|_| params.iter().any(|p| p.name == name)) else { continue };
             let pointer = format!("/{}", name.replace('.', "/"));
             let given = config.pointer(&pointer).filter(|v| !(zero_is_unset && v.as_u64() == Some(0)));
             if given.is_none() {
                 set_path(&mut config, name, value.into());
             }
         }
-        let header = self.params().into_iter().find(|p| p.name == "ina.header_bytes");
-        if let (Some(values), None, Some(header), true) = (o.packet_values, config.pointer("/ina/packet_bytes"), header, self.any_packet_values()) {
+        let has_header = params.iter().any(|p| p.name == "ina.header_bytes");
+        if let (Some(values), None, true, true) = (o.packet_values, config.pointer("/ina/packet_bytes"), has_header, self.any_packet_values()) {
             // The job's header, else the default's (checked by `normalize` below).
-            let header = config.pointer("/ina/header_bytes").and_then(Value::as_u64).or_else(|| header.default.parse().ok()).unwrap_or(0);
+            let header = config.pointer("/ina/header_bytes").or(self.defaults().pointer("/ina/header_bytes")).and_then(Value::as_u64).unwrap_or(0);
             set_path(&mut config, "ina.packet_bytes", (header + 4 * values as u64).into());
         }
         self.normalize(&config)
@@ -416,12 +425,64 @@ pub trait Scheme: Sync {
     /// Whether a packet may carry any number of values (`ina.packet_bytes` and
     /// `ina.header_bytes` set it; a packet wider than the hardware's takes several of its
     /// aggregators), so that [`Overrides::packet_values`] applies.
+    fn any_packet_values(&self) -> bool;
+    /// How the scheme's workers quantize (their endpoints in a plan are wrapped in
+    /// `inalab_host::Quantized` with it); a configuration that does not parse gets the
+    /// defaults'.
+    fn quantization(&self, config: &Value) -> Quantization;
+    /// The switch program this scheme's admissions are for, sized for one switch (`None`: the
+    /// scheme runs on hosts only).
+    fn program(&self, switch: NodeId, net: &dyn NetView) -> Option<Box<dyn SwitchProgram>>;
+    /// How a job's packets are spread over a sharded switch's threads ([`TypedScheme::steering`]).
+    fn steering(&self) -> Option<fn(&inalab_core::wire::Header) -> u32>;
+    /// Whether the scheme has a switch program (what a UDP switch can run).
+    fn has_program(&self) -> bool {
+        self.program(0, &NoNetwork).is_some()
+    }
+    /// Names of the shares the job takes part in (see [`NetView::share`]); none for a
+    /// configuration that does not parse (its plan says why).
+    fn shares(&self, job: &JobSpec, net: &dyn NetView) -> Vec<String>;
+    fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError>;
+    /// [`TypedScheme::workers_serve_peers`].
+    fn workers_serve_peers(&self) -> bool;
+    /// The priority a tensor's allreduce request carries ([`TypedScheme::priority`]).
+    fn priority(&self, config: &Value, tensor: &TensorContext) -> u32;
+}
+
+/// One allreduce scheme, written against its own configuration. Each lives in its own module
+/// and is listed once in the registry. Its configuration is declared once: the struct's
+/// `Default` holds every default, [`TypedScheme::params`] every unit, range and doc, and the
+/// JSON a job gives is parsed into the struct once per call ([`TypedScheme::parse`]), so no
+/// scheme re-parses or re-states a default.
+pub trait TypedScheme: Sync {
+    /// The configuration: serde with `default` and `deny_unknown_fields`, the `scheme` key
+    /// aside. Serialized, it is the normalized configuration.
+    type Config: DeserializeOwned + Serialize;
+    /// The name jobs give in `scheme`.
+    fn name(&self) -> &'static str;
+    /// One sentence for users.
+    fn doc(&self) -> &'static str;
+    /// Every parameter of the configuration, with unit, range and doc.
+    fn params(&self) -> Vec<Param>;
+    fn servers(&self) -> Servers;
+    /// What the ranges and serde cannot check (a header too short for the scheme's own, one
+    /// setting against another); an error names the field.
+    fn check(&self, _config: &Self::Config) -> Result<(), PlanError> {
+        Ok(())
+    }
+    /// `config` checked ([`check_params`], serde with the offending key's path, then
+    /// [`TypedScheme::check`]) and parsed.
+    fn parse(&self, config: &Value) -> Result<Self::Config, PlanError> {
+        let c = parse_config(config, &self.params())?;
+        self.check(&c)?;
+        Ok(c)
+    }
+    /// Whether a packet may carry any number of values ([`Scheme::any_packet_values`]).
     fn any_packet_values(&self) -> bool {
         false
     }
-    /// How the scheme's workers quantize (their endpoints in a plan are wrapped in
-    /// `inalab_host::Quantized` with it).
-    fn quantization(&self, _config: &Value) -> Quantization {
+    /// How the scheme's workers quantize.
+    fn quantization(&self, _config: &Self::Config) -> Quantization {
         Quantization::None
     }
     /// The switch program this scheme's admissions are for, sized for one switch (`None`: the
@@ -437,15 +498,12 @@ pub trait Scheme: Sync {
     fn steering(&self) -> Option<fn(&inalab_core::wire::Header) -> u32> {
         None
     }
-    /// Whether the scheme has a switch program (what a UDP switch can run).
-    fn has_program(&self) -> bool {
-        self.program(0, &NoNetwork).is_some()
-    }
     /// Names of the shares the job takes part in (see [`NetView::share`]).
-    fn shares(&self, _job: &JobSpec, _net: &dyn NetView) -> Vec<String> {
+    fn shares(&self, _job: &JobSpec, _config: &Self::Config, _net: &dyn NetView) -> Vec<String> {
         vec![]
     }
-    fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError>;
+    /// The job's plan, `config` being its configuration parsed.
+    fn plan(&self, job: &JobSpec, config: Self::Config, net: &dyn NetView) -> Result<Plan, PlanError>;
     /// Whether a worker that finished its last allreduce must go on answering its peers until
     /// they finished too (Canary: a block's leader restores a result a peer lost), so that a
     /// runtime worker's `close` lingers until every worker of the job left. Default false: a
@@ -455,8 +513,57 @@ pub trait Scheme: Sync {
     }
     /// The priority a tensor's allreduce request carries (`TensorAttrs::priority`, higher
     /// first); 0 for schemes that do not rank tensors.
-    fn priority(&self, _config: &Value, _tensor: &TensorContext) -> u32 {
+    fn priority(&self, _config: &Self::Config, _tensor: &TensorContext) -> u32 {
         0
+    }
+}
+
+impl<T: TypedScheme> Scheme for T {
+    fn name(&self) -> &'static str {
+        TypedScheme::name(self)
+    }
+    fn doc(&self) -> &'static str {
+        TypedScheme::doc(self)
+    }
+    fn params(&self) -> Vec<Param> {
+        TypedScheme::params(self)
+    }
+    fn servers(&self) -> Servers {
+        TypedScheme::servers(self)
+    }
+    fn normalize(&self, config: &Value) -> Result<Value, PlanError> {
+        let mut v = serde_json::to_value(self.parse(config)?).map_err(|e| PlanError::new("", e.to_string()))?;
+        if let Some(m) = v.as_object_mut() {
+            m.insert("scheme".into(), TypedScheme::name(self).into());
+        }
+        Ok(v)
+    }
+    fn any_packet_values(&self) -> bool {
+        TypedScheme::any_packet_values(self)
+    }
+    fn quantization(&self, config: &Value) -> Quantization {
+        let defaults = || self.parse(&serde_json::json!({})).expect("a scheme's defaults are a valid configuration");
+        TypedScheme::quantization(self, &self.parse(config).unwrap_or_else(|_| defaults()))
+    }
+    fn program(&self, switch: NodeId, net: &dyn NetView) -> Option<Box<dyn SwitchProgram>> {
+        TypedScheme::program(self, switch, net)
+    }
+    fn steering(&self) -> Option<fn(&inalab_core::wire::Header) -> u32> {
+        TypedScheme::steering(self)
+    }
+    fn shares(&self, job: &JobSpec, net: &dyn NetView) -> Vec<String> {
+        self.parse(&job.config).map(|c| TypedScheme::shares(self, job, &c, net)).unwrap_or_default()
+    }
+    fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError> {
+        check_servers(self, job)?;
+        let config = self.parse(&job.config)?;
+        TypedScheme::plan(self, job, config, net)
+    }
+    fn workers_serve_peers(&self) -> bool {
+        TypedScheme::workers_serve_peers(self)
+    }
+    fn priority(&self, config: &Value, tensor: &TensorContext) -> u32 {
+        self.parse(config).map_or(0, |c| TypedScheme::priority(self, &c, tensor))
     }
 }
 
@@ -492,7 +599,7 @@ fn set_path(v: &mut Value, path: &str, value: Value) {
 }
 
 /// Checks a job's server count against what the scheme takes.
-pub(crate) fn check_servers(scheme: &dyn Scheme, job: &JobSpec) -> Result<(), PlanError> {
+fn check_servers(scheme: &dyn Scheme, job: &JobSpec) -> Result<(), PlanError> {
     let (name, n) = (scheme.name(), job.servers.len());
     match scheme.servers() {
         Servers::None if n > 0 => Err(PlanError::new("servers", format!("scheme {name:?} uses no separate servers; remove `servers`"))),

@@ -1,19 +1,18 @@
 //! Parameter servers: N-to-1 (`ps`, separate server hosts) and sharded N-to-N (`ps_sharded`,
 //! BytePS-like, a server on every worker host).
 
-use crate::plan::{Range, check_servers, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Role, Scheme, Servers};
+use crate::plan::{JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Range, Role, Servers, TypedScheme};
 use crate::ring::{transport_error, worker_endpoints};
 use crate::transport::{TransportParams, TRANSPORT_PARAMS};
 use inalab_core::Endpoint;
 use inalab_host::{PsConfig, PsServer, PsWorker};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PsParams {
     pub transport: TransportParams,
-    /// Tensor partition size, bytes. Default 4 MiB (BytePS's).
+    /// Tensor partition size, bytes.
     pub partition_bytes: u64,
 }
 
@@ -23,14 +22,15 @@ impl Default for PsParams {
     }
 }
 
-const PARTITION: Param = Param { name: "partition_bytes", default: "4194304", unit: "bytes", doc: "Tensor partition size for parameter servers.", range: Range::Int { min: 1, max: 1 << 40 } };
+const PARTITION: Param = Param { name: "partition_bytes", unit: "bytes", doc: "Tensor partition size for parameter servers.", range: Range::Int { min: 1, max: 1 << 40 } };
 
 /// `ps` (sharded: false) and `ps_sharded` (true).
 pub struct Ps {
     pub sharded: bool,
 }
 
-impl Scheme for Ps {
+impl TypedScheme for Ps {
+    type Config = PsParams;
     fn name(&self) -> &'static str {
         if self.sharded {
             "ps_sharded"
@@ -55,13 +55,7 @@ impl Scheme for Ps {
             Servers::AtLeastOne
         }
     }
-    fn normalize(&self, config: &Value) -> Result<Value, PlanError> {
-        let c: PsParams = parse_config(config, &self.params())?;
-        Ok(serde_json::json!({"scheme": self.name(), "transport": c.transport, "partition_bytes": c.partition_bytes}))
-    }
-    fn plan(&self, job: &JobSpec, _net: &dyn NetView) -> Result<Plan, PlanError> {
-        check_servers(self, job)?;
-        let c: PsParams = parse_config(&job.config, &self.params())?;
+    fn plan(&self, job: &JobSpec, c: PsParams, _net: &dyn NetView) -> Result<Plan, PlanError> {
         let cfg = c.transport.config();
         let server_hosts = if self.sharded { &job.workers } else { &job.servers };
         let sep: Vec<Endpoint> = server_hosts.iter().map(|&h| Endpoint { host: h, port: job.server_port }).collect();

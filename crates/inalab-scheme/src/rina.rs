@@ -9,14 +9,13 @@
 //! - each INA ToR gives the job a contiguous region of `ina.slots` slots (no hashing, §V),
 //!   the ToR's slots split equally among the network's Rina jobs at most.
 
-use crate::plan::{Range, check_servers, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
+use crate::plan::{Range, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Servers, SwitchAdmission, TypedScheme};
 use crate::ring::worker_endpoints;
 use inalab_core::time::MS;
 use inalab_core::{Admission, Endpoint, NodeId, SwitchProgram};
 use inalab_host::{Quantized, RinaConfig, RinaGroup, RinaHost};
 use inalab_switch::{rina_slots_for, RinaSwitch, RinaSwitchJob, RINA_MAX_MEMBERS};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use std::collections::BTreeMap;
 
 const PROGRAM: &str = "rina";
@@ -50,43 +49,18 @@ pub struct RinaParams {
 }
 
 const PARAMS: [Param; 9] = [
-    Param { name: "ina.header_bytes", default: "71", unit: "bytes", doc: "Bytes on the wire per Rina packet besides its 62 values: the 29-B Rina header (kind tag included) and 42 B of Ethernet, IP and UDP; a full packet is 319 B.", range: Range::HEADER },
-    Param { name: "ina.window_bytes", default: "256000", unit: "bytes", doc: "Rina's \"full speed\" window (§IV-C-1, spec: link rate x base RTT): ScatterReduce starts at it and never grows above it; AllGather starts at one packet and slow-starts up to it. The default is one bandwidth-delay product at 100 Gbps over a 20 us round trip (a 3-tier fat tree with 1 us links); ATP's 60,000 B capped a k=4 fat tree's ring at 16 Gbps.", range: Range::WINDOW },
-    Param { name: "ina.slots", default: "1024", unit: "slots", doc: "Slots of a Rina job's contiguous region at each INA ToR (at most the ToR's slots over the number of Rina jobs); a member's DATA in flight span fewer, so live tags never share a slot. At least the window in packets.", range: Range::SLOTS },
-    Param { name: "ina.rto_ps", default: "1000000000", unit: "ps", doc: "Floor and initial value of a Rina host's retransmission timeout (RFC 6298 estimate above it, doubling per expiry of a packet up to 64 times; spec §1.7: 1 ms).", range: Range::TIME },
-    Param { name: "ina.repair_ps", default: "2000000000", unit: "ps", doc: "A rack member that heard nothing of an unfinished allreduce for this long asks its agent again for the finished-chunk packets it misses (spec §1.3 item 5: 2 x RTO).", range: Range::TIME },
-    Param { name: "ina.min_rack", default: "2", unit: "workers", doc: "Workers of the job an INA ToR needs to make its rack one abstracted ring member (spec A1: the paper says more than two, which would leave its own simulated fat-tree without Rina); racks with fewer run as autonomous ring members.", range: Range::Int { min: 2, max: inalab_switch::RINA_MAX_MEMBERS as u64 } },
-    Param { name: "ina.step_overhead_ps", default: "0", unit: "ps", doc: "O of the dependency chain (Rina §III-A, eq. 1): a fixed wait of every host before its part of each ScatterReduce step (a rack member before its DATA, an autonomous worker before its AGGs).", range: Range::TIME_OR_ZERO },
-    Param { name: "ina.step_jitter_ps", default: "0", unit: "ps", doc: "sigma of the dependency chain (eq. 1): each host also waits max(0, sigma Z), Z standard normal drawn per host and step from the run's seed, so a step waits for its slowest host.", range: Range::TIME_OR_ZERO },
-    Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the hosts' float32 values (switches and hosts sum int32): error at most workers / (2 scale) per value.", range: Range::SCALE },
+    Param { name: "ina.header_bytes", unit: "bytes", doc: "Bytes on the wire per Rina packet besides its 62 values: the 29-B Rina header (kind tag included) and 42 B of Ethernet, IP and UDP; a full packet is 319 B.", range: Range::HEADER },
+    Param { name: "ina.window_bytes", unit: "bytes", doc: "Rina's \"full speed\" window (§IV-C-1, spec: link rate x base RTT): ScatterReduce starts at it and never grows above it; AllGather starts at one packet and slow-starts up to it. The default is one bandwidth-delay product at 100 Gbps over a 20 us round trip (a 3-tier fat tree with 1 us links); ATP's 60,000 B capped a k=4 fat tree's ring at 16 Gbps.", range: Range::WINDOW },
+    Param { name: "ina.slots", unit: "slots", doc: "Slots of a Rina job's contiguous region at each INA ToR (at most the ToR's slots over the number of Rina jobs); a member's DATA in flight span fewer, so live tags never share a slot. At least the window in packets.", range: Range::SLOTS },
+    Param { name: "ina.rto_ps", unit: "ps", doc: "Floor and initial value of a Rina host's retransmission timeout (RFC 6298 estimate above it, doubling per expiry of a packet up to 64 times; spec §1.7: 1 ms).", range: Range::TIME },
+    Param { name: "ina.repair_ps", unit: "ps", doc: "A rack member that heard nothing of an unfinished allreduce for this long asks its agent again for the finished-chunk packets it misses (spec §1.3 item 5: 2 x RTO).", range: Range::TIME },
+    Param { name: "ina.min_rack", unit: "workers", doc: "Workers of the job an INA ToR needs to make its rack one abstracted ring member (spec A1: the paper says more than two, which would leave its own simulated fat-tree without Rina); racks with fewer run as autonomous ring members.", range: Range::Int { min: 2, max: inalab_switch::RINA_MAX_MEMBERS as u64 } },
+    Param { name: "ina.step_overhead_ps", unit: "ps", doc: "O of the dependency chain (Rina §III-A, eq. 1): a fixed wait of every host before its part of each ScatterReduce step (a rack member before its DATA, an autonomous worker before its AGGs).", range: Range::TIME_OR_ZERO },
+    Param { name: "ina.step_jitter_ps", unit: "ps", doc: "sigma of the dependency chain (eq. 1): each host also waits max(0, sigma Z), Z standard normal drawn per host and step from the run's seed, so a step waits for its slowest host.", range: Range::TIME_OR_ZERO },
+    Param { name: "ina.scale", unit: "", doc: "Fixed-point scale of the hosts' float32 values (switches and hosts sum int32): error at most workers / (2 scale) per value.", range: Range::SCALE },
 ];
 
 pub struct Rina;
-
-fn parse(config: &Value) -> Result<RinaParams, PlanError> {
-    let c: RinaParams = parse_config(config, &Rina.params())?;
-    let i = &c.ina;
-    let least = 1 + inalab_core::wire::RinaHeader::LEN as u32;
-    if i.header_bytes < least {
-        return Err(PlanError::new("ina.header_bytes", format!("{} bytes; the Rina header alone is {least}", i.header_bytes)));
-    }
-    let packet = i.header_bytes as u64 + 4 * inalab_host::RINA_PACKET_VALUES as u64;
-    if i.window_bytes < packet {
-        return Err(PlanError::new("ina.window_bytes", format!("{} bytes; at least one full packet ({packet} B)", i.window_bytes)));
-    }
-    if (i.slots as u64) < i.window_bytes / packet {
-        return Err(PlanError::new("ina.slots", format!("{} slots; at least the window in packets ({})", i.slots, i.window_bytes / packet)));
-    }
-    for (v, name) in [(i.rto_ps, "ina.rto_ps"), (i.repair_ps, "ina.repair_ps")] {
-        if v == 0 {
-            return Err(PlanError::new(name, "must be a positive duration"));
-        }
-    }
-    if !(2..=RINA_MAX_MEMBERS as u32).contains(&i.min_rack) {
-        return Err(PlanError::new("ina.min_rack", format!("{}; a rack group has 2..={RINA_MAX_MEMBERS} workers", i.min_rack)));
-    }
-    Ok(c)
-}
 
 /// The job's groups in ring order, each with its ranks.
 fn groups(job: &JobSpec, net: &dyn NetView, c: &RinaIna, slots_at: impl Fn(NodeId) -> u32) -> Vec<(Option<NodeId>, Vec<usize>)> {
@@ -107,7 +81,8 @@ fn groups(job: &JobSpec, net: &dyn NetView, c: &RinaIna, slots_at: impl Fn(NodeI
     groups
 }
 
-impl Scheme for Rina {
+impl TypedScheme for Rina {
+    type Config = RinaParams;
     fn name(&self) -> &'static str {
         PROGRAM
     }
@@ -120,23 +95,41 @@ impl Scheme for Rina {
     fn servers(&self) -> Servers {
         Servers::None
     }
-    fn normalize(&self, config: &Value) -> Result<Value, PlanError> {
-        let c = parse(config)?;
-        Ok(serde_json::json!({"scheme": PROGRAM, "ina": c.ina}))
+    /// What the ranges and serde cannot check.
+    fn check(&self, c: &RinaParams) -> Result<(), PlanError> {
+        let i = &c.ina;
+        let least = 1 + inalab_core::wire::RinaHeader::LEN as u32;
+        if i.header_bytes < least {
+            return Err(PlanError::new("ina.header_bytes", format!("{} bytes; the Rina header alone is {least}", i.header_bytes)));
+        }
+        let packet = i.header_bytes as u64 + 4 * inalab_host::RINA_PACKET_VALUES as u64;
+        if i.window_bytes < packet {
+            return Err(PlanError::new("ina.window_bytes", format!("{} bytes; at least one full packet ({packet} B)", i.window_bytes)));
+        }
+        if (i.slots as u64) < i.window_bytes / packet {
+            return Err(PlanError::new("ina.slots", format!("{} slots; at least the window in packets ({})", i.slots, i.window_bytes / packet)));
+        }
+        for (v, name) in [(i.rto_ps, "ina.rto_ps"), (i.repair_ps, "ina.repair_ps")] {
+            if v == 0 {
+                return Err(PlanError::new(name, "must be a positive duration"));
+            }
+        }
+        if !(2..=RINA_MAX_MEMBERS as u32).contains(&i.min_rack) {
+            return Err(PlanError::new("ina.min_rack", format!("{}; a rack group has 2..={RINA_MAX_MEMBERS} workers", i.min_rack)));
+        }
+        Ok(())
     }
-    fn quantization(&self, config: &Value) -> Quantization {
-        let scale = parse_config::<RinaParams>(config, &Rina.params()).map_or(inalab_host::quant::ATP_SCALE, |c| c.ina.scale);
-        Quantization::FixedPoint { scale }
+    fn quantization(&self, c: &RinaParams) -> Quantization {
+        Quantization::FixedPoint { scale: c.ina.scale }
     }
     fn program(&self, switch: NodeId, net: &dyn NetView) -> Option<Box<dyn SwitchProgram>> {
         Some(Box::new(RinaSwitch::new(rina_slots_for(net.memory_bytes(switch)))))
     }
-    fn shares(&self, _job: &JobSpec, _net: &dyn NetView) -> Vec<String> {
+    fn shares(&self, _job: &JobSpec, _config: &RinaParams, _net: &dyn NetView) -> Vec<String> {
         vec![SLOTS_SHARE.into()]
     }
-    fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError> {
-        check_servers(self, job)?;
-        let c = parse(&job.config)?.ina;
+    fn plan(&self, job: &JobSpec, c: RinaParams, net: &dyn NetView) -> Result<Plan, PlanError> {
+        let c = c.ina;
         let id = u16::try_from(job.id).map_err(|_| PlanError::new("id", format!("job id {}; Rina's header holds 0..=65535", job.id)))?;
         let (index, of) = net.share(job.id, SLOTS_SHARE);
         let slice = |s: NodeId| rina_slots_for(net.memory_bytes(s)) / of.max(1);

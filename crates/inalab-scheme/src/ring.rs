@@ -2,12 +2,11 @@
 //! `hierarchical` (reduce-scatter in each rack, ring allreduce across racks, all-gather in the
 //! rack; racks are the workers' top-of-rack switches, in order of first appearance).
 
-use crate::plan::{check_servers, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Range, Role, Scheme, Servers};
+use crate::plan::{JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Range, Role, Servers, TypedScheme};
 use crate::transport::{TransportParams, TRANSPORT_PARAMS};
 use inalab_core::{Endpoint, HostProtocol, NodeId};
 use inalab_host::{HierarchicalAllreduce, RingAllreduce, StepCost};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -27,9 +26,9 @@ pub struct RingSteps {
 }
 
 const STEP_PARAMS: [Param; 3] = [
-    Param { name: "ina.step_overhead_ps", default: "0", unit: "ps", doc: "O of the dependency chain (Rina §III-A, eq. 1), as Rina's: a fixed wait of every worker before its chunk of each reduce-scatter step.", range: Range::TIME_OR_ZERO },
-    Param { name: "ina.step_jitter_ps", default: "0", unit: "ps", doc: "sigma of the dependency chain (eq. 1), as Rina's: each worker also waits max(0, sigma Z), Z standard normal drawn per worker and step from the run's seed.", range: Range::TIME_OR_ZERO },
-    Param { name: "ina.step_barrier", default: "false", unit: "", doc: "A global barrier per reduce-scatter step (NCCL's, as the Rina paper reads it, §III-A): every worker waits the step's slowest draw, O + the max over the step's members of max(0, sigma Z) (the members draw alike from the job's seed), eq. 1's Max; false: each its own draw.", range: Range::Bool },
+    Param { name: "ina.step_overhead_ps", unit: "ps", doc: "O of the dependency chain (Rina §III-A, eq. 1), as Rina's: a fixed wait of every worker before its chunk of each reduce-scatter step.", range: Range::TIME_OR_ZERO },
+    Param { name: "ina.step_jitter_ps", unit: "ps", doc: "sigma of the dependency chain (eq. 1), as Rina's: each worker also waits max(0, sigma Z), Z standard normal drawn per worker and step from the run's seed.", range: Range::TIME_OR_ZERO },
+    Param { name: "ina.step_barrier", unit: "", doc: "A global barrier per reduce-scatter step (NCCL's, as the Rina paper reads it, §III-A): every worker waits the step's slowest draw, O + the max over the step's members of max(0, sigma Z) (the members draw alike from the job's seed), eq. 1's Max; false: each its own draw.", range: Range::Bool },
 ];
 
 /// `ring` (hierarchical: false) and `hierarchical` (true).
@@ -59,7 +58,8 @@ fn racks(job: &JobSpec, net: &dyn NetView) -> Vec<Vec<Endpoint>> {
     racks.into_iter().map(|(_, v)| v).collect()
 }
 
-impl Scheme for Ring {
+impl TypedScheme for Ring {
+    type Config = RingConfig;
     fn name(&self) -> &'static str {
         if self.hierarchical {
             "hierarchical"
@@ -80,13 +80,7 @@ impl Scheme for Ring {
     fn servers(&self) -> Servers {
         Servers::None
     }
-    fn normalize(&self, config: &Value) -> Result<Value, PlanError> {
-        let c = parse_config::<RingConfig>(config, &self.params())?;
-        Ok(serde_json::json!({"scheme": self.name(), "transport": c.transport, "ina": c.ina}))
-    }
-    fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError> {
-        check_servers(self, job)?;
-        let cfg: RingConfig = parse_config(&job.config, &self.params())?;
+    fn plan(&self, job: &JobSpec, cfg: RingConfig, net: &dyn NetView) -> Result<Plan, PlanError> {
         let (eps, racks) = if self.hierarchical { (vec![], racks(job, net)) } else { (worker_endpoints(job), vec![]) };
         let mut plan = Plan::default();
         let st = cfg.ina;

@@ -14,7 +14,7 @@
 //!   most half the smallest slice (so a slot never serves two blocks, see the switch program).
 
 use crate::noise;
-use crate::plan::{Range, check_servers, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
+use crate::plan::{Range, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Servers, SwitchAdmission, TypedScheme};
 use crate::ring::worker_endpoints;
 use inalab_core::time::MS;
 use inalab_core::wire::StaticTreeHeader;
@@ -22,7 +22,6 @@ use inalab_core::{splitmix64, Admission, NodeId, PortId, SwitchProgram};
 use inalab_host::{Quantized, StaticTreeConfig, StaticTreeHost};
 use inalab_switch::{static_tree_slots_for, StaticTreeRole, StaticTreeSwitch, StaticTreeSwitchJob, STATIC_TREE_MAX_CHILDREN, STATIC_TREE_SLOT_BYTES};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 const PROGRAM: &str = "static_tree";
@@ -55,33 +54,14 @@ pub struct StaticTreeParams {
 }
 
 const PARAMS: [Param; 5] = [
-    Param { name: "ina.trees", default: "1", unit: "trees", doc: "Static trees of a static_tree job, each rooted at a distinct top-tier switch (a spine) drawn from the run's seed; block b uses tree b mod trees (1: SHARP/SwitchML/ATP-like, 4: PANAMA-like, Canary §5.2). At most the number of top-tier switches.", range: Range::Int { min: 1, max: 256 } },
-    Param { name: "ina.header_bytes", default: "57", unit: "bytes", doc: "Bytes on the wire per packet besides its values (Canary §5.1: 19 B header + 14 B Ethernet + 24 B preamble, gap and FCS); a block is 256 values (1024 B), so a full packet is 1081 B.", range: Range::HEADER },
-    Param { name: "ina.rtx_timeout_ps", default: "1000000000", unit: "ps", doc: "A static_tree host sends a block again when its result is this late, doubling per expiry up to 64 times (switches never sum it twice; 1 ms where no loss is expected, Canary spec A13).", range: Range::TIME },
-    Param { name: "ina.window_blocks", default: "4096", unit: "blocks", doc: "Blocks a static_tree host sends ahead of its oldest unfinished one; at most half the job's slice of the smallest switch table (a slot keeps a result until every host had it).", range: Range::SLOTS },
-    Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the hosts' float32 values (switches sum int32): error at most workers / (2 scale) per value.", range: Range::SCALE },
+    Param { name: "ina.trees", unit: "trees", doc: "Static trees of a static_tree job, each rooted at a distinct top-tier switch (a spine) drawn from the run's seed; block b uses tree b mod trees (1: SHARP/SwitchML/ATP-like, 4: PANAMA-like, Canary §5.2). At most the number of top-tier switches.", range: Range::Int { min: 1, max: 256 } },
+    Param { name: "ina.header_bytes", unit: "bytes", doc: "Bytes on the wire per packet besides its values (Canary §5.1: 19 B header + 14 B Ethernet + 24 B preamble, gap and FCS); a block is 256 values (1024 B), so a full packet is 1081 B.", range: Range::HEADER },
+    Param { name: "ina.rtx_timeout_ps", unit: "ps", doc: "A static_tree host sends a block again when its result is this late, doubling per expiry up to 64 times (switches never sum it twice; 1 ms where no loss is expected, Canary spec A13).", range: Range::TIME },
+    Param { name: "ina.window_blocks", unit: "blocks", doc: "Blocks a static_tree host sends ahead of its oldest unfinished one; at most half the job's slice of the smallest switch table (a slot keeps a result until every host had it).", range: Range::SLOTS },
+    Param { name: "ina.scale", unit: "", doc: "Fixed-point scale of the hosts' float32 values (switches sum int32): error at most workers / (2 scale) per value.", range: Range::SCALE },
 ];
 
 pub struct StaticTree;
-
-fn parse(config: &Value) -> Result<StaticTreeParams, PlanError> {
-    let c: StaticTreeParams = parse_config(config, &StaticTree.params())?;
-    let i = &c.ina;
-    if !(1..=256).contains(&i.trees) {
-        return Err(PlanError::new("ina.trees", format!("{} trees; 1 or more (the header names up to 256), each with a root of its own", i.trees)));
-    }
-    let least = 1 + StaticTreeHeader::LEN as u32;
-    if i.header_bytes < least {
-        return Err(PlanError::new("ina.header_bytes", format!("{} bytes; the static-tree header alone is {least}", i.header_bytes)));
-    }
-    if i.rtx_timeout_ps == 0 {
-        return Err(PlanError::new("ina.rtx_timeout_ps", "must be a positive duration"));
-    }
-    if i.window_blocks == 0 {
-        return Err(PlanError::new("ina.window_blocks", "must be at least 1 block"));
-    }
-    Ok(c)
-}
 
 /// A job's trees: each tree's root and every switch's role in each tree.
 #[derive(Debug)]
@@ -180,7 +160,8 @@ fn lay_out(job: &JobSpec, net: &dyn NetView, trees: usize) -> Result<Trees, Plan
     Ok(Trees { roots, roles })
 }
 
-impl Scheme for StaticTree {
+impl TypedScheme for StaticTree {
+    type Config = StaticTreeParams;
     fn name(&self) -> &'static str {
         PROGRAM
     }
@@ -193,23 +174,34 @@ impl Scheme for StaticTree {
     fn servers(&self) -> Servers {
         Servers::None
     }
-    fn normalize(&self, config: &Value) -> Result<Value, PlanError> {
-        let c = parse(config)?;
-        Ok(serde_json::json!({"scheme": PROGRAM, "ina": c.ina}))
+    /// What the ranges and serde cannot check.
+    fn check(&self, c: &StaticTreeParams) -> Result<(), PlanError> {
+        let i = &c.ina;
+        if !(1..=256).contains(&i.trees) {
+            return Err(PlanError::new("ina.trees", format!("{} trees; 1 or more (the header names up to 256), each with a root of its own", i.trees)));
+        }
+        let least = 1 + StaticTreeHeader::LEN as u32;
+        if i.header_bytes < least {
+            return Err(PlanError::new("ina.header_bytes", format!("{} bytes; the static-tree header alone is {least}", i.header_bytes)));
+        }
+        if i.rtx_timeout_ps == 0 {
+            return Err(PlanError::new("ina.rtx_timeout_ps", "must be a positive duration"));
+        }
+        if i.window_blocks == 0 {
+            return Err(PlanError::new("ina.window_blocks", "must be at least 1 block"));
+        }
+        Ok(())
     }
-    fn quantization(&self, config: &Value) -> Quantization {
-        let scale = parse_config::<StaticTreeParams>(config, &StaticTree.params()).map_or(inalab_host::quant::ATP_SCALE, |c| c.ina.scale);
-        Quantization::FixedPoint { scale }
+    fn quantization(&self, c: &StaticTreeParams) -> Quantization {
+        Quantization::FixedPoint { scale: c.ina.scale }
     }
     fn program(&self, switch: NodeId, net: &dyn NetView) -> Option<Box<dyn SwitchProgram>> {
         Some(Box::new(StaticTreeSwitch::new(static_tree_slots_for(net.memory_bytes(switch)))))
     }
-    fn shares(&self, _job: &JobSpec, _net: &dyn NetView) -> Vec<String> {
+    fn shares(&self, _job: &JobSpec, _config: &StaticTreeParams, _net: &dyn NetView) -> Vec<String> {
         vec![SLOTS_SHARE.into()]
     }
-    fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError> {
-        check_servers(self, job)?;
-        let c = parse(&job.config)?;
+    fn plan(&self, job: &JobSpec, c: StaticTreeParams, net: &dyn NetView) -> Result<Plan, PlanError> {
         let id = u16::try_from(job.id).map_err(|_| PlanError::new("id", format!("job id {}; the static-tree header's job allows 0..=65535", job.id)))?;
         let trees = lay_out(job, net, c.ina.trees as usize)?;
         let (index, of) = net.share(job.id, SLOTS_SHARE);
@@ -248,6 +240,7 @@ impl Scheme for StaticTree {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::Scheme;
 
     /// A leaf-spine as a scheme sees it: hosts 0..leaves*per, then leaves, then spines; a
     /// leaf's ports are its hosts then the spines, a spine's the leaves.
@@ -343,22 +336,22 @@ mod tests {
     #[test]
     fn bad_settings_name_the_field() {
         let net = LeafSpine { leaves: 2, spines: 2, per: 2, programmable: true };
-        let e = StaticTree.plan(&job(vec![0, 2], 3), &net).err().unwrap();
+        let e = Scheme::plan(&StaticTree, &job(vec![0, 2], 3), &net).err().unwrap();
         assert_eq!(e.field, "ina.trees", "{e}");
         assert!(e.message.contains("2 top-tier"), "{e}");
         for (ina, field) in [(serde_json::json!({"trees": 0}), "ina.trees"), (serde_json::json!({"window_blocks": 0}), "ina.window_blocks"), (serde_json::json!({"header_bytes": 4}), "ina.header_bytes"), (serde_json::json!({"rtx_timeout_ps": 0}), "ina.rtx_timeout_ps"), (serde_json::json!({"tree": 2}), "ina.tree")] {
-            let e = StaticTree.normalize(&serde_json::json!({"scheme": PROGRAM, "ina": ina})).unwrap_err();
+            let e = Scheme::normalize(&StaticTree, &serde_json::json!({"scheme": PROGRAM, "ina": ina})).unwrap_err();
             assert_eq!(e.field, field, "{e}");
         }
         let fixed = LeafSpine { programmable: false, ..net };
-        let e = StaticTree.plan(&job(vec![0, 2], 1), &fixed).err().unwrap();
+        let e = Scheme::plan(&StaticTree, &job(vec![0, 2], 1), &fixed).err().unwrap();
         assert!(e.field == "scheme" && e.message.contains("programmable"), "{e}");
     }
 
     #[test]
     fn the_window_is_half_the_slice() {
         let net = LeafSpine { leaves: 2, spines: 2, per: 2, programmable: true };
-        let plan = StaticTree.plan(&job(vec![0, 2], 2), &net).unwrap();
+        let plan = Scheme::plan(&StaticTree, &job(vec![0, 2], 2), &net).unwrap();
         assert!(plan.endpoints[0].config.contains("window_blocks: 50"), "{}", plan.endpoints[0].config);
         assert_eq!(plan.admissions.len(), 4, "both leaves and both spines");
     }

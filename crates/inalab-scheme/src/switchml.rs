@@ -4,26 +4,25 @@
 //! Pool policy, the same in both drivers: `ina.pool_slots` slots, or when it is 0 an equal
 //! share of the switch's slots among the SwitchML jobs the driver sets up there.
 
-use crate::plan::{Range, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
+use crate::plan::{JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Range, Role, Servers, SwitchAdmission, TypedScheme};
 use inalab_core::time::MS;
 use inalab_core::{Admission, Endpoint, NodeId, PortId, SwitchProgram};
 use inalab_host::{Quantized, SwitchMlConfig, SwitchMlWorker};
 use inalab_switch::{slot_units, SwitchMlJob, SwitchMlSwitch, SLOT_BYTES};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 const PROGRAM: &str = "switchml";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SwitchMlIna {
-    /// Bytes on the wire per packet, headers included. Default 180.
+    /// Bytes on the wire per packet, headers included.
     pub packet_bytes: u32,
-    /// Header bytes per packet. Default 52.
+    /// Header bytes per packet.
     pub header_bytes: u32,
-    /// Loss-recovery timeout per slot, ps. Default 1 ms.
+    /// Loss-recovery timeout per slot, ps.
     pub timeout_ps: u64,
-    /// Slots of the job's static pool; 0 = an equal share. Default 0.
+    /// Slots of the job's static pool; 0 = an equal share.
     pub pool_slots: u32,
 }
 
@@ -40,10 +39,10 @@ pub struct SwitchMlParams {
 }
 
 const PARAMS: [Param; 4] = [
-    Param { name: "ina.packet_bytes", default: "180", unit: "bytes", doc: "Bytes on the wire per gradient packet, headers included.", range: Range::PACKET },
-    Param { name: "ina.header_bytes", default: "52", unit: "bytes", doc: "Header bytes of a gradient packet; the rest (a multiple of 4 B) carries 32-bit values.", range: Range::HEADER },
-    Param { name: "ina.timeout_ps", default: "1000000000", unit: "ps", doc: "Worker loss-recovery timeout: a slot's packet is resent after this long without its result, until round trips are measured; then the RTO follows them (RFC 6298, this value its floor) and backs off up to 64x.", range: Range::TIME },
-    Param { name: "ina.pool_slots", default: "0", unit: "slots", doc: "Slots of the job's static switch pool, 0 = an equal share of the switch among the jobs of the scheme there.", range: Range::Int { min: 0, max: crate::plan::MAX_SLOTS } },
+    Param { name: "ina.packet_bytes", unit: "bytes", doc: "Bytes on the wire per gradient packet, headers included.", range: Range::PACKET },
+    Param { name: "ina.header_bytes", unit: "bytes", doc: "Header bytes of a gradient packet; the rest (a multiple of 4 B) carries 32-bit values.", range: Range::HEADER },
+    Param { name: "ina.timeout_ps", unit: "ps", doc: "Worker loss-recovery timeout: a slot's packet is resent after this long without its result, until round trips are measured; then the RTO follows them (RFC 6298, this value its floor) and backs off up to 64x.", range: Range::TIME },
+    Param { name: "ina.pool_slots", unit: "slots", doc: "Slots of the job's static switch pool, 0 = an equal share of the switch among the jobs of the scheme there.", range: Range::Int { min: 0, max: crate::plan::MAX_SLOTS } },
 ];
 
 pub struct SwitchMl;
@@ -52,7 +51,8 @@ fn share_key(tor: NodeId) -> String {
     format!("{PROGRAM}@{tor}")
 }
 
-impl Scheme for SwitchMl {
+impl TypedScheme for SwitchMl {
+    type Config = SwitchMlParams;
     fn name(&self) -> &'static str {
         PROGRAM
     }
@@ -75,23 +75,16 @@ impl Scheme for SwitchMl {
     fn servers(&self) -> Servers {
         Servers::None
     }
-    fn normalize(&self, config: &Value) -> Result<Value, PlanError> {
-        Ok(serde_json::json!({"scheme": PROGRAM, "ina": parse_config::<SwitchMlParams>(config, &SwitchMl.params())?.ina}))
-    }
-    fn quantization(&self, _config: &Value) -> Quantization {
+    fn quantization(&self, _config: &SwitchMlParams) -> Quantization {
         Quantization::AgreedExponent
     }
     fn program(&self, switch: NodeId, net: &dyn NetView) -> Option<Box<dyn SwitchProgram>> {
         Some(Box::new(SwitchMlSwitch::new(net.memory_bytes(switch))))
     }
-    fn shares(&self, job: &JobSpec, net: &dyn NetView) -> Vec<String> {
+    fn shares(&self, job: &JobSpec, _config: &SwitchMlParams, net: &dyn NetView) -> Vec<String> {
         job.workers.first().map(|&w| vec![share_key(net.tor(w))]).unwrap_or_default()
     }
-    fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError> {
-        if !job.servers.is_empty() {
-            return Err(PlanError::new("servers", "scheme \"switchml\" aggregates in the switch and uses no servers; remove `servers`"));
-        }
-        let c: SwitchMlParams = parse_config(&job.config, &SwitchMl.params())?;
+    fn plan(&self, job: &JobSpec, c: SwitchMlParams, net: &dyn NetView) -> Result<Plan, PlanError> {
         let first = *job.workers.first().ok_or_else(|| PlanError::new("workers", "a job needs at least one worker"))?;
         let tor = net.tor(first);
         if let Some(&w) = job.workers.iter().find(|&&w| net.tor(w) != tor) {
@@ -142,7 +135,7 @@ impl Scheme for SwitchMl {
             };
             let config = format!("{cfg:?}");
             let worker = SwitchMlWorker::new(local, cfg).map_err(|e| PlanError::new("ina", e.0))?;
-            let proto = Quantized::new(Box::new(worker), self.quantization(&job.config), r, job.workers.len());
+            let proto = Quantized::new(Box::new(worker), Quantization::AgreedExponent, r, job.workers.len());
             plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config });
             admitted.push((local, net.port_toward(tor, h).unwrap_or(PortId::MAX)));
         }

@@ -6,19 +6,19 @@ use inalab_core::time::MS;
 use inalab_host::{AimdConfig, TransportConfig};
 use serde::{Deserialize, Serialize};
 
-/// Defaults as in the scenario reference (docs/config.md, `[jobs.transport]`).
+/// Each default is written once, in `Default` below (docs/config.md is generated from it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TransportParams {
-    /// Maximum segment (payload) size, bytes. Default 1436.
+    /// Maximum segment (payload) size, bytes.
     pub mss_bytes: u32,
-    /// Header bytes added to every packet, bytes. Default 64.
+    /// Header bytes added to every packet, bytes.
     pub header_bytes: u32,
-    /// Retransmission timeout, ps. Default 1 ms.
+    /// Retransmission timeout, ps.
     pub rto_ps: u64,
-    /// Initial congestion window, bytes. Default 60 000.
+    /// Initial congestion window, bytes.
     pub init_window_bytes: u64,
-    /// Additive increase per round trip, bytes. Default 1500.
+    /// Additive increase per round trip, bytes.
     pub increment_bytes: u64,
 }
 
@@ -29,11 +29,11 @@ impl Default for TransportParams {
 }
 
 pub(crate) const TRANSPORT_PARAMS: [Param; 5] = [
-    Param { name: "transport.mss_bytes", default: "1436", unit: "bytes", doc: "Maximum segment (payload) size of a packet.", range: Range::PACKET },
-    Param { name: "transport.header_bytes", default: "64", unit: "bytes", doc: "Header bytes added to every packet on the wire.", range: Range::HEADER },
-    Param { name: "transport.rto_ps", default: "1000000000", unit: "ps", doc: "Retransmission timeout.", range: Range::TIME },
-    Param { name: "transport.init_window_bytes", default: "60000", unit: "bytes", doc: "Initial congestion window.", range: Range::WINDOW },
-    Param { name: "transport.increment_bytes", default: "1500", unit: "bytes", doc: "Additive increase of the window per round trip.", range: Range::Int { min: 0, max: crate::plan::MAX_WINDOW_BYTES } },
+    Param { name: "transport.mss_bytes", unit: "bytes", doc: "Maximum segment (payload) size of a packet.", range: Range::PACKET },
+    Param { name: "transport.header_bytes", unit: "bytes", doc: "Header bytes added to every packet on the wire.", range: Range::HEADER },
+    Param { name: "transport.rto_ps", unit: "ps", doc: "Retransmission timeout.", range: Range::TIME },
+    Param { name: "transport.init_window_bytes", unit: "bytes", doc: "Initial congestion window.", range: Range::WINDOW },
+    Param { name: "transport.increment_bytes", unit: "bytes", doc: "Additive increase of the window per round trip.", range: Range::Int { min: 0, max: crate::plan::MAX_WINDOW_BYTES } },
 ];
 
 impl TransportParams {

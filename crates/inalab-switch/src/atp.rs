@@ -133,51 +133,6 @@ pub struct AtpSwitchJob {
     pub once: bool,
 }
 
-/// The control plane's admissions of one ATP job: an [`AtpSwitchJob`] per switch that
-/// aggregates it, in order (worker racks by first appearance, then the PS's rack). Shared by
-/// the simulator and the UDP runtime so both set jobs up the same way.
-///
-/// `workers[r]` is worker r's host and `racks[r]` its switch; `ps` the PS host behind
-/// `ps_rack`; `runs_atp(rack)` whether a switch runs ATP; `port(rack, host)` the switch's port
-/// facing a host attached to it. Every worker rack with ATP other than the PS's aggregates at
-/// level 1 and gets one routed parameter copy (to its first worker, which it multicasts on);
-/// workers in the PS's rack or in racks without ATP are level-2 contributors. When the PS's
-/// rack does not run ATP the PS unicasts to every worker and no level-2 admission is made.
-pub fn atp_admissions<R: PartialEq + Copy>(
-    workers: &[NodeId],
-    racks: &[R],
-    ps: NodeId,
-    ps_rack: R,
-    runs_atp: impl Fn(R) -> bool,
-    port: impl Fn(R, NodeId) -> PortId,
-    stale_timeout_ps: Time,
-) -> Vec<(R, AtpSwitchJob)> {
-    let multicast = runs_atp(ps_rack);
-    let mut rack_order: Vec<R> = vec![];
-    for &r in racks {
-        if !rack_order.contains(&r) {
-            rack_order.push(r);
-        }
-    }
-    let mut out = vec![];
-    let mut remote_targets = vec![];
-    for &rack in rack_order.iter().filter(|&&r| r != ps_rack) {
-        let local: Vec<NodeId> = workers.iter().zip(racks).filter(|(_, &r)| r == rack).map(|(&w, _)| w).collect();
-        if runs_atp(rack) {
-            remote_targets.push((local[0], None));
-            let local_workers = local.iter().map(|&w| (port(rack, w), w)).collect();
-            out.push((rack, AtpSwitchJob { local_workers, ps: None, multicast, stale_timeout_ps, ..Default::default() }));
-        } else {
-            remote_targets.extend(local.iter().map(|&w| (w, None)));
-        }
-    }
-    if multicast {
-        let local_workers = workers.iter().zip(racks).filter(|(_, &r)| r == ps_rack).map(|(&w, _)| (port(ps_rack, w), w)).collect();
-        out.push((ps_rack, AtpSwitchJob { local_workers, ps: Some(ps), remote_targets, multicast, stale_timeout_ps, ..Default::default() }));
-    }
-    out
-}
-
 /// Where a gradient packet is aggregated here: `level` 1 or 2; `fan_in2` overrides the
 /// packet's level-2 fan-in; `intermediate`: a tree-mode intermediate node, whose complete
 /// aggregate goes on as a level-2 contribution (`esi` 1).

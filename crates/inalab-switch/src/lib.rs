@@ -24,7 +24,7 @@ mod rina;
 mod static_tree;
 mod switchml;
 
-pub use atp::{atp_admissions, AtpSwitch, AtpSwitchConfig, AtpSwitchJob, AGGREGATOR_BYTES, AGGREGATOR_VALUES};
+pub use atp::{AtpSwitch, AtpSwitchConfig, AtpSwitchJob, AGGREGATOR_BYTES, AGGREGATOR_VALUES};
 pub use canary::{CanarySwitch, CanarySwitchConfig, CanarySwitchJob, CANARY_DESCRIPTOR_BYTES, CANARY_MAX_PORTS, CANARY_VALUES};
 pub use dsa::{DsaIndex, DsaPolicy, DsaSwitch, DsaSwitchConfig, DsaSwitchJob, DSA_AGGREGATOR_BYTES, DSA_AGGREGATOR_VALUES, DSA_EMPTY_PACKET_BYTES};
 pub use grid::{GridIndexing, GridSwitch, GridSwitchConfig, GridSwitchJob, GRID_UNIT_BYTES, GRID_VALUES};

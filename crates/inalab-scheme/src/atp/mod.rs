@@ -3,23 +3,25 @@
 //!
 //! Set-up policy, the same in both drivers:
 //! - every worker rack whose ToR is programmable aggregates at level 1, the PS's rack at
-//!   level 2 and multicasts (`inalab_switch::atp_admissions`);
+//!   level 2 and multicasts ([`atp_admissions`]);
 //! - the aggregator index is taken modulo the smallest pool the job's packets meet;
 //! - a switch frees an aggregator abandoned by a job after 4 x that job's loss-recovery
 //!   timeout (a live fragment is resent within one);
 //! - the window is AIMD from `transport.init_window_bytes` / `increment_bytes`, never below one
 //!   packet.
 
-use crate::atp_tree::atp_tree;
-use crate::plan::{Range, check_servers, parse_config, JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Role, Scheme, Servers, SwitchAdmission};
+mod tree;
+
+use tree::atp_tree;
+use crate::plan::{JobSpec, NetView, Param, Plan, PlanError, PlannedEndpoint, Quantization, Range, Role, Servers, SwitchAdmission, TypedScheme};
 use crate::ring::worker_endpoints;
 use crate::transport::{TransportParams, TRANSPORT_PARAMS};
 use inalab_core::time::MS;
 use inalab_core::{Admission, Endpoint, NodeId, SwitchProgram, Time};
 use inalab_host::{atp_layout, AimdConfig, AtpConfig, AtpServer, AtpServerConfig, AtpWorker, Hashing, Quantized, WindowRules};
-use inalab_switch::{atp_admissions, AtpSwitch, AtpSwitchConfig};
+use inalab_core::PortId;
+use inalab_switch::{AtpSwitch, AtpSwitchConfig, AtpSwitchJob};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 /// Stale-aggregator timeout as a multiple of the holding job's loss-recovery timeout.
 pub const STALE_TIMEOUTS: u64 = 4;
@@ -47,7 +49,7 @@ pub enum AtpHashing {
 pub enum AtpLevels {
     /// ATP (§3.4): the workers' top-of-rack switches, then the PS's.
     Tor,
-    /// Every ATP switch on the job's routes to the PS (crate::atp_tree): Rina's BOM model.
+    /// Every ATP switch on the job's routes to the PS ([`tree`]): Rina's BOM model.
     Tree,
     /// Each gradient once, at the first ATP switch on its way (GRID §4.2: "aggregated
     /// in-network once at most"; §6.1's ATP baseline): the workers' ToRs as in `Tor`, and the
@@ -59,20 +61,20 @@ pub enum AtpLevels {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AtpIna {
-    /// Bytes on the wire per gradient packet, headers included. Default 306.
+    /// Bytes on the wire per gradient packet, headers included.
     pub packet_bytes: u32,
-    /// Header bytes of a gradient packet. Default 58.
+    /// Header bytes of a gradient packet.
     pub header_bytes: u32,
     pub hashing: AtpHashing,
-    /// Slots of the job's aggregator table, and the most fragments in flight. Default 512.
+    /// Slots of the job's aggregator table, and the most fragments in flight.
     pub slots: u32,
     /// ECN/loss-driven AIMD window (false: a fixed window of `transport.init_window_bytes`).
     pub congestion_control: bool,
-    /// Worker loss-recovery timeout, ps. Default 1 ms.
+    /// Worker loss-recovery timeout, ps.
     pub timeout_ps: u64,
-    /// Fixed-point scale: values are multiplied by it before aggregation. Default 1e8 (ATP's).
+    /// Fixed-point scale: values are multiplied by it before aggregation.
     pub scale: f64,
-    /// Where gradients are aggregated. Default `Tor` (ATP's two levels).
+    /// Where gradients are aggregated.
     pub levels: AtpLevels,
 }
 
@@ -91,34 +93,30 @@ pub struct AtpParams {
 
 /// ATP's own parameters, after the transport's.
 const INA_PARAMS: [Param; 8] = [
-    Param { name: "ina.packet_bytes", default: "306", unit: "bytes", doc: "Bytes on the wire per gradient packet, headers included.", range: Range::PACKET },
-    Param { name: "ina.header_bytes", default: "58", unit: "bytes", doc: "Header bytes of a gradient packet; the rest (a multiple of 4 B) carries 32-bit values.", range: Range::HEADER },
+    Param { name: "ina.packet_bytes", unit: "bytes", doc: "Bytes on the wire per gradient packet, headers included.", range: Range::PACKET },
+    Param { name: "ina.header_bytes", unit: "bytes", doc: "Header bytes of a gradient packet; the rest (a multiple of 4 B) carries 32-bit values.", range: Range::HEADER },
     Param {
         name: "ina.hashing",
-        default: "\"hash\"",
         unit: "",
         doc: "How a job's slot table is filled (fragment seq uses slot seq % slots): \"hash\" = HASH(<job, slot>) % aggregators, distinct, and the PS moves a colliding slot to an aggregator the job has not used (ATP); \"linear\" = slot i is aggregator i, so every job starts at 0, and nothing moves (ATP Fig. 14's strawman); \"static\" = the pool is split equally among the scenario's static jobs, each job's slots are its slice, so its window is the slice (the static baseline of Figs. 13a, 14).",
         range: Range::Choice(&["hash", "linear", "static"]),
     },
     Param {
         name: "ina.slots",
-        default: "512",
         unit: "aggregators",
         doc: "Slots of a job's aggregator table: the aggregators it uses per switch and the most fragments a worker has in flight, so a job never collides with itself. A pool smaller than this is used more than once (the surplus falls back to the PS); a static job has at most its slice. At most 2^20.",
         range: Range::Int { min: 1, max: inalab_host::ATP_MAX_SLOTS as u64 },
     },
     Param {
         name: "ina.congestion_control",
-        default: "true",
         unit: "",
         doc: "ECN/loss-driven AIMD window starting at transport.init_window, +1 MTU (transport.increment) per parameter in slow start; false: a fixed window of transport.init_window.",
         range: Range::Bool,
     },
-    Param { name: "ina.timeout_ps", default: "1000000000", unit: "ps", doc: "Worker loss-recovery timeout: a fragment (ATP) or a slot's packet (SwitchML) is resent after this long without progress.", range: Range::TIME },
-    Param { name: "ina.scale", default: "100000000.0", unit: "", doc: "Fixed-point scale of the workers' float32 values (value x scale, rounded, as i32): error at most workers / (2 scale) per value, sums limited to (2^31 - 1) / scale.", range: Range::SCALE },
+    Param { name: "ina.timeout_ps", unit: "ps", doc: "Worker loss-recovery timeout: a fragment (ATP) or a slot's packet (SwitchML) is resent after this long without progress.", range: Range::TIME },
+    Param { name: "ina.scale", unit: "", doc: "Fixed-point scale of the workers' float32 values (value x scale, rounded, as i32): error at most workers / (2 scale) per value, sums limited to (2^31 - 1) / scale.", range: Range::SCALE },
     Param {
         name: "ina.levels",
-        default: "\"tor\"",
         unit: "",
         doc: "Where gradients are aggregated: \"tor\" = ATP's two levels, the workers' top-of-rack switches and the PS's (§3.4); \"tree\" = every programmable switch on the job's routes to the PS, which all carry one ECMP key so they form a tree, with results copied down it (the PS-based INA of Rina's BOM model, §III-B; simulator only); \"once\" = each gradient at the first ATP switch on its way only, the racks' sums going to the PS apart (the ATP GRID compares with, GRID §4.2, §6.1). Each way at most 32 level-2 contributors.",
         range: Range::Choice(&["tor", "tree", "once"]),
@@ -127,16 +125,8 @@ const INA_PARAMS: [Param; 8] = [
 
 pub struct Atp;
 
-/// A job's ATP description, with the ranges serde cannot check.
-fn parse(config: &Value) -> Result<AtpParams, PlanError> {
-    let c: AtpParams = parse_config(config, &Atp.params())?;
-    if !(1..=inalab_host::ATP_MAX_SLOTS).contains(&c.ina.slots) {
-        return Err(PlanError::new("ina.slots", format!("{} slots; allowed: 1..={}", c.ina.slots, inalab_host::ATP_MAX_SLOTS)));
-    }
-    Ok(c)
-}
-
-impl Scheme for Atp {
+impl TypedScheme for Atp {
+    type Config = AtpParams;
     fn name(&self) -> &'static str {
         PROGRAM
     }
@@ -160,27 +150,28 @@ impl Scheme for Atp {
     fn servers(&self) -> Servers {
         Servers::ExactlyOne
     }
-    fn normalize(&self, config: &Value) -> Result<Value, PlanError> {
-        let c = parse(config)?;
-        Ok(serde_json::json!({"scheme": PROGRAM, "transport": c.transport, "ina": c.ina}))
+    /// The slots' range, which serde cannot check.
+    fn check(&self, c: &AtpParams) -> Result<(), PlanError> {
+        if !(1..=inalab_host::ATP_MAX_SLOTS).contains(&c.ina.slots) {
+            return Err(PlanError::new("ina.slots", format!("{} slots; allowed: 1..={}", c.ina.slots, inalab_host::ATP_MAX_SLOTS)));
+        }
+        Ok(())
     }
-    fn quantization(&self, config: &Value) -> Quantization {
-        let scale = parse_config::<AtpParams>(config, &Atp.params()).map_or(inalab_host::quant::ATP_SCALE, |c| c.ina.scale);
-        Quantization::FixedPoint { scale }
+    fn quantization(&self, c: &AtpParams) -> Quantization {
+        Quantization::FixedPoint { scale: c.ina.scale }
     }
     fn program(&self, switch: NodeId, net: &dyn NetView) -> Option<Box<dyn SwitchProgram>> {
         let cfg = AtpSwitchConfig { aggregators: AtpSwitchConfig::aggregators_for(net.memory_bytes(switch)), stale_timeout_ps: STALE_TIMEOUTS * MS };
         Some(Box::new(AtpSwitch::new(cfg)))
     }
-    fn shares(&self, job: &JobSpec, _net: &dyn NetView) -> Vec<String> {
-        match parse_config::<AtpParams>(&job.config, &Atp.params()) {
-            Ok(c) if c.ina.hashing == AtpHashing::Static => vec!["atp/static".into()],
-            _ => vec![],
+    fn shares(&self, _job: &JobSpec, c: &AtpParams, _net: &dyn NetView) -> Vec<String> {
+        if c.ina.hashing == AtpHashing::Static {
+            vec!["atp/static".into()]
+        } else {
+            vec![]
         }
     }
-    fn plan(&self, job: &JobSpec, net: &dyn NetView) -> Result<Plan, PlanError> {
-        check_servers(self, job)?;
-        let c = parse(&job.config)?;
+    fn plan(&self, job: &JobSpec, c: AtpParams, net: &dyn NetView) -> Result<Plan, PlanError> {
         let ps_host = job.servers[0];
         let ina = &c.ina;
         let racks: Vec<NodeId> = job.workers.iter().map(|&w| net.tor(w)).collect();
@@ -246,7 +237,7 @@ impl Scheme for Atp {
         let mut plan = Plan::default();
         for (r, &h) in job.workers.iter().enumerate() {
             let worker = AtpWorker::new(wep[r], ps, layout.positions[r], cfg.clone()).map_err(err)?;
-            let proto = Quantized::new(Box::new(worker), self.quantization(&job.config), r, job.workers.len());
+            let proto = Quantized::new(Box::new(worker), self.quantization(&c), r, job.workers.len());
             let config = format!("{cfg:?} {:?} ps {ps:?} scale {}", layout.positions[r], ina.scale);
             plan.endpoints.push(PlannedEndpoint { host: h, role: Role::Worker { rank: r as u32 }, proto: Box::new(proto), config });
         }
@@ -259,4 +250,49 @@ impl Scheme for Atp {
         }
         Ok(plan)
     }
+}
+
+/// The control plane's admissions of one ATP job: an [`AtpSwitchJob`] per switch that
+/// aggregates it, in order (worker racks by first appearance, then the PS's rack). Both drivers
+/// set jobs up through it (ATP's whole set-up lives in this module and [`tree`]).
+///
+/// `workers[r]` is worker r's host and `racks[r]` its switch; `ps` the PS host behind
+/// `ps_rack`; `runs_atp(rack)` whether a switch runs ATP; `port(rack, host)` the switch's port
+/// facing a host attached to it. Every worker rack with ATP other than the PS's aggregates at
+/// level 1 and gets one routed parameter copy (to its first worker, which it multicasts on);
+/// workers in the PS's rack or in racks without ATP are level-2 contributors. When the PS's
+/// rack does not run ATP the PS unicasts to every worker and no level-2 admission is made.
+pub fn atp_admissions<R: PartialEq + Copy>(
+    workers: &[NodeId],
+    racks: &[R],
+    ps: NodeId,
+    ps_rack: R,
+    runs_atp: impl Fn(R) -> bool,
+    port: impl Fn(R, NodeId) -> PortId,
+    stale_timeout_ps: Time,
+) -> Vec<(R, AtpSwitchJob)> {
+    let multicast = runs_atp(ps_rack);
+    let mut rack_order: Vec<R> = vec![];
+    for &r in racks {
+        if !rack_order.contains(&r) {
+            rack_order.push(r);
+        }
+    }
+    let mut out = vec![];
+    let mut remote_targets = vec![];
+    for &rack in rack_order.iter().filter(|&&r| r != ps_rack) {
+        let local: Vec<NodeId> = workers.iter().zip(racks).filter(|(_, &r)| r == rack).map(|(&w, _)| w).collect();
+        if runs_atp(rack) {
+            remote_targets.push((local[0], None));
+            let local_workers = local.iter().map(|&w| (port(rack, w), w)).collect();
+            out.push((rack, AtpSwitchJob { local_workers, ps: None, multicast, stale_timeout_ps, ..Default::default() }));
+        } else {
+            remote_targets.extend(local.iter().map(|&w| (w, None)));
+        }
+    }
+    if multicast {
+        let local_workers = workers.iter().zip(racks).filter(|(_, &r)| r == ps_rack).map(|(&w, _)| (port(ps_rack, w), w)).collect();
+        out.push((ps_rack, AtpSwitchJob { local_workers, ps: Some(ps), remote_targets, multicast, stale_timeout_ps, ..Default::default() }));
+    }
+    out
 }
