@@ -11,9 +11,6 @@ impl Sim {
             Some(c) => (c.finish(), c.error.clone()),
             None => (vec![], None),
         };
-        let t_end = self.now.max(1);
-        let bin = self.bin;
-        let name = |n: u32| self.topo.nodes[n as usize].name.clone();
         let mut r = SimResult {
             scenario: self.name.clone(),
             seed: self.seed,
@@ -25,6 +22,23 @@ impl Sim {
             capture_error,
             ..Default::default()
         };
+        self.job_rows(&mut r);
+        self.link_rows(&mut r);
+        self.switch_rows(&mut r);
+        self.host_rows(&mut r);
+        self.flow_rows(&mut r);
+        r.outcome = self.outcome(&r).to_string();
+        r.conservation = self.conservation();
+        r
+    }
+
+    /// A node's name in the result rows.
+    fn node_name(&self, n: u32) -> String {
+        self.topo.nodes[n as usize].name.clone()
+    }
+
+    /// Each job's row and its iterations'.
+    fn job_rows(&self, r: &mut SimResult) {
         for j in &self.wl.jobs {
             let start = j.spec.start_ps;
             let iters = j.iter_end.len() as u32;
@@ -68,6 +82,11 @@ impl Sim {
                 prev = t;
             }
         }
+    }
+
+    /// Each link's row (by direction) and its time series.
+    fn link_rows(&self, r: &mut SimResult) {
+        let (t_end, bin) = (self.now.max(1), self.bin);
         let mut node_of_port = vec![];
         for (n, node) in self.topo.nodes.iter().enumerate() {
             node_of_port.extend(std::iter::repeat_n(n as u32, node.ports.len()));
@@ -79,7 +98,7 @@ impl Sim {
             let busy = inalab_core::time::serialization(s.tx_bytes, p.rate_bps).saturating_sub(p.busy_until.saturating_sub(self.now));
             // The share of each bin the link spent serializing.
             let peak = s.tx_series().map(|(_, busy)| busy).max().unwrap_or(0) as f64 / bin as f64;
-            let entity = format!("{}->{}", name(src), name(p.peer));
+            let entity = format!("{}->{}", self.node_name(src), self.node_name(p.peer));
             for (b, busy) in s.tx_series() {
                 r.timeseries.push(SeriesRow { t_s: to_secs(b as u64 * bin), metric: "link_utilization", entity: entity.clone(), value: busy as f64 / bin as f64 });
             }
@@ -89,8 +108,8 @@ impl Sim {
             let pfc = self.pfc_link(pi);
             r.links.push(LinkResult {
                 link: p.link,
-                src: name(src),
-                dst: name(p.peer),
+                src: self.node_name(src),
+                dst: self.node_name(p.peer),
                 rate_gbps: p.rate_bps as f64 / 1e9,
                 tx_bytes: s.tx_bytes,
                 tx_packets: s.tx_packets,
@@ -106,6 +125,11 @@ impl Sim {
                 pfc_max_ingress_bytes: pfc.as_ref().map(|p| p.max_ingress_bytes),
             });
         }
+    }
+
+    /// Each switch's row, its program's counters with the network's, and its aggregator series.
+    fn switch_rows(&self, r: &mut SimResult) {
+        let bin = self.bin;
         let hosts = self.topo.hosts;
         for (si, sw) in self.switches.iter().enumerate() {
             let node = hosts + si as u32;
@@ -142,10 +166,10 @@ impl Sim {
                 counters.insert("pfc_max_ingress_bytes".into(), f.max_ingress_bytes);
             }
             for &(b, v) in &sw.agg_series {
-                r.timeseries.push(SeriesRow { t_s: to_secs(b as u64 * bin), metric: "aggregators_in_use", entity: name(node), value: v as f64 });
+                r.timeseries.push(SeriesRow { t_s: to_secs(b as u64 * bin), metric: "aggregators_in_use", entity: self.node_name(node), value: v as f64 });
             }
             r.switches.push(SwitchResult {
-                name: name(node),
+                name: self.node_name(node),
                 programmable: self.topo.nodes[node as usize].programmable,
                 rx_packets: sw.rx_packets,
                 drops_queue: ports.iter().map(|p| p.stats.drops_queue).sum(),
@@ -159,6 +183,10 @@ impl Sim {
                 counters,
             });
         }
+    }
+
+    /// Each host's row: its NIC's bytes and its endpoints' counters.
+    fn host_rows(&self, r: &mut SimResult) {
         for (h, hs) in self.hosts.iter().enumerate() {
             let nic_pi = self.topo.nodes[..h].iter().map(|n| n.ports.len()).sum::<usize>();
             let nic = &self.ports[nic_pi].stats;
@@ -183,7 +211,7 @@ impl Sim {
                 counters.insert("cpu_busy_ns".to_string(), cpu.busy_ps / 1000);
             }
             r.hosts.push(HostResult {
-                name: name(h as u32),
+                name: self.node_name(h as u32),
                 tx_bytes: nic.tx_bytes,
                 tx_packets: nic.tx_packets,
                 rx_bytes: hs.rx_bytes,
@@ -193,6 +221,10 @@ impl Sim {
                 counters,
             });
         }
+    }
+
+    /// Each background flow's row.
+    fn flow_rows(&self, r: &mut SimResult) {
         for (i, f) in self.wl.flows.iter().enumerate() {
             let status = match (f.complete, f.packets_dropped) {
                 (false, _) => "unfinished",
@@ -201,8 +233,8 @@ impl Sim {
             };
             r.flows.push(FlowResult {
                 id: i as u32,
-                src: name(f.src),
-                dst: name(f.dst),
+                src: self.node_name(f.src),
+                dst: self.node_name(f.dst),
                 bytes: f.bytes,
                 bytes_received: f.bytes_received,
                 delivered_fraction: if f.bytes > 0 { f.bytes_received as f64 / f.bytes as f64 } else { 1.0 },
@@ -217,15 +249,18 @@ impl Sim {
                 last_rx_s: f.last_rx.map(to_secs),
             });
         }
-        r.outcome = self.outcome(&r).to_string();
+    }
+
+    /// The conservation check: every packet and byte sent or created was delivered, absorbed,
+    /// lost or is still in flight.
+    fn conservation(&self) -> crate::result::Conservation {
         let mut c = self.cons.clone();
         let (live, live_bytes) = self.in_flight();
         c.in_flight_packets = live;
         c.in_flight_bytes = live_bytes;
         c.holds = c.sent_packets as i64 + c.created_packets == (c.delivered_packets + c.absorbed_packets + c.lost_packets + c.in_flight_packets) as i64
             && c.sent_bytes as i64 + c.created_bytes == (c.delivered_bytes + c.absorbed_bytes + c.lost_bytes + c.in_flight_bytes) as i64;
-        r.conservation = c;
-        r
+        c
     }
 
     /// What an unfinished job had done and why it stopped short.

@@ -279,6 +279,151 @@ fn adaptive_pick(default: PortId, hops: &[PortId], limit: f64, q: impl Fn(PortId
     }
 }
 
+/// Every node's ports, in node order, and each node's first port's index, with
+/// `network.link_loss` applied.
+fn build_ports(topo: &Topology, net: &crate::spec::NetSpec) -> Result<(Vec<u32>, Vec<PortState>), SimError> {
+    let mut port_base = Vec::with_capacity(topo.nodes.len());
+    let mut ports = Vec::new();
+    for node in &topo.nodes {
+        port_base.push(ports.len() as u32);
+        for p in &node.ports {
+            let l = &topo.links[p.link as usize];
+            ports.push(PortState {
+                peer: p.peer,
+                peer_port: p.peer_port,
+                link: p.link,
+                rate_bps: l.rate_bps,
+                delay_ps: l.delay_ps,
+                busy_until: 0,
+                loss: 0.0,
+                stats: Default::default(),
+            });
+        }
+    }
+    for (i, ll) in net.link_loss.iter().enumerate() {
+        let field = format!("network.link_loss[{i}]");
+        let p = check_prob(format!("{field}.prob"), ll.prob)?;
+        let (a, b) = match (topo.find(&ll.a), topo.find(&ll.b)) {
+            (Some(a), Some(b)) => (a, b),
+            _ => return Err(SimError::new(field, format!("no link between {:?} and {:?}: unknown node", ll.a, ll.b))),
+        };
+        let (pa, pb) = match (topo.port_to(a, b), topo.port_to(b, a)) {
+            (Some(pa), Some(pb)) => (pa, pb),
+            _ => return Err(SimError::new(field, format!("{:?} and {:?} are not adjacent", ll.a, ll.b))),
+        };
+        ports[(port_base[a as usize] + pa as u32) as usize].loss = p;
+        ports[(port_base[b as usize] + pb as u32) as usize].loss = p;
+    }
+    Ok((port_base, ports))
+}
+
+/// Every host's state, with `network.host_loss` and `network.host_costs` applied.
+fn build_hosts(topo: &Topology, spec: &SimSpec) -> Result<Vec<HostState>, SimError> {
+    let net = &spec.network;
+    let mut hosts: Vec<HostState> = (0..topo.hosts).map(|_| HostState::default()).collect();
+    for (i, hl) in net.host_loss.iter().enumerate() {
+        let p = check_prob(format!("network.host_loss[{i}].prob"), hl.prob)?;
+        let h = host_named(&topo, format!("network.host_loss[{i}].host"), &hl.host)?;
+        hosts[h as usize].loss = p;
+    }
+    for (i, hc) in net.host_costs.iter().enumerate() {
+        if !(hc.copy_bps.is_finite() && hc.copy_bps >= 0.0) {
+            return Err(SimError::new(format!("network.host_costs[{i}].copy_bps"), format!("must be a rate >= 0 bits/s (0: free), got {}", hc.copy_bps)));
+        }
+        let role = |f: fn(&crate::spec::JobSpec) -> &Vec<String>| -> Vec<NodeId> {
+            spec.jobs.iter().flat_map(f).filter_map(|n| topo.find(n)).collect()
+        };
+        let selected: Vec<NodeId> = match hc.hosts.as_str() {
+            "all" => (0..topo.hosts).collect(),
+            "workers" => role(|j| &j.workers),
+            "servers" => role(|j| &j.servers),
+            name => vec![host_named(&topo, format!("network.host_costs[{i}].hosts"), name)
+                .map_err(|e| SimError::new(e.field, format!("{}; or one of \"all\", \"workers\", \"servers\"", e.message)))?],
+        };
+        let ps_per_byte = if hc.copy_bps > 0.0 { 8e12 / hc.copy_bps } else { 0.0 };
+        for h in selected {
+            hosts[h as usize].cpu = (hc.per_packet_ps > 0 || ps_per_byte > 0.0).then_some(Cpu { per_packet_ps: hc.per_packet_ps, ps_per_byte, ..Cpu::default() });
+        }
+    }
+    Ok(hosts)
+}
+
+/// Every switch's state, forwarding plain L3 until the workloads install programs, with
+/// `network.switch_capacity` applied and `network.switch_memory` checked.
+fn build_switches(topo: &Topology, net: &crate::spec::NetSpec) -> Result<Vec<SwitchState>, SimError> {
+    let switch_id = |field: String, name: &str| -> Result<NodeId, SimError> {
+        match topo.find(name) {
+            Some(n) if !topo.is_host(n) => Ok(n),
+            _ => Err(SimError::new(field, format!("no switch named {name:?}"))),
+        }
+    };
+    let mut switches: Vec<SwitchState> = topo
+        .switches()
+        .map(|_| SwitchState {
+            program: Box::new(inalab_switch::L3Forward),
+            ina: None,
+            capacity_bps: None,
+            proc_busy: 0,
+            rx_packets: 0,
+            absorbed: 0,
+            drops_program: 0,
+            drops_no_route: 0,
+            rerouted: 0,
+            drops_processing: 0,
+            drops_unadmitted: 0,
+            aggregators_released: 0,
+            admitted: std::collections::HashMap::new(),
+            agg_peak: 0,
+            agg_series: vec![],
+            drops_node_failed: 0,
+            drops_link_failed: 0,
+            restarts: 0,
+            carried: Default::default(),
+            epoch: 0,
+        })
+        .collect();
+    for (i, sc) in net.switch_capacity.iter().enumerate() {
+        let s = switch_id(format!("network.switch_capacity[{i}].switch"), &sc.switch)?;
+        if sc.value == 0 {
+            return Err(SimError::new(format!("network.switch_capacity[{i}].value"), "must be a positive rate"));
+        }
+        switches[(s - topo.hosts) as usize].capacity_bps = Some(sc.value);
+    }
+    for (i, sm) in net.switch_memory.iter().enumerate() {
+        // Memory budgets are read when INA programs are installed (workload setup).
+        switch_id(format!("network.switch_memory[{i}].switch"), &sm.switch)?;
+    }
+    Ok(switches)
+}
+
+/// Lossless mode's state for `network.flow_control` (`None`: drop-tail).
+fn flow_control(topo: &Topology, net: &crate::spec::NetSpec) -> Result<Option<Box<Pfc>>, SimError> {
+    let mode = match net.flow_control {
+        FlowControl::DropTail => None,
+        FlowControl::Pfc { xoff_bytes, xon_bytes } => {
+            if xoff_bytes == 0 {
+                return Err(SimError::new("network.flow_control.xoff_bytes", "must be a positive size"));
+            }
+            if xon_bytes > xoff_bytes {
+                return Err(SimError::new("network.flow_control.xon_bytes", format!("must be at most xoff_bytes ({xoff_bytes} B), got {xon_bytes} B")));
+            }
+            Some(Mode::Pause { xoff: xoff_bytes, xon: xon_bytes })
+        }
+        FlowControl::Credit { buffer_bytes } => {
+            // Credits travel as u32 (an event stays 16 bytes).
+            if buffer_bytes == 0 || buffer_bytes > u32::MAX as u64 {
+                return Err(SimError::new("network.flow_control.buffer_bytes", format!("must be a size from 1 B to 4 GiB, got {buffer_bytes} B")));
+            }
+            Some(Mode::Credit { buffer: buffer_bytes })
+        }
+    };
+    let pfc = mode.map(|mode| {
+        let node_of_port = topo.nodes.iter().enumerate().flat_map(|(n, node)| std::iter::repeat_n(n as NodeId, node.ports.len())).collect();
+        Box::new(Pfc::new(mode, node_of_port))
+    });
+    Ok(pfc)
+}
+
 fn check_prob(field: String, p: f64) -> Result<f64, SimError> {
     if !(0.0..=1.0).contains(&p) {
         return Err(SimError::new(field, format!("must be a probability in [0, 1], got {p}")));
@@ -299,128 +444,10 @@ impl Sim {
         if spec.metrics.bin_ps == 0 {
             return Err(SimError::new("metrics.bin", "must be a positive duration"));
         }
-        let switch_id = |field: String, name: &str| -> Result<NodeId, SimError> {
-            match topo.find(name) {
-                Some(n) if !topo.is_host(n) => Ok(n),
-                _ => Err(SimError::new(field, format!("no switch named {name:?}"))),
-            }
-        };
-        let mut port_base = Vec::with_capacity(topo.nodes.len());
-        let mut ports = Vec::new();
-        for node in &topo.nodes {
-            port_base.push(ports.len() as u32);
-            for p in &node.ports {
-                let l = &topo.links[p.link as usize];
-                ports.push(PortState {
-                    peer: p.peer,
-                    peer_port: p.peer_port,
-                    link: p.link,
-                    rate_bps: l.rate_bps,
-                    delay_ps: l.delay_ps,
-                    busy_until: 0,
-                    loss: 0.0,
-                    stats: Default::default(),
-                });
-            }
-        }
-        for (i, ll) in net.link_loss.iter().enumerate() {
-            let field = format!("network.link_loss[{i}]");
-            let p = check_prob(format!("{field}.prob"), ll.prob)?;
-            let (a, b) = match (topo.find(&ll.a), topo.find(&ll.b)) {
-                (Some(a), Some(b)) => (a, b),
-                _ => return Err(SimError::new(field, format!("no link between {:?} and {:?}: unknown node", ll.a, ll.b))),
-            };
-            let (pa, pb) = match (topo.port_to(a, b), topo.port_to(b, a)) {
-                (Some(pa), Some(pb)) => (pa, pb),
-                _ => return Err(SimError::new(field, format!("{:?} and {:?} are not adjacent", ll.a, ll.b))),
-            };
-            ports[(port_base[a as usize] + pa as u32) as usize].loss = p;
-            ports[(port_base[b as usize] + pb as u32) as usize].loss = p;
-        }
-        let mut hosts: Vec<HostState> = (0..topo.hosts).map(|_| HostState::default()).collect();
-        for (i, hl) in net.host_loss.iter().enumerate() {
-            let p = check_prob(format!("network.host_loss[{i}].prob"), hl.prob)?;
-            let h = host_named(&topo, format!("network.host_loss[{i}].host"), &hl.host)?;
-            hosts[h as usize].loss = p;
-        }
-        for (i, hc) in net.host_costs.iter().enumerate() {
-            if !(hc.copy_bps.is_finite() && hc.copy_bps >= 0.0) {
-                return Err(SimError::new(format!("network.host_costs[{i}].copy_bps"), format!("must be a rate >= 0 bits/s (0: free), got {}", hc.copy_bps)));
-            }
-            let role = |f: fn(&crate::spec::JobSpec) -> &Vec<String>| -> Vec<NodeId> {
-                spec.jobs.iter().flat_map(f).filter_map(|n| topo.find(n)).collect()
-            };
-            let selected: Vec<NodeId> = match hc.hosts.as_str() {
-                "all" => (0..topo.hosts).collect(),
-                "workers" => role(|j| &j.workers),
-                "servers" => role(|j| &j.servers),
-                name => vec![host_named(&topo, format!("network.host_costs[{i}].hosts"), name)
-                    .map_err(|e| SimError::new(e.field, format!("{}; or one of \"all\", \"workers\", \"servers\"", e.message)))?],
-            };
-            let ps_per_byte = if hc.copy_bps > 0.0 { 8e12 / hc.copy_bps } else { 0.0 };
-            for h in selected {
-                hosts[h as usize].cpu = (hc.per_packet_ps > 0 || ps_per_byte > 0.0).then_some(Cpu { per_packet_ps: hc.per_packet_ps, ps_per_byte, ..Cpu::default() });
-            }
-        }
-        let mut switches: Vec<SwitchState> = topo
-            .switches()
-            .map(|_| SwitchState {
-                program: Box::new(inalab_switch::L3Forward),
-                ina: None,
-                capacity_bps: None,
-                proc_busy: 0,
-                rx_packets: 0,
-                absorbed: 0,
-                drops_program: 0,
-                drops_no_route: 0,
-                rerouted: 0,
-                drops_processing: 0,
-                drops_unadmitted: 0,
-                aggregators_released: 0,
-                admitted: std::collections::HashMap::new(),
-                agg_peak: 0,
-                agg_series: vec![],
-                drops_node_failed: 0,
-                drops_link_failed: 0,
-                restarts: 0,
-                carried: Default::default(),
-                epoch: 0,
-            })
-            .collect();
-        for (i, sc) in net.switch_capacity.iter().enumerate() {
-            let s = switch_id(format!("network.switch_capacity[{i}].switch"), &sc.switch)?;
-            if sc.value == 0 {
-                return Err(SimError::new(format!("network.switch_capacity[{i}].value"), "must be a positive rate"));
-            }
-            switches[(s - topo.hosts) as usize].capacity_bps = Some(sc.value);
-        }
-        for (i, sm) in net.switch_memory.iter().enumerate() {
-            // Memory budgets are read when INA programs are installed (workload setup).
-            switch_id(format!("network.switch_memory[{i}].switch"), &sm.switch)?;
-        }
-        let mode = match net.flow_control {
-            FlowControl::DropTail => None,
-            FlowControl::Pfc { xoff_bytes, xon_bytes } => {
-                if xoff_bytes == 0 {
-                    return Err(SimError::new("network.flow_control.xoff_bytes", "must be a positive size"));
-                }
-                if xon_bytes > xoff_bytes {
-                    return Err(SimError::new("network.flow_control.xon_bytes", format!("must be at most xoff_bytes ({xoff_bytes} B), got {xon_bytes} B")));
-                }
-                Some(Mode::Pause { xoff: xoff_bytes, xon: xon_bytes })
-            }
-            FlowControl::Credit { buffer_bytes } => {
-                // Credits travel as u32 (an event stays 16 bytes).
-                if buffer_bytes == 0 || buffer_bytes > u32::MAX as u64 {
-                    return Err(SimError::new("network.flow_control.buffer_bytes", format!("must be a size from 1 B to 4 GiB, got {buffer_bytes} B")));
-                }
-                Some(Mode::Credit { buffer: buffer_bytes })
-            }
-        };
-        let pfc = mode.map(|mode| {
-            let node_of_port = topo.nodes.iter().enumerate().flat_map(|(n, node)| std::iter::repeat_n(n as NodeId, node.ports.len())).collect();
-            Box::new(Pfc::new(mode, node_of_port))
-        });
+        let (port_base, ports) = build_ports(&topo, net)?;
+        let hosts = build_hosts(&topo, spec)?;
+        let switches = build_switches(&topo, net)?;
+        let pfc = flow_control(&topo, net)?;
         let failures = crate::failures::resolve(&spec.failures, &topo)?;
         let live = Liveness::new(&topo, ports.len(), !failures.is_empty());
         let first_switch = topo.hosts;
@@ -563,52 +590,61 @@ impl Sim {
             Ev::PortReady { port } => self.pfc_port_ready(port as usize),
             Ev::Pause { port, gen, on } => self.pfc_frame(port as usize, gen, on),
             Ev::Credit { port, gen, bytes } => self.credit_back(port as usize, gen, bytes),
-            Ev::Local { host } => {
-                if self.live.node_is_down(host) {
-                    // Sent and never delivered: lost with the host.
-                    for pkt in std::mem::take(&mut self.hosts[host as usize].local) {
-                        self.failure_drop(host, Why::NodeFailed, &pkt);
-                    }
-                    return;
-                }
-                while let Some(pkt) = self.hosts[host as usize].local.pop_front() {
-                    self.cons.delivered_packets += 1;
-                    self.cons.delivered_bytes += pkt.size as u64;
-                    self.deliver(host, pkt);
-                }
-            }
-            Ev::HostTimer { host, ep } => {
-                if self.live.node_is_down(host) {
-                    return;
-                }
-                let e = &mut self.hosts[host as usize].eps[ep as usize];
-                if e.timer_armed != Some(self.now) {
-                    return; // superseded by an earlier arming
-                }
-                e.timer_armed = None;
-                if e.proto.poll_timeout().is_some_and(|t| t <= self.now) {
-                    e.proto.handle_timeout(self.now);
-                }
-                self.service(host, ep);
-            }
-            Ev::SwitchTimer { switch, token, epoch } => {
-                let si = (switch - self.topo.hosts) as usize;
-                if epoch != self.switches[si].epoch || self.live.node_is_down(switch) {
-                    return; // set before a failure: that program state is gone
-                }
-                let mut out = std::mem::take(&mut self.actions);
-                let base = self.port_base[switch as usize] as usize;
-                let n = self.topo.nodes[switch as usize].ports.len();
-                let ctx = Ctx { node: switch, now: self.now, ports: &self.ports[base..base + n], pfc: self.pfc.as_deref(), base, topo: &self.topo, routes: &self.routes, live: &self.live, default_port: self.default_port, reroute_above: self.reroute_above() };
-                self.switches[si].active().on_timer(self.now, &ctx, token, &mut out);
-                self.ingress = NO_INGRESS;
-                self.apply_actions(switch, self.now, 0, &mut out);
-                self.actions = out;
-            }
+            Ev::Local { host } => self.local_delivery(host),
+            Ev::HostTimer { host, ep } => self.host_timer(host, ep),
+            Ev::SwitchTimer { switch, token, epoch } => self.switch_timer(switch, token, epoch),
             Ev::Fail { idx } => self.set_failed(idx as usize, true),
             Ev::Recover { idx } => self.set_failed(idx as usize, false),
             Ev::PeerFailed { .. } | Ev::ComputeDone { .. } | Ev::JobStart { .. } | Ev::FlowStart { .. } | Ev::Background { .. } => self.call_workloads(Call::Event(ev)),
         }
+    }
+
+    /// Delivers what a host sent to itself (or loses it with the host).
+    fn local_delivery(&mut self, host: NodeId) {
+        if self.live.node_is_down(host) {
+            // Sent and never delivered: lost with the host.
+            for pkt in std::mem::take(&mut self.hosts[host as usize].local) {
+                self.failure_drop(host, Why::NodeFailed, &pkt);
+            }
+            return;
+        }
+        while let Some(pkt) = self.hosts[host as usize].local.pop_front() {
+            self.cons.delivered_packets += 1;
+            self.cons.delivered_bytes += pkt.size as u64;
+            self.deliver(host, pkt);
+        }
+    }
+
+    /// An endpoint's timer fired, unless the host failed or the timer was re-armed.
+    fn host_timer(&mut self, host: NodeId, ep: u16) {
+        if self.live.node_is_down(host) {
+            return;
+        }
+        let e = &mut self.hosts[host as usize].eps[ep as usize];
+        if e.timer_armed != Some(self.now) {
+            return; // superseded by an earlier arming
+        }
+        e.timer_armed = None;
+        if e.proto.poll_timeout().is_some_and(|t| t <= self.now) {
+            e.proto.handle_timeout(self.now);
+        }
+        self.service(host, ep);
+    }
+
+    /// A switch program's timer fired, unless the switch failed since it was set.
+    fn switch_timer(&mut self, switch: NodeId, token: inalab_core::TimerToken, epoch: u16) {
+        let si = (switch - self.topo.hosts) as usize;
+        if epoch != self.switches[si].epoch || self.live.node_is_down(switch) {
+            return; // set before a failure: that program state is gone
+        }
+        let mut out = std::mem::take(&mut self.actions);
+        let base = self.port_base[switch as usize] as usize;
+        let n = self.topo.nodes[switch as usize].ports.len();
+        let ctx = Ctx { node: switch, now: self.now, ports: &self.ports[base..base + n], pfc: self.pfc.as_deref(), base, topo: &self.topo, routes: &self.routes, live: &self.live, default_port: self.default_port, reroute_above: self.reroute_above() };
+        self.switches[si].active().on_timer(self.now, &ctx, token, &mut out);
+        self.ingress = NO_INGRESS;
+        self.apply_actions(switch, self.now, 0, &mut out);
+        self.actions = out;
     }
 
     // ---- failures ----------------------------------------------------------------------

@@ -61,6 +61,29 @@ pub struct WorkerState {
     pub dead: bool,
 }
 
+impl WorkerState {
+    /// A worker of a job with `layers` layers and `iterations` iterations, about to compute
+    /// its first forward pass; `seed` seeds its compute jitter.
+    fn new(host: NodeId, ep: u16, layers: usize, iterations: u32, seed: u64) -> Self {
+        WorkerState {
+            host,
+            ep,
+            iter: 0,
+            step: Step::Fwd(0),
+            computing: false,
+            received: vec![0; layers],
+            computed: vec![false; layers],
+            sent_in_order: 0,
+            layers_in: vec![0; iterations as usize],
+            outstanding: 0,
+            busy_since: 0,
+            busy_ps: 0,
+            rng: Xoshiro256PlusPlus::seed_from_u64(seed),
+            dead: false,
+        }
+    }
+}
+
 pub struct JobState {
     pub spec: JobSpec,
     /// (bytes, forward ps, backward ps) per layer, in forward order.
@@ -266,119 +289,126 @@ fn input(job: u32, rank: u32, tensor: u64, len: usize, values: PayloadValues) ->
     }
 }
 
+/// A job's layers (bytes, forward and backward time), iterations, layer groups and send order.
+type JobWorkload = (Vec<(u64, Time, Time)>, u32, Vec<u32>, Option<Vec<usize>>);
+
+/// Every job's workload, its send order checked.
+fn job_workloads(spec: &SimSpec) -> Result<Vec<JobWorkload>, SimError> {
+    let mut workloads = vec![];
+    for (j, js) in spec.jobs.iter().enumerate() {
+        let field = format!("jobs[{j}]");
+        let (layers, iterations, groups, send_order) = match &js.workload {
+            Workload::Training { layers, iterations, send_order } => {
+                let groups = layers.iter().enumerate().map(|(i, l)| l.group.unwrap_or(i as u32 + 1)).collect();
+                (layers.iter().map(|l| (l.bytes, l.fwd_ps, l.bwd_ps)).collect::<Vec<_>>(), *iterations, groups, send_order.clone())
+            }
+            Workload::Allreduce { bytes, iterations } => (vec![(*bytes, 0, 0)], *iterations, vec![1], None),
+        };
+        if let Some(order) = &send_order {
+            let mut sorted = order.clone();
+            sorted.sort_unstable();
+            if !sorted.iter().copied().eq(0..layers.len() as u32) {
+                return Err(SimError::new(format!("{field}.workload.send_order"), format!("must list every layer index 0..{} once, got {order:?}", layers.len())));
+            }
+        }
+        workloads.push((layers, iterations, groups, send_order.map(|o| o.into_iter().map(|i| i as usize).collect::<Vec<_>>())));
+    }
+    Ok(workloads)
+}
+
 impl Workloads {
     /// Sets every job, flow and background source of `spec` up in `w`.
     pub(crate) fn set_up(&mut self, spec: &SimSpec, world: &mut dyn World) -> Result<(), SimError> {
-        let mut workloads = vec![];
-        for (j, js) in spec.jobs.iter().enumerate() {
-            let field = format!("jobs[{j}]");
-            let (layers, iterations, groups, send_order) = match &js.workload {
-                Workload::Training { layers, iterations, send_order } => {
-                    let groups = layers.iter().enumerate().map(|(i, l)| l.group.unwrap_or(i as u32 + 1)).collect();
-                    (layers.iter().map(|l| (l.bytes, l.fwd_ps, l.bwd_ps)).collect::<Vec<_>>(), *iterations, groups, send_order.clone())
-                }
-                Workload::Allreduce { bytes, iterations } => (vec![(*bytes, 0, 0)], *iterations, vec![1], None),
-            };
-            if let Some(order) = &send_order {
-                let mut sorted = order.clone();
-                sorted.sort_unstable();
-                if !sorted.iter().copied().eq(0..layers.len() as u32) {
-                    return Err(SimError::new(format!("{field}.workload.send_order"), format!("must list every layer index 0..{} once, got {order:?}", layers.len())));
-                }
-            }
-            workloads.push((layers, iterations, groups, send_order.map(|o| o.into_iter().map(|i| i as usize).collect::<Vec<_>>())));
-        }
+        let workloads = job_workloads(spec)?;
         let setup = set_up_jobs(spec, world.topology())?;
-        for (j, ((job, plan), (layers, iterations, groups, send_order))) in setup.jobs.into_iter().zip(workloads).enumerate() {
-            let js = &spec.jobs[j];
-            let mut worker_eps = vec![0u16; job.workers.len()];
-            let mut eps_by_role = vec![];
-            for ep in plan.endpoints {
-                let owner = match ep.role {
-                    Role::Worker { rank } => Owner::Worker { job: job.id, rank },
-                    Role::Server { .. } => Owner::Server { job: job.id },
-                };
-                world.admit_host(ep.host, job.id);
-                let e = world.add_endpoint(ep.host, ep.proto, owner);
-                if let Role::Worker { rank } = ep.role {
-                    worker_eps[rank as usize] = e;
-                }
-                eps_by_role.push((ep.role, ep.host, e));
-            }
-            // The scheme's fixed paths (GRID's policy) for its endpoints' packets.
-            for (role, nodes) in plan.paths {
-                let Some(&(_, host, e)) = eps_by_role.iter().find(|(r, _, _)| *r == role) else { continue };
-                let names: Vec<String> = nodes.iter().map(|&n| world.topology().nodes[n as usize].name.clone()).collect();
-                let id = world.install_path(&format!("jobs[{j}].policy"), &names)?;
-                world.set_endpoint_path(host, e, id);
-            }
-            for (role, edges) in plan.trees {
-                let Some(&(_, host, e)) = eps_by_role.iter().find(|(r, _, _)| *r == role) else { continue };
-                world.install_tree(&format!("jobs[{j}]"), host, e, &edges)?;
-            }
-            let nl = layers.len();
-            let config = serde_json::Value::Object(js.config.clone());
-            let scheme = inalab_scheme::scheme_of(&config).ok();
-            let topo = world.topology();
-            let rate_bps = topo.links[topo.nodes[job.workers[0] as usize].ports[0].link as usize].rate_bps.max(1);
-            let comm_ps = layers.iter().map(|l| l.0 as f64 * 8.0 * inalab_core::time::S as f64 / rate_bps as f64).sum::<f64>();
-            let comp_ps = layers.iter().map(|l| (l.1 + l.2) as f64).sum::<f64>();
-            let comm_over_comp = if comp_ps > 0.0 { comm_ps / comp_ps } else { 1.0 };
-            let ws = job
-                .workers
-                .iter()
-                .zip(worker_eps)
-                .enumerate()
-                .map(|(r, (&host, ep))| WorkerState {
-                    host,
-                    ep,
-                    iter: 0,
-                    step: Step::Fwd(0),
-                    computing: false,
-                    received: vec![0; nl],
-                    computed: vec![false; nl],
-                    sent_in_order: 0,
-                    layers_in: vec![0; iterations as usize],
-                    outstanding: 0,
-                    busy_since: 0,
-                    busy_ps: 0,
-                    rng: Xoshiro256PlusPlus::seed_from_u64(splitmix64(spec.seed ^ ((j as u64) << 32) ^ r as u64)),
-                    dead: false,
-                })
-                .collect();
-            self.jobs.push(JobState {
-                spec: js.clone(),
-                layers,
-                iterations,
-                workers: ws,
-                iter_workers: vec![0; iterations as usize],
-                live: job.workers.len() as u32,
-                died: vec![],
-                iter_end: vec![],
-                tensors_done: 0,
-                finished_at: None,
-                failures: vec![],
-                payload_checked: 0,
-                payload_errors: 0,
-                quantization: scheme.map_or(Quantization::None, |s| s.quantization(&config)),
-                comm_over_comp,
-                rate_bps,
-                groups,
-                send_order,
-                scheme: scheme.map(|s| (s, config)),
-                expected: HashMap::new(),
-            });
-            if iterations == 0 {
-                self.jobs[j].finished_at = Some(js.start_ps);
-            } else {
-                self.open_jobs += 1;
-                world.schedule(js.start_ps, Ev::JobStart { job: j as u32 });
-            }
+        for (j, ((job, plan), workload)) in setup.jobs.into_iter().zip(workloads).enumerate() {
+            self.add_job(spec, j, job, plan, workload, world)?;
         }
         for (switch, programs) in setup.programs {
             world.install_ina(switch, programs);
         }
         let parts = world.topology().parts();
+        self.add_flows(spec, &parts, world)?;
+        self.add_background(spec, &parts, world)
+    }
+
+    /// Job `j`'s endpoints, fixed paths and trees from its plan, and its state.
+    fn add_job(&mut self, spec: &SimSpec, j: usize, job: inalab_scheme::JobSpec, plan: inalab_scheme::Plan, workload: JobWorkload, world: &mut dyn World) -> Result<(), SimError> {
+        let (layers, iterations, groups, send_order) = workload;
+        let js = &spec.jobs[j];
+        let mut worker_eps = vec![0u16; job.workers.len()];
+        let mut eps_by_role = vec![];
+        for ep in plan.endpoints {
+            let owner = match ep.role {
+                Role::Worker { rank } => Owner::Worker { job: job.id, rank },
+                Role::Server { .. } => Owner::Server { job: job.id },
+            };
+            world.admit_host(ep.host, job.id);
+            let e = world.add_endpoint(ep.host, ep.proto, owner);
+            if let Role::Worker { rank } = ep.role {
+                worker_eps[rank as usize] = e;
+            }
+            eps_by_role.push((ep.role, ep.host, e));
+        }
+        // The scheme's fixed paths (GRID's policy) for its endpoints' packets.
+        for (role, nodes) in plan.paths {
+            let Some(&(_, host, e)) = eps_by_role.iter().find(|(r, _, _)| *r == role) else { continue };
+            let names: Vec<String> = nodes.iter().map(|&n| world.topology().nodes[n as usize].name.clone()).collect();
+            let id = world.install_path(&format!("jobs[{j}].policy"), &names)?;
+            world.set_endpoint_path(host, e, id);
+        }
+        for (role, edges) in plan.trees {
+            let Some(&(_, host, e)) = eps_by_role.iter().find(|(r, _, _)| *r == role) else { continue };
+            world.install_tree(&format!("jobs[{j}]"), host, e, &edges)?;
+        }
+        let nl = layers.len();
+        let config = serde_json::Value::Object(js.config.clone());
+        let scheme = inalab_scheme::scheme_of(&config).ok();
+        let topo = world.topology();
+        let rate_bps = topo.links[topo.nodes[job.workers[0] as usize].ports[0].link as usize].rate_bps.max(1);
+        let comm_ps = layers.iter().map(|l| l.0 as f64 * 8.0 * inalab_core::time::S as f64 / rate_bps as f64).sum::<f64>();
+        let comp_ps = layers.iter().map(|l| (l.1 + l.2) as f64).sum::<f64>();
+        let comm_over_comp = if comp_ps > 0.0 { comm_ps / comp_ps } else { 1.0 };
+        let ws = job
+            .workers
+            .iter()
+            .zip(worker_eps)
+            .enumerate()
+            .map(|(r, (&host, ep))| WorkerState::new(host, ep, nl, iterations, splitmix64(spec.seed ^ ((j as u64) << 32) ^ r as u64)))
+            .collect();
+        self.jobs.push(JobState {
+            spec: js.clone(),
+            layers,
+            iterations,
+            workers: ws,
+            iter_workers: vec![0; iterations as usize],
+            live: job.workers.len() as u32,
+            died: vec![],
+            iter_end: vec![],
+            tensors_done: 0,
+            finished_at: None,
+            failures: vec![],
+            payload_checked: 0,
+            payload_errors: 0,
+            quantization: scheme.map_or(Quantization::None, |s| s.quantization(&config)),
+            comm_over_comp,
+            rate_bps,
+            groups,
+            send_order,
+            scheme: scheme.map(|s| (s, config)),
+            expected: HashMap::new(),
+        });
+        if iterations == 0 {
+            self.jobs[j].finished_at = Some(js.start_ps);
+        } else {
+            self.open_jobs += 1;
+            world.schedule(js.start_ps, Ev::JobStart { job: j as u32 });
+        }
+        Ok(())
+    }
+
+    /// The point-to-point flows of `spec.flows`.
+    fn add_flows(&mut self, spec: &SimSpec, parts: &[u32], world: &mut dyn World) -> Result<(), SimError> {
         for (f, fs) in spec.flows.iter().enumerate() {
             let field = format!("flows[{f}]");
             let host = |name: &String, what: &str| host_named(world.topology(), format!("{field}.{what}"), name);
@@ -420,43 +450,47 @@ impl Workloads {
             self.open_flows += 1;
             world.schedule(fs.start_ps, Ev::FlowStart { flow: f as u32 });
         }
-        if let Some(bg) = &spec.background {
-            if !(bg.load > 0.0 && bg.load <= 1.0) {
-                return Err(SimError::new("background.load", format!("must be a fraction of line rate in (0, 1], got {}", bg.load)));
-            }
-            if bg.message_bytes == 0 {
-                return Err(SimError::new("background.message", "must be a positive size"));
-            }
-            let hosts = bg.hosts.iter().enumerate().map(|(i, name)| host_named(world.topology(), format!("background.hosts[{i}]"), name)).collect::<Result<Vec<_>, _>>()?;
-            if hosts.len() < 2 {
-                return Err(SimError::new("background.hosts", "background traffic needs at least two hosts"));
-            }
-            crate::setup::connected(world.topology(), &parts, "background.hosts", hosts.iter())?;
-            let mut gap = vec![];
-            for &h in &hosts {
-                let send = DatagramSender::new(Endpoint { host: h, port: BG_SEND_PORT }, DatagramConfig { packet_bytes: bg.packet_bytes }).map_err(|e| SimError::new("background.packet", e.0))?;
-                world.add_endpoint(h, Box::new(send), Owner::Background);
-                world.add_endpoint(h, Box::new(DatagramSink::new(Endpoint { host: h, port: BG_SINK_PORT })), Owner::Background);
-                let rate = world.topology().links[world.topology().nodes[h as usize].ports[0].link as usize].rate_bps;
-                // Message start to message start, so the offered load is `load` x line rate;
-                // closed loop, the time left idle after each message for the same duty cycle.
-                let busy = inalab_core::time::serialization(bg.message_bytes, rate) as f64;
-                gap.push(if bg.closed_loop { busy / bg.load - busy } else { busy / bg.load });
-                world.schedule(bg.start_ps, Ev::Background { host: h });
-            }
-            self.background = Some(BackgroundState {
-                round_of: vec![0; hosts.len()],
-                hosts,
-                gap: gap.into_iter().map(|g| g.round() as Time).collect(),
-                closed_loop: bg.closed_loop,
-                message_bytes: bg.message_bytes,
-                rng: Xoshiro256PlusPlus::seed_from_u64(splitmix64(spec.seed ^ 0xB6)),
-                next_id: 0,
-                pattern: bg.pattern,
-                rounds: Default::default(),
-                seed: splitmix64(spec.seed ^ 0xB7),
-            });
+        Ok(())
+    }
+
+    /// The background traffic of `spec.background`, if any.
+    fn add_background(&mut self, spec: &SimSpec, parts: &[u32], world: &mut dyn World) -> Result<(), SimError> {
+    let Some(bg) = &spec.background else { return Ok(()) };
+        if !(bg.load > 0.0 && bg.load <= 1.0) {
+            return Err(SimError::new("background.load", format!("must be a fraction of line rate in (0, 1], got {}", bg.load)));
         }
+        if bg.message_bytes == 0 {
+            return Err(SimError::new("background.message", "must be a positive size"));
+        }
+        let hosts = bg.hosts.iter().enumerate().map(|(i, name)| host_named(world.topology(), format!("background.hosts[{i}]"), name)).collect::<Result<Vec<_>, _>>()?;
+        if hosts.len() < 2 {
+            return Err(SimError::new("background.hosts", "background traffic needs at least two hosts"));
+        }
+        crate::setup::connected(world.topology(), &parts, "background.hosts", hosts.iter())?;
+        let mut gap = vec![];
+        for &h in &hosts {
+            let send = DatagramSender::new(Endpoint { host: h, port: BG_SEND_PORT }, DatagramConfig { packet_bytes: bg.packet_bytes }).map_err(|e| SimError::new("background.packet", e.0))?;
+            world.add_endpoint(h, Box::new(send), Owner::Background);
+            world.add_endpoint(h, Box::new(DatagramSink::new(Endpoint { host: h, port: BG_SINK_PORT })), Owner::Background);
+            let rate = world.topology().links[world.topology().nodes[h as usize].ports[0].link as usize].rate_bps;
+            // Message start to message start, so the offered load is `load` x line rate;
+            // closed loop, the time left idle after each message for the same duty cycle.
+            let busy = inalab_core::time::serialization(bg.message_bytes, rate) as f64;
+            gap.push(if bg.closed_loop { busy / bg.load - busy } else { busy / bg.load });
+            world.schedule(bg.start_ps, Ev::Background { host: h });
+        }
+        self.background = Some(BackgroundState {
+            round_of: vec![0; hosts.len()],
+            hosts,
+            gap: gap.into_iter().map(|g| g.round() as Time).collect(),
+            closed_loop: bg.closed_loop,
+            message_bytes: bg.message_bytes,
+            rng: Xoshiro256PlusPlus::seed_from_u64(splitmix64(spec.seed ^ 0xB6)),
+            next_id: 0,
+            pattern: bg.pattern,
+            rounds: Default::default(),
+            seed: splitmix64(spec.seed ^ 0xB7),
+        });
         Ok(())
     }
 

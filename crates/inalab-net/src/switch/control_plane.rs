@@ -104,30 +104,14 @@ pub(super) fn serve(s: &Arc<Shared>, conn: TcpStream) {
     let mut ps: Option<(NodeId, u64)> = None;
     let mut auth = ServerAuth::new(s.secret.clone());
     loop {
-        let msg = match control::read_line(&mut r) {
-            Ok(Some(m)) => m,
-            Ok(None) | Err(NetError::Io(_)) => break,
-            Err(e @ NetError::TooLong(_)) => {
-                let _ = w.send(&err(e));
-                break;
-            }
-            Err(e) => {
-                let _ = w.send(&err(e));
-                continue;
-            }
+        let msg = match next_request(&mut r, &mut w) {
+            Some(Ok(m)) => m,
+            Some(Err(())) => continue,
+            None => break,
         };
         let op = msg["op"].as_str().unwrap_or("");
-        if let Some(r) = auth.handle(op, &msg) {
-            let failed = r.is_err();
-            if w.send(&r.unwrap_or_else(err)).is_err() || failed {
-                break; // a failed authentication closes the connection
-            }
-            continue;
-        }
-        // A switch whose data plane stopped serves nothing: it says why, and nothing else.
-        let refused = super::health(s).and_then(|()| allowed(op, &msg).map_or(Ok(()), |roles| auth.require(op, roles)));
-        if let Err(e) = refused {
-            if w.send(&err(e)).is_err() {
+        if let Some((reply, close)) = gate(s, &mut auth, op, &msg) {
+            if w.send(&reply).is_err() || close {
                 break;
             }
             continue;
@@ -151,12 +135,7 @@ pub(super) fn serve(s: &Arc<Shared>, conn: TcpStream) {
             },
             // A worker whose protocol cannot go on without a dead peer ends the job for all.
             "abort" => match member {
-                Some((job, _)) => {
-                    let reason = msg["reason"].as_str().unwrap_or("a worker aborted the job").to_string();
-                    eprintln!("inalab switch: job {job} failed: {reason}");
-                    release(s, job, Some(&reason));
-                    ok(json!({}))
-                }
+                Some((job, _)) => abort(s, job, &msg),
                 None => err("`abort` needs a `join` first on this connection"),
             },
             "attach" if msg["role"] == "ps" && ps.is_none() => match attach_ps(s, &msg, &w.conn) {
@@ -184,6 +163,44 @@ pub(super) fn serve(s: &Arc<Shared>, conn: TcpStream) {
     if let Some((node, attachment)) = ps {
         ps_gone(s, node, attachment);
     }
+}
+
+/// The answer to a request that authenticates, or that this connection may not make, and
+/// whether the connection closes after it (a failed authentication closes it); `None` for a
+/// request to serve.
+fn gate(s: &Shared, auth: &mut ServerAuth, op: &str, msg: &Value) -> Option<(Value, bool)> {
+    if let Some(r) = auth.handle(op, msg) {
+        let failed = r.is_err();
+        return Some((r.unwrap_or_else(err), failed));
+    }
+    // A switch whose data plane stopped serves nothing: it says why, and nothing else.
+    let refused = super::health(s).and_then(|()| allowed(op, msg).map_or(Ok(()), |roles| auth.require(op, roles)));
+    refused.err().map(|e| (err(e), false))
+}
+
+/// The next request on a control connection: `None` when the connection is over (closed, or
+/// a line too long to read on from), `Some(Err(()))` for a bad line already answered.
+fn next_request(r: &mut BufReader<TcpStream>, w: &mut crate::service::Replies) -> Option<Result<Value, ()>> {
+    match control::read_line(r) {
+        Ok(Some(m)) => Some(Ok(m)),
+        Ok(None) | Err(NetError::Io(_)) => None,
+        Err(e @ NetError::TooLong(_)) => {
+            let _ = w.send(&err(e));
+            None
+        }
+        Err(e) => {
+            let _ = w.send(&err(e));
+            Some(Err(()))
+        }
+    }
+}
+
+/// A worker whose protocol cannot go on without a dead peer ends its job for all.
+fn abort(s: &Arc<Shared>, job: u32, msg: &Value) -> Value {
+    let reason = msg["reason"].as_str().unwrap_or("a worker aborted the job").to_string();
+    eprintln!("inalab switch: job {job} failed: {reason}");
+    release(s, job, Some(&reason));
+    ok(json!({}))
 }
 
 /// Sends each line on its connection, with no lock held (each write is bounded by
@@ -369,8 +386,20 @@ fn ps_info(s: &Shared) -> Result<Value, NetError> {
     }
 }
 
-/// Registers a joining worker; completes the rendezvous when it is the last rank.
-fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), NetError> {
+/// What a joining worker asked for, checked.
+struct Joiner {
+    job: u32,
+    rank: usize,
+    world: usize,
+    /// The job's configuration with this switch's defaults.
+    config: Value,
+    udp: SocketAddr,
+    secret: Option<[u8; 32]>,
+    wait: Duration,
+}
+
+/// A `join` request's fields, each checked against what this switch runs and allows.
+fn joiner(s: &Arc<Shared>, msg: &Value) -> Result<Joiner, NetError> {
     let job: u32 = field(msg, "job")?;
     let rank: usize = field(msg, "rank")?;
     let world: usize = field(msg, "world")?;
@@ -393,6 +422,12 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
         return Err(NetError::Config(format!("field `rank`: {rank} is not in 0..{world} (world)")));
     }
     let wait = join_wait(msg)?;
+    Ok(Joiner { job, rank, world, config, udp, secret, wait })
+}
+
+/// Registers a joining worker; completes the rendezvous when it is the last rank.
+fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), NetError> {
+    let Joiner { job, rank, world, config, udp, secret, wait } = joiner(s, msg)?;
     let mut guard = crate::lock(&s.cp);
     let cp = &mut *guard;
     let st = cp.jobs.entry(job).or_insert_with(|| JobState { config: config.clone(), world, secret, members: BTreeMap::new(), spec: None });
@@ -422,8 +457,16 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
     if st.members.len() < world {
         return Ok((job, rank));
     }
-    // Everyone is here: assign node ids and admit. Ids are drawn at random among the free
-    // ones, so nobody learns a job's ids from the order jobs came in.
+    // Everyone is here: assign node ids and admit.
+    let workers = assign_nodes(s, cp, job);
+    drop(guard);
+    admit_joined(s, job, config, workers)?;
+    Ok((job, rank))
+}
+
+/// Every member of `job` gets a node id, drawn at random among the free ones so that nobody
+/// learns a job's ids from the order jobs came in.
+fn assign_nodes(s: &Shared, cp: &mut ControlState, job: u32) -> Vec<WorkerSpec> {
     let mut workers = vec![];
     let mut taken: std::collections::BTreeSet<NodeId> = cp.jobs.values().flat_map(|j| j.members.values().map(|m| m.node)).collect();
     s.each_shard(|dp| taken.extend(dp.routes.keys().copied()));
@@ -440,7 +483,12 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
         };
         workers.push(WorkerSpec { node: m.node, udp: m.udp, rack: s.opts.node });
     }
-    drop(guard);
+    workers
+}
+
+/// Admits a job whose ranks all joined and answers each of them (the spec and the switch
+/// threads to send to, or why the admission failed).
+fn admit_joined(s: &Arc<Shared>, job: u32, config: Value, workers: Vec<WorkerSpec>) -> Result<(), NetError> {
     let result = build_spec(s, job, config, workers).and_then(|mut spec| {
         let shards = admit(s, &mut spec)?;
         Ok((spec, shards))
@@ -483,7 +531,7 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
     }
     drop(cp);
     send_all(lines);
-    Ok((job, rank))
+    Ok(())
 }
 
 /// The most workers a job may have: a control line (an `admit` of the job's spec) holds about

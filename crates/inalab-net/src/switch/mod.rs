@@ -719,53 +719,7 @@ impl DataPlane {
         if let Some(c) = self.capture.as_mut() {
             c.received(addr, bytes);
         }
-        let Some(&port) = self.by_addr.get(&addr) else {
-            self.c.unknown_source += 1;
-            return;
-        };
-        let Ok((frame_bytes, _, _)) = auth::split(bytes) else {
-            *self.c.forged.entry("short").or_default() += 1;
-            return;
-        };
-        let view = match frame::Frame::new_checked(frame_bytes) {
-            Ok(f) => f,
-            Err(e) => {
-                self.c.malformed += 1;
-                self.c.last_malformed = Some(format!("from {addr}: {e}"));
-                return;
-            }
-        };
-        // Nothing reads the frame further before its tag is checked.
-        let Some((job, mac)) = self.frame_job(view.header(), view.src()).and_then(|j| Some((j, self.keys.get(&j)?))) else {
-            *self.c.forged.entry("no_key").or_default() += 1;
-            return;
-        };
-        let p = &self.ports[port as usize];
-        let Ok((_, seq)) = mac.open(bytes, p.link_from(addr, self.node)) else {
-            *self.c.forged.entry("bad_tag").or_default() += 1;
-            return;
-        };
-        if let Err(r) = self.windows.entry((job, addr)).or_default().accept(seq) {
-            *self.c.forged.entry(r.name()).or_default() += 1;
-            return;
-        }
-        // Checked on the view so a spoofed datagram's payload is never copied.
-        if p.kind != PortKind::Switch && view.src() != p.node {
-            self.c.spoofed += 1;
-            return;
-        }
-        let mut pkt = frame::to_packet(&view);
-        let Ok(claimed) = crate::guarded(|| self.program.job_of(&pkt)) else {
-            self.program_panicked(None, format!("deciding the job of a packet from node {}", pkt.src));
-            return;
-        };
-        let job = claimed.or_else(|| self.node_jobs.get(&pkt.src).copied());
-        // A worker may only send its jobs' INA packets; a PS only INA packets of jobs it serves.
-        let admitted = job.is_some_and(|j| p.jobs.contains(&j));
-        if (p.kind == PortKind::Worker && !admitted) || (p.kind == PortKind::Ps && job.is_some() && !admitted) {
-            self.c.unadmitted += 1;
-            return;
-        }
+        let Some((port, mut pkt, job)) = self.checked_packet(addr, bytes) else { return };
         if self.drop_probability > 0.0 && self.rng.random::<f64>() < self.drop_probability {
             self.c.injected_drops += 1;
             return;
@@ -811,6 +765,60 @@ impl DataPlane {
             }
             _ => self.apply_from(port),
         }
+    }
+
+    /// A datagram from `addr` as a packet of a job its sender may send for: from a known port,
+    /// well formed, its tag and sequence number good, its source the port's node and its job
+    /// one the port is admitted for. `None`: dropped, and counted by why.
+    fn checked_packet(&mut self, addr: SocketAddr, bytes: &[u8]) -> Option<(PortId, Packet, Option<u32>)> {
+        let Some(&port) = self.by_addr.get(&addr) else {
+            self.c.unknown_source += 1;
+            return None;
+        };
+        let Ok((frame_bytes, _, _)) = auth::split(bytes) else {
+            *self.c.forged.entry("short").or_default() += 1;
+            return None;
+        };
+        let view = match frame::Frame::new_checked(frame_bytes) {
+            Ok(f) => f,
+            Err(e) => {
+                self.c.malformed += 1;
+                self.c.last_malformed = Some(format!("from {addr}: {e}"));
+                return None;
+            }
+        };
+        // Nothing reads the frame further before its tag is checked.
+        let Some((job, mac)) = self.frame_job(view.header(), view.src()).and_then(|j| Some((j, self.keys.get(&j)?))) else {
+            *self.c.forged.entry("no_key").or_default() += 1;
+            return None;
+        };
+        let p = &self.ports[port as usize];
+        let Ok((_, seq)) = mac.open(bytes, p.link_from(addr, self.node)) else {
+            *self.c.forged.entry("bad_tag").or_default() += 1;
+            return None;
+        };
+        if let Err(r) = self.windows.entry((job, addr)).or_default().accept(seq) {
+            *self.c.forged.entry(r.name()).or_default() += 1;
+            return None;
+        }
+        // Checked on the view so a spoofed datagram's payload is never copied.
+        if p.kind != PortKind::Switch && view.src() != p.node {
+            self.c.spoofed += 1;
+            return None;
+        }
+        let pkt = frame::to_packet(&view);
+        let Ok(claimed) = crate::guarded(|| self.program.job_of(&pkt)) else {
+            self.program_panicked(None, format!("deciding the job of a packet from node {}", pkt.src));
+            return None;
+        };
+        let job = claimed.or_else(|| self.node_jobs.get(&pkt.src).copied());
+        // A worker may only send its jobs' INA packets; a PS only INA packets of jobs it serves.
+        let admitted = job.is_some_and(|j| p.jobs.contains(&j));
+        if (p.kind == PortKind::Worker && !admitted) || (p.kind == PortKind::Ps && job.is_some() && !admitted) {
+            self.c.unadmitted += 1;
+            return None;
+        }
+        Some((port, pkt, job))
     }
 
     /// A program panicked (caught): counted, said once on stderr, and the job it was handling,
@@ -1100,6 +1108,27 @@ pub struct SwitchHandle {
 }
 
 
+/// Attaches to the upstream switch's control plane at `up` (whose address a job's packets
+/// leave by when no route of this switch's covers them) and makes it the default route.
+fn attach_upstream(dp: &mut DataPlane, up: SocketAddr, node: NodeId, secret: &crate::auth::Secret, udp_addr: SocketAddr, control_addr: SocketAddr) -> Result<(), NetError> {
+    let reply = control::request(
+        up,
+        Some(&secret.credential(crate::auth::Role::Switch)),
+        &json!({"op": "attach", "role": "switch", "node": node,
+                "udp": control::announce(udp_addr, up), "control": control::announce(control_addr, up)}),
+        CONTROL_TIMEOUT,
+    )
+    .map_err(|e| match e {
+        NetError::Io(e) => crate::unreachable(e, "the upstream switch's control plane", up, "Start the upstream switch first, or give --upstream its control address"),
+        e => e,
+    })?;
+    let up_udp: SocketAddr = field(&reply, "udp")?;
+    let up_node: NodeId = field(&reply, "node")?;
+    let p = dp.add_port(up_udp, up_node, PortKind::Switch);
+    dp.default_route = Some(p);
+    Ok(())
+}
+
 impl SwitchHandle {
     /// Binds the sockets, attaches to the upstream switch if any, and starts serving.
     pub fn start(mut opts: SwitchOptions) -> Result<SwitchHandle, NetError> {
@@ -1129,21 +1158,7 @@ impl SwitchHandle {
             more.push(DataPlane::new(&opts, udp, opts.seed.wrapping_add(k as u64), None)?);
         }
         if let Some(up) = opts.upstream {
-            let reply = control::request(
-                up,
-                Some(&secret.credential(crate::auth::Role::Switch)),
-                &json!({"op": "attach", "role": "switch", "node": opts.node,
-                        "udp": control::announce(udp_addr, up), "control": control::announce(control_addr, up)}),
-                CONTROL_TIMEOUT,
-            )
-            .map_err(|e| match e {
-                NetError::Io(e) => crate::unreachable(e, "the upstream switch's control plane", up, "Start the upstream switch first, or give --upstream its control address"),
-                e => e,
-            })?;
-            let up_udp: SocketAddr = field(&reply, "udp")?;
-            let up_node: NodeId = field(&reply, "node")?;
-            let p = dp.add_port(up_udp, up_node, PortKind::Switch);
-            dp.default_route = Some(p);
+            attach_upstream(&mut dp, up, opts.node, &secret, udp_addr, control_addr)?;
         }
         if let Some(f) = &opts.fabric {
             dp.install(f)?;
