@@ -12,12 +12,12 @@ impl Sim {
             None => (vec![], None),
         };
         let mut r = SimResult {
-            scenario: self.name.clone(),
-            seed: self.seed,
+            scenario: self.state.name.clone(),
+            seed: self.state.seed,
             sim_time_s: to_secs(self.now),
-            wall_s: self.wall_s,
-            events: self.events,
-            stopped_by: self.stopped_by.to_string(),
+            wall_s: self.state.wall_s,
+            events: self.state.events,
+            stopped_by: self.state.stopped_by.to_string(),
             captures,
             capture_error,
             ..Default::default()
@@ -34,7 +34,7 @@ impl Sim {
 
     /// A node's name in the result rows.
     fn node_name(&self, n: u32) -> String {
-        self.topo.nodes[n as usize].name.clone()
+        self.fabric.topo.nodes[n as usize].name.clone()
     }
 
     /// Each job's row and its iterations'.
@@ -86,12 +86,12 @@ impl Sim {
 
     /// Each link's row (by direction) and its time series.
     fn link_rows(&self, r: &mut SimResult) {
-        let (t_end, bin) = (self.now.max(1), self.bin);
+        let (t_end, bin) = (self.now.max(1), self.state.bin);
         let mut node_of_port = vec![];
-        for (n, node) in self.topo.nodes.iter().enumerate() {
+        for (n, node) in self.fabric.topo.nodes.iter().enumerate() {
             node_of_port.extend(std::iter::repeat_n(n as u32, node.ports.len()));
         }
-        for (pi, p) in self.ports.iter().enumerate() {
+        for (pi, p) in self.queues.ports.iter().enumerate() {
             let src = node_of_port[pi];
             let s = &p.stats;
             // Bytes still queued when the run stopped were accepted but not yet sent.
@@ -129,15 +129,15 @@ impl Sim {
 
     /// Each switch's row, its program's counters with the network's, and its aggregator series.
     fn switch_rows(&self, r: &mut SimResult) {
-        let bin = self.bin;
-        let hosts = self.topo.hosts;
-        for (si, sw) in self.switches.iter().enumerate() {
+        let bin = self.state.bin;
+        let hosts = self.fabric.topo.hosts;
+        for (si, sw) in self.nodes.switches.iter().enumerate() {
             let node = hosts + si as u32;
-            let base = self.topo.nodes[..node as usize].iter().map(|n| n.ports.len()).sum::<usize>();
-            let ports = &self.ports[base..base + self.topo.nodes[node as usize].ports.len()];
+            let base = self.fabric.topo.nodes[..node as usize].iter().map(|n| n.ports.len()).sum::<usize>();
+            let ports = &self.queues.ports[base..base + self.fabric.topo.nodes[node as usize].ports.len()];
             let mut counters: BTreeMap<String, u64> = sw.active_ref().counters().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
             counters.insert("drops_no_route".into(), sw.drops_no_route);
-            if matches!(self.routing, crate::spec::Routing::Adaptive { .. }) {
+            if matches!(self.fabric.routing, crate::spec::Routing::Adaptive { .. }) {
                 // The network's own reroutes (a program's, Canary's `rerouted`, are its own).
                 counters.insert("rerouted_network".into(), sw.rerouted);
             }
@@ -170,7 +170,7 @@ impl Sim {
             }
             r.switches.push(SwitchResult {
                 name: self.node_name(node),
-                programmable: self.topo.nodes[node as usize].programmable,
+                programmable: self.fabric.topo.nodes[node as usize].programmable,
                 rx_packets: sw.rx_packets,
                 drops_queue: ports.iter().map(|p| p.stats.drops_queue).sum(),
                 absorbed_packets: sw.absorbed,
@@ -187,9 +187,9 @@ impl Sim {
 
     /// Each host's row: its NIC's bytes and its endpoints' counters.
     fn host_rows(&self, r: &mut SimResult) {
-        for (h, hs) in self.hosts.iter().enumerate() {
-            let nic_pi = self.topo.nodes[..h].iter().map(|n| n.ports.len()).sum::<usize>();
-            let nic = &self.ports[nic_pi].stats;
+        for (h, hs) in self.nodes.hosts.iter().enumerate() {
+            let nic_pi = self.fabric.topo.nodes[..h].iter().map(|n| n.ports.len()).sum::<usize>();
+            let nic = &self.queues.ports[nic_pi].stats;
             let mut counters = BTreeMap::new();
             if let Some(f) = self.pfc_link(nic_pi) {
                 counters.insert("pfc_pauses_received".to_string(), f.pauses);
@@ -267,7 +267,7 @@ impl Sim {
     fn unfinished_reason(&self, done: u32, planned: u32) -> String {
         let at = human_time(self.now);
         let progress = format!("{done} of {planned} iterations done");
-        match self.stopped_by {
+        match self.state.stopped_by {
             "idle" => format!("stalled: no event was left at {at} with the job waiting ({progress}); a protocol waits for a packet that never comes"),
             "interrupted" => format!("interrupted at {at} of simulated time ({progress})"),
             _ => format!("not finished at the stop time, {at} ({progress}); raise `stop` to let it finish"),
@@ -276,7 +276,7 @@ impl Sim {
 
     /// The run's outcome word ([`SimResult::outcome`]).
     fn outcome(&self, r: &SimResult) -> &'static str {
-        if self.stopped_by == "interrupted" {
+        if self.state.stopped_by == "interrupted" {
             "interrupted"
         } else if r.jobs.iter().any(|j| j.status == "failed") {
             "failed"

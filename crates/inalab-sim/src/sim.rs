@@ -156,7 +156,31 @@ const TREE_BASE: u32 = 1 << 31;
 /// A multicast tree: each node's children as (egress port, child).
 type Tree = std::collections::HashMap<NodeId, Vec<(PortId, NodeId)>>;
 
+/// The simulator: one world of nodes, wires and workloads, advanced event by event. Split by
+/// concern; the event loop (`run`, `handle`) only dispatches to them.
 pub struct Sim {
+    pub(crate) now: Time,
+    pub(crate) q: EventQueue,
+    /// Where everything is and how packets are routed.
+    pub(crate) fabric: Fabric,
+    /// The ports' queues, the wires and lossless mode.
+    pub(crate) queues: Queues,
+    /// Switches with their programs, hosts with their endpoints.
+    pub(crate) nodes: Nodes,
+    /// The run's own random stream (loss draws, adaptive routing's ties).
+    rng: Xoshiro256PlusPlus,
+    pub(crate) cons: Conservation,
+    pub(crate) wl: Workloads,
+    /// What the run is, how far it got and why it stopped.
+    pub(crate) state: RunState,
+    /// Scheduled failures and what is down now.
+    faults: Faults,
+    /// `--pcap`'s files; `None` (the usual case) costs one branch per packet on a wire.
+    pub(crate) capture: Option<Box<crate::capture::Capture>>,
+}
+
+/// What the run is, how far it got and why it stopped.
+pub(crate) struct RunState {
     pub(crate) name: String,
     pub(crate) seed: u64,
     /// Payload mode's values (`None`: metadata mode).
@@ -167,14 +191,33 @@ pub struct Sim {
     /// Every job and flow finished (the run may linger).
     completed: bool,
     pub(crate) bin: Time,
-    pub(crate) now: Time,
-    pub(crate) q: EventQueue,
+    pub(crate) events: u64,
+    pub(crate) done: bool,
+    pub(crate) wall_s: f64,
+    pub(crate) stopped_by: &'static str,
+    /// Whether `wl` is out, handling a call; calls the world makes meanwhile (an endpoint
+    /// reporting during a `submit`) wait here and follow at once.
+    wl_busy: bool,
+    deferred: std::collections::VecDeque<Call>,
+}
+
+/// Where everything is and how packets are routed.
+pub(crate) struct Fabric {
     pub(crate) topo: Topology,
     routes: Routes,
     pub(crate) routing: Routing,
     default_port: DefaultPort,
+    /// Fixed paths (`Packet::path` ids below `TREE_BASE`).
+    paths: Vec<FixedPath>,
+    /// Multicast trees (ids from `TREE_BASE`).
+    trees: Vec<Tree>,
+}
+
+/// Every port's egress queue and the wires they feed.
+pub(crate) struct Queues {
     buffer: u64,
     ecn_threshold: u64,
+    /// Each node's first port's index in `ports`.
     port_base: Vec<u32>,
     pub(crate) ports: Vec<PortState>,
     wires: Wires,
@@ -184,30 +227,24 @@ pub struct Sim {
     /// (`NO_INGRESS` while a timer runs): PFC charges what the program sends to it. A field
     /// rather than an argument of `apply_actions` and `egress`, which cost drop-tail 0.3 %.
     ingress: u32,
+}
+
+/// Switches with their programs, hosts with their endpoints.
+pub(crate) struct Nodes {
     pub(crate) switches: Vec<SwitchState>,
     pub(crate) hosts: Vec<HostState>,
-    rng: Xoshiro256PlusPlus,
-    paths: Vec<FixedPath>,
-    trees: Vec<Tree>,
+    /// A switch program's actions, reused from packet to packet.
     actions: Vec<SwitchAction>,
-    pub(crate) cons: Conservation,
-    pub(crate) events: u64,
-    pub(crate) wl: Workloads,
-    /// Whether `wl` is out, handling a call; calls the world makes meanwhile (an endpoint
-    /// reporting during a `submit`) wait here and follow at once.
-    wl_busy: bool,
-    deferred: std::collections::VecDeque<Call>,
-    pub(crate) done: bool,
-    pub(crate) wall_s: f64,
-    pub(crate) stopped_by: &'static str,
+}
+
+/// Scheduled failures and what is down now.
+struct Faults {
     failures: Vec<Failure>,
     live: Liveness,
     /// The spec, kept to plan a recovering switch's programs again (only with failures).
     restart_spec: Option<Box<SimSpec>>,
     /// Jobs released so far, released again at a restarted switch's fresh programs.
     released: Vec<u32>,
-    /// `--pcap`'s files; `None` (the usual case) costs one branch per packet on a wire.
-    pub(crate) capture: Option<Box<crate::capture::Capture>>,
 }
 
 struct Ctx<'a> {
@@ -455,49 +492,44 @@ impl Sim {
             Some(c) => Some(Box::new(crate::capture::Capture::new(c, &topo, &port_base, &ports)?)),
             None => None,
         };
+        let restart_spec = failures.iter().any(|f| matches!(f.target, Target::Node(n) if n >= first_switch)).then(|| Box::new(spec.clone()));
         let mut sim = Sim {
-            name: spec.name.clone(),
-            seed: spec.seed,
-            payload: spec.payload.then_some(spec.payload_values),
-            stop: spec.stop_ps,
-            linger: spec.linger_ps,
-            completed: false,
-            bin: spec.metrics.bin_ps,
             now: 0,
             q: EventQueue::default(),
-            topo,
-            routes,
-            routing: net.routing,
-            default_port: net.default_port,
-            buffer: net.buffer_bytes,
-            ecn_threshold: net.ecn_threshold_bytes,
-            port_base,
-            wires: Wires::new(ports.len()),
-            pfc,
-            ingress: NO_INGRESS,
-            ports,
-            switches,
-            hosts,
+            fabric: Fabric { topo, routes, routing: net.routing, default_port: net.default_port, paths: vec![], trees: vec![] },
+            queues: Queues {
+                buffer: net.buffer_bytes,
+                ecn_threshold: net.ecn_threshold_bytes,
+                port_base,
+                wires: Wires::new(ports.len()),
+                pfc,
+                ingress: NO_INGRESS,
+                ports,
+            },
+            nodes: Nodes { switches, hosts, actions: Vec::new() },
             rng: Xoshiro256PlusPlus::seed_from_u64(spec.seed),
-            paths: vec![],
-            trees: vec![],
-            actions: Vec::new(),
             cons: Conservation::default(),
-            events: 0,
             wl: Workloads::default(),
-            wl_busy: false,
-            deferred: std::collections::VecDeque::new(),
-            done: false,
-            wall_s: 0.0,
-            stopped_by: "stop_time",
-            restart_spec: failures.iter().any(|f| matches!(f.target, Target::Node(n) if n >= first_switch)).then(|| Box::new(spec.clone())),
-            failures,
-            live,
-            released: vec![],
+            state: RunState {
+                name: spec.name.clone(),
+                seed: spec.seed,
+                payload: spec.payload.then_some(spec.payload_values),
+                stop: spec.stop_ps,
+                linger: spec.linger_ps,
+                completed: false,
+                bin: spec.metrics.bin_ps,
+                events: 0,
+                done: false,
+                wall_s: 0.0,
+                stopped_by: "stop_time",
+                wl_busy: false,
+                deferred: std::collections::VecDeque::new(),
+            },
+            faults: Faults { failures, live, restart_spec, released: vec![] },
             capture,
         };
         // Queued before the workloads' events, so a failure at t wins over work starting at t.
-        for (i, f) in sim.failures.iter().enumerate() {
+        for (i, f) in sim.faults.failures.iter().enumerate() {
             sim.q.push(f.at, Ev::Fail { idx: i as u32 });
             if let Some(until) = f.until {
                 sim.q.push(until, Ev::Recover { idx: i as u32 });
@@ -515,27 +547,27 @@ impl Sim {
         let wall = Instant::now();
         let mut last_report = Instant::now();
         self.call_workloads(Call::Start);
-        while !self.done {
+        while !self.state.done {
             let Some(t) = self.q.peek_time() else {
-                self.stopped_by = if self.completed { "work_ended" } else { "idle" };
+                self.state.stopped_by = if self.state.completed { "work_ended" } else { "idle" };
                 break;
             };
-            if t > self.stop {
-                self.now = self.stop;
-                self.stopped_by = if self.completed { "work_ended" } else { "stop_time" };
+            if t > self.state.stop {
+                self.now = self.state.stop;
+                self.state.stopped_by = if self.state.completed { "work_ended" } else { "stop_time" };
                 break;
             }
             let (t, ev) = self.q.pop().expect("peeked");
             self.now = t;
-            self.events += 1;
+            self.state.events += 1;
             self.handle(ev);
             // The clock is read once per 16 Ki events (well under a millisecond of work).
-            if self.events & 0x3fff == 0 {
+            if self.state.events & 0x3fff == 0 {
                 if let Some(cb) = progress.as_mut() {
                     if last_report.elapsed().as_millis() >= crate::REPORT_EVERY_MS {
                         last_report = Instant::now();
-                        if cb(&self.report(self.wl.fraction_done(self.now, self.stop))).is_break() {
-                            self.stopped_by = "interrupted";
+                        if cb(&self.report(self.wl.fraction_done(self.now, self.state.stop))).is_break() {
+                            self.state.stopped_by = "interrupted";
                             break;
                         }
                     }
@@ -543,30 +575,30 @@ impl Sim {
             }
         }
         if let Some(cb) = progress.as_mut() {
-            let _ = cb(&self.report(if self.stopped_by == "interrupted" { self.wl.fraction_done(self.now, self.stop) } else { 1.0 }));
+            let _ = cb(&self.report(if self.state.stopped_by == "interrupted" { self.wl.fraction_done(self.now, self.state.stop) } else { 1.0 }));
         }
-        self.wall_s = wall.elapsed().as_secs_f64();
+        self.state.wall_s = wall.elapsed().as_secs_f64();
     }
 
     fn report(&self, fraction: f64) -> crate::ProgressReport {
-        crate::ProgressReport { fraction, events: self.events, sim_time_s: inalab_core::time::to_secs(self.now) }
+        crate::ProgressReport { fraction, events: self.state.events, sim_time_s: inalab_core::time::to_secs(self.now) }
     }
 
     fn handle(&mut self, ev: Ev) {
         match ev {
             Ev::Arrive { port } => {
-                let ((), pkt, next) = self.wires.pop(port as usize).expect("a packet on the wire");
+                let ((), pkt, next) = self.queues.wires.pop(port as usize).expect("a packet on the wire");
                 if let Some(next) = next {
                     self.q.push(next, Ev::Arrive { port });
                 }
-                if self.live.any {
-                    if let Some((at, why)) = self.live.doomed(port as usize, self.now) {
+                if self.faults.live.any {
+                    if let Some((at, why)) = self.faults.live.doomed(port as usize, self.now) {
                         return self.failure_drop(at, why, &pkt);
                     }
                 }
-                let p = &self.ports[port as usize];
+                let p = &self.queues.ports[port as usize];
                 let (node, in_port) = (p.peer, p.peer_port);
-                if self.topo.is_host(node) {
+                if self.fabric.topo.is_host(node) {
                     self.host_rx(node, pkt)
                 } else {
                     self.switch_rx(node, in_port, pkt)
@@ -574,16 +606,16 @@ impl Sim {
             }
             Ev::CpuRx { host } => {
                 // A host that failed meanwhile got the packet and never handled it.
-                let pkt = self.hosts[host as usize].rx_wait.pop_front().expect("a packet waits for each CpuRx");
-                if !self.live.node_is_down(host) {
+                let pkt = self.nodes.hosts[host as usize].rx_wait.pop_front().expect("a packet waits for each CpuRx");
+                if !self.faults.live.node_is_down(host) {
                     self.deliver(host, pkt);
                 }
             }
             Ev::NicFree { host } => {
-                if self.live.node_is_down(host) {
+                if self.faults.live.node_is_down(host) {
                     return; // a failed host sends nothing again
                 }
-                self.hosts[host as usize].nic_busy = false;
+                self.nodes.hosts[host as usize].nic_busy = false;
                 self.try_transmit(host);
             }
             Ev::TxDone { port } => self.pfc_tx_done(port as usize),
@@ -601,14 +633,14 @@ impl Sim {
 
     /// Delivers what a host sent to itself (or loses it with the host).
     fn local_delivery(&mut self, host: NodeId) {
-        if self.live.node_is_down(host) {
+        if self.faults.live.node_is_down(host) {
             // Sent and never delivered: lost with the host.
-            for pkt in std::mem::take(&mut self.hosts[host as usize].local) {
+            for pkt in std::mem::take(&mut self.nodes.hosts[host as usize].local) {
                 self.failure_drop(host, Why::NodeFailed, &pkt);
             }
             return;
         }
-        while let Some(pkt) = self.hosts[host as usize].local.pop_front() {
+        while let Some(pkt) = self.nodes.hosts[host as usize].local.pop_front() {
             self.cons.delivered_packets += 1;
             self.cons.delivered_bytes += pkt.size as u64;
             self.deliver(host, pkt);
@@ -617,10 +649,10 @@ impl Sim {
 
     /// An endpoint's timer fired, unless the host failed or the timer was re-armed.
     fn host_timer(&mut self, host: NodeId, ep: u16) {
-        if self.live.node_is_down(host) {
+        if self.faults.live.node_is_down(host) {
             return;
         }
-        let e = &mut self.hosts[host as usize].eps[ep as usize];
+        let e = &mut self.nodes.hosts[host as usize].eps[ep as usize];
         if e.timer_armed != Some(self.now) {
             return; // superseded by an earlier arming
         }
@@ -633,18 +665,18 @@ impl Sim {
 
     /// A switch program's timer fired, unless the switch failed since it was set.
     fn switch_timer(&mut self, switch: NodeId, token: inalab_core::TimerToken, epoch: u16) {
-        let si = (switch - self.topo.hosts) as usize;
-        if epoch != self.switches[si].epoch || self.live.node_is_down(switch) {
+        let si = (switch - self.fabric.topo.hosts) as usize;
+        if epoch != self.nodes.switches[si].epoch || self.faults.live.node_is_down(switch) {
             return; // set before a failure: that program state is gone
         }
-        let mut out = std::mem::take(&mut self.actions);
-        let base = self.port_base[switch as usize] as usize;
-        let n = self.topo.nodes[switch as usize].ports.len();
-        let ctx = Ctx { node: switch, now: self.now, ports: &self.ports[base..base + n], pfc: self.pfc.as_deref(), base, topo: &self.topo, routes: &self.routes, live: &self.live, default_port: self.default_port, reroute_above: self.reroute_above() };
-        self.switches[si].active().on_timer(self.now, &ctx, token, &mut out);
-        self.ingress = NO_INGRESS;
+        let mut out = std::mem::take(&mut self.nodes.actions);
+        let base = self.queues.port_base[switch as usize] as usize;
+        let n = self.fabric.topo.nodes[switch as usize].ports.len();
+        let ctx = Ctx { node: switch, now: self.now, ports: &self.queues.ports[base..base + n], pfc: self.queues.pfc.as_deref(), base, topo: &self.fabric.topo, routes: &self.fabric.routes, live: &self.faults.live, default_port: self.fabric.default_port, reroute_above: self.reroute_above() };
+        self.nodes.switches[si].active().on_timer(self.now, &ctx, token, &mut out);
+        self.queues.ingress = NO_INGRESS;
         self.apply_actions(switch, self.now, 0, &mut out);
-        self.actions = out;
+        self.nodes.actions = out;
     }
 
     // ---- failures ----------------------------------------------------------------------
@@ -652,48 +684,48 @@ impl Sim {
     /// Failure `idx` starts (`down`) or ends. Overlapping windows of one target count: it is
     /// down while any is in force.
     fn set_failed(&mut self, idx: usize, down: bool) {
-        let target = self.failures[idx].target;
-        if !self.live.set(target, down) {
+        let target = self.faults.failures[idx].target;
+        if !self.faults.live.set(target, down) {
             return;
         }
         let now = self.now;
         match target {
             // A host stops: the checks on its events do the rest; its jobs hear of it later.
-            Target::Node(h) if self.topo.is_host(h) => {
-                self.hosts[h as usize].failed_at = Some(now);
-                self.q.push(now + self.failures[idx].detect, Ev::PeerFailed { host: h, at: now });
+            Target::Node(h) if self.fabric.topo.is_host(h) => {
+                self.nodes.hosts[h as usize].failed_at = Some(now);
+                self.q.push(now + self.faults.failures[idx].detect, Ev::PeerFailed { host: h, at: now });
             }
             Target::Node(n) => {
-                let si = (n - self.topo.hosts) as usize;
+                let si = (n - self.fabric.topo.hosts) as usize;
                 if down {
                     // Its timers die with it; what it queued is lost, what already left is not.
-                    let sw = &mut self.switches[si];
+                    let sw = &mut self.nodes.switches[si];
                     sw.epoch = sw.epoch.wrapping_add(1);
-                    let base = self.port_base[n as usize] as usize;
-                    for pi in base..base + self.topo.nodes[n as usize].ports.len() {
-                        let p = &self.ports[pi];
-                        self.live.doom(pi, now + p.delay_ps, p.busy_until + p.delay_ps, n, Why::NodeFailed);
+                    let base = self.queues.port_base[n as usize] as usize;
+                    for pi in base..base + self.fabric.topo.nodes[n as usize].ports.len() {
+                        let p = &self.queues.ports[pi];
+                        self.faults.live.doom(pi, now + p.delay_ps, p.busy_until + p.delay_ps, n, Why::NodeFailed);
                     }
                     // Its soft state is gone at once (a dead switch holds no aggregator).
                     self.reset_programs(n);
                 } else {
-                    self.switches[si].restarts += 1;
+                    self.nodes.switches[si].restarts += 1;
                 }
             }
             Target::Link(l) => {
                 if down {
                     // Everything on the link either way is lost, serializing or propagating.
-                    let link = &self.topo.links[l as usize];
+                    let link = &self.fabric.topo.links[l as usize];
                     for (a, b) in [(link.a, link.b), (link.b, link.a)] {
-                        let pi = (self.port_base[a as usize] + self.topo.port_to(a, b).expect("a link's ends are adjacent") as u32) as usize;
-                        let p = &self.ports[pi];
-                        self.live.doom(pi, now, p.busy_until + p.delay_ps, a, Why::LinkFailed);
+                        let pi = (self.queues.port_base[a as usize] + self.fabric.topo.port_to(a, b).expect("a link's ends are adjacent") as u32) as usize;
+                        let p = &self.queues.ports[pi];
+                        self.faults.live.doom(pi, now, p.busy_until + p.delay_ps, a, Why::LinkFailed);
                     }
                 }
             }
         }
-        self.live.recompute(&self.topo, &self.routes, &self.port_base);
-        if let Some(pfc) = &self.pfc {
+        self.faults.live.recompute(&self.fabric.topo, &self.fabric.routes, &self.queues.port_base);
+        if let Some(pfc) = &self.queues.pfc {
             if down || pfc.credit().is_some() {
                 self.pfc_failed(target);
             }
@@ -706,17 +738,17 @@ impl Sim {
     /// own: plain forwarding has no state, and a program a test installed with `set_program`
     /// cannot be re-created here.
     fn reset_programs(&mut self, switch: NodeId) {
-        let si = (switch - self.topo.hosts) as usize;
-        if self.switches[si].ina.is_none() {
+        let si = (switch - self.fabric.topo.hosts) as usize;
+        if self.nodes.switches[si].ina.is_none() {
             return;
         }
-        let spec = self.restart_spec.as_ref().expect("kept for switch failures");
-        let mut setup = crate::setup::set_up_jobs(spec, &self.topo).expect("the spec was planned once at set-up");
+        let spec = self.faults.restart_spec.as_ref().expect("kept for switch failures");
+        let mut setup = crate::setup::set_up_jobs(spec, &self.fabric.topo).expect("the spec was planned once at set-up");
         let mut fresh = setup.programs.remove(&switch).unwrap_or_default();
-        for &job in &self.released {
+        for &job in &self.faults.released {
             fresh.release(job);
         }
-        let sw = &mut self.switches[si];
+        let sw = &mut self.nodes.switches[si];
         for (k, v) in sw.active_ref().counters() {
             *sw.carried.entry(k).or_insert(0) += v;
         }
@@ -726,14 +758,14 @@ impl Sim {
     /// Counts a packet lost to a failure at `node`, the switch that failed or the sender on
     /// a failed link.
     fn failure_drop(&mut self, node: NodeId, why: Why, pkt: &Packet) {
-        if self.topo.is_host(node) {
-            let h = &mut self.hosts[node as usize];
+        if self.fabric.topo.is_host(node) {
+            let h = &mut self.nodes.hosts[node as usize];
             match why {
                 Why::NodeFailed => h.drops_host_failed += 1,
                 Why::LinkFailed => h.drops_link_failed += 1,
             }
         } else {
-            let sw = &mut self.switches[(node - self.topo.hosts) as usize];
+            let sw = &mut self.nodes.switches[(node - self.fabric.topo.hosts) as usize];
             match why {
                 Why::NodeFailed => sw.drops_node_failed += 1,
                 Why::LinkFailed => sw.drops_link_failed += 1,
@@ -744,19 +776,19 @@ impl Sim {
 
     /// Replaces a switch's program (the INA designs install theirs through this).
     pub fn set_program(&mut self, switch: NodeId, program: Box<dyn SwitchProgram>) {
-        self.switches[(switch - self.topo.hosts) as usize].program = program;
+        self.nodes.switches[(switch - self.fabric.topo.hosts) as usize].program = program;
     }
 
     /// Installs the INA programs the jobs' schemes need on a switch.
     pub(crate) fn install_ina(&mut self, switch: NodeId, programs: Programs) {
-        self.switches[(switch - self.topo.hosts) as usize].ina = Some(programs);
+        self.nodes.switches[(switch - self.fabric.topo.hosts) as usize].ina = Some(programs);
     }
 
     /// Admits `job` on the port of `host`'s switch that faces it.
     pub(crate) fn admit_host(&mut self, host: NodeId, job: u32) {
-        let tor = self.topo.host_switch(host);
-        let port = self.topo.port_to(tor, host).expect("a host's switch faces it");
-        let jobs = self.switches[(tor - self.topo.hosts) as usize].admitted.entry(port).or_default();
+        let tor = self.fabric.topo.host_switch(host);
+        let port = self.fabric.topo.port_to(tor, host).expect("a host's switch faces it");
+        let jobs = self.nodes.switches[(tor - self.fabric.topo.hosts) as usize].admitted.entry(port).or_default();
         if !jobs.contains(&job) {
             jobs.push(job);
         }
@@ -771,12 +803,12 @@ impl Sim {
     }
 
     pub fn topology(&self) -> &Topology {
-        &self.topo
+        &self.fabric.topo
     }
 
     /// Installs a fixed path (node names, host to host) and returns its id for `Packet::path`.
     pub(crate) fn install_path(&mut self, field: &str, names: &[String]) -> Result<u32, SimError> {
-        let topo = &self.topo;
+        let topo = &self.fabric.topo;
         let nodes = names
             .iter()
             .map(|n| topo.find(n).ok_or_else(|| SimError::new(field, format!("no node named {n:?}"))))
@@ -790,12 +822,12 @@ impl Sim {
                 SimError::new(field, format!("{:?} and {:?} are not adjacent", topo.nodes[w[0] as usize].name, topo.nodes[w[1] as usize].name))
             })?);
         }
-        self.paths.push(FixedPath { nodes, ports });
-        Ok((self.paths.len() - 1) as u32)
+        self.fabric.paths.push(FixedPath { nodes, ports });
+        Ok((self.fabric.paths.len() - 1) as u32)
     }
 
     pub(crate) fn set_endpoint_path(&mut self, host: NodeId, ep: u16, path: u32) {
-        self.hosts[host as usize].eps[ep as usize].path = path;
+        self.nodes.hosts[host as usize].eps[ep as usize].path = path;
     }
 
     /// Installs a multicast tree (edges parent -> child between adjacent nodes) for an
@@ -803,13 +835,13 @@ impl Sim {
     pub(crate) fn install_tree(&mut self, field: &str, host: NodeId, ep: u16, edges: &[(NodeId, NodeId)]) -> Result<(), SimError> {
         let mut tree = Tree::new();
         for &(p, c) in edges {
-            let port = self.topo.port_to(p, c).ok_or_else(|| {
-                SimError::new(field, format!("multicast tree edge {:?} -> {:?} is not a link", self.topo.nodes[p as usize].name, self.topo.nodes[c as usize].name))
+            let port = self.fabric.topo.port_to(p, c).ok_or_else(|| {
+                SimError::new(field, format!("multicast tree edge {:?} -> {:?} is not a link", self.fabric.topo.nodes[p as usize].name, self.fabric.topo.nodes[c as usize].name))
             })?;
             tree.entry(p).or_default().push((port, c));
         }
-        self.trees.push(tree);
-        self.hosts[host as usize].eps[ep as usize].tree = TREE_BASE + (self.trees.len() - 1) as u32;
+        self.fabric.trees.push(tree);
+        self.nodes.hosts[host as usize].eps[ep as usize].tree = TREE_BASE + (self.fabric.trees.len() - 1) as u32;
         Ok(())
     }
 
@@ -817,17 +849,17 @@ impl Sim {
 
     pub(crate) fn add_endpoint(&mut self, host: NodeId, proto: Box<dyn HostProtocol>, owner: Owner) -> u16 {
         let port = proto.endpoint().port;
-        let h = &mut self.hosts[host as usize];
+        let h = &mut self.nodes.hosts[host as usize];
         h.eps.push(Endpoint { proto, port, owner, path: NO_PATH, tree: NO_PATH, timer_armed: None });
         (h.eps.len() - 1) as u16
     }
 
     /// Hands an application request to an endpoint and carries out what follows.
     pub(crate) fn submit(&mut self, host: NodeId, ep: u16, req: AppRequest) {
-        if self.live.node_is_down(host) {
+        if self.faults.live.node_is_down(host) {
             return;
         }
-        self.hosts[host as usize].eps[ep as usize].proto.submit(self.now, req);
+        self.nodes.hosts[host as usize].eps[ep as usize].proto.submit(self.now, req);
         self.service(host, ep);
     }
 
@@ -841,7 +873,7 @@ impl Sim {
     /// call into the protocol, `poll_transmit` included (sending arms retransmission timers).
     fn drain(&mut self, host: NodeId, ep: u16) {
         loop {
-            let e = &mut self.hosts[host as usize].eps[ep as usize];
+            let e = &mut self.nodes.hosts[host as usize].eps[ep as usize];
             let Some(ev) = e.proto.poll_event() else { break };
             let owner = e.owner;
             self.on_host_event(host, owner, ev);
@@ -854,7 +886,7 @@ impl Sim {
     #[inline]
     fn arm(&mut self, host: NodeId, ep: u16) {
         let now = self.now;
-        let e = &mut self.hosts[host as usize].eps[ep as usize];
+        let e = &mut self.nodes.hosts[host as usize].eps[ep as usize];
         if let Some(t) = e.proto.poll_timeout() {
             let at = t.max(now);
             if e.timer_armed.is_none_or(|a| at < a) {
@@ -871,16 +903,16 @@ impl Sim {
     /// Hands a call to the workloads. A call made while they handle another (a protocol
     /// reporting during their `submit`) is queued and handled right after.
     fn call_workloads(&mut self, call: Call) {
-        if self.wl_busy {
-            return self.deferred.push_back(call);
+        if self.state.wl_busy {
+            return self.state.deferred.push_back(call);
         }
         let mut wl = std::mem::take(&mut self.wl);
-        self.wl_busy = true;
+        self.state.wl_busy = true;
         wl.call(call, self);
-        while let Some(next) = self.deferred.pop_front() {
+        while let Some(next) = self.state.deferred.pop_front() {
             wl.call(next, self);
         }
-        self.wl_busy = false;
+        self.state.wl_busy = false;
         self.wl = wl;
     }
 
@@ -888,7 +920,7 @@ impl Sim {
     fn try_transmit(&mut self, host: NodeId) {
         loop {
             let now = self.now;
-            let h = &mut self.hosts[host as usize];
+            let h = &mut self.nodes.hosts[host as usize];
             // A paused NIC takes no packet; the RESUME calls here again.
             if h.nic_busy || h.nic_paused || h.eps.is_empty() {
                 return;
@@ -912,9 +944,9 @@ impl Sim {
                 return;
             };
             if pkt.dst == GROUP {
-                pkt.path = self.hosts[host as usize].eps[ep as usize].tree;
+                pkt.path = self.nodes.hosts[host as usize].eps[ep as usize].tree;
             } else if pkt.path == NO_PATH {
-                pkt.path = self.hosts[host as usize].eps[ep as usize].path;
+                pkt.path = self.nodes.hosts[host as usize].eps[ep as usize].path;
             }
             // Co-located endpoints (a BytePS server beside its worker) talk through host
             // memory, not the NIC. An INA protocol's packet always crosses the network, even to
@@ -922,12 +954,12 @@ impl Sim {
             // worker): it exists to meet the switch, and a kernel-bypass stack sends it out.
             let local = pkt.dst == host && matches!(pkt.header, inalab_core::wire::Header::Transport(_) | inalab_core::wire::Header::Raw);
             // Mark the NIC busy first: what `drain` triggers may call back into this host.
-            self.hosts[host as usize].nic_busy = !local;
+            self.nodes.hosts[host as usize].nic_busy = !local;
             self.drain(host, ep);
             self.cons.sent_packets += 1;
             self.cons.sent_bytes += pkt.size as u64;
             if local {
-                let local = &mut self.hosts[host as usize].local;
+                let local = &mut self.nodes.hosts[host as usize].local;
                 if local.is_empty() {
                     self.q.push(self.now, Ev::Local { host });
                 }
@@ -935,7 +967,7 @@ impl Sim {
                 continue;
             }
             // Credits: a NIC without them holds the packet (and stays busy) until they come.
-            if self.pfc.as_ref().is_some_and(|p| p.credit().is_some()) {
+            if self.queues.pfc.as_ref().is_some_and(|p| p.credit().is_some()) {
                 match self.credit_nic(host, pkt) {
                     Some(p) => pkt = p,
                     None => return,
@@ -949,15 +981,15 @@ impl Sim {
     fn nic_send(&mut self, host: NodeId, mut pkt: Packet) {
         let now = self.now;
         pkt.hop = 0;
-        let pi = self.port_base[host as usize] as usize;
+        let pi = self.queues.port_base[host as usize] as usize;
         // A failed link loses the packet anyway: no loss is drawn for it.
-        let down = self.live.link_is_down(self.ports[pi].link);
-        let lost = !down && (self.draw(self.hosts[host as usize].loss) || self.draw(self.ports[pi].loss));
+        let down = self.faults.live.link_is_down(self.queues.ports[pi].link);
+        let lost = !down && (self.draw(self.nodes.hosts[host as usize].loss) || self.draw(self.queues.ports[pi].loss));
         let size = pkt.size;
         // A CPU with a cost prepares the packet first; the NIC starts it when both are done.
-        let cpu = self.hosts[host as usize].cpu.as_mut();
+        let cpu = self.nodes.hosts[host as usize].cpu.as_mut();
         let (ready, cost) = cpu.map_or((now, 0), |c| c.take(now, size));
-        match self.ports[pi].enqueue(now, ready, size, None, 0, lost, self.bin) {
+        match self.queues.ports[pi].enqueue(now, ready, size, None, 0, lost, self.state.bin) {
             // The NIC still serializes into a failed link, so a sender is not sped up.
             Enqueued::Sent { .. } if down => self.failure_drop(host, Why::LinkFailed, &pkt),
             Enqueued::Sent { arrival, .. } => self.put_on_wire(pi, arrival, pkt),
@@ -966,8 +998,8 @@ impl Sim {
         // The next packet is asked for when the CPU can prepare it by the time the NIC is
         // free (its cost taken as this one's), so CPU and NIC work side by side; free hosts
         // ask when the NIC is free.
-        let busy_until = self.ports[pi].busy_until;
-        let free_at = match self.hosts[host as usize].cpu {
+        let busy_until = self.queues.ports[pi].busy_until;
+        let free_at = match self.nodes.hosts[host as usize].cpu {
             Some(c) => c.free_at.max(busy_until.saturating_sub(cost)).max(now),
             None => busy_until,
         };
@@ -975,17 +1007,17 @@ impl Sim {
     }
 
     fn host_rx(&mut self, host: NodeId, pkt: Packet) {
-        if self.live.node_is_down(host) {
+        if self.faults.live.node_is_down(host) {
             return self.failure_drop(host, Why::NodeFailed, &pkt);
         }
-        if self.draw(self.hosts[host as usize].loss) {
-            self.hosts[host as usize].drops_loss += 1;
+        if self.draw(self.nodes.hosts[host as usize].loss) {
+            self.nodes.hosts[host as usize].drops_loss += 1;
             self.dropped(&pkt);
             return;
         }
         self.cons.delivered_packets += 1;
         self.cons.delivered_bytes += pkt.size as u64;
-        let h = &mut self.hosts[host as usize];
+        let h = &mut self.nodes.hosts[host as usize];
         h.rx_packets += 1;
         h.rx_bytes += pkt.size as u64;
         if let Some(cpu) = h.cpu.as_mut() {
@@ -998,7 +1030,7 @@ impl Sim {
     }
 
     fn deliver(&mut self, host: NodeId, pkt: Packet) {
-        let h = &mut self.hosts[host as usize];
+        let h = &mut self.nodes.hosts[host as usize];
         let Some(ep) = h.eps.iter().position(|e| e.port == pkt.dst_port) else {
             h.drops_no_endpoint += 1;
             return;
@@ -1007,7 +1039,7 @@ impl Sim {
             self.call_workloads(Call::FlowReceived { flow, size: pkt.size });
         }
         let now = self.now;
-        self.hosts[host as usize].eps[ep].proto.handle_packet(now, pkt);
+        self.nodes.hosts[host as usize].eps[ep].proto.handle_packet(now, pkt);
         self.service(host, ep as u16);
     }
 
@@ -1015,12 +1047,12 @@ impl Sim {
 
     fn switch_rx(&mut self, node: NodeId, in_port: PortId, pkt: Packet) {
         // A failed switch returns no credits (its recovery resets them).
-        if self.pfc.as_ref().and_then(|p| p.credit()).is_none() || self.live.node_is_down(node) {
+        if self.queues.pfc.as_ref().and_then(|p| p.credit()).is_none() || self.faults.live.node_is_down(node) {
             return self.switch_program(node, in_port, pkt);
         }
         // Credits: whatever the program makes of the packet, what it leaves uncharged to its
         // ingress port goes back to the sender now.
-        let from = self.port_base[node as usize] as usize + in_port as usize;
+        let from = self.queues.port_base[node as usize] as usize + in_port as usize;
         self.credit_paid(from, pkt.size);
         self.switch_program(node, in_port, pkt);
         self.credit_settle(from);
@@ -1028,19 +1060,19 @@ impl Sim {
 
     /// A packet reaches switch `node`: admission, processing capacity, its program.
     fn switch_program(&mut self, node: NodeId, in_port: PortId, mut pkt: Packet) {
-        let si = (node - self.topo.hosts) as usize;
-        if self.live.node_is_down(node) {
+        let si = (node - self.fabric.topo.hosts) as usize;
+        if self.faults.live.node_is_down(node) {
             return self.failure_drop(node, Why::NodeFailed, &pkt);
         }
-        let sw = &mut self.switches[si];
+        let sw = &mut self.nodes.switches[si];
         sw.rx_packets += 1;
         if pkt.path != NO_PATH {
             pkt.hop = pkt.hop.saturating_add(1);
         }
-        let base = self.port_base[node as usize] as usize;
+        let base = self.queues.port_base[node as usize] as usize;
         // Admission filtering: a host may only send packets of the jobs admitted on its port.
         if let Some(job) = sw.ina.as_ref().and_then(|p| p.job_of(&pkt)) {
-            let from_host = self.topo.is_host(self.ports[base + in_port as usize].peer);
+            let from_host = self.fabric.topo.is_host(self.queues.ports[base + in_port as usize].peer);
             if from_host && !sw.admitted.get(&in_port).is_some_and(|jobs| jobs.contains(&job)) {
                 sw.drops_unadmitted += 1;
                 self.dropped(&pkt);
@@ -1048,10 +1080,10 @@ impl Sim {
             }
         }
         let in_size = pkt.size as i64;
-        let mut out = std::mem::take(&mut self.actions);
-        let n = self.topo.nodes[node as usize].ports.len();
-        let ctx = Ctx { node, now: self.now, ports: &self.ports[base..base + n], pfc: self.pfc.as_deref(), base, topo: &self.topo, routes: &self.routes, live: &self.live, default_port: self.default_port, reroute_above: self.reroute_above() };
-        let sw = &mut self.switches[si];
+        let mut out = std::mem::take(&mut self.nodes.actions);
+        let n = self.fabric.topo.nodes[node as usize].ports.len();
+        let ctx = Ctx { node, now: self.now, ports: &self.queues.ports[base..base + n], pfc: self.queues.pfc.as_deref(), base, topo: &self.fabric.topo, routes: &self.fabric.routes, live: &self.faults.live, default_port: self.fabric.default_port, reroute_above: self.reroute_above() };
+        let sw = &mut self.nodes.switches[si];
         // Processing capacity (GRID's C_s, spec A8): a FIFO server for the packets the program
         // aggregates, marking ECN past the ECN threshold and dropping past the buffer (drop-tail
         // only: under PFC the waiting packets stay charged to their ingress port instead).
@@ -1061,10 +1093,10 @@ impl Sim {
             Some(rate) => {
                 let waiting = sw.proc_busy.saturating_sub(self.now) as u128;
                 let backlog = (waiting * rate as u128 / (8 * inalab_core::time::S as u128)) as u64;
-                if self.pfc.is_none() && backlog + pkt.size as u64 > self.buffer {
+                if self.queues.pfc.is_none() && backlog + pkt.size as u64 > self.queues.buffer {
                     refused = Some(pkt);
                 } else {
-                    pkt.ecn |= backlog > self.ecn_threshold;
+                    pkt.ecn |= backlog > self.queues.ecn_threshold;
                     sw.proc_busy = self.now.max(sw.proc_busy) + inalab_core::time::serialization(pkt.size as u64, rate);
                     ready = sw.proc_busy;
                     sw.active().on_packet(self.now, &ctx, in_port, pkt, &mut out);
@@ -1073,29 +1105,29 @@ impl Sim {
             None => sw.active().on_packet(self.now, &ctx, in_port, pkt, &mut out),
         }
         if let Some(pkt) = refused {
-            self.switches[si].drops_processing += 1;
+            self.nodes.switches[si].drops_processing += 1;
             self.dropped(&pkt);
-            self.actions = out;
+            self.nodes.actions = out;
             return;
         }
-        if self.topo.nodes[node as usize].programmable {
+        if self.fabric.topo.nodes[node as usize].programmable {
             let used = sw.active().aggregators_in_use();
             sw.agg_peak = sw.agg_peak.max(used);
-            let bin = (self.now / self.bin) as u32;
+            let bin = (self.now / self.state.bin) as u32;
             match sw.agg_series.last_mut() {
                 Some((b, v)) if *b == bin => *v = (*v).max(used),
                 _ => sw.agg_series.push((bin, used)),
             }
         }
-        self.ingress = (base + in_port as usize) as u32;
+        self.queues.ingress = (base + in_port as usize) as u32;
         self.apply_actions(node, ready, in_size, &mut out);
-        self.actions = out;
+        self.nodes.actions = out;
     }
 
     /// Carries out a program's actions. `in_size` is the size of the packet the program
     /// consumed (0 for timers), for byte conservation.
     fn apply_actions(&mut self, node: NodeId, ready: Time, in_size: i64, out: &mut Vec<SwitchAction>) {
-        let si = (node - self.topo.hosts) as usize;
+        let si = (node - self.fabric.topo.hosts) as usize;
         let mut outs: i64 = 0;
         let mut out_bytes: i64 = 0;
         self.pfc_share_open();
@@ -1123,11 +1155,11 @@ impl Sim {
                     out_bytes += pkt.size as i64;
                     match self.route(node, &pkt) {
                         Some((port, moved)) => {
-                            self.switches[si].rerouted += moved as u64;
+                            self.nodes.switches[si].rerouted += moved as u64;
                             self.egress(node, port, pkt, ready)
                         }
                         None => {
-                            self.switches[si].drops_no_route += 1;
+                            self.nodes.switches[si].drops_no_route += 1;
                             self.dropped(&pkt);
                         }
                     }
@@ -1147,16 +1179,16 @@ impl Sim {
                     outs += 1;
                     out_bytes += pkt.size as i64;
                     if inalab_core::is_absorbed(reason) {
-                        self.switches[si].absorbed += 1;
+                        self.nodes.switches[si].absorbed += 1;
                         self.cons.absorbed_packets += 1;
                         self.cons.absorbed_bytes += pkt.size as u64;
                     } else {
-                        self.switches[si].drops_program += 1;
+                        self.nodes.switches[si].drops_program += 1;
                         self.dropped(&pkt);
                     }
                 }
                 SwitchAction::SetTimer { at, token } => {
-                    self.q.push(at.max(self.now), Ev::SwitchTimer { switch: node, token, epoch: self.switches[si].epoch })
+                    self.q.push(at.max(self.now), Ev::SwitchTimer { switch: node, token, epoch: self.nodes.switches[si].epoch })
                 }
             }
         }
@@ -1170,19 +1202,19 @@ impl Sim {
     /// hosts addressed to them); none where the node is not on it. Returns (copies, bytes).
     fn replicate(&mut self, node: NodeId, pkt: Packet, ready: Time) -> (i64, i64) {
         let t = (pkt.path - TREE_BASE) as usize;
-        let k = self.trees.get(t).and_then(|tree| tree.get(&node)).map_or(0, Vec::len);
+        let k = self.fabric.trees.get(t).and_then(|tree| tree.get(&node)).map_or(0, Vec::len);
         if k == 0 {
-            let si = (node - self.topo.hosts) as usize;
-            self.switches[si].drops_no_route += 1;
+            let si = (node - self.fabric.topo.hosts) as usize;
+            self.nodes.switches[si].drops_no_route += 1;
             self.dropped(&pkt);
             return (1, pkt.size as i64);
         }
         let size = pkt.size as i64;
         let mut pkt = Some(pkt);
         for i in 0..k {
-            let (port, child) = self.trees[t][&node][i];
+            let (port, child) = self.fabric.trees[t][&node][i];
             let mut copy = if i + 1 == k { pkt.take().expect("last copy") } else { pkt.clone().expect("copy") };
-            if self.topo.is_host(child) {
+            if self.fabric.topo.is_host(child) {
                 copy.dst = child;
             }
             self.egress(node, port, copy, ready);
@@ -1192,9 +1224,9 @@ impl Sim {
 
     /// Adaptive routing's queue limit in bytes (None under ECMP), as `route` applies it.
     fn reroute_above(&self) -> Option<f64> {
-        match self.routing {
+        match self.fabric.routing {
             Routing::Ecmp => None,
-            Routing::Adaptive { threshold } => Some(threshold * self.buffer as f64),
+            Routing::Adaptive { threshold } => Some(threshold * self.queues.buffer as f64),
         }
     }
 
@@ -1205,52 +1237,52 @@ impl Sim {
     #[inline]
     fn route(&self, node: NodeId, pkt: &Packet) -> Option<(PortId, bool)> {
         if pkt.path != NO_PATH {
-            if let Some(p) = self.paths.get(pkt.path as usize) {
+            if let Some(p) = self.fabric.paths.get(pkt.path as usize) {
                 let hop = pkt.hop as usize;
                 if p.nodes.get(hop) == Some(&node) && hop < p.ports.len() {
                     return Some((p.ports[hop], false));
                 }
             }
         }
-        if !self.topo.is_host(pkt.dst) {
+        if !self.fabric.topo.is_host(pkt.dst) {
             return None; // only hosts are destinations; a packet for a switch nobody consumed
         }
-        let mut hops = self.routes.next_hops(node, pkt.dst);
+        let mut hops = self.fabric.routes.next_hops(node, pkt.dst);
         if hops.is_empty() {
             return None;
         }
-        let mut default = self.default_port.pick(hops, pkt.flow, pkt.dst, node);
-        let base = self.port_base[node as usize] as usize;
-        if self.live.has_dead(node) {
-            hops = self.live.next_hops(&self.routes, node, pkt.dst);
+        let mut default = self.fabric.default_port.pick(hops, pkt.flow, pkt.dst, node);
+        let base = self.queues.port_base[node as usize] as usize;
+        if self.faults.live.has_dead(node) {
+            hops = self.faults.live.next_hops(&self.fabric.routes, node, pkt.dst);
             if hops.is_empty() {
                 return None;
             }
-            if self.live.port_dead(base + default as usize) {
-                default = self.default_port.pick(hops, pkt.flow, pkt.dst, node);
+            if self.faults.live.port_dead(base + default as usize) {
+                default = self.fabric.default_port.pick(hops, pkt.flow, pkt.dst, node);
             }
         }
         let Some(limit) = self.reroute_above() else { return Some((default, false)) };
         // One instance per mode: a branch inside the queue read kept the drop-tail one from
         // being inlined (1 % more instructions on the Canary benchmark).
-        let port = match &self.pfc {
-            None => adaptive_pick(default, hops, limit, |p| self.ports[base + p as usize].backlog(self.now)),
+        let port = match &self.queues.pfc {
+            None => adaptive_pick(default, hops, limit, |p| self.queues.ports[base + p as usize].backlog(self.now)),
             Some(pfc) => adaptive_pick(default, hops, limit, |p| {
                 let pi = base + p as usize;
-                self.ports[pi].backlog(self.now) + pfc.waiting(pi)
+                self.queues.ports[pi].backlog(self.now) + pfc.waiting(pi)
             }),
         }?;
         Some((port, port != default))
     }
 
     fn egress(&mut self, node: NodeId, port: PortId, mut pkt: Packet, ready: Time) {
-        let pi = (self.port_base[node as usize] + port as u32) as usize;
-        if self.pfc.is_some() {
-            return self.pfc_egress(pi, pkt, ready, self.ingress);
+        let pi = (self.queues.port_base[node as usize] + port as u32) as usize;
+        if self.queues.pfc.is_some() {
+            return self.pfc_egress(pi, pkt, ready, self.queues.ingress);
         }
-        let down = self.live.link_is_down(self.ports[pi].link);
-        let lost = !down && self.draw(self.ports[pi].loss);
-        match self.ports[pi].enqueue(self.now, ready, pkt.size, Some(self.buffer), self.ecn_threshold, lost, self.bin) {
+        let down = self.faults.live.link_is_down(self.queues.ports[pi].link);
+        let lost = !down && self.draw(self.queues.ports[pi].loss);
+        match self.queues.ports[pi].enqueue(self.now, ready, pkt.size, Some(self.queues.buffer), self.queues.ecn_threshold, lost, self.state.bin) {
             // Queued and serialized as usual (drop-tail still applies), then lost on the link.
             Enqueued::Sent { .. } if down => self.failure_drop(node, Why::LinkFailed, &pkt),
             Enqueued::Sent { arrival, ecn } => {
@@ -1264,9 +1296,9 @@ impl Sim {
     #[inline]
     fn put_on_wire(&mut self, pi: usize, arrival: Time, pkt: Packet) {
         if let Some(c) = self.capture.as_mut() {
-            c.record(pi, arrival.saturating_sub(self.ports[pi].delay_ps), &pkt);
+            c.record(pi, arrival.saturating_sub(self.queues.ports[pi].delay_ps), &pkt);
         }
-        if self.wires.push(pi, arrival, (), pkt) {
+        if self.queues.wires.push(pi, arrival, (), pkt) {
             self.q.push(arrival, Ev::Arrive { port: pi as u32 });
         }
     }
@@ -1281,7 +1313,7 @@ impl Sim {
     }
 
     fn owner_of(&self, host: NodeId, port: u16) -> Option<Owner> {
-        self.hosts.get(host as usize)?.eps.iter().find(|e| e.port == port).map(|e| e.owner)
+        self.nodes.hosts.get(host as usize)?.eps.iter().find(|e| e.port == port).map(|e| e.owner)
     }
 
     /// Draws a loss decision; no random number is consumed when `p` is zero, so adding loss
@@ -1298,12 +1330,12 @@ impl Sim {
     /// Packets and bytes on wires (serializing or propagating), waiting in PFC queues, or
     /// between local endpoints.
     pub(crate) fn in_flight(&self) -> (u64, u64) {
-        let (mut n, mut b) = self.wires.in_flight();
-        if let Some(pfc) = &self.pfc {
+        let (mut n, mut b) = self.queues.wires.in_flight();
+        if let Some(pfc) = &self.queues.pfc {
             let (qn, qb) = pfc.in_flight();
             (n, b) = (n + qn, b + qb);
         }
-        self.hosts.iter().flat_map(|h| h.local.iter().chain(&h.credit_held)).fold((n, b), |(n, b), p| (n + 1, b + p.size as u64))
+        self.nodes.hosts.iter().flat_map(|h| h.local.iter().chain(&h.credit_held)).fold((n, b), |(n, b), p| (n + 1, b + p.size as u64))
     }
 }
 
@@ -1312,10 +1344,10 @@ impl World for Sim {
         self.now
     }
     fn payload(&self) -> Option<crate::spec::PayloadValues> {
-        self.payload
+        self.state.payload
     }
     fn topology(&self) -> &Topology {
-        &self.topo
+        &self.fabric.topo
     }
     fn schedule(&mut self, at: Time, ev: Ev) {
         Sim::schedule(self, at, ev)
@@ -1324,36 +1356,36 @@ impl World for Sim {
         Sim::submit(self, host, ep, req)
     }
     fn peer_failed(&mut self, host: NodeId, ep: u16, rank: u32) -> bool {
-        if self.live.node_is_down(host) {
+        if self.faults.live.node_is_down(host) {
             return true;
         }
         let now = self.now;
-        let goes_on = self.hosts[host as usize].eps[ep as usize].proto.peer_failed(now, rank);
+        let goes_on = self.nodes.hosts[host as usize].eps[ep as usize].proto.peer_failed(now, rank);
         self.service(host, ep);
         goes_on
     }
     fn host_failed(&self, host: NodeId) -> bool {
-        self.live.node_is_down(host)
+        self.faults.live.node_is_down(host)
     }
     fn complete(&mut self) {
-        self.completed = true;
-        self.stopped_by = "work_ended";
-        if self.linger == 0 {
-            self.done = true;
+        self.state.completed = true;
+        self.state.stopped_by = "work_ended";
+        if self.state.linger == 0 {
+            self.state.done = true;
         } else {
-            self.stop = self.stop.min(self.now.saturating_add(self.linger));
+            self.state.stop = self.state.stop.min(self.now.saturating_add(self.state.linger));
         }
     }
     fn release_job(&mut self, job: u32) {
-        self.released.push(job);
-        for sw in &mut self.switches {
+        self.faults.released.push(job);
+        for sw in &mut self.nodes.switches {
             if let Some(programs) = &mut sw.ina {
                 sw.aggregators_released += programs.release(job);
             }
         }
     }
     fn endpoint_index(&self, host: NodeId, port: u16) -> Option<u16> {
-        self.hosts[host as usize].eps.iter().position(|e| e.port == port).map(|i| i as u16)
+        self.nodes.hosts[host as usize].eps.iter().position(|e| e.port == port).map(|i| i as u16)
     }
     fn add_endpoint(&mut self, host: NodeId, proto: Box<dyn HostProtocol>, owner: Owner) -> u16 {
         Sim::add_endpoint(self, host, proto, owner)

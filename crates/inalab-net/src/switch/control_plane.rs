@@ -469,7 +469,7 @@ fn join(s: &Arc<Shared>, msg: &Value, conn: &TcpStream) -> Result<(u32, usize), 
 fn assign_nodes(s: &Shared, cp: &mut ControlState, job: u32) -> Vec<WorkerSpec> {
     let mut workers = vec![];
     let mut taken: std::collections::BTreeSet<NodeId> = cp.jobs.values().flat_map(|j| j.members.values().map(|m| m.node)).collect();
-    s.each_shard(|dp| taken.extend(dp.routes.keys().copied()));
+    s.each_shard(|dp| taken.extend(dp.fwd.routes.keys().copied()));
     let st = cp.jobs.get_mut(&job).expect("present");
     let mut used = taken;
     for m in st.members.values_mut() {
@@ -646,7 +646,7 @@ fn shards_for(s: &Shared, spec: &JobSpec) -> Vec<usize> {
     if !here_only(s, spec) {
         return vec![0];
     }
-    let mut load: Vec<(usize, usize)> = s.shards.iter().enumerate().map(|(k, sh)| (crate::lock(sh).keys.len(), k)).collect();
+    let mut load: Vec<(usize, usize)> = s.shards.iter().enumerate().map(|(k, sh)| (crate::lock(sh).guard.keys.len(), k)).collect();
     load.sort();
     load.into_iter().map(|(_, k)| k).collect()
 }
@@ -732,26 +732,26 @@ fn admit_on(s: &Shared, shard: usize, spec: &JobSpec) -> Result<(), NetError> {
             let p = dp.add_port(w.udp, w.node, PortKind::Worker);
             debug_assert_eq!(Some(p), view.port_of(w.node), "the port the plan was made with");
             dp.ports[p as usize].jobs.push(spec.job);
-        } else if let Some(&p) = dp.routes.get(&w.rack) {
-            dp.routes.insert(w.node, p);
+        } else if let Some(&p) = dp.fwd.routes.get(&w.rack) {
+            dp.fwd.routes.insert(w.node, p);
         }
     }
     // A server attached here may send the job's packets too.
     for server in spec.servers.iter().filter(|sv| sv.rack == me) {
-        if let Some(&p) = dp.routes.get(&server.node) {
+        if let Some(&p) = dp.fwd.routes.get(&server.node) {
             dp.ports[p as usize].jobs.push(spec.job);
         }
     }
-    dp.paths.extend(paths.into_iter().map(|(k, p)| (k, (spec.job, p))));
-    dp.trees.extend(trees.into_iter().map(|(src, t)| ((spec.job, src), Arc::new(t))));
-    dp.keys.insert(spec.job, mac);
+    dp.fwd.paths.extend(paths.into_iter().map(|(k, p)| (k, (spec.job, p))));
+    dp.fwd.trees.extend(trees.into_iter().map(|(src, t)| ((spec.job, src), Arc::new(t))));
+    dp.guard.keys.insert(spec.job, mac);
     Ok(())
 }
 
 /// What an admission is checked for before anything changes: a job already admitted, or a
 /// worker address that belongs to another node, is refused.
 fn check_admit(dp: &super::DataPlane, spec: &JobSpec, me: NodeId) -> Result<(), NetError> {
-    if dp.keys.contains_key(&spec.job) {
+    if dp.guard.keys.contains_key(&spec.job) {
         return Err(NetError::Config(format!("job {} is already admitted at switch {me}", spec.job)));
     }
     for w in spec.workers.iter().filter(|w| w.rack == me) {
@@ -790,7 +790,7 @@ impl PortsView {
             });
             local.push((w.node, w.udp, p));
         }
-        let neighbours = dp.routes.iter().filter(|(&n, &p)| dp.ports[p as usize].node == n && dp.ports[p as usize].live).map(|(&n, &p)| (n, p)).collect();
+        let neighbours = dp.fwd.routes.iter().filter(|(&n, &p)| dp.ports[p as usize].node == n && dp.ports[p as usize].live).map(|(&n, &p)| (n, p)).collect();
         PortsView { local, seen, neighbours, ports_len: dp.ports.len() }
     }
 
@@ -890,7 +890,7 @@ pub(super) fn release(s: &Shared, job: u32, reason: Option<&str>) {
 /// panic here is caught: the job is gone either way), key, paths, trees, and, with its spec,
 /// its workers' ports and routes. Returns the aggregators the job still held.
 pub(super) fn release_here(s: &Shared, job: u32, spec: Option<&JobSpec>) -> u32 {
-    let holding: Vec<usize> = (0..s.shards.len()).filter(|&k| crate::lock(&s.shards[k]).keys.contains_key(&job)).collect();
+    let holding: Vec<usize> = (0..s.shards.len()).filter(|&k| crate::lock(&s.shards[k]).guard.keys.contains_key(&job)).collect();
     // (Held nowhere: shard 0, where a job's ports were before it had a key.)
     let holding = if holding.is_empty() { vec![0] } else { holding };
     holding.into_iter().map(|k| release_on(s, k, job, spec)).sum()
@@ -906,17 +906,17 @@ fn release_on(s: &Shared, shard: usize, job: u32, spec: Option<&JobSpec>) -> u32
             0
         }
     };
-    dp.keys.remove(&job);
-    dp.windows.retain(|(j, _), _| *j != job);
-    dp.paths.retain(|_, (j, _)| *j != job);
-    dp.trees.retain(|(j, _), _| *j != job);
+    dp.guard.keys.remove(&job);
+    dp.guard.windows.retain(|(j, _), _| *j != job);
+    dp.fwd.paths.retain(|_, (j, _)| *j != job);
+    dp.fwd.trees.retain(|(j, _), _| *j != job);
     dp.ports.iter_mut().for_each(|p| p.jobs.retain(|&j| j != job));
     let Some(spec) = spec else { return held };
     for w in &spec.workers {
         if w.rack == s.opts.node {
             dp.remove_port(w.node);
         } else {
-            dp.routes.remove(&w.node);
+            dp.fwd.routes.remove(&w.node);
         }
     }
     held

@@ -445,15 +445,32 @@ impl SwitchCtx for Ctx<'_> {
     }
 }
 
-/// The data plane: everything the packet loop touches.
+/// The data plane: everything the packet loop touches, by concern.
 struct DataPlane {
     node: NodeId,
     program: Programs,
-    /// Taken out while `poll` receives (so ingress can borrow the rest); always present
-    /// between polls.
-    udp: Option<Udp>,
     ports: Vec<Port>,
     by_addr: HashMap<SocketAddr, PortId>,
+    /// Where packets go.
+    fwd: Forwarding,
+    /// Which datagrams are authentic and whose.
+    guard: Guard,
+    /// The socket and what goes out through it.
+    io: Io,
+    timers: Timers,
+    /// Processing capacity and what waits for it.
+    processing: ProcessingQueue,
+    /// Drops injected for tests (`--drop-probability`).
+    loss: InjectedLoss,
+    /// The packet or timer being handled.
+    at: Handling,
+    c: Counters,
+}
+
+/// Where packets go: each kind of route this switch knows.
+#[derive(Default)]
+struct Forwarding {
+    /// Attached nodes (workers, servers, neighbouring switches): node -> port.
     routes: HashMap<NodeId, PortId>,
     /// Next hops toward nodes further away (a static fabric's routes), one picked per flow:
     /// those whose link is up.
@@ -473,8 +490,43 @@ struct DataPlane {
     /// a port and, for a host, the node a copy is addressed to (what goes to a switch stays
     /// addressed to `GROUP`).
     trees: HashMap<(u32, NodeId), Arc<Tree>>,
-    /// The port of the packet being handled (`None` in timers).
-    in_port: Option<PortId>,
+    /// Port toward the next switch (ATP chains): where unknown destinations go.
+    default_route: Option<PortId>,
+}
+
+impl Forwarding {
+    /// The port toward `pkt`'s destination at switch `node`, having come in on `in_port`
+    /// (`None` in a timer). The one lookup, in order of precedence:
+    /// 1. an admitted job's fixed path through this switch (a scheme's plan), if its link is up;
+    /// 2. an attached node's port;
+    /// 3. a static fabric's pinned route for the flow, if its link is up;
+    /// 4. a static fabric's next hops toward the destination, one picked by the default-port
+    ///    rule (by the flow's hash, as the simulator's ECMP; none if every link is down);
+    /// 5. the upstream switch (ATP chains), for destinations this switch knows nothing of.
+    fn lookup(&self, node: NodeId, ports: &[Port], in_port: Option<PortId>, pkt: &Packet) -> Option<PortId> {
+        let up = |p: PortId| ports[p as usize].link_up;
+        // (Most switches pin no path: skip the lookup on their hot path.)
+        let fixed = in_port.filter(|_| !self.paths.is_empty()).and_then(|i| self.paths.get(&(pkt.src, pkt.dst, i)));
+        if let Some(&(_, p)) = fixed.filter(|(_, p)| up(*p)) {
+            return Some(p);
+        }
+        if let Some(&p) = self.routes.get(&pkt.dst) {
+            return Some(p);
+        }
+        if let Some(&p) = self.pinned.get(&(pkt.src, pkt.dst)).filter(|&&p| up(p)) {
+            return Some(p);
+        }
+        match self.ecmp.get(&pkt.dst) {
+            Some(hops) if !hops.is_empty() => Some(self.default_port.pick(hops, pkt.flow, pkt.dst, node)),
+            Some(_) => None,
+            None => self.default_route,
+        }
+    }
+}
+
+/// Which datagrams are authentic, and whose.
+#[derive(Default)]
+struct Guard {
     /// Jobs of the nodes (a static fabric's workers and servers): the key of frames whose
     /// header names no job (host-to-host transport segments).
     node_jobs: HashMap<NodeId, u32>,
@@ -482,29 +534,53 @@ struct DataPlane {
     keys: HashMap<u32, FrameMac>,
     /// Sequence numbers accepted per job and sending address ([`auth`]: replays).
     windows: HashMap<(u32, SocketAddr), auth::ReplayWindow>,
-    /// Port toward the next switch (ATP chains): where unknown destinations go.
-    default_route: Option<PortId>,
-    drop_probability: f64,
-    rng: Xoshiro256PlusPlus,
-    timers: BinaryHeap<Reverse<(Time, u64, TimerToken)>>,
-    timer_seq: u64,
-    actions: Vec<SwitchAction>,
+}
+
+/// The socket and what goes out through it.
+struct Io {
+    /// Taken out while `poll` receives (so ingress can borrow the rest); always present
+    /// between polls.
+    udp: Option<Udp>,
     tx: TxBatch,
     /// A multicast's frame, encoded once.
     scratch: Vec<u8>,
     /// Ports shape their own egress ([`SwitchOptions::shaping`]).
     shaping: Option<PortShaping>,
-    /// Processing capacity ([`SwitchFabric::processing`]): its settings and its FIFO, served
-    /// at its rate.
-    processing: Option<(Processing, Pacer)>,
-    /// What the program did with each processed packet, held until the FIFO has served it:
-    /// (when, ingress port, actions), in order of that time.
-    processed: VecDeque<(Time, PortId, Vec<SwitchAction>)>,
-    /// The clock at the packet or timer being handled (when a shaped datagram is queued).
-    now: Time,
-    c: Counters,
     /// `--pcap`: every datagram in and out.
     capture: Option<WireCapture>,
+}
+
+/// The programs' timers, earliest first (ties in the order they were set).
+#[derive(Default)]
+struct Timers {
+    heap: BinaryHeap<Reverse<(Time, u64, TimerToken)>>,
+    seq: u64,
+}
+
+/// Processing capacity ([`SwitchFabric::processing`]).
+#[derive(Default)]
+struct ProcessingQueue {
+    /// Its settings and its FIFO, served at its rate.
+    fifo: Option<(Processing, Pacer)>,
+    /// What the program did with each processed packet, held until the FIFO has served it:
+    /// (when, ingress port, actions), in order of that time.
+    held: VecDeque<(Time, PortId, Vec<SwitchAction>)>,
+}
+
+/// Drops injected for tests (`--drop-probability`), drawn from the shard's own stream.
+struct InjectedLoss {
+    probability: f64,
+    rng: Xoshiro256PlusPlus,
+}
+
+/// The packet or timer being handled, and what handling it produced.
+#[derive(Default)]
+struct Handling {
+    /// The clock at the packet or timer (when a shaped datagram is queued).
+    now: Time,
+    /// The port of the packet (`None` in timers).
+    in_port: Option<PortId>,
+    actions: Vec<SwitchAction>,
     /// Jobs a program panicked on, with why: the data loop has the control plane fail them.
     failed_jobs: Vec<(u32, String)>,
 }
@@ -528,35 +604,16 @@ impl DataPlane {
         Ok(DataPlane {
             node: opts.node,
             program: opts.build_programs()?,
-            udp: Some(udp),
             ports: vec![],
             by_addr: HashMap::new(),
-            routes: HashMap::new(),
-            ecmp: HashMap::new(),
-            default_port: DefaultPort::FlowHash,
-            ecmp_all: HashMap::new(),
-            pinned: HashMap::new(),
-            paths: HashMap::new(),
-            trees: HashMap::new(),
-            in_port: None,
-            node_jobs: HashMap::new(),
-            keys: HashMap::new(),
-            windows: HashMap::new(),
-            default_route: None,
-            drop_probability: opts.drop_probability,
-            rng: Xoshiro256PlusPlus::seed_from_u64(seed),
-            timers: BinaryHeap::new(),
-            timer_seq: 0,
-            actions: vec![],
-            tx: TxBatch::default(),
-            scratch: vec![],
-            shaping: opts.shaping,
-            processing: None,
-            processed: VecDeque::new(),
-            now: 0,
+            fwd: Forwarding::default(),
+            guard: Guard::default(),
+            io: Io { udp: Some(udp), tx: TxBatch::default(), scratch: vec![], shaping: opts.shaping, capture },
+            timers: Timers::default(),
+            processing: ProcessingQueue::default(),
+            loss: InjectedLoss { probability: opts.drop_probability, rng: Xoshiro256PlusPlus::seed_from_u64(seed) },
+            at: Handling::default(),
             c: Counters::default(),
-            capture,
-            failed_jobs: vec![],
         })
     }
 
@@ -564,14 +621,14 @@ impl DataPlane {
         if let Some(&p) = self.by_addr.get(&addr) {
             let port = &mut self.ports[p as usize];
             (port.addr, port.node, port.kind, port.live) = (addr, node, kind, true);
-            self.routes.insert(node, p);
+            self.fwd.routes.insert(node, p);
             return p;
         }
         let p = self.ports.len() as PortId;
-        let shaper = self.shaping.map(|sh| ShapedQueue::new(sh.rate_bps, (sh.delay_us * 1e6) as Time, sh.buffer_bytes));
+        let shaper = self.io.shaping.map(|sh| ShapedQueue::new(sh.rate_bps, (sh.delay_us * 1e6) as Time, sh.buffer_bytes));
         self.ports.push(Port::new(addr, node, kind, shaper));
         self.by_addr.insert(addr, p);
-        self.routes.insert(node, p);
+        self.fwd.routes.insert(node, p);
         p
     }
 
@@ -600,29 +657,29 @@ impl DataPlane {
             }
         }
         for r in &f.routes {
-            let via: Option<Vec<PortId>> = r.via.iter().map(|n| self.routes.get(n).copied()).collect();
+            let via: Option<Vec<PortId>> = r.via.iter().map(|n| self.fwd.routes.get(n).copied()).collect();
             let via = via.ok_or_else(|| NetError::Config(format!("fabric: a route to node {} goes via a node that is no neighbour", r.dst)))?;
             match (r.src, via.as_slice()) {
                 (Some(src), [port]) => {
-                    self.pinned.insert((src, r.dst), *port);
+                    self.fwd.pinned.insert((src, r.dst), *port);
                 }
                 (Some(src), _) => return Err(NetError::Config(format!("fabric: the route from {src} to {} needs exactly one next hop", r.dst))),
                 (None, _) => {
-                    self.ecmp.insert(r.dst, via.clone());
-                    self.ecmp_all.insert(r.dst, via);
+                    self.fwd.ecmp.insert(r.dst, via.clone());
+                    self.fwd.ecmp_all.insert(r.dst, via);
                 }
             }
         }
-        self.default_port = f.default_port;
+        self.fwd.default_port = f.default_port;
         if let Some(p) = f.processing {
             if p.rate_bps == 0 || p.buffer_bytes == 0 {
                 return Err(NetError::Config(format!("fabric: processing.rate_bps and processing.buffer_bytes must be positive, got {p:?}")));
             }
-            self.processing = Some((p, Pacer::new(p.rate_bps)));
+            self.processing.fifo = Some((p, Pacer::new(p.rate_bps)));
         }
         for spec in &f.jobs {
             for n in spec.workers.iter().map(|w| w.node).chain(spec.servers.iter().map(|s| s.node)) {
-                self.node_jobs.insert(n, spec.job);
+                self.guard.node_jobs.insert(n, spec.job);
             }
         }
         Ok(())
@@ -641,13 +698,13 @@ impl DataPlane {
             *m = Pacer::new(m.rate_bps());
         }
         let ports = &self.ports;
-        self.ecmp = self.ecmp_all.iter().map(|(&dst, via)| (dst, via.iter().copied().filter(|&v| ports[v as usize].link_up).collect())).collect();
+        self.fwd.ecmp = self.fwd.ecmp_all.iter().map(|(&dst, via)| (dst, via.iter().copied().filter(|&v| ports[v as usize].link_up).collect())).collect();
         Ok(())
     }
 
     /// Removes a worker's (or the PS's) port so its packets are dropped from now on.
     fn remove_port(&mut self, node: NodeId) {
-        if let Some(p) = self.routes.remove(&node) {
+        if let Some(p) = self.fwd.routes.remove(&node) {
             let port = &mut self.ports[p as usize];
             port.live = false;
             self.by_addr.remove(&port.addr);
@@ -658,9 +715,9 @@ impl DataPlane {
     }
 
     fn poll(&mut self, clock: &Clock) -> std::io::Result<()> {
-        let mut udp = self.udp.take().expect("socket present between polls");
+        let mut udp = self.io.udp.take().expect("socket present between polls");
         let result = self.poll_with(&mut udp, clock);
-        self.udp = Some(udp);
+        self.io.udp = Some(udp);
         result
     }
 
@@ -668,30 +725,30 @@ impl DataPlane {
         let mut handled = 0;
         while handled < RECV_BUDGET {
             let now = clock.now();
-            self.now = now;
+            self.at.now = now;
             let congested = handled >= ECN_BACKLOG_DATAGRAMS;
             let n = udp.recv_batch(|addr, d| self.ingress(now, addr, d, congested))?;
             if n == 0 {
                 break;
             }
             handled += n;
-            if self.tx.len() >= 256 {
+            if self.io.tx.len() >= 256 {
                 self.send_batch(udp);
             }
         }
         let now = clock.now();
-        self.now = now;
+        self.at.now = now;
         self.release_processed(now);
-        while let Some(&Reverse((at, _, token))) = self.timers.peek() {
+        while let Some(&Reverse((at, _, token))) = self.timers.heap.peek() {
             if at > now {
                 break;
             }
-            self.timers.pop();
-            let ctx = Ctx { node: self.node, ports: &self.ports, routes: &self.routes, ecmp: &self.ecmp, up: self.default_route, now, default_port: self.default_port };
+            self.timers.heap.pop();
+            let ctx = Ctx { node: self.node, ports: &self.ports, routes: &self.fwd.routes, ecmp: &self.fwd.ecmp, up: self.fwd.default_route, now, default_port: self.fwd.default_port };
             // A program's panic is caught here, so it never takes the data plane or its lock
             // with it; a timer names no job, so only the count and message say it happened.
-            if let Err(msg) = crate::guarded(|| self.program.on_timer(now, &ctx, token, &mut self.actions)) {
-                self.actions.clear();
+            if let Err(msg) = crate::guarded(|| self.program.on_timer(now, &ctx, token, &mut self.at.actions)) {
+                self.at.actions.clear();
                 self.program_panicked(None, format!("in a timer: {msg}"));
                 continue;
             }
@@ -704,37 +761,37 @@ impl DataPlane {
 
     /// Sends the batch, captured first if asked.
     fn send_batch(&mut self, udp: &mut Udp) {
-        if let Some(c) = self.capture.as_mut() {
-            self.tx.iter().for_each(|(to, d)| c.sent(to, d));
+        if let Some(c) = self.io.capture.as_mut() {
+            self.io.tx.iter().for_each(|(to, d)| c.sent(to, d));
         }
-        udp.send_batch(&mut self.tx);
+        udp.send_batch(&mut self.io.tx);
     }
 
     fn udp(&self) -> &Udp {
-        self.udp.as_ref().expect("socket present between polls")
+        self.io.udp.as_ref().expect("socket present between polls")
     }
 
     fn ingress(&mut self, now: Time, addr: SocketAddr, bytes: &[u8], mut congested: bool) {
         self.c.received += 1;
-        if let Some(c) = self.capture.as_mut() {
+        if let Some(c) = self.io.capture.as_mut() {
             c.received(addr, bytes);
         }
         let Some((port, mut pkt, job)) = self.checked_packet(addr, bytes) else { return };
-        if self.drop_probability > 0.0 && self.rng.random::<f64>() < self.drop_probability {
+        if self.loss.probability > 0.0 && self.loss.rng.random::<f64>() < self.loss.probability {
             self.c.injected_drops += 1;
             return;
         }
-        let ctx = Ctx { node: self.node, ports: &self.ports, routes: &self.routes, ecmp: &self.ecmp, up: self.default_route, now, default_port: self.default_port };
+        let ctx = Ctx { node: self.node, ports: &self.ports, routes: &self.fwd.routes, ecmp: &self.fwd.ecmp, up: self.fwd.default_route, now, default_port: self.fwd.default_port };
         // Processing capacity: the packet takes its turn in the FIFO, and what the program does
         // with it leaves when the FIFO has served it (as the simulator's `ready`).
         let mut ready = None;
-        let processes = self.processing.is_some()
+        let processes = self.processing.fifo.is_some()
             && crate::guarded(|| self.program.processes(&ctx, port, &pkt)).unwrap_or_else(|_| {
                 // (Counted; the packet is then handled as one the queue does not hold.)
                 self.c.program_panics += 1;
                 false
             });
-        if let Some((cap, fifo)) = self.processing.as_mut().filter(|_| processes) {
+        if let Some((cap, fifo)) = self.processing.fifo.as_mut().filter(|_| processes) {
             let backlog = fifo.backlog_bytes(now);
             if backlog + bytes.len() as u64 + WIRE_OVERHEAD_BYTES > cap.buffer_bytes {
                 self.c.processing_drops += 1;
@@ -751,17 +808,17 @@ impl DataPlane {
             pkt.ecn = true;
         }
         let src = pkt.src;
-        if let Err(msg) = crate::guarded(|| self.program.on_packet(now, &ctx, port, pkt, &mut self.actions)) {
+        if let Err(msg) = crate::guarded(|| self.program.on_packet(now, &ctx, port, pkt, &mut self.at.actions)) {
             // The job whose packet it was fails (the control plane releases it); its partial
             // actions are dropped and every other job goes on.
-            self.actions.clear();
+            self.at.actions.clear();
             self.program_panicked(job, format!("handling a packet from node {src}: {msg}"));
             return;
         }
         match ready {
             Some(at) if at > now => {
-                let actions = std::mem::take(&mut self.actions);
-                self.processed.push_back((at, port, actions));
+                let actions = std::mem::take(&mut self.at.actions);
+                self.processing.held.push_back((at, port, actions));
             }
             _ => self.apply_from(port),
         }
@@ -788,7 +845,7 @@ impl DataPlane {
             }
         };
         // Nothing reads the frame further before its tag is checked.
-        let Some((job, mac)) = self.frame_job(view.header(), view.src()).and_then(|j| Some((j, self.keys.get(&j)?))) else {
+        let Some((job, mac)) = self.frame_job(view.header(), view.src()).and_then(|j| Some((j, self.guard.keys.get(&j)?))) else {
             *self.c.forged.entry("no_key").or_default() += 1;
             return None;
         };
@@ -797,7 +854,7 @@ impl DataPlane {
             *self.c.forged.entry("bad_tag").or_default() += 1;
             return None;
         };
-        if let Err(r) = self.windows.entry((job, addr)).or_default().accept(seq) {
+        if let Err(r) = self.guard.windows.entry((job, addr)).or_default().accept(seq) {
             *self.c.forged.entry(r.name()).or_default() += 1;
             return None;
         }
@@ -811,7 +868,7 @@ impl DataPlane {
             self.program_panicked(None, format!("deciding the job of a packet from node {}", pkt.src));
             return None;
         };
-        let job = claimed.or_else(|| self.node_jobs.get(&pkt.src).copied());
+        let job = claimed.or_else(|| self.guard.node_jobs.get(&pkt.src).copied());
         // A worker may only send its jobs' INA packets; a PS only INA packets of jobs it serves.
         let admitted = job.is_some_and(|j| p.jobs.contains(&j));
         if (p.kind == PortKind::Worker && !admitted) || (p.kind == PortKind::Ps && job.is_some() && !admitted) {
@@ -830,34 +887,34 @@ impl DataPlane {
             None => format!("the switch program panicked {what}"),
         };
         eprintln!("inalab switch: {reason}");
-        if let Some(j) = job.filter(|j| !self.failed_jobs.iter().any(|(f, _)| f == j)) {
-            self.failed_jobs.push((j, reason.clone()));
+        if let Some(j) = job.filter(|j| !self.at.failed_jobs.iter().any(|(f, _)| f == j)) {
+            self.at.failed_jobs.push((j, reason.clone()));
         }
         self.c.last_panic = Some(reason);
     }
 
     /// Applies the program's actions on a packet that came in on `port`.
     fn apply_from(&mut self, port: PortId) {
-        self.in_port = Some(port);
+        self.at.in_port = Some(port);
         self.apply();
-        self.in_port = None;
+        self.at.in_port = None;
     }
 
     /// Carries out the actions on every processed packet whose time has come.
     fn release_processed(&mut self, now: Time) {
-        while self.processed.front().is_some_and(|(at, _, _)| *at <= now) {
-            let (_, port, actions) = self.processed.pop_front().expect("front checked");
-            let spare = std::mem::replace(&mut self.actions, actions);
+        while self.processing.held.front().is_some_and(|(at, _, _)| *at <= now) {
+            let (_, port, actions) = self.processing.held.pop_front().expect("front checked");
+            let spare = std::mem::replace(&mut self.at.actions, actions);
             self.apply_from(port);
             // Keep the emptied vector with the larger capacity for the next packet.
-            if spare.capacity() > self.actions.capacity() {
-                self.actions = spare;
+            if spare.capacity() > self.at.actions.capacity() {
+                self.at.actions = spare;
             }
         }
     }
 
     fn apply(&mut self) {
-        let mut actions = std::mem::take(&mut self.actions);
+        let mut actions = std::mem::take(&mut self.at.actions);
         for a in actions.drain(..) {
             match a {
                 SwitchAction::Forward { port, pkt } => self.egress(port, &pkt),
@@ -884,12 +941,12 @@ impl DataPlane {
                     *by_reason.entry(reason).or_default() += 1
                 }
                 SwitchAction::SetTimer { at, token } => {
-                    self.timer_seq += 1;
-                    self.timers.push(Reverse((at, self.timer_seq, token)));
+                    self.timers.seq += 1;
+                    self.timers.heap.push(Reverse((at, self.timers.seq, token)));
                 }
             }
         }
-        self.actions = actions;
+        self.at.actions = actions;
     }
 
     fn egress(&mut self, port: PortId, pkt: &Packet) {
@@ -899,7 +956,7 @@ impl DataPlane {
     /// As [`Self::egress`], for one of several copies of a packet sent one after another:
     /// `tail` carries the last copy's tail hash (see [`FrameMac::seal_reusing`]) between them.
     fn egress_reusing(&mut self, port: PortId, pkt: &Packet, tail: &mut Option<auth::TailHash>) {
-        let Some((job, mac)) = self.frame_job(&pkt.header, pkt.src).and_then(|j| Some((j, self.keys.get(&j)?))) else {
+        let Some((job, mac)) = self.frame_job(&pkt.header, pkt.src).and_then(|j| Some((j, self.guard.keys.get(&j)?))) else {
             self.c.unsealed += 1;
             return;
         };
@@ -910,23 +967,23 @@ impl DataPlane {
             // Unshaped (the usual case): encoded straight into the send batch, no copy.
             Some(p) if p.live && p.shaper.is_none() => {
                 let (link, seq) = p.link_to(pkt.dst_port, me);
-                let (addr, start) = (p.dest(pkt.dst_port), self.tx.bytes());
-                self.tx.push(addr, |b| {
+                let (addr, start) = (p.dest(pkt.dst_port), self.io.tx.bytes());
+                self.io.tx.push(addr, |b| {
                     let start = b.len();
                     frame::encode(pkt, b);
                     mac.seal_reusing(b, start, link, seq, tail);
                 });
-                let len = self.tx.bytes() - start;
+                let len = self.io.tx.bytes() - start;
                 self.count_sent(port, len);
             }
             Some(p) if p.live => {
                 let (link, seq) = p.link_to(pkt.dst_port, me);
-                let mut bytes = std::mem::take(&mut self.scratch);
+                let mut bytes = std::mem::take(&mut self.io.scratch);
                 bytes.clear();
                 frame::encode(pkt, &mut bytes);
                 mac.seal(&mut bytes, 0, link, seq);
                 self.send(port, &bytes, pkt.dst_port);
-                self.scratch = bytes;
+                self.io.scratch = bytes;
             }
             _ => self.c.dead_port += 1,
         }
@@ -935,7 +992,7 @@ impl DataPlane {
     /// A packet to `GROUP`: a copy to each of this switch's children on the tree of its job
     /// and sender (copies to hosts addressed to them); `no_route` where there is none.
     fn replicate(&mut self, pkt: Packet) {
-        let tree = self.frame_job(&pkt.header, pkt.src).and_then(|j| self.trees.get(&(j, pkt.src)));
+        let tree = self.frame_job(&pkt.header, pkt.src).and_then(|j| self.fwd.trees.get(&(j, pkt.src)));
         let Some(tree) = tree.cloned() else {
             self.c.no_route += 1;
             return;
@@ -960,32 +1017,14 @@ impl DataPlane {
         }
     }
 
-    /// The port toward `pkt`'s destination: a neighbour's, one of a static fabric's next hops
-    /// (by the flow's hash, as the simulator's ECMP), or the upstream switch's. A pinned flow
-    /// whose port's link is down takes the live next hops, as the simulator's ECMP does.
+    /// The port toward `pkt`'s destination ([`Forwarding::lookup`]).
     fn route(&self, pkt: &Packet) -> Option<PortId> {
-        // (Most switches pin no path: skip the lookup on their hot path.)
-        let fixed = self.in_port.filter(|_| !self.paths.is_empty()).and_then(|i| self.paths.get(&(pkt.src, pkt.dst, i)));
-        if let Some(&(_, p)) = fixed.filter(|(_, p)| self.ports[*p as usize].link_up) {
-            return Some(p);
-        }
-        if let Some(&p) = self.routes.get(&pkt.dst) {
-            return Some(p);
-        }
-        if let Some(&p) = self.pinned.get(&(pkt.src, pkt.dst)).filter(|&&p| self.ports[p as usize].link_up) {
-            return Some(p);
-        }
-        match self.ecmp.get(&pkt.dst) {
-            Some(hops) if !hops.is_empty() => Some(self.default_port.pick(hops, pkt.flow, pkt.dst, self.node)),
-            // Every next hop's link is down.
-            Some(_) => None,
-            None => self.default_route,
-        }
+        self.fwd.lookup(self.node, &self.ports, self.at.in_port, pkt)
     }
 
     /// The job whose key tags a frame: the one its header names, else its source node's.
     fn frame_job(&self, header: &inalab_core::wire::Header, src: NodeId) -> Option<u32> {
-        header.job().or_else(|| self.node_jobs.get(&src).copied())
+        header.job().or_else(|| self.guard.node_jobs.get(&src).copied())
     }
 
     /// One datagram for endpoint port `dst_port` out of a live `port`: into the send batch, or
@@ -994,11 +1033,11 @@ impl DataPlane {
         let p = &mut self.ports[port as usize];
         match &mut p.shaper {
             Some(q) => {
-                if !q.push(self.now, datagram.to_vec()) {
+                if !q.push(self.at.now, datagram.to_vec()) {
                     return; // tail drop, counted by the queue
                 }
             }
-            None => self.tx.push(p.dest(dst_port), |b| b.extend_from_slice(datagram)),
+            None => self.io.tx.push(p.dest(dst_port), |b| b.extend_from_slice(datagram)),
         }
         self.count_sent(port, datagram.len());
     }
@@ -1006,7 +1045,7 @@ impl DataPlane {
     fn count_sent(&mut self, port: PortId, len: usize) {
         let p = &mut self.ports[port as usize];
         if let Some(m) = &mut p.queue_model {
-            m.admit(self.now, len);
+            m.admit(self.at.now, len);
         }
         self.c.forwarded += 1;
         p.sent += 1;
@@ -1018,7 +1057,7 @@ impl DataPlane {
         for p in &mut self.ports {
             if let Some(q) = &mut p.shaper {
                 while let Some(d) = q.pop_due(now) {
-                    self.tx.push(p.addr, |b| b.extend_from_slice(&d));
+                    self.io.tx.push(p.addr, |b| b.extend_from_slice(&d));
                 }
             }
         }
@@ -1026,7 +1065,7 @@ impl DataPlane {
 
     /// When the next shaped datagram or processed packet is due.
     fn next_due(&self) -> Option<Time> {
-        let processed = self.processed.front().map(|(at, _, _)| *at);
+        let processed = self.processing.held.front().map(|(at, _, _)| *at);
         self.ports.iter().filter_map(|p| p.shaper.as_ref()?.next_due()).chain(processed).min()
     }
 
@@ -1042,7 +1081,7 @@ impl DataPlane {
             "unknown_source": c.unknown_source, "spoofed": c.spoofed, "unadmitted": c.unadmitted,
             "no_route": c.no_route, "dead_port": c.dead_port, "link_down": c.link_down, "injected_drops": c.injected_drops, "ecn_marked": c.ecn_marked,
             "multicast_copies": c.multicast_copies, "processing_drops": c.processing_drops,
-            "processing": self.processing.as_ref().map(|(cap, _)| json!({"rate_bps": cap.rate_bps, "buffer_bytes": cap.buffer_bytes,
+            "processing": self.processing.fifo.as_ref().map(|(cap, _)| json!({"rate_bps": cap.rate_bps, "buffer_bytes": cap.buffer_bytes,
                 "ecn_threshold_bytes": cap.ecn_threshold_bytes, "peak_bytes": c.processing_peak_bytes,
                 "packets": c.processing_packets, "bytes": c.processing_bytes})),
             "forged": c.forged, "unsealed": c.unsealed, "outside_job": c.outside_job,
@@ -1053,7 +1092,7 @@ impl DataPlane {
             "io": {"datagrams_sent": io.datagrams_sent, "datagrams_received": io.datagrams_received,
                    "send_calls": io.send_calls, "recv_calls": io.recv_calls, "send_errors": io.send_errors,
                    "gso_segments": self.udp().max_gso_segments(), "gro_segments": self.udp().gro_segments()},
-            "capture": self.capture.as_ref().map(WireCapture::stats),
+            "capture": self.io.capture.as_ref().map(WireCapture::stats),
         })
     }
 }
@@ -1125,7 +1164,7 @@ fn attach_upstream(dp: &mut DataPlane, up: SocketAddr, node: NodeId, secret: &cr
     let up_udp: SocketAddr = field(&reply, "udp")?;
     let up_node: NodeId = field(&reply, "node")?;
     let p = dp.add_port(up_udp, up_node, PortKind::Switch);
-    dp.default_route = Some(p);
+    dp.fwd.default_route = Some(p);
     Ok(())
 }
 
@@ -1260,9 +1299,9 @@ fn stats(s: &Shared, with_rendezvous: bool) -> Value {
     let (mut v, mut admitted, mut shards) = (Value::Null, vec![], vec![]);
     s.each_shard(|dp| {
         let one = dp.stats();
-        shards.push(json!({"udp": dp.udp().local_addr().ok().map(|a| a.to_string()), "jobs": dp.keys.keys().collect::<std::collections::BTreeSet<_>>(),
+        shards.push(json!({"udp": dp.udp().local_addr().ok().map(|a| a.to_string()), "jobs": dp.guard.keys.keys().collect::<std::collections::BTreeSet<_>>(),
                            "received": one["received"], "forwarded": one["forwarded"]}));
-        admitted.extend(dp.keys.keys().copied());
+        admitted.extend(dp.guard.keys.keys().copied());
         merge_counts(&mut v, one);
     });
     v["shards"] = json!(shards);
@@ -1330,7 +1369,7 @@ fn data_loop(s: &Arc<Shared>, shard: usize) {
     while !s.stop.load(Ordering::Relaxed) {
         let next = {
             let dp = crate::lock(&s.shards[shard]);
-            [dp.timers.peek().map(|Reverse((at, _, _))| *at), dp.next_due()].into_iter().flatten().min()
+            [dp.timers.heap.peek().map(|Reverse((at, _, _))| *at), dp.next_due()].into_iter().flatten().min()
         };
         let timeout = next.map_or(Duration::from_millis(10), |at| clock.until(at).min(Duration::from_millis(10)));
         if wait(&[(fd, libc::POLLIN)], Some(timeout)).is_err() {
@@ -1342,7 +1381,7 @@ fn data_loop(s: &Arc<Shared>, shard: usize) {
         }
         // Jobs a program panicked on fail, off this thread: a release talks to the PS and the
         // next switch, which must not stall packets.
-        let failed = std::mem::take(&mut dp.failed_jobs);
+        let failed = std::mem::take(&mut dp.at.failed_jobs);
         if !failed.is_empty() {
             let s = s.clone();
             let _ = std::thread::Builder::new().name("inalab-switch-fail".into()).spawn(move || {
@@ -1353,12 +1392,12 @@ fn data_loop(s: &Arc<Shared>, shard: usize) {
         }
         // A capture reaches its file within CAPTURE_FLUSH, so a switch that is killed leaves
         // a readable file with all but that last stretch.
-        if let Some(c) = dp.capture.as_mut().filter(|_| last_flush.elapsed() >= CAPTURE_FLUSH) {
+        if let Some(c) = dp.io.capture.as_mut().filter(|_| last_flush.elapsed() >= CAPTURE_FLUSH) {
             c.flush();
             last_flush = std::time::Instant::now();
         }
     }
-    if let Some(c) = crate::lock(&s.shards[shard]).capture.as_mut() {
+    if let Some(c) = crate::lock(&s.shards[shard]).io.capture.as_mut() {
         c.flush();
     }
 }
@@ -1496,7 +1535,7 @@ mod tests {
         // control request (`inalab switch` exits with it; `inalab.Switch.stats()` raises it).
         let sw = SwitchHandle::start(SwitchOptions { udp: any_port(), control: any_port(), ..SwitchOptions::new(&["switchml"]) }).unwrap();
         assert!(sw.health().is_ok());
-        sw.shared.dp().udp = None;
+        sw.shared.dp().io.udp = None;
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let why = loop {
             match sw.health() {

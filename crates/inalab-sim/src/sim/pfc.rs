@@ -201,13 +201,13 @@ impl Sim {
     /// The far end of port `pi`'s link, as a global port index.
     #[inline]
     fn peer_port_index(&self, pi: usize) -> usize {
-        let p = &self.ports[pi];
-        (self.port_base[p.peer as usize] + p.peer_port as u32) as usize
+        let p = &self.queues.ports[pi];
+        (self.queues.port_base[p.peer as usize] + p.peer_port as u32) as usize
     }
 
     #[inline]
     fn pfc_mut(&mut self) -> &mut Pfc {
-        self.pfc.as_mut().expect("PFC mode")
+        self.queues.pfc.as_mut().expect("PFC mode")
     }
 
     /// `egress` under PFC: charges a packet that arrived through global port `from` (or
@@ -234,8 +234,8 @@ impl Sim {
     /// (a multicast, ATP's copies to each worker, a tree's replication). Nothing to do without
     /// PFC or credits, or for a timer's packets (charged to no port).
     pub(super) fn pfc_share_open(&mut self) {
-        let from = self.ingress;
-        let Some(pfc) = self.pfc.as_mut() else { return };
+        let from = self.queues.ingress;
+        let Some(pfc) = self.queues.pfc.as_mut() else { return };
         if from == NO_INGRESS {
             return;
         }
@@ -257,7 +257,7 @@ impl Sim {
     /// Copies leave by events, never while the group is open, so its charge cannot be released
     /// before it is complete.
     pub(super) fn pfc_share_close(&mut self) {
-        let Some(pfc) = self.pfc.as_mut() else { return };
+        let Some(pfc) = self.queues.pfc.as_mut() else { return };
         if let Some(idx) = pfc.sharing.take() {
             if pfc.shared[idx as usize].copies_left == 0 {
                 pfc.free_shared.push(idx);
@@ -287,9 +287,9 @@ impl Sim {
     /// Queues a packet at switch port `pi` (ECN and queue statistics on the real queue) and
     /// starts the port if it can.
     fn pfc_enqueue(&mut self, pi: usize, mut pkt: Packet, ready: Time, charge: Charge) {
-        let (now, bin, ecn_threshold) = (self.now, self.bin, self.ecn_threshold);
-        let backlog = self.ports[pi].backlog(now) + self.pfc_mut().waiting(pi);
-        pkt.ecn |= self.ports[pi].note_queued(now, backlog, ecn_threshold, bin);
+        let (now, bin, ecn_threshold) = (self.now, self.state.bin, self.queues.ecn_threshold);
+        let backlog = self.queues.ports[pi].backlog(now) + self.pfc_mut().waiting(pi);
+        pkt.ecn |= self.queues.ports[pi].note_queued(now, backlog, ecn_threshold, bin);
         self.pfc_mut().queues.push(pi, ready, charge, pkt);
         self.pfc_start(pi);
     }
@@ -298,8 +298,8 @@ impl Sim {
     /// packet is ready; it goes on the wire at once (its arrival is known).
     fn pfc_start(&mut self, pi: usize) {
         let now = self.now;
-        let into_host = self.topo.is_host(self.ports[pi].peer);
-        let pfc = self.pfc.as_mut().expect("PFC mode");
+        let into_host = self.fabric.topo.is_host(self.queues.ports[pi].peer);
+        let pfc = self.queues.pfc.as_mut().expect("PFC mode");
         let st = &pfc.ports[pi];
         if st.busy || (st.paused && pfc.credit().is_none()) {
             return;
@@ -326,17 +326,17 @@ impl Sim {
         st.busy = true;
         st.serving = (pkt.size, charge);
         let node = pfc.node_of_port[pi];
-        let end = self.ports[pi].start_tx(now, pkt.size, self.bin);
+        let end = self.queues.ports[pi].start_tx(now, pkt.size, self.state.bin);
         self.q.push(end, Ev::TxDone { port: pi as u32 });
         // As in drop-tail: a failed link still takes the packet's time, then loses it.
-        let down = self.live.link_is_down(self.ports[pi].link);
+        let down = self.faults.live.link_is_down(self.queues.ports[pi].link);
         if down {
             self.failure_drop(node, Why::LinkFailed, &pkt);
-        } else if self.draw(self.ports[pi].loss) {
-            self.ports[pi].stats.drops_loss += 1;
+        } else if self.draw(self.queues.ports[pi].loss) {
+            self.queues.ports[pi].stats.drops_loss += 1;
             self.dropped(&pkt);
         } else {
-            let arrival = end + self.ports[pi].delay_ps;
+            let arrival = end + self.queues.ports[pi].delay_ps;
             self.put_on_wire(pi, arrival, pkt);
         }
     }
@@ -394,12 +394,12 @@ impl Sim {
     /// Sends PAUSE (`on`) or RESUME from ingress port `from` to the sender at the far end of
     /// its link, where it takes effect one link delay later.
     fn pfc_send(&mut self, from: usize, on: bool) {
-        if self.live.link_is_down(self.ports[from].link) {
+        if self.faults.live.link_is_down(self.queues.ports[from].link) {
             return; // lost with the link; its failure cleared the pause already
         }
         let up = self.peer_port_index(from);
         let gen = self.pfc_mut().ports[from].gen;
-        let at = self.now + self.ports[from].delay_ps;
+        let at = self.now + self.queues.ports[from].delay_ps;
         self.q.push(at, Ev::Pause { port: up as u32, gen, on });
     }
 
@@ -420,11 +420,11 @@ impl Sim {
         }
         p.paid -= back;
         let gen = p.gen;
-        if self.live.link_is_down(self.ports[from].link) {
+        if self.faults.live.link_is_down(self.queues.ports[from].link) {
             return; // lost with the link; its failure gave the sender its credits back
         }
         let up = self.peer_port_index(from);
-        let at = self.now + self.ports[from].delay_ps;
+        let at = self.now + self.queues.ports[from].delay_ps;
         // At most the buffer, which set-up keeps within u32.
         self.q.push(at, Ev::Credit { port: up as u32, gen, bytes: back as u32 });
     }
@@ -447,13 +447,13 @@ impl Sim {
     /// packet it holds).
     fn credit_resume(&mut self, pi: usize) {
         let node = self.pfc_mut().node_of_port[pi];
-        if !self.topo.is_host(node) {
+        if !self.fabric.topo.is_host(node) {
             return self.pfc_start(pi);
         }
-        let Some(size) = self.hosts[node as usize].credit_held.as_ref().map(|p| p.size) else { return };
-        if self.live.node_is_down(node) {
+        let Some(size) = self.nodes.hosts[node as usize].credit_held.as_ref().map(|p| p.size) else { return };
+        if self.faults.live.node_is_down(node) {
             // A failed host sends nothing again: what it held is lost with it.
-            let pkt = self.hosts[node as usize].credit_held.take().expect("held");
+            let pkt = self.nodes.hosts[node as usize].credit_held.take().expect("held");
             return self.failure_drop(node, Why::NodeFailed, &pkt);
         }
         let now = self.now;
@@ -464,14 +464,14 @@ impl Sim {
         let st = &mut pfc.ports[pi];
         st.unstall(now);
         st.spent += size as u64;
-        let pkt = self.hosts[node as usize].credit_held.take().expect("held");
+        let pkt = self.nodes.hosts[node as usize].credit_held.take().expect("held");
         self.nic_send(node, pkt);
     }
 
     /// Credits: whether host `host`'s NIC may send `pkt` now; if not it holds it (and takes
     /// no other) until credits come back. Spends the credits when it may.
     pub(super) fn credit_nic(&mut self, host: NodeId, pkt: Packet) -> Option<Packet> {
-        let pi = self.port_base[host as usize] as usize;
+        let pi = self.queues.port_base[host as usize] as usize;
         let now = self.now;
         let pfc = self.pfc_mut();
         if pfc.may_send(pi, pkt.size, false) {
@@ -479,7 +479,7 @@ impl Sim {
             return Some(pkt);
         }
         pfc.ports[pi].stall(now);
-        self.hosts[host as usize].credit_held = Some(pkt);
+        self.nodes.hosts[host as usize].credit_held = Some(pkt);
         None
     }
 
@@ -504,15 +504,15 @@ impl Sim {
             st.paused_since = now;
             st.pauses += 1;
             let node = pfc.node_of_port[pi];
-            if self.topo.is_host(node) {
-                self.hosts[node as usize].nic_paused = true;
+            if self.fabric.topo.is_host(node) {
+                self.nodes.hosts[node as usize].nic_paused = true;
             }
             return;
         }
         st.paused_ps += now - st.paused_since;
         let node = pfc.node_of_port[pi];
-        if self.topo.is_host(node) {
-            self.hosts[node as usize].nic_paused = false;
+        if self.fabric.topo.is_host(node) {
+            self.nodes.hosts[node as usize].nic_paused = false;
             self.try_transmit(node);
         } else {
             self.pfc_start(pi);
@@ -526,14 +526,14 @@ impl Sim {
         // (node, its port) pairs whose queue is lost, and whose link's pause is cleared.
         let ends: Vec<(NodeId, usize, Why)> = match target {
             Target::Node(n) => {
-                let base = self.port_base[n as usize] as usize;
-                (base..base + self.topo.nodes[n as usize].ports.len()).map(|pi| (n, pi, Why::NodeFailed)).collect()
+                let base = self.queues.port_base[n as usize] as usize;
+                (base..base + self.fabric.topo.nodes[n as usize].ports.len()).map(|pi| (n, pi, Why::NodeFailed)).collect()
             }
             Target::Link(l) => {
-                let link = &self.topo.links[l as usize];
+                let link = &self.fabric.topo.links[l as usize];
                 [(link.a, link.b), (link.b, link.a)]
                     .into_iter()
-                    .map(|(a, b)| (a, (self.port_base[a as usize] + self.topo.port_to(a, b).expect("a link's ends are adjacent") as u32) as usize, Why::LinkFailed))
+                    .map(|(a, b)| (a, (self.queues.port_base[a as usize] + self.fabric.topo.port_to(a, b).expect("a link's ends are adjacent") as u32) as usize, Why::LinkFailed))
                     .collect()
             }
         };
@@ -569,7 +569,7 @@ impl Sim {
 
     /// PFC figures of link direction `pi` (sender's port), `None` without PFC.
     pub(crate) fn pfc_link(&self, pi: usize) -> Option<LinkPfc> {
-        let pfc = self.pfc.as_ref()?;
+        let pfc = self.queues.pfc.as_ref()?;
         let st = &pfc.ports[pi];
         let rx = &pfc.ports[self.peer_port_index(pi)];
         let ongoing = if st.paused { self.now - st.paused_since } else { 0 };
@@ -579,7 +579,7 @@ impl Sim {
     /// PFC figures of a switch from its ports `range`: PAUSE frames it sent (as ingress ports),
     /// pauses and paused time of its egress ports, its largest ingress count.
     pub(crate) fn pfc_totals(&self, range: std::ops::Range<usize>) -> Option<LinkPfc> {
-        let pfc = self.pfc.as_ref()?;
+        let pfc = self.queues.pfc.as_ref()?;
         let mut t = LinkPfc { pauses: 0, paused_ps: 0, max_ingress_bytes: 0, pauses_sent: 0 };
         for st in &pfc.ports[range] {
             t.pauses += st.pauses;
