@@ -24,7 +24,7 @@ pub use packet::{flow_key, splitmix64, Packet, Payload, GROUP, NO_PATH};
 pub use programs::Programs;
 pub use switch::{is_absorbed, Addressed, Admission, AdmitError, L3Forward, SwitchAction, SwitchCtx, SwitchProgram, TimerToken};
 pub use time::Time;
-pub use timers::TimerTable;
+pub use timers::{backed_off, TimerTable, MAX_BACKOFF};
 
 /// Index of a node (host or switch) in a topology. Hosts and switches share one index space.
 pub type NodeId = u32;

@@ -2,7 +2,9 @@
 //! descriptor, DSA one per sequence number): set, reset or cancel a key's deadline, ask for
 //! the earliest, take the expired ones in (deadline, key) order. Deterministic: ties break
 //! by key. A switch program arms one driver timer (`SwitchAction::SetTimer`) for
-//! [`TimerTable::next`]; a host protocol returns it from `poll_timeout`.
+//! [`TimerTable::next`]; a host protocol returns it from `poll_timeout`. A key whose
+//! deadline passed again waits longer each time: [`backed_off`], the one back-off rule of
+//! every host protocol that retransmits.
 
 use crate::Time;
 use std::collections::hash_map::DefaultHasher;
@@ -13,6 +15,18 @@ use std::hash::{BuildHasherDefault, Hash};
 /// hasher, no per-process state) keeps runs deterministic; it costs the host protocols that
 /// keep thousands of timers (Canary's window of 4096 blocks) less than an ordered map.
 type ByKey<K> = HashMap<K, Time, BuildHasherDefault<DefaultHasher>>;
+
+/// A key's timeout doubles on each expiry at most this many times (RFC 6298 §5.5's back-off,
+/// bounded so that a key that never completes is still retried every 64 timeouts).
+pub const MAX_BACKOFF_DOUBLINGS: u32 = 6;
+/// The most a timeout grows by backing off: 2^[`MAX_BACKOFF_DOUBLINGS`] = 64 times.
+pub const MAX_BACKOFF: u64 = 1 << MAX_BACKOFF_DOUBLINGS;
+
+/// The timeout of a key after `expiries` expiries: `timeout` doubled per expiry, at most
+/// [`MAX_BACKOFF`] times (saturating; no shift overflows however often a key expired).
+pub fn backed_off(timeout: Time, expiries: u32) -> Time {
+    timeout.saturating_mul(1 << expiries.min(MAX_BACKOFF_DOUBLINGS))
+}
 
 #[derive(Debug, Clone)]
 pub struct TimerTable<K: Ord + Copy + Hash> {
@@ -86,6 +100,15 @@ impl<K: Ord + Copy + Hash> TimerTable<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_timeout_doubles_per_expiry_up_to_64_times_and_never_overflows() {
+        let rto: Time = 1_000_000;
+        let seen: Vec<Time> = (0..9).map(|e| backed_off(rto, e)).collect();
+        assert_eq!(seen, [1, 2, 4, 8, 16, 32, 64, 64, 64].map(|k| k * rto));
+        assert_eq!(backed_off(rto, u32::MAX), MAX_BACKOFF * rto, "a key that expired without end waits 64 timeouts");
+        assert_eq!(backed_off(Time::MAX / 2, 3), Time::MAX, "saturates rather than wrapping");
+    }
 
     #[test]
     fn expired_keys_come_in_deadline_then_key_order() {

@@ -8,7 +8,7 @@
 //! Loss: a sender whose Result is late asks the leader (RtxReq). Late means the retransmission
 //! timeout: RFC 6298's smoothed RTT plus four deviations, measured on blocks answered at their
 //! first send, never below `rtx_timeout_ps`, doubled per expiry of the same block (at most
-//! [`MAX_BACKOFF`] times). A fixed timeout re-issued every block of a 4 MiB window on a
+//! 64 times, `inalab_core::backed_off`). A fixed timeout re-issued every block of a 4 MiB window on a
 //! 100 Mbps path, where the window alone queues for hundreds of ms, and never finished. A leader that has the sum
 //! sends it again; one that has not re-issues the block under its next attempt (Fail to every
 //! host, which re-send it with the new id), and after `max_attempts` re-issues the hosts send
@@ -24,7 +24,7 @@
 
 use crate::{ConfigError, RttConfig, RttEstimator};
 use inalab_core::wire::{CanaryHeader, CanaryType, Header};
-use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, Time, TimerTable};
+use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, Time, TimerTable, backed_off};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -39,8 +39,6 @@ const CONTROL_BYTES: u32 = 64;
 const KEEP_LED_BLOCKS: u64 = 1 << 21;
 /// Contributions for blocks this host will lead but has not reached yet, kept at most.
 const EARLY_MAX: usize = 1 << 16;
-/// A block's timeout doubles per expiry at most this many times (64 RTOs), as DSA's workers.
-pub const MAX_BACKOFF: u32 = 6;
 /// A block whose leader has left this many requests in a row unanswered (about 190 RTOs with
 /// the back-off) declares the leader failed: Canary does not recover a failed leader (§3.3,
 /// spec case 15), so every pending allreduce of this host fails with the reason.
@@ -769,7 +767,7 @@ impl HostProtocol for CanaryHost {
             // would never learn it; it backs off instead (RFC 6298 5.5), until a sample.
             self.rtt.on_timeout_of(self.sending[&seq].1.sent_at, now);
             let expiries = self.sending[&seq].1.expiries + 1;
-            let at = now + (self.rtt.rto() << expiries.min(MAX_BACKOFF));
+            let at = now + backed_off(self.rtt.rto(), expiries);
             self.sending.get_mut(&seq).expect("present").1.expiries = expiries;
             self.deadlines.set(seq, at);
         }
@@ -785,7 +783,7 @@ impl HostProtocol for CanaryHost {
         let seq = self.unsent.pop_front()?;
         let (block, s) = &self.sending[&seq];
         let p = self.contribution(*block, s);
-        let at = now + (self.rtt.rto() << s.expiries.min(MAX_BACKOFF));
+        let at = now + backed_off(self.rtt.rto(), s.expiries);
         self.in_flight += 1;
         self.c.sent += 1;
         if let Some((_, s)) = self.sending.get_mut(&seq) {

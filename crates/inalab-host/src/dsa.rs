@@ -20,7 +20,7 @@
 use crate::{AimdConfig, CongestionControl, RttConfig, RttEstimator, WindowRules};
 use inalab_core::time::MS;
 use inalab_core::wire::{DsaHeader, DsaKind, Header};
-use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload, Time, TimerTable};
+use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload, Time, TimerTable, backed_off};
 use std::collections::{BTreeMap, VecDeque};
 
 /// Values per DSA packet (248 B of int32 in a 306 B packet).
@@ -147,9 +147,6 @@ struct Request {
     left: usize,
     priority: u32,
 }
-
-/// A fragment's timeout doubles on each expiry, up to 2^6 = 64 RTOs.
-pub const MAX_BACKOFF_DOUBLINGS: u32 = 6;
 
 struct Outstanding {
     sent: Time,
@@ -473,7 +470,7 @@ impl HostProtocol for DsaWorker {
             // Exponential back-off per fragment (RFC 6298 §5.5), which the spec leaves out:
             // without it a worker whose peers start milliseconds later (a real job's threads)
             // resends and re-notifies its whole window every millisecond.
-            let rto = self.rtt.rto() << retx.min(MAX_BACKOFF_DOUBLINGS);
+            let rto = backed_off(self.rtt.rto(), retx);
             self.arm(psn, now + rto);
         }
         if fired {

@@ -55,13 +55,11 @@ use crate::rtt::{RttConfig, RttEstimator};
 use crate::ConfigError;
 use inalab_core::wire::{GridHeader, Header};
 use inalab_core::time::{Time, MS, S as SECOND};
-use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, TimerTable, GROUP};
+use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, TimerTable, GROUP, MAX_BACKOFF};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Values per gradient packet (§6.2: 64, one Tofino pipeline).
 pub const GRID_PACKET_VALUES: usize = 64;
-/// A fragment's timeout grows at most to this multiple of `rto_ps`.
-pub const MAX_BACKOFF: u32 = 64;
 /// A worker never sends a fragment this many past its oldest one without a result (32,768
 /// fragments, 2 M values, 10 MB of 322-B packets in flight: above any window a fabric or a
 /// loopback run has needed). So once every worker sent fragment `t`, each has the results of
@@ -173,7 +171,7 @@ impl GridWorker {
         ensure!(target.fan_in >= 1 && target.fan_in <= GridHeader::MAX_FAN_IN, "fan_in {} is not in 1..=64", target.fan_in);
         ensure!(target.position < target.fan_in, "position {} is not below the fan-in {}", target.position, target.fan_in);
         let window = WindowRules::default().window(&cfg.aimd);
-        let max_rto_ps = cfg.rto_ps.saturating_mul(MAX_BACKOFF as u64);
+        let max_rto_ps = cfg.rto_ps.saturating_mul(MAX_BACKOFF);
         let rtt = RttEstimator::new(RttConfig { initial_rto_ps: cfg.rto_ps, min_rto_ps: cfg.rto_ps, max_rto_ps, ..RttConfig::default() });
         Ok(GridWorker {
             rtt,

@@ -39,13 +39,11 @@ use crate::cc::{CongestionControl, WindowRules};
 use crate::rtt::{RttConfig, RttEstimator};
 use crate::ConfigError;
 use inalab_core::wire::{Header, RinaHeader, RinaKind};
-use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, Time, TimerTable};
+use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, Time, TimerTable, backed_off};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Values per packet: the switch's slot width (ATP's 62).
 pub const RINA_PACKET_VALUES: usize = 62;
-/// A packet's timeout doubles per expiry up to this many times.
-const MAX_BACKOFFS: u32 = 6;
 /// Smallest frame on the wire (Ethernet's minimum).
 const MIN_FRAME_BYTES: u32 = 64;
 /// An agent keeps the results of this many requests back to repair its members' copies.
@@ -269,7 +267,7 @@ impl<K: Ord + Copy + std::hash::Hash> Flow<K> {
         while let Some(k) = self.deadlines.pop_expired(now) {
             let f = self.flights.get_mut(&k).expect("armed flights are in flight");
             f.expiries += 1;
-            self.deadlines.set(k, now + (rtt.rto() << f.expiries.min(MAX_BACKOFFS)));
+            self.deadlines.set(k, now + backed_off(rtt.rto(), f.expiries));
             let mut p = f.pkt.clone();
             if let Header::Rina(h) = &mut p.header {
                 h.flags |= RinaHeader::RETX;

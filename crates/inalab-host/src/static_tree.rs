@@ -11,19 +11,16 @@
 //!
 //! Loss: a block whose Result is late is sent again (flagged as a re-send); the switches
 //! never sum it twice and answer from where the block is. The timeout doubles at each expiry
-//! of the same block, up to `MAX_BACKOFF` times the configured one.
+//! of the same block, up to 64 times the configured one (`inalab_core::backed_off`).
 
 use crate::blocks::Blocks;
 use crate::ConfigError;
 use inalab_core::wire::{Header, StaticTreeHeader, StaticTreeKind};
-use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, Time, TimerTable};
+use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, NodeId, Packet, Payload, Time, TimerTable, backed_off};
 use std::collections::{BTreeMap, VecDeque};
 
 /// Values per packet: Canary's blocks (§5.1: 256 x 4 B), so the baselines compare alike.
 pub const STATIC_TREE_BLOCK_VALUES: usize = 256;
-/// A block's timeout grows at most to this multiple of `rtx_timeout_ps` (back-off doubles
-/// it per expiry: 1, 2, 4, ... 64).
-pub const MAX_BACKOFF: u32 = 64;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct StaticTreeConfig {
@@ -122,9 +119,9 @@ impl StaticTreeHost {
 
     fn arm(&mut self, block: u64, now: Time) {
         let f = self.flights.get_mut(&block).expect("in flight");
-        // The shift bounded first: a block that expires 64 times (one whose peers never send
-        // it, as when ranks disagree on sizes) overflowed `1 << expiries` and panicked.
-        let at = now + self.cfg.rtx_timeout_ps * (1u64 << f.expiries.min(MAX_BACKOFF.ilog2())).min(MAX_BACKOFF as u64);
+        // (Bounded: a block that expires 64 times, one whose peers never send it as when ranks
+        // disagree on sizes, once overflowed an unbounded shift and panicked.)
+        let at = now + backed_off(self.cfg.rtx_timeout_ps, f.expiries);
         self.deadlines.set(block, at);
     }
 
@@ -232,6 +229,7 @@ impl HostProtocol for StaticTreeHost {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use inalab_core::MAX_BACKOFF;
 
     const RTX: Time = 1_000_000;
 
@@ -284,10 +282,10 @@ mod tests {
             let at = h.poll_timeout().expect("the block stays armed");
             h.handle_timeout(at);
             assert_eq!(drain(&mut h, at).len(), 1, "resent");
-            assert!(at - last <= MAX_BACKOFF as Time * RTX);
+            assert!(at - last <= MAX_BACKOFF * RTX);
             last = at;
         }
-        assert_eq!(h.poll_timeout(), Some(last + MAX_BACKOFF as Time * RTX));
+        assert_eq!(h.poll_timeout(), Some(last + MAX_BACKOFF * RTX));
     }
 
     #[test]

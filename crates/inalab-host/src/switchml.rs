@@ -52,11 +52,9 @@ use crate::rtt::{RttConfig, RttEstimator};
 use crate::ConfigError;
 use inalab_core::time::{Time, MS, US};
 use inalab_core::wire::{Header, SwitchMlHeader};
-use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload};
+use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload, MAX_BACKOFF};
 use std::collections::{BTreeMap, VecDeque};
 
-/// The RTO's ceiling, in multiples of `timeout_ps`.
-const MAX_BACKOFF: Time = 64;
 
 /// SwitchML worker parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
