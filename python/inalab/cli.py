@@ -403,6 +403,56 @@ def sweep(
 
 
 @app.command()
+def bench(
+    out: Annotated[Optional[Path], typer.Option("--out", help="Where to write bench.parquet/.csv (one row per scenario, scheme and seed), "
+                                                "summary.csv, heatmap.png, index.html and points/ (a rerun skips the runs done). "
+                                                "Required but with --list.")] = None,
+    scale: Annotated[str, typer.Option("--scale", help="small (about 16-24 hosts, the whole matrix in minutes on 2 cores) or paper "
+                                       "(about a thousand hosts, hours).")] = "small",
+    seeds: Annotated[int, typer.Option("--seeds", help="Seeds per cell, 1..N.")] = 3,
+    only: Annotated[Optional[str], typer.Option("--only", help="Only these scenarios, comma-separated (names as `--list` gives them).")] = None,
+    schemes: Annotated[Optional[str], typer.Option("--schemes", help="Only these schemes (cells), comma-separated.")] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", help="Local processes (default: one per CPU).")] = None,
+    ray: Annotated[Optional[str], typer.Option("--ray", help="Run on Ray instead: local, auto or a cluster address.")] = None,
+    list_: Annotated[bool, typer.Option("--list", help="List the scenarios and the schemes, and exit.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary (one row per scenario and scheme) as one JSON line, no progress bar.")] = False,
+) -> None:
+    """Run every INA design and baseline on the same suite of scenarios (one job network-bound,
+    multi-tenancy with scarce memory, congestion, partial deployment, heterogeneous links, a
+    switch failing, stragglers): one table, a heatmap of goodput normalised to ring and an HTML
+    page. A cell that cannot run is a row saying why. Exits 0 once everything is written, 2 for
+    a bad option."""
+    from . import bench as suite
+
+    def listed(text: Optional[str]) -> Optional[list[str]]:
+        return [t.strip() for t in text.split(",") if t.strip()] if text else None
+
+    try:
+        if list_:
+            for name, path in suite.scenario_files(scale).items():
+                out_console.print(f"{name}: {tomllib.loads(path.read_text()).get('description', '')}", markup=False, highlight=False, soft_wrap=True)
+            for cell, doc in suite.CELL_DOCS.items():
+                out_console.print(f"  scheme {cell}: {doc}", markup=False, highlight=False, soft_wrap=True)
+            return
+        if out is None:
+            raise ConfigError("--out", "required: the directory to write the table, the figure and the page into")
+        with interruptible("the bench"):
+            table = suite.run(scale, out, seeds=seeds, only=listed(only), schemes=listed(schemes), workers=workers, ray=ray,
+                              progress=not as_json)
+    except ConfigError as e:
+        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_CONFIG) from None
+    summary = suite.summarize(table)
+    if as_json:
+        print(summary.to_json(orient="records"), flush=True)
+        return
+    counts = ", ".join(f"{n} {k}" for k, n in table.status.value_counts().items())
+    out_console.print(f"{len(table)} runs ({counts}); {out / 'index.html'}", markup=False, highlight=False, soft_wrap=True)
+    for name in dict.fromkeys(table.scenario):
+        out_console.print(f"  {name}: {suite.mechanism(table, name)}", markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command()
 def scenarios(
     as_json: Annotated[bool, typer.Option("--json", help="Print the list as one JSON array on stdout: name, format, "
                                           "for, jobs, description, path.")] = False,
