@@ -561,11 +561,14 @@ def baseline_policy(pb: Problem, scheme: str) -> dict:
             "rate_gbps": res.rate, "feasible_rate_gbps": res.rate, "workers": workers, "switches": switches}
 
 
-def auto_policy(built: dict, workers: list[str], ps: str, capacity_bps: dict[str, int], seed: int) -> dict:
+def auto_policy(built: dict, workers: list[str], ps: str, capacity_bps: dict[str, int], seed: int,
+                milp: Optional[bool] = None) -> dict:
     """GRID's policy for a simulation scenario's job (``policy = "auto"``), computed at set-up as
     ``inalab plan grid`` would: the scenario's built topology, the PS's ingress its links' sum,
     a programmable switch's processing capacity its ``network.switch_capacity`` (unlisted: the
-    sum of its link rates, all it could receive), one R-GRIA rounding with the scenario's seed."""
+    sum of its link rates, all it could receive), the best plan :func:`plan_grid_best` finds
+    from the scenario's seed; ``milp`` as there (``False``: R-GRIA's roundings, improved, and
+    the baselines only, without the exact MILP, which can run to its time limit)."""
     from .network import GBPS, Net
 
     net = Net(built)
@@ -578,7 +581,7 @@ def auto_policy(built: dict, workers: list[str], ps: str, capacity_bps: dict[str
     p = net.index[ps]
     ingress = sum((net.cap[(u, p)] for u in net.adj[p]), Fraction(0))
     pb = Problem(net, [net.index[w] for w in workers], p, ingress, caps)
-    return plan_grid(pb, seed).policy()
+    return plan_grid_best(pb, seed, milp=milp).policy()
 
 
 def policy_for_job(policy, workers: list[str], servers: list[str], field: str = "policy") -> dict:

@@ -24,8 +24,8 @@ server, and applies the cell's settings (:data:`CELLS`).
 from __future__ import annotations
 
 import base64
+import functools
 import html
-import io
 import json
 import math
 import tomllib
@@ -55,7 +55,7 @@ CELLS: dict[str, tuple[str, dict]] = {
     "dsa": ("dsa", {}),
     "canary": ("canary", {}),
     "rina": ("rina", {}),
-    "grid": ("grid", {"policy": "auto"}),
+    "grid": ("grid", {}),
 }
 CELL_DOCS = {
     "ring": "ring allreduce on the hosts (the baseline every goodput is normalised to)",
@@ -71,7 +71,7 @@ CELL_DOCS = {
     "dsa": "DSA: shared aggregators with preemption by priority",
     "canary": "Canary: dynamic trees built per block, congestion-aware",
     "rina": "Rina: ring over INA racks as abstracted workers",
-    "grid": "GRID: each worker aggregated where the LP plans (policy auto)",
+    "grid": "GRID: each worker aggregated where GRID's LP and R-GRIA's best rounding plan it",
 }
 # One row per (scenario, scheme, seed).
 TABLE_COLUMNS = {
@@ -94,8 +94,8 @@ COLUMN_DOCS = {
     "ecn_marks": "packets ECN-marked on links",
     "aggregators_peak": "the most aggregators in use at any one switch",
     "absorbed_packets": "packets switches consumed into sums (in-network aggregation at work)",
-    "host_tx_bytes": "bytes all hosts sent",
-    "resends": "loss-recovery resends of all hosts (every scheme's counter of them)",
+    "host_tx_bytes": "bytes the jobs' hosts (workers and servers) sent",
+    "resends": "loss-recovery resends of the jobs' hosts (every scheme's counter of them)",
     "wall_s": "the run's wall time, s",
 }
 # Host counters that count loss-recovery resends, by scheme.
@@ -118,12 +118,14 @@ def _pick(what: str, given: Optional[list[str]], allowed: list[str]) -> list[str
     return [a for a in allowed if a in given]
 
 
-def cell_scenario(base: dict, cell: str, seed: int) -> dict:
-    """``base`` with every job running ``cell``'s scheme and settings, at ``seed``."""
+def cell_scenario(base: dict, cell: str, seed: int, name: str = "bench") -> dict:
+    """``base`` with every job running ``cell``'s scheme and settings, at ``seed``, named
+    ``name`` (the suite's scenario: :func:`measure` finds its job hosts by it)."""
     from .. import schemes
 
     scheme, settings = CELLS[cell]
     sc = json.loads(json.dumps(base))
+    sc["name"] = name
     takes_servers = schemes.registry()[scheme]["servers"] != "none"
     for job in sc.get("jobs", []):
         job["scheme"] = scheme
@@ -135,7 +137,25 @@ def cell_scenario(base: dict, cell: str, seed: int) -> dict:
             else:
                 job[key] = value
     sc["seed"] = seed
+    if scheme == "grid":
+        _plan_grid(sc)
     return sc
+
+
+def _plan_grid(sc: dict) -> None:
+    """Sets each job's GRID routing policy as ``policy = "auto"`` would, planned from the
+    scenario's seed, but without the exact MILP: on the suite's 16-host leaf-spine it runs to
+    its 60 s limit at every set-up (21 set-ups per bench), while GRID's own planner (its LP,
+    R-GRIA's roundings, improved locally) takes a tenth of a second."""
+    from ..analysis.grid import auto_policy
+    from ..config import build_topology, load_scenario
+
+    scenario = load_scenario(sc)
+    spec = scenario.to_spec()  # the placed jobs (no policy yet: every worker to the PS)
+    built = build_topology(spec["topology"])
+    for job, placed in zip(sc["jobs"], spec["jobs"]):
+        if len(placed["servers"]) == 1:
+            job["policy"] = auto_policy(built, placed["workers"], placed["servers"][0], scenario.network.switch_capacity, sc["seed"], milp=False)
 
 
 def _reason(error: str) -> str:
@@ -144,9 +164,20 @@ def _reason(error: str) -> str:
     return text.split("; ")[0][:200]
 
 
-def measure(r) -> list[dict]:
-    """A run's row of the bench table (module level: the sweep runner's workers call it)."""
-    jobs, links, switches, hosts = r.raw["jobs"], r.raw["links"], r.raw["switches"], r.raw["hosts"]
+def job_hosts(base: dict) -> list[str]:
+    """The hosts of ``base``'s jobs, workers and servers (not its background's)."""
+    from ..config import load_scenario
+
+    spec = load_scenario(cell_scenario(base, "ps", 1)).to_spec()
+    return sorted({h for j in spec["jobs"] for h in j["workers"] + j["servers"]})
+
+
+def measure(r, hosts_of: dict[str, list[str]]) -> list[dict]:
+    """A run's row of the bench table; ``hosts_of``: each scenario's job hosts, by name
+    (module level, bound with :func:`functools.partial`: the sweep runner's workers call it)."""
+    jobs, links, switches = r.raw["jobs"], r.raw["links"], r.raw["switches"]
+    mine = set(hosts_of[r.raw["scenario"]])
+    hosts = [h for h in r.raw["hosts"] if h["name"] in mine]
     finished = [j for j in jobs if j["finished"]]
     done = bool(jobs) and len(finished) == len(jobs)
     goodputs = [j["goodput_gbps"] for j in jobs]
@@ -185,7 +216,7 @@ def cells(scale: str = "small", *, seeds: int = DEFAULT_SEEDS, only: Optional[li
         for cell in chosen:
             for seed in range(1, seeds + 1):
                 params = {"scenario": name, "scheme": cell, "seed": seed}
-                sc = cell_scenario(base, cell, seed)
+                sc = cell_scenario(base, cell, seed, name)
                 point = {"id": f"{name}--{cell}--{seed}", "params": params, "scenario": sc}
                 try:
                     point["spec"] = load_scenario(sc).to_spec()
@@ -205,7 +236,10 @@ def run(scale: str = "small", out: Union[str, Path] = "bench", *, seeds: int = D
 
     out = Path(out)
     pts, impossible, described = cells(scale, seeds=seeds, only=only, schemes=schemes)
-    ran = run_points(pts, out / "points", workers=workers, ray=ray, progress=progress, measure=measure) if pts else pd.DataFrame()
+    files = scenario_files(scale)
+    hosts_of = {name: job_hosts(tomllib.loads(files[name].read_text())) for name in described}
+    rows_of = functools.partial(measure, hosts_of=hosts_of)
+    ran = run_points(pts, out / "points", workers=workers, ray=ray, progress=progress, measure=rows_of) if pts else pd.DataFrame()
     rows = impossible + [_row(r) for r in ran.to_dict("records")]
     table = _table(rows)
     write(table, described, out, scale)
@@ -292,8 +326,7 @@ def heatmap(summary: pd.DataFrame, path: Union[str, Path, None] = None):
         i, j = scenarios.index(r.scenario), schemes.index(r.scheme)
         grid[i, j], spread[i, j] = r.vs_ring, r.vs_ring_std
     fig, ax = plt.subplots(figsize=(1.0 + 0.85 * len(schemes), 1.2 + 0.55 * len(scenarios)))
-    cmap = matplotlib.colormaps["viridis"].copy()
-    cmap.set_bad("#dddddd")
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#dddddd")
     im = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, aspect="auto")
     for i in range(len(scenarios)):
         for j in range(len(schemes)):
