@@ -310,31 +310,41 @@ def mechanism(table: pd.DataFrame, scenario: str) -> str:
 
 
 def heatmap(summary: pd.DataFrame, path: Union[str, Path, None] = None):
-    """Goodput normalised to ring, scenario by scheme: the mean in each cell with its spread;
-    a cell that cannot run is grey, marked "-" (the table says why)."""
+    """Goodput normalised to ring, scenario by scheme: each cell the mean over the seeds with
+    its spread, coloured by log2 of the ratio (red below ring, blue above); a cell without a
+    number is grey, "n/a" where the scheme cannot run there and "dnf" where it did not finish
+    (the summary says why)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.colors import TwoSlopeNorm
 
     scenarios = list(dict.fromkeys(summary.scenario))
     schemes = [c for c in CELLS if c in set(summary.scheme)]
     grid = np.full((len(scenarios), len(schemes)), np.nan)
     spread = np.full_like(grid, np.nan)
+    missing = {}
     for r in summary.itertuples():
         i, j = scenarios.index(r.scenario), schemes.index(r.scheme)
         grid[i, j], spread[i, j] = r.vs_ring, r.vs_ring_std
+        if np.isnan(r.vs_ring):
+            missing[(i, j)] = "n/a" if str(r.reason).startswith("impossible") else "dnf"
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shade = np.log2(grid)
+    reach = max(1.0, float(np.nanmax(np.abs(shade)))) if np.isfinite(shade).any() else 1.0
     fig, ax = plt.subplots(figsize=(1.0 + 0.85 * len(schemes), 1.2 + 0.55 * len(scenarios)))
-    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#dddddd")
-    im = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, aspect="auto")
+    cmap = matplotlib.colormaps["RdBu"].with_extremes(bad="#dddddd")
+    im = ax.imshow(np.ma.masked_invalid(shade), cmap=cmap, norm=TwoSlopeNorm(0.0, -reach, reach), aspect="auto")
     for i in range(len(scenarios)):
         for j in range(len(schemes)):
-            text = "-" if np.isnan(grid[i, j]) else f"{grid[i, j]:.2f}\n±{spread[i, j]:.2f}"
-            ax.text(j, i, text, ha="center", va="center", fontsize=7, color="black" if np.isnan(grid[i, j]) or grid[i, j] > np.nanmean(grid) else "white")
+            text = missing.get((i, j), "") if np.isnan(grid[i, j]) else f"{grid[i, j]:.2f}\n±{spread[i, j]:.2f}"
+            dark = np.isfinite(shade[i, j]) and abs(shade[i, j]) > 0.6 * reach
+            ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white" if dark else "black")
     ax.set_xticks(range(len(schemes)), schemes, rotation=45, ha="right", fontsize=8)
     ax.set_yticks(range(len(scenarios)), scenarios, fontsize=8)
-    fig.colorbar(im, ax=ax, label="goodput / ring's (mean over seeds)")
+    fig.colorbar(im, ax=ax, label="log2(goodput / ring's), mean over seeds")
     ax.set_title("inalab bench: goodput normalised to ring")
     fig.tight_layout()
     if path is not None:
