@@ -100,3 +100,18 @@ def test_the_command_lists_the_suite_and_refuses_a_bad_scale(tmp_path):
     assert run.returncode == 0, run.stderr
     rows = json.loads(run.stdout.strip().splitlines()[-1])
     assert rows[0]["scheme"] == "ring" and rows[0]["vs_ring"] == 1.0
+
+
+def test_a_cell_sets_every_jobs_scheme_and_only_the_servers_it_takes():
+    import tomllib
+
+    base = tomllib.loads(bench.scenario_files("small")["2-multi-tenant-memory"].read_text())
+    ring = bench.cell_scenario(base, "ring", 2, "x")
+    assert ring["seed"] == 2 and ring["name"] == "x" and all(j["scheme"] == "ring" and "servers" not in j for j in ring["jobs"])
+    trees = bench.cell_scenario(base, "static_trees_4", 1)
+    assert all(j["scheme"] == "static_tree" and j["ina"]["trees"] == 4 for j in trees["jobs"])
+    grid = bench.cell_scenario(base, "grid", 1)
+    # GRID's policy planned at set-up, one per job, for the job's own workers and PS.
+    for job in grid["jobs"]:
+        assert job["policy"]["kind"] == "grid-routing-policy" and job["policy"]["ps"] == job["servers"][0]
+    assert bench.job_hosts(base) == sorted(f"h{i}" for i in range(15))
