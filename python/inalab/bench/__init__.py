@@ -118,9 +118,11 @@ def _pick(what: str, given: Optional[list[str]], allowed: list[str]) -> list[str
     return [a for a in allowed if a in given]
 
 
-def cell_scenario(base: dict, cell: str, seed: int, name: str = "bench") -> dict:
+def cell_scenario(base: dict, cell: str, seed: int, name: str = "bench", plans: Optional[dict] = None) -> dict:
     """``base`` with every job running ``cell``'s scheme and settings, at ``seed``, named
-    ``name`` (the suite's scenario: :func:`measure` finds its job hosts by it)."""
+    ``name`` (the suite's scenario: :func:`measure` finds its job hosts by it). ``plans``:
+    GRID's policies already planned for ``name`` (filled on first use), so that a scenario is
+    planned once, from seed 1, whatever the seeds run (at 1024 hosts a plan takes minutes)."""
     from .. import schemes
 
     scheme, settings = CELLS[cell]
@@ -138,24 +140,28 @@ def cell_scenario(base: dict, cell: str, seed: int, name: str = "bench") -> dict
                 job[key] = value
     sc["seed"] = seed
     if scheme == "grid":
-        _plan_grid(sc)
+        plans = {} if plans is None else plans
+        if name not in plans:
+            plans[name] = _plan_grid({**sc, "seed": 1})
+        for job, policy in zip(sc["jobs"], plans[name]):
+            if policy is not None:
+                job["policy"] = policy
     return sc
 
 
-def _plan_grid(sc: dict) -> None:
-    """Sets each job's GRID routing policy as ``policy = "auto"`` would, planned from the
-    scenario's seed, but without the exact MILP: on the suite's 16-host leaf-spine it runs to
-    its 60 s limit at every set-up (21 set-ups per bench), while GRID's own planner (its LP,
-    R-GRIA's roundings, improved locally) takes a tenth of a second."""
+def _plan_grid(sc: dict) -> list[Optional[dict]]:
+    """Each job's GRID routing policy (``None`` for a job without one PS), planned as
+    ``policy = "auto"`` plans it from the scenario's seed, but without the exact MILP: on the
+    suite's 16-host leaf-spine it runs to its 60 s limit at every set-up, while GRID's own
+    planner (its LP, R-GRIA's roundings, improved locally) takes a tenth of a second there."""
     from ..analysis.grid import auto_policy
     from ..config import build_topology, load_scenario
 
     scenario = load_scenario(sc)
     spec = scenario.to_spec()  # the placed jobs (no policy yet: every worker to the PS)
     built = build_topology(spec["topology"])
-    for job, placed in zip(sc["jobs"], spec["jobs"]):
-        if len(placed["servers"]) == 1:
-            job["policy"] = auto_policy(built, placed["workers"], placed["servers"][0], scenario.network.switch_capacity, sc["seed"], milp=False)
+    return [auto_policy(built, placed["workers"], placed["servers"][0], scenario.network.switch_capacity, sc["seed"], milp=False)
+            if len(placed["servers"]) == 1 else None for placed in spec["jobs"]]
 
 
 def _reason(error: str) -> str:
@@ -209,14 +215,14 @@ def cells(scale: str = "small", *, seeds: int = DEFAULT_SEEDS, only: Optional[li
     files = scenario_files(scale)
     names = _pick("only", only, list(files))
     chosen = _pick("schemes", schemes, list(CELLS))
-    pts, impossible, described = [], [], {}
+    pts, impossible, described, plans = [], [], {}, {}
     for name in names:
         base = tomllib.loads(files[name].read_text())
         described[name] = base.get("description", "")
         for cell in chosen:
             for seed in range(1, seeds + 1):
                 params = {"scenario": name, "scheme": cell, "seed": seed}
-                sc = cell_scenario(base, cell, seed, name)
+                sc = cell_scenario(base, cell, seed, name, plans)
                 point = {"id": f"{name}--{cell}--{seed}", "params": params, "scenario": sc}
                 try:
                     point["spec"] = load_scenario(sc).to_spec()
