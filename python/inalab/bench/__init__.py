@@ -165,9 +165,10 @@ def _plan_grid(sc: dict) -> list[Optional[dict]]:
 
 
 def _reason(error: str) -> str:
-    """A planning or set-up error as one phrase: its field and first clause."""
+    """A planning or set-up error as the reason of its cell: the field and the message, without
+    the exception's name, at most 200 characters."""
     text = error.split(": ", 1)[1] if error.startswith(("ConfigError: ", "SimError: ", "ValueError: ")) else error
-    return text.split("; ")[0][:200]
+    return text[:200]
 
 
 def job_hosts(base: dict) -> list[str]:
