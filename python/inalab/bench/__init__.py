@@ -84,7 +84,7 @@ COLUMN_DOCS = {
     "scenario": "the suite's scenario (file name without .toml)",
     "scheme": "the cell (see the schemes' list)",
     "seed": "the run's seed",
-    "status": "ok, failed, unfinished, or impossible (the cell cannot run: see reason)",
+    "status": "ok, failed, unfinished, impossible (the cell cannot run: see reason) or error (the run raised)",
     "reason": "why the cell cannot run or did not finish; empty when ok",
     "jct_s": "the time until the last job finished, s (makespan)",
     "goodput_gbps": "mean over the jobs of bytes allreduced x 8 / JCT, Gbps",
@@ -223,12 +223,11 @@ def cells(scale: str = "small", *, seeds: int = DEFAULT_SEEDS, only: Optional[li
         for cell in chosen:
             for seed in range(1, seeds + 1):
                 params = {"scenario": name, "scheme": cell, "seed": seed}
-                sc = cell_scenario(base, cell, seed, name, plans)
-                point = {"id": f"{name}--{cell}--{seed}", "params": params, "scenario": sc}
                 try:
-                    point["spec"] = load_scenario(sc).to_spec()
-                except ConfigError as e:
-                    impossible.append({**params, "status": "impossible", "reason": _reason(f"ConfigError: {e}")})
+                    sc = cell_scenario(base, cell, seed, name, plans)
+                    point = {"id": f"{name}--{cell}--{seed}", "params": params, "scenario": sc, "spec": load_scenario(sc).to_spec()}
+                except (ConfigError, ValueError) as e:  # the front's refusal, or GRID's planner's
+                    impossible.append({**params, "status": "impossible", "reason": _reason(str(e))})
                     continue
                 pts.append(point)
     return pts, impossible, described
@@ -255,11 +254,12 @@ def run(scale: str = "small", out: Union[str, Path] = "bench", *, seeds: int = D
 
 def _row(r: dict) -> dict:
     row = {k: r.get(k) for k in TABLE_COLUMNS}
-    if r["status"] == "error":
-        # The scheme's planning refused the scenario (or the run raised): the cell's reason.
-        row.update(status="impossible", reason=_reason(r.get("error") or ""))
-    elif r["status"] != "ok":
-        row["reason"] = _reason(r.get("error") or r["status"])
+    error = r.get("error") or ""
+    if r["status"] == "error" and error.startswith("ConfigError: "):
+        # The scheme's planning refused the scenario: the cell cannot run, and says why.
+        row.update(status="impossible", reason=_reason(error))
+    elif r["status"] != "ok":  # failed, unfinished, or error: the run raised, not the scheme's verdict
+        row["reason"] = _reason(error or r["status"])
     return row
 
 
