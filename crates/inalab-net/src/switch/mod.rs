@@ -402,12 +402,8 @@ struct Counters {
 struct Ctx<'a> {
     node: NodeId,
     ports: &'a [Port],
-    routes: &'a HashMap<NodeId, PortId>,
-    ecmp: &'a HashMap<NodeId, Vec<PortId>>,
-    /// The port toward the upstream switch: the only one that leads up.
-    up: Option<PortId>,
+    fwd: &'a Forwarding,
     now: Time,
-    default_port: DefaultPort,
 }
 
 impl SwitchCtx for Ctx<'_> {
@@ -423,25 +419,17 @@ impl SwitchCtx for Ctx<'_> {
     fn peer(&self, port: PortId) -> NodeId {
         self.ports.get(port as usize).map_or(NodeId::MAX, |p| p.node)
     }
-    /// Live ports only: a neighbour behind a link that is down has none, and the static
-    /// fabric's next hops are kept filtered ([`DataPlane::set_link`]).
     fn next_hops(&self, dst: NodeId) -> &[PortId] {
-        match self.routes.get(&dst) {
-            Some(p) if self.ports[*p as usize].link_up => std::slice::from_ref(p),
-            Some(_) => &[],
-            None if self.ecmp.contains_key(&dst) => &self.ecmp[&dst],
-            None if dst != self.node => self.up.as_slice(),
-            None => &[],
-        }
+        self.fwd.next_hops(self.node, self.ports, dst)
     }
     fn faces_up(&self, port: PortId) -> bool {
-        self.up == Some(port)
+        self.fwd.default_route == Some(port)
     }
     /// The fabric's default-port rule over the live next hops (listed in the order of the
     /// simulator's ports); no adaptive routing here (the emulation routes by ECMP).
     fn route_toward(&self, dst: NodeId) -> Option<(PortId, bool)> {
         let hops = self.next_hops(dst);
-        (!hops.is_empty()).then(|| (self.default_port.pick_by_destination(hops, dst), false))
+        (!hops.is_empty()).then(|| (self.fwd.default_port.pick_by_destination(hops, dst), false))
     }
 }
 
@@ -496,7 +484,8 @@ struct Forwarding {
 
 impl Forwarding {
     /// The port toward `pkt`'s destination at switch `node`, having come in on `in_port`
-    /// (`None` in a timer). The one lookup, in order of precedence:
+    /// (`None` in a timer), for a packet the program hands to the driver to route; in order of
+    /// precedence (what a program itself may choose among is [`Forwarding::next_hops`]):
     /// 1. an admitted job's fixed path through this switch (a scheme's plan), if its link is up;
     /// 2. an attached node's port;
     /// 3. a static fabric's pinned route for the flow, if its link is up;
@@ -520,6 +509,22 @@ impl Forwarding {
             Some(hops) if !hops.is_empty() => Some(self.default_port.pick(hops, pkt.flow, pkt.dst, node)),
             Some(_) => None,
             None => self.default_route,
+        }
+    }
+
+    /// The next hops toward `dst` a switch program may choose among ([`SwitchCtx::next_hops`]):
+    /// live ports only. An attached node's port if its link is up; a static fabric's next
+    /// hops (kept filtered to live links, [`DataPlane::set_link`]); the upstream port for any
+    /// other node.
+    fn next_hops<'a>(&'a self, node: NodeId, ports: &[Port], dst: NodeId) -> &'a [PortId] {
+        match self.routes.get(&dst) {
+            Some(p) if ports[*p as usize].link_up => std::slice::from_ref(p),
+            Some(_) => &[],
+            None => match self.ecmp.get(&dst) {
+                Some(hops) => hops,
+                None if dst != node => self.default_route.as_slice(),
+                None => &[],
+            },
         }
     }
 }
@@ -744,7 +749,7 @@ impl DataPlane {
                 break;
             }
             self.timers.heap.pop();
-            let ctx = Ctx { node: self.node, ports: &self.ports, routes: &self.fwd.routes, ecmp: &self.fwd.ecmp, up: self.fwd.default_route, now, default_port: self.fwd.default_port };
+            let ctx = Ctx { node: self.node, ports: &self.ports, fwd: &self.fwd, now };
             // A program's panic is caught here, so it never takes the data plane or its lock
             // with it; a timer names no job, so only the count and message say it happened.
             if let Err(msg) = crate::guarded(|| self.program.on_timer(now, &ctx, token, &mut self.at.actions)) {
@@ -781,7 +786,7 @@ impl DataPlane {
             self.c.injected_drops += 1;
             return;
         }
-        let ctx = Ctx { node: self.node, ports: &self.ports, routes: &self.fwd.routes, ecmp: &self.fwd.ecmp, up: self.fwd.default_route, now, default_port: self.fwd.default_port };
+        let ctx = Ctx { node: self.node, ports: &self.ports, fwd: &self.fwd, now };
         // Processing capacity: the packet takes its turn in the FIFO, and what the program does
         // with it leaves when the FIFO has served it (as the simulator's `ready`).
         let mut ready = None;
