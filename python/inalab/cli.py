@@ -367,9 +367,7 @@ def sweep(
     from .sweeps import WorkerDied, load, summarize
     from .sweeps import sweep as run_sweep
 
-    if workers is not None and workers < 1:
-        err_console.print(f"error: --workers: must be at least 1, got {workers}", highlight=False)
-        raise typer.Exit(EXIT_CONFIG)
+    _check_workers(workers)
 
     def stopped(_e) -> None:
         try:
@@ -426,6 +424,8 @@ def bench(
 
     def listed(text: Optional[str]) -> Optional[list[str]]:
         return [t.strip() for t in text.split(",") if t.strip()] if text else None
+
+    _check_workers(workers)
 
     try:
         if list_:
@@ -510,6 +510,13 @@ def version() -> None:
 
 
 # ---------------------------------------------------------------- flow-level analysis (docs/analysis.md)
+
+
+def _check_workers(workers: Optional[int]) -> None:
+    """``--workers``: at least 1 when given (exit 2 naming the option)."""
+    if workers is not None and workers < 1:
+        err_console.print(f"error: --workers: must be at least 1, got {workers}", highlight=False)
+        raise typer.Exit(EXIT_CONFIG)
 
 
 def _config_exit(e: ConfigError) -> typer.Exit:

@@ -95,6 +95,8 @@ def test_the_command_lists_the_suite_and_refuses_a_bad_scale(tmp_path):
     assert bad.returncode == 2 and "scale" in bad.stderr, bad.stderr
     missing = subprocess.run([sys.executable, "-m", "inalab", "bench"], capture_output=True, text=True)
     assert missing.returncode == 2 and "--out" in missing.stderr, missing.stderr
+    no_workers = subprocess.run([sys.executable, "-m", "inalab", "bench", "--out", str(tmp_path), "--workers", "0"], capture_output=True, text=True)
+    assert no_workers.returncode == 2 and "--workers" in no_workers.stderr, no_workers.stderr
     run = subprocess.run([sys.executable, "-m", "inalab", "bench", "--out", str(tmp_path / "b"), "--seeds", "1", "--only", "2-multi-tenant-memory",
                           "--schemes", "ring", "--json"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr

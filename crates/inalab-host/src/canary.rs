@@ -8,8 +8,8 @@
 //! Loss: a sender whose Result is late asks the leader (RtxReq). Late means the retransmission
 //! timeout: RFC 6298's smoothed RTT plus four deviations, measured on blocks answered at their
 //! first send, never below `rtx_timeout_ps`, doubled per expiry of the same block (at most
-//! 64 times, `inalab_core::backed_off`). A fixed timeout re-issued every block of a 4 MiB window on a
-//! 100 Mbps path, where the window alone queues for hundreds of ms, and never finished. A leader that has the sum
+//! 64 times, `inalab_core::backed_off`). A fixed timeout re-issued every block of a 4 MiB
+//! window on a 100 Mbps path, where the window alone queues for hundreds of ms, and never finished. A leader that has the sum
 //! sends it again; one that has not re-issues the block under its next attempt (Fail to every
 //! host, which re-send it with the new id), and after `max_attempts` re-issues the hosts send
 //! the block to the leader unaggregated (Fallback), which sums it by source.

@@ -55,7 +55,6 @@ use inalab_core::wire::{Header, SwitchMlHeader};
 use inalab_core::{AppRequest, Endpoint, HostEvent, HostProtocol, Packet, Payload, MAX_BACKOFF};
 use std::collections::{BTreeMap, VecDeque};
 
-
 /// SwitchML worker parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SwitchMlConfig {
