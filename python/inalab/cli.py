@@ -418,7 +418,8 @@ def bench(
     """Run every INA design and baseline on the same suite of scenarios (one job network-bound,
     multi-tenancy with scarce memory, congestion, partial deployment, heterogeneous links, a
     switch failing, stragglers): one table, a heatmap of goodput normalised to ring and an HTML
-    page. A cell that cannot run is a row saying why. Exits 0 once everything is written, 2 for
+    page. A cell that cannot run, or a run that did not finish, is a row saying why (data, exit
+    0); exits 3 when a run raised (status "error": a failure of inalab's, not a result), 2 for
     a bad option."""
     from . import bench as suite
 
@@ -442,14 +443,18 @@ def bench(
     except ConfigError as e:
         err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_CONFIG) from None
-    summary = suite.summarize(table)
     if as_json:
-        print(summary.to_json(orient="records"), flush=True)
-        return
-    counts = ", ".join(f"{n} {k}" for k, n in table.status.value_counts().items())
-    out_console.print(f"{len(table)} runs ({counts}); {out / 'index.html'}", markup=False, highlight=False, soft_wrap=True)
-    for name in dict.fromkeys(table.scenario):
-        out_console.print(f"  {name}: {suite.mechanism(table, name)}", markup=False, highlight=False, soft_wrap=True)
+        print(suite.summarize(table).to_json(orient="records"), flush=True)
+    else:
+        counts = ", ".join(f"{n} {k}" for k, n in table.status.value_counts().items())
+        out_console.print(f"{len(table)} runs ({counts}); {out / 'index.html'}", markup=False, highlight=False, soft_wrap=True)
+        for name in dict.fromkeys(table.scenario):
+            out_console.print(f"  {name}: {suite.mechanism(table, name)}", markup=False, highlight=False, soft_wrap=True)
+    errors = table[table.status == "error"]
+    for r in errors.itertuples():
+        err_console.print(f"error: {r.scenario} / {r.scheme} / seed {r.seed}: {r.reason}", markup=False, highlight=False, soft_wrap=True)
+    if len(errors):
+        raise typer.Exit(EXIT_INCOMPLETE)
 
 
 @app.command()
