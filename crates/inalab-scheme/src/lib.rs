@@ -18,6 +18,7 @@ mod ps;
 pub mod registry;
 mod rina;
 mod ring;
+mod routes;
 mod static_tree;
 mod switchml;
 mod transport;
@@ -27,5 +28,6 @@ pub use plan::{
     TensorContext, MAX_PACKET_BYTES, MAX_SLOTS, MAX_TIME_PS, MAX_WINDOW_BYTES,
 };
 pub use dsa::slot_table as dsa_slot_table;
+pub use routes::{PlanRoutes, PlanTree};
 pub use registry::{by_name, scheme_of, schemes};
 pub use transport::TransportParams;

@@ -806,41 +806,37 @@ impl Sim {
         &self.fabric.topo
     }
 
-    /// Installs a fixed path (node names, host to host) and returns its id for `Packet::path`.
-    pub(crate) fn install_path(&mut self, field: &str, names: &[String]) -> Result<u32, SimError> {
+    /// Installs a fixed path (nodes from a host to a host) and returns its id for `Packet::path`.
+    pub(crate) fn install_path(&mut self, field: &str, nodes: &[NodeId]) -> Result<u32, SimError> {
         let topo = &self.fabric.topo;
-        let nodes = names
-            .iter()
-            .map(|n| topo.find(n).ok_or_else(|| SimError::new(field, format!("no node named {n:?}"))))
-            .collect::<Result<Vec<_>, _>>()?;
         if nodes.len() < 2 || !topo.is_host(nodes[0]) || !topo.is_host(*nodes.last().unwrap()) {
             return Err(SimError::new(field, "a path lists node names from a host to a host"));
         }
-        let mut ports = vec![];
-        for w in nodes.windows(2) {
-            ports.push(topo.port_to(w[0], w[1]).ok_or_else(|| {
-                SimError::new(field, format!("{:?} and {:?} are not adjacent", topo.nodes[w[0] as usize].name, topo.nodes[w[1] as usize].name))
-            })?);
-        }
-        self.fabric.paths.push(FixedPath { nodes, ports });
+        let ports = nodes.windows(2).map(|w| self.port_between(field, "are not adjacent", w[0], w[1])).collect::<Result<_, _>>()?;
+        self.fabric.paths.push(FixedPath { nodes: nodes.to_vec(), ports });
         Ok((self.fabric.paths.len() - 1) as u32)
+    }
+
+    /// The port of `from` toward its neighbour `to`; `why` the error's words when they are not
+    /// adjacent.
+    fn port_between(&self, field: &str, why: &str, from: NodeId, to: NodeId) -> Result<PortId, SimError> {
+        let topo = &self.fabric.topo;
+        topo.port_to(from, to).ok_or_else(|| SimError::new(field, format!("{:?} and {:?} {why}", topo.nodes[from as usize].name, topo.nodes[to as usize].name)))
     }
 
     pub(crate) fn set_endpoint_path(&mut self, host: NodeId, ep: u16, path: u32) {
         self.nodes.hosts[host as usize].eps[ep as usize].path = path;
     }
 
-    /// Installs a multicast tree (edges parent -> child between adjacent nodes) for an
+    /// Installs a multicast tree (each node's children, in the order copies leave in) for an
     /// endpoint's packets to `GROUP`.
-    pub(crate) fn install_tree(&mut self, field: &str, host: NodeId, ep: u16, edges: &[(NodeId, NodeId)]) -> Result<(), SimError> {
-        let mut tree = Tree::new();
-        for &(p, c) in edges {
-            let port = self.fabric.topo.port_to(p, c).ok_or_else(|| {
-                SimError::new(field, format!("multicast tree edge {:?} -> {:?} is not a link", self.fabric.topo.nodes[p as usize].name, self.fabric.topo.nodes[c as usize].name))
-            })?;
-            tree.entry(p).or_default().push((port, c));
+    pub(crate) fn install_tree(&mut self, field: &str, host: NodeId, ep: u16, tree: &inalab_scheme::PlanTree) -> Result<(), SimError> {
+        let mut ports = Tree::new();
+        for (&p, children) in &tree.children {
+            let hops = children.iter().map(|&c| Ok((self.port_between(field, "are not linked (a multicast tree edge)", p, c)?, c))).collect::<Result<_, SimError>>()?;
+            ports.insert(p, hops);
         }
-        self.fabric.trees.push(tree);
+        self.fabric.trees.push(ports);
         self.nodes.hosts[host as usize].eps[ep as usize].tree = TREE_BASE + (self.fabric.trees.len() - 1) as u32;
         Ok(())
     }
@@ -1396,13 +1392,13 @@ impl World for Sim {
     fn admit_host(&mut self, host: NodeId, job: u32) {
         Sim::admit_host(self, host, job)
     }
-    fn install_path(&mut self, field: &str, names: &[String]) -> Result<u32, SimError> {
-        Sim::install_path(self, field, names)
+    fn install_path(&mut self, field: &str, nodes: &[NodeId]) -> Result<u32, SimError> {
+        Sim::install_path(self, field, nodes)
     }
     fn set_endpoint_path(&mut self, host: NodeId, ep: u16, path: u32) {
         Sim::set_endpoint_path(self, host, ep, path)
     }
-    fn install_tree(&mut self, field: &str, host: NodeId, ep: u16, edges: &[(NodeId, NodeId)]) -> Result<(), SimError> {
-        Sim::install_tree(self, field, host, ep, edges)
+    fn install_tree(&mut self, field: &str, host: NodeId, ep: u16, tree: &inalab_scheme::PlanTree) -> Result<(), SimError> {
+        Sim::install_tree(self, field, host, ep, tree)
     }
 }

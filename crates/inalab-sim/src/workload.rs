@@ -338,6 +338,9 @@ impl Workloads {
         let js = &spec.jobs[j];
         let mut worker_eps = vec![0u16; job.workers.len()];
         let mut eps_by_role = vec![];
+        // The scheme's fixed paths (GRID's policy) and multicast trees for its endpoints'
+        // packets, in the description the runtime switch forwards by too.
+        let routes = inalab_scheme::PlanRoutes::of(&plan, |role| plan.endpoints.iter().find(|e| e.role == role).map(|e| e.host));
         for ep in plan.endpoints {
             let owner = match ep.role {
                 Role::Worker { rank } => Owner::Worker { job: job.id, rank },
@@ -350,16 +353,15 @@ impl Workloads {
             }
             eps_by_role.push((ep.role, ep.host, e));
         }
-        // The scheme's fixed paths (GRID's policy) for its endpoints' packets.
-        for (role, nodes) in plan.paths {
-            let Some(&(_, host, e)) = eps_by_role.iter().find(|(r, _, _)| *r == role) else { continue };
-            let names: Vec<String> = nodes.iter().map(|&n| world.topology().nodes[n as usize].name.clone()).collect();
-            let id = world.install_path(&format!("jobs[{j}].policy"), &names)?;
+        let endpoint_of = |role: Role| eps_by_role.iter().find(|(r, _, _)| *r == role).map(|&(_, host, e)| (host, e));
+        for (role, nodes) in &routes.paths {
+            let (host, e) = endpoint_of(*role).expect("a route's role has an endpoint");
+            let id = world.install_path(&format!("jobs[{j}].policy"), nodes)?;
             world.set_endpoint_path(host, e, id);
         }
-        for (role, edges) in plan.trees {
-            let Some(&(_, host, e)) = eps_by_role.iter().find(|(r, _, _)| *r == role) else { continue };
-            world.install_tree(&format!("jobs[{j}]"), host, e, &edges)?;
+        for tree in &routes.trees {
+            let (host, e) = endpoint_of(tree.role).expect("a route's role has an endpoint");
+            world.install_tree(&format!("jobs[{j}]"), host, e, tree)?;
         }
         let nl = layers.len();
         let config = serde_json::Value::Object(js.config.clone());
@@ -428,7 +430,8 @@ impl Workloads {
                 if names.first() != Some(&fs.src) || names.last() != Some(&fs.dst) {
                     return Err(SimError::new(format!("{field}.path"), "must start at the flow's src and end at its dst"));
                 }
-                let id = world.install_path(&format!("{field}.path"), names)?;
+                let nodes = names.iter().map(|n| world.topology().find(n).ok_or_else(|| SimError::new(format!("{field}.path"), format!("no node named {n:?}")))).collect::<Result<Vec<_>, _>>()?;
+                let id = world.install_path(&format!("{field}.path"), &nodes)?;
                 world.set_endpoint_path(src, src_ep, id);
             }
             self.flows.push(FlowState {

@@ -45,11 +45,11 @@ pub(crate) trait World {
     fn install_ina(&mut self, switch: NodeId, programs: Programs);
     /// Lets `host` send `job`'s packets into its switch (admission filtering).
     fn admit_host(&mut self, host: NodeId, job: u32);
-    /// Installs a fixed path (node names); errors name `field`.
-    fn install_path(&mut self, field: &str, names: &[String]) -> Result<u32, SimError>;
+    /// Installs a fixed path (nodes, host to host); errors name `field`.
+    fn install_path(&mut self, field: &str, nodes: &[NodeId]) -> Result<u32, SimError>;
     fn set_endpoint_path(&mut self, host: NodeId, ep: u16, path: u32);
     /// Installs the multicast tree an endpoint's packets to `GROUP` follow.
-    fn install_tree(&mut self, field: &str, host: NodeId, ep: u16, edges: &[(NodeId, NodeId)]) -> Result<(), SimError>;
+    fn install_tree(&mut self, field: &str, host: NodeId, ep: u16, tree: &inalab_scheme::PlanTree) -> Result<(), SimError>;
 }
 
 /// What the world tells the workloads.

@@ -814,39 +814,31 @@ impl PortsView {
 /// egress port) and multicast trees by sending host.
 type PlanRoutes = (Vec<((NodeId, NodeId, PortId), PortId)>, Vec<(NodeId, Tree)>);
 
-/// This switch's part of a plan's fixed paths and multicast trees (a scheme's routing, e.g.
-/// GRID's policy and result tree): for each visit of a path here, (source, destination,
-/// ingress port) -> egress port; for each tree through here, its sender -> the children (a
-/// host's copy addressed to it). A path or tree that leads here from, or on to, a node that is
-/// no neighbour is an error.
+/// This switch's part of a plan's fixed paths and multicast trees ([`inalab_scheme::PlanRoutes`],
+/// the description the simulator forwards by too) in its own ports; a tree's children that
+/// are the job's hosts get copies addressed to them. A path or tree that leads here from, or
+/// on to, a node that is no neighbour is an error.
 fn plan_routes(spec: &JobSpec, plan: &inalab_scheme::Plan, me: NodeId, neighbour: &dyn Fn(NodeId) -> Option<PortId>) -> Result<PlanRoutes, NetError> {
-    let host_of = |role: Role| match role {
+    let routes = inalab_scheme::PlanRoutes::of(plan, |role| match role {
         Role::Worker { rank } => spec.workers.get(rank as usize).map(|w| w.node),
         Role::Server { index } => spec.servers.get(index as usize).map(|s| s.node),
-    };
+    });
     let port = |what: &str, n: NodeId| {
         neighbour(n).ok_or_else(|| NetError::Config(format!("job {}: {what} passes switch {me} next to node {n}, which is not its neighbour", spec.job)))
     };
-    let mut paths: BTreeMap<(NodeId, NodeId, PortId), PortId> = BTreeMap::new();
-    for (role, nodes) in &plan.paths {
-        let (Some(&src), Some(&dst)) = (nodes.first(), nodes.last()) else { continue };
-        let what = format!("the fixed path of {role:?}");
-        for (i, w) in nodes.windows(3).enumerate() {
-            if w[1] != me {
-                continue;
-            }
-            let (from, to) = (port(&what, w[0])?, port(&what, w[2])?);
-            if paths.insert((src, dst, from), to).is_some_and(|old| old != to) {
-                return Err(NetError::Config(format!("job {}: {what} enters switch {me} from node {} twice and leaves it differently (hop {})", spec.job, w[0], i + 1)));
-            }
-        }
-    }
+    let visits = routes.visits_at(me).map_err(|e| NetError::Config(format!("job {}: {e}", spec.job)))?;
+    let paths = visits
+        .into_iter()
+        .map(|((src, dst, from), to)| {
+            let what = format!("the fixed path from node {src} to node {dst}");
+            Ok(((src, dst, port(&what, from)?), port(&what, to)?))
+        })
+        .collect::<Result<_, NetError>>()?;
     let mut trees = vec![];
-    for (role, edges) in &plan.trees {
-        let Some(src) = host_of(*role) else { continue };
-        let what = format!("the multicast tree of {role:?}");
+    for (t, children) in routes.trees_at(me) {
+        let what = format!("the multicast tree of {:?}", t.role);
         let mut tree = Tree::default();
-        for &(_, c) in edges.iter().filter(|(p, _)| *p == me) {
+        for &c in children {
             let p = port(&what, c)?;
             if spec.workers.iter().any(|w| w.node == c) || spec.servers.iter().any(|s| s.node == c) {
                 tree.hosts.push((p, c));
@@ -854,11 +846,9 @@ fn plan_routes(spec: &JobSpec, plan: &inalab_scheme::Plan, me: NodeId, neighbour
                 tree.switches.push(p);
             }
         }
-        if !tree.switches.is_empty() || !tree.hosts.is_empty() {
-            trees.push((src, tree));
-        }
+        trees.push((t.sender, tree));
     }
-    Ok((paths.into_iter().collect(), trees))
+    Ok((paths, trees))
 }
 
 /// Removes a job here and at the switches and PS it was passed to. `reason`: the job failed.
