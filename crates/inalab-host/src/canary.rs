@@ -333,6 +333,15 @@ impl CanaryHost {
         self.packet(leader, h, self.data(s.tensor, block), e - st)
     }
 
+    /// A block's timeout after `expiries` expiries of it: the RTO (which the estimator already
+    /// backs off once per window that expired, RFC 6298 5.5) doubled per expiry of the block,
+    /// never beyond the RTO's own ceiling. The two back-offs compound: uncapped, a block whose
+    /// requests expired a few times under load waited 32-64 s for its next request, past a
+    /// caller's 30 s timeout, while its leader was there to answer.
+    fn block_timeout(&self, expiries: u32) -> Time {
+        backed_off(self.rtt.rto(), expiries).min(self.cfg.rtx_timeout_ps.saturating_mul(MAX_RTO_FACTOR))
+    }
+
     fn arm(&mut self, seq: u32, at: Time) {
         if self.sending.contains_key(&seq) {
             self.deadlines.set(seq, at);
@@ -488,6 +497,12 @@ impl CanaryHost {
             // Unaggregated: one per host, by source.
             match from {
                 Some(r) if !seen[r] && h.counter == 1 => seen[r] = true,
+                Some(r) if seen[r] => {
+                    // Its data again (its timer expired while another host's is missing):
+                    // tell it to wait on.
+                    self.c.stale += 1;
+                    return self.send_fail(seq, r);
+                }
                 _ => {
                     self.c.stale += 1;
                     return;
@@ -515,6 +530,17 @@ impl CanaryHost {
         };
         let Some((block, l)) = self.leading.get_mut(&seq) else {
             self.c.stale += 1;
+            if self.leads_later(seq) {
+                // A peer ahead of this leader: its attempt stands (this leader has not started
+                // the block), and the answer tells it to wait rather than count the leader
+                // failed while it catches up.
+                let to = self.cfg.workers[r];
+                let mut f = CanaryHeader { dst: to.host, ..h };
+                f.kind = CanaryType::Fail;
+                f.bypass = true;
+                self.c.fails_sent += 1;
+                self.urgent.push_back(self.packet(to, f, None, 0));
+            }
             return;
         };
         let block = *block;
@@ -524,9 +550,10 @@ impl CanaryHost {
         }
         if !l.own_in {
             // A barrier whose tensor this leader has not finished: the wait is for this host,
-            // not a loss. Re-issuing would only make every host send it again.
+            // not a loss. Re-issuing would only make every host send it again; the current
+            // attempt tells the requester to wait on.
             self.c.stale += 1;
-            return;
+            return self.send_fail(seq, r);
         }
         if h.attempt() == l.attempt && l.fallback.is_none() {
             // The loss was in the reduction: re-issue the block (or fall back) for everyone.
@@ -617,6 +644,12 @@ impl CanaryHost {
         };
         let fallback = h.kind == CanaryType::Fallback;
         if h.attempt() < s.attempt || h.attempt() == s.attempt && (fallback <= s.fallback) {
+            // Nothing new, but the leader is there: it answers requests it cannot serve yet
+            // (it waits for another host, or has not reached the block) with the current
+            // attempt. Its silence so far was waiting, not failure.
+            if h.attempt() == s.attempt {
+                s.expiries = 0;
+            }
             self.c.stale += 1;
             return;
         }
@@ -767,7 +800,7 @@ impl HostProtocol for CanaryHost {
             // would never learn it; it backs off instead (RFC 6298 5.5), until a sample.
             self.rtt.on_timeout_of(self.sending[&seq].1.sent_at, now);
             let expiries = self.sending[&seq].1.expiries + 1;
-            let at = now + backed_off(self.rtt.rto(), expiries);
+            let at = now + self.block_timeout(expiries);
             self.sending.get_mut(&seq).expect("present").1.expiries = expiries;
             self.deadlines.set(seq, at);
         }
@@ -783,7 +816,7 @@ impl HostProtocol for CanaryHost {
         let seq = self.unsent.pop_front()?;
         let (block, s) = &self.sending[&seq];
         let p = self.contribution(*block, s);
-        let at = now + backed_off(self.rtt.rto(), s.expiries);
+        let at = now + self.block_timeout(s.expiries);
         self.in_flight += 1;
         self.c.sent += 1;
         if let Some((_, s)) = self.sending.get_mut(&seq) {
@@ -950,5 +983,115 @@ mod tests {
             assert_eq!(h.led_sums_kept(), 0);
         }
         assert!(hosts[1].c.rtx_requests > 0, "host 1 recovered the lost Results by asking");
+    }
+
+    /// Three hosts, three allreduces each, through a network that loses `loss` of the packets
+    /// and delays each by 1 to `spread` us (so reorders them), rank r pausing r x `drift` us
+    /// after each allreduce: every allreduce finishes with the exact sum, or the error says
+    /// which did not.
+    fn lossy_reordering_run(seed: u64, loss: f64, spread: u64, drift: u64) -> Result<(), String> {
+        let ep = |h| Endpoint { host: h, port: 5 };
+        let n = 3usize;
+        let cfg = CanaryConfig {
+            tenant: 1,
+            workers: (0..n as NodeId).map(ep).collect(),
+            tors: vec![10; n],
+            header_bytes: 57,
+            rtx_timeout_ps: 1_000 * inalab_core::time::US,
+            max_attempts: 3,
+            window_blocks: 64,
+            single_leader: false,
+        };
+        let mut hosts: Vec<CanaryHost> = (0..n).map(|r| CanaryHost::new(cfg.clone(), r).unwrap()).collect();
+        let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let values = 256 * 30 + 7;
+        let tensors = 3u64;
+        // (arrival, order, to, packet)
+        let mut wire: BTreeSet<(Time, u64, usize)> = BTreeSet::new();
+        let mut packets: HashMap<u64, Packet> = HashMap::new();
+        let mut order = 0u64;
+        let mut done = vec![0u64; n];
+        let mut submitted = vec![0u64; n];
+        // When each host submits its next tensor: rank r pauses r x `drift` us after each.
+        let mut ready = vec![0 as Time; n];
+        let mut now: Time = 0;
+        let us = inalab_core::time::US;
+        for _ in 0..2_000_000 {
+            // Each host submits its next tensor once its previous one is done, after a pause
+            // of its own (rank r pauses r x 200 us): the hosts drift apart.
+            for r in 0..n {
+                if submitted[r] == done[r] && submitted[r] < tensors && now >= ready[r] {
+                    submit(&mut hosts[r], now, submitted[r], r, values);
+                    submitted[r] += 1;
+                }
+            }
+            for r in 0..n {
+                while let Some(mut p) = hosts[r].poll_transmit(now) {
+                    let copies: Vec<usize> = if p.dst == 10 { (0..n).filter(|&t| t != r).collect() } else { vec![p.dst as usize] };
+                    for to in copies {
+                        if (next() % 1_000_000) as f64 / 1e6 < loss {
+                            continue;
+                        }
+                        p.dst = to as NodeId;
+                        let at = now + (1 + next() % spread) * us;
+                        order += 1;
+                        packets.insert(order, p.clone());
+                        wire.insert((at, order, to));
+                    }
+                }
+                while let Some(e) = hosts[r].poll_event() {
+                    match e {
+                        HostEvent::Done { id, data: Some(Payload::I32(v)) } => {
+                            if v.len() != values || v.iter().any(|&x| x != 6) {
+                                return Err(format!("seed {seed}: rank {r}'s allreduce {id} has a wrong sum"));
+                            }
+                            done[r] += 1;
+                            ready[r] = now + r as Time * drift * us;
+                        }
+                        e => return Err(format!("seed {seed}: rank {r}: {e:?} (counters {:?})", hosts[r].counters())),
+                    }
+                }
+            }
+            if done.iter().all(|&d| d == tensors) {
+                return Ok(());
+            }
+            let pending = (0..n).filter(|&r| submitted[r] == done[r] && submitted[r] < tensors).map(|r| ready[r]);
+            let timer = hosts.iter().filter_map(|h| h.poll_timeout()).chain(pending).min();
+            let arrival = wire.first().map(|w| w.0);
+            let packet_first = match (arrival, timer) {
+                (Some(a), Some(t)) => a <= t,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => return Err(format!("seed {seed}: the network went quiet with allreduces done {done:?}")),
+            };
+            if packet_first {
+                let (at, k, to) = wire.pop_first().unwrap();
+                now = now.max(at);
+                hosts[to].handle_packet(now, packets.remove(&k).unwrap());
+            } else {
+                now = now.max(timer.unwrap());
+                hosts.iter_mut().for_each(|h| h.handle_timeout(now));
+            }
+        }
+        Err(format!("seed {seed}: not done after 2 M steps, done {done:?}"))
+    }
+
+    #[test]
+    fn loss_reordering_and_a_lagging_leader_never_strand_a_host() {
+        // (delay spread, drift) in us: a reordering network (each packet 1 us to 3 ms, the
+        // RTO 1 ms), and hosts drifting seconds apart (rank r pauses r x 2 s after each
+        // allreduce). With the drift, a host ahead asked a lagging leader for blocks it had
+        // not reached; the leader did not answer, and after 8 expiries the host declared it
+        // failed: 99 of 100 seeds failed an allreduce before leaders answered "wait".
+        for (spread, drift) in [(50, 200), (3000, 200), (50, 2_000_000), (3000, 2_000_000)] {
+            let bad: Vec<String> = (1..=25).filter_map(|seed| lossy_reordering_run(seed, 0.03, spread, drift).err()).collect();
+            assert!(bad.is_empty(), "spread {spread} us, drift {drift} us: {} of 25 seeds: {:?}", bad.len(), &bad[..bad.len().min(2)]);
+        }
     }
 }
