@@ -8,11 +8,16 @@
 //! Loss: a sender whose Result is late asks the leader (RtxReq). Late means the retransmission
 //! timeout: RFC 6298's smoothed RTT plus four deviations, measured on blocks answered at their
 //! first send, never below `rtx_timeout_ps`, doubled per expiry of the same block (at most
-//! 64 times, `inalab_core::backed_off`). A fixed timeout re-issued every block of a 4 MiB
+//! 64 times, `inalab_core::backed_off`, and never beyond the RTO's ceiling of 1000
+//! `rtx_timeout_ps`). A fixed timeout re-issued every block of a 4 MiB
 //! window on a 100 Mbps path, where the window alone queues for hundreds of ms, and never finished. A leader that has the sum
 //! sends it again; one that has not re-issues the block under its next attempt (Fail to every
 //! host, which re-send it with the new id), and after `max_attempts` re-issues the hosts send
-//! the block to the leader unaggregated (Fallback), which sums it by source.
+//! the block to the leader unaggregated (Fallback), which sums it by source. A leader that
+//! cannot serve a request yet (it has not reached the block, waits for its own tensor before a
+//! barrier, or has this host's fallback data and waits for another's) answers with the
+//! block's current attempt: "wait". Only a leader that answers nothing to [`MAX_UNANSWERED`]
+//! requests in a row is declared failed; before, a leader seconds behind its peers was.
 //!
 //! Completion (§3.3): a leader keeps the sums it led until every host has them. Each tensor
 //! ends with one more block, its completion barrier: a one-value block every host contributes
