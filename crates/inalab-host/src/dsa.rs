@@ -90,13 +90,11 @@ impl DsaConfig {
         self.workers.len() as u8
     }
     fn rtt(&self) -> RttEstimator {
-        let d = RttConfig::default();
-        RttEstimator::new(RttConfig {
-            initial_rto_ps: self.min_rto_ps,
-            min_rto_ps: self.min_rto_ps,
-            max_rto_ps: d.max_rto_ps.max(self.min_rto_ps),
-            ..d
-        })
+        RttEstimator::new(RttConfig { initial_rto_ps: self.min_rto_ps, min_rto_ps: self.min_rto_ps, max_rto_ps: self.max_rto(), ..RttConfig::default() })
+    }
+    /// The RTO's ceiling, which a fragment's back-off does not pass either.
+    fn max_rto(&self) -> Time {
+        RttConfig::default().max_rto_ps.max(self.min_rto_ps)
     }
     fn header(&self, psn: u32, bitmap: u32, priority: u32, kind: DsaKind, flags: u8) -> Header {
         Header::Dsa(DsaHeader {
@@ -149,6 +147,7 @@ struct Request {
 }
 
 struct Outstanding {
+    /// When it was last sent.
     sent: Time,
     retx: u32,
 }
@@ -270,15 +269,18 @@ impl DsaWorker {
         }
         let o = self.outstanding.remove(&h.psn).expect("checked above");
         self.deadlines.cancel(h.psn);
-        // Sampled from the first send even when the fragment was resent (not Karn's rule, the
-        // spec's choice): a DSA ACK is the whole job's sum, so it can come no sooner than the
-        // slowest peer's contribution whichever of this worker's copies counted, and the time
-        // from the first send is the fragment's completion time, what a timeout has to wait
-        // for. With Karn's rule the only samples were the fragments that beat the timeout, so
-        // a worker whose peer lagged over the 1 ms floor never raised its RTO: in the real
-        // runtime a lone two-worker job resent 80 % of its fragments, and the resends that came
-        // after the ACK reserved aggregators that only collisions and the PS's reminders
-        // cleared (#36: the PS's memory grew with its pending entries).
+        // Sampled also when the fragment was resent (not Karn's rule, the spec's choice): a
+        // DSA ACK is the whole job's sum, so it can come no sooner than the slowest peer's
+        // contribution whichever of this worker's copies counted. With Karn's rule the only
+        // samples were the fragments that beat the timeout, so a worker whose peer lagged over
+        // the 1 ms floor never raised its RTO: in the real runtime a lone two-worker job resent
+        // 80 % of its fragments, and the resends that came after the ACK reserved aggregators
+        // that only collisions and the PS's reminders cleared (#36: the PS's memory grew with
+        // its pending entries). Sampled from the latest send, not the first: from the first,
+        // a lost fragment's sample held the backed-off timeouts it waited, which raised the
+        // RTO, which the next loss backed off from: with 1 % loss at the hosts a 64 KB
+        // allreduce took seconds, and jobs stalled for good under a 1 s run limit. A peer's
+        // lag still raises the RTO: each resend's sample is the part of the lag left after it.
         self.rtt.sample(now - o.sent);
         let seq_base = self
             .outstanding
@@ -458,6 +460,7 @@ impl HostProtocol for DsaWorker {
                 .get_mut(&psn)
                 .expect("armed fragments are outstanding");
             o.retx += 1;
+            o.sent = now;
             let retx = o.retx;
             let p = if retx <= self.cfg.retx_before_notify {
                 self.c.retransmits += 1;
@@ -470,7 +473,7 @@ impl HostProtocol for DsaWorker {
             // Exponential back-off per fragment (RFC 6298 §5.5), which the spec leaves out:
             // without it a worker whose peers start milliseconds later (a real job's threads)
             // resends and re-notifies its whole window every millisecond.
-            let rto = backed_off(self.rtt.rto(), retx);
+            let rto = backed_off(self.rtt.rto(), retx).min(self.cfg.max_rto());
             self.arm(psn, now + rto);
         }
         if fired {
