@@ -585,8 +585,10 @@ class Job(_Model):
     policy: Optional[Union[str, dict]] = opt(
         None, "Scheme grid: the routing policy, a file written by `inalab plan grid --out` (or its JSON object): each "
         "worker's aggregation node and path to the PS, by node name; its PS must be the job's server. \"auto\": "
-        "planned at set-up by GRID's LP and one R-GRIA rounding with the scenario's seed, from the topology, "
-        "network.switch_capacity (unlisted programmable switches: the sum of their link rates) and the PS's links.",
+        "planned at set-up as `inalab plan grid` plans, from the topology, network.switch_capacity (unlisted "
+        "programmable switches: the sum of their link rates) and the PS's links: GRID's LP, 16 R-GRIA roundings from "
+        "the scenario's seed and the baselines, the best improved locally, and, on an instance of at most 400 "
+        "options, the exact MILP (HiGHS, at most 60 s); the best plan wins.",
         default_doc="every worker sends to the PS", type_doc="path or table",
     )
 
