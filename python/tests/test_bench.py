@@ -117,3 +117,27 @@ def test_a_cell_sets_every_jobs_scheme_and_only_the_servers_it_takes():
     for job in grid["jobs"]:
         assert job["policy"]["kind"] == "grid-routing-policy" and job["policy"]["ps"] == job["servers"][0]
     assert bench.job_hosts(base) == sorted(f"h{i}" for i in range(15))
+
+
+def test_a_run_that_raised_is_an_error_row_and_the_command_exits_3(tmp_path, monkeypatch):
+    # A run that raises is inalab's failure, not a result: its row says so (status "error",
+    # the exception), the table and page are still written, and the command exits 3, also
+    # with --json (after printing the summary). Unfinished runs and impossible cells exit 0.
+    import inalab
+    from typer.testing import CliRunner
+
+    from inalab.cli import app
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("the simulator broke")
+
+    monkeypatch.setattr(inalab, "_run", broken)
+    for extra in ([], ["--json"]):
+        out = tmp_path / f"b{len(extra)}"
+        r = CliRunner().invoke(app, ["bench", "--out", str(out), "--seeds", "1", "--only", "2-multi-tenant-memory",
+                                     "--schemes", "ring,switchml", "--workers", "1", *extra])
+        assert r.exit_code == 3, r.output
+        assert "error: 2-multi-tenant-memory / ring / seed 1" in r.output and "the simulator broke" in r.output, r.output
+        table = pd.read_csv(out / "bench.csv")
+        assert list(table.status) == ["error", "error"], table
+        assert (out / "index.html").exists()
