@@ -1017,7 +1017,7 @@ mod tests {
         };
         let values = 256 * 30 + 7;
         let tensors = 3u64;
-        // (arrival, order, to, packet)
+        // Packets in flight: (arrival, order sent, to), the packets by their order sent.
         let mut wire: BTreeSet<(Time, u64, usize)> = BTreeSet::new();
         let mut packets: HashMap<u64, Packet> = HashMap::new();
         let mut order = 0u64;
