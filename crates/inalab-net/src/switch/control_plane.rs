@@ -812,13 +812,13 @@ impl PortsView {
 
 /// A switch's part of a plan's routes: fixed-path visits ((source, destination, ingress port) ->
 /// egress port) and multicast trees by sending host.
-type PlanRoutes = (Vec<((NodeId, NodeId, PortId), PortId)>, Vec<(NodeId, Tree)>);
+type SwitchRoutes = (Vec<((NodeId, NodeId, PortId), PortId)>, Vec<(NodeId, Tree)>);
 
 /// This switch's part of a plan's fixed paths and multicast trees ([`inalab_scheme::PlanRoutes`],
 /// the description the simulator forwards by too) in its own ports; a tree's children that
 /// are the job's hosts get copies addressed to them. A path or tree that leads here from, or
 /// on to, a node that is no neighbour is an error.
-fn plan_routes(spec: &JobSpec, plan: &inalab_scheme::Plan, me: NodeId, neighbour: &dyn Fn(NodeId) -> Option<PortId>) -> Result<PlanRoutes, NetError> {
+fn plan_routes(spec: &JobSpec, plan: &inalab_scheme::Plan, me: NodeId, neighbour: &dyn Fn(NodeId) -> Option<PortId>) -> Result<SwitchRoutes, NetError> {
     let routes = inalab_scheme::PlanRoutes::of(plan, |role| match role {
         Role::Worker { rank } => spec.workers.get(rank as usize).map(|w| w.node),
         Role::Server { index } => spec.servers.get(index as usize).map(|s| s.node),
