@@ -107,7 +107,7 @@ const INA_PARAMS: [Param; 11] = [
         doc: "Length of a job's slot table with `ina.index = \"slots\"` (ATP's, 512 by default): the aggregators it uses, and the most PSNs a worker has in flight counted from its oldest unacknowledged one. A pool smaller than this is used more than once, as ATP's. At most 2^20.",
         range: Range::Int { min: 1, max: inalab_host::ATP_MAX_SLOTS as u64 },
     },
-    Param { name: "ina.min_rto_ps", unit: "ps", doc: "Floor and initial value of the workers' and the PS's timeouts (DSA §VI: 1 ms): RFC 6298 estimates of the RTT (sampled from a fragment's first send) and of the lifetimes of PS entries no reminder completed; a worker doubles a fragment's timeout at each of its expiries (RFC 6298 §5.5).", range: Range::TIME },
+    Param { name: "ina.min_rto_ps", unit: "ps", doc: "Floor and initial value of the workers' and the PS's timeouts (DSA §VI: 1 ms): RFC 6298 estimates of the RTT (sampled from a fragment's latest send, also when resent) and of the lifetimes of PS entries no reminder completed; a worker doubles a fragment's timeout at each of its expiries (RFC 6298 §5.5).", range: Range::TIME },
     Param { name: "ina.retx_before_notify", unit: "", doc: "Retransmissions of a fragment before the worker sends the PS a NOTIFY with its gradient, repeated every timeout (DSA §IV-B: 3).", range: Range::Int { min: 0, max: 1000 } },
     Param { name: "ina.ps_ack_frees", unit: "", doc: "An ACK from the PS frees a switch aggregator still holding its fragment (a leak guard not in the paper).", range: Range::Bool },
     Param { name: "ina.scale", unit: "", doc: "Fixed-point scale of the workers' float32 values (value x scale, rounded, as i32): error at most workers / (2 scale) per value.", range: Range::SCALE },
