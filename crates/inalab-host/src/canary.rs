@@ -48,6 +48,12 @@ const EARLY_MAX: usize = 1 << 16;
 /// the back-off) declares the leader failed: Canary does not recover a failed leader (§3.3,
 /// spec case 15), so every pending allreduce of this host fails with the reason.
 pub const MAX_UNANSWERED: u32 = 8;
+/// A block whose leader answered "wait" (it cannot serve the block yet) this many times stops
+/// counting the answers: the leader is then no longer believed alive for it, and
+/// [`MAX_UNANSWERED`] more expiries declare it failed. About a minute at the back-off's cap of
+/// 64 RTOs: a leader may lag its peers by seconds, but a host whose contribution never comes
+/// (cut off, yet not reported failed by the driver) must not keep its peers for ever.
+pub const MAX_WAITS: u32 = 1024;
 /// The RTO never exceeds this many `rtx_timeout_ps` (1 s at the default 1 ms).
 const MAX_RTO_FACTOR: u64 = 1000;
 
@@ -113,7 +119,12 @@ struct Sending {
     /// When the block (this attempt) was sent; its Result is an RTT sample only if it was
     /// sent once and never asked for (Karn's rule).
     sent_at: Time,
+    /// Expiries of this attempt: the back-off's exponent.
     expiries: u32,
+    /// Expiries in a row with no answer from the leader ([`MAX_UNANSWERED`] declare it failed).
+    unanswered: u32,
+    /// "Wait" answers the leader gave ([`MAX_WAITS`]).
+    waits: u32,
     /// A completion barrier this host may not send yet: its tensor is not done here.
     held: bool,
 }
@@ -207,6 +218,8 @@ pub struct CanaryHost {
     urgent: VecDeque<Packet>,
     events: VecDeque<HostEvent>,
     rtt: RttEstimator,
+    /// This host declared a leader failed: it tells no peer to wait for it any more.
+    gave_up: bool,
     c: Counters,
 }
 
@@ -263,6 +276,7 @@ impl CanaryHost {
                 max_rto_ps: cfg_rto.saturating_mul(MAX_RTO_FACTOR),
                 granularity_ps: inalab_core::time::US.min(cfg_rto),
             }),
+            gave_up: false,
             c: Counters::default(),
         })
     }
@@ -535,7 +549,7 @@ impl CanaryHost {
         };
         let Some((block, l)) = self.leading.get_mut(&seq) else {
             self.c.stale += 1;
-            if self.leads_later(seq) {
+            if !self.gave_up && self.leads_later(seq) {
                 // A peer ahead of this leader: its attempt stands (this leader has not started
                 // the block), and the answer tells it to wait rather than count the leader
                 // failed while it catches up.
@@ -591,7 +605,9 @@ impl CanaryHost {
             return false;
         }
         let ahead = seq.wrapping_sub(seq_of(self.next_block)) & ((1 << CanaryHeader::SEQ_BITS) - 1);
-        self.leader_of(self.next_block + ahead as u64) == self.rank
+        // More than half the sequence space ahead is behind: an old block's late packet (with a
+        // power-of-two number of hosts it would map onto a block this host leads again).
+        (ahead as u64) < KEEP_LED_BLOCKS && self.leader_of(self.next_block + ahead as u64) == self.rank
     }
 
     /// The sum of a finished block, unicast to rank `r` (its copy was lost).
@@ -615,6 +631,7 @@ impl CanaryHost {
             self.cfg.workers[r].host
         );
         self.c.leader_failures += 1;
+        self.gave_up = true;
         for t in self.tensors.iter_mut().filter(|t| t.left > 0) {
             t.left = 0;
             self.events.push_back(HostEvent::Failed { id: t.id, reason: reason.clone() });
@@ -651,9 +668,10 @@ impl CanaryHost {
         if h.attempt() < s.attempt || h.attempt() == s.attempt && (fallback <= s.fallback) {
             // Nothing new, but the leader is there: it answers requests it cannot serve yet
             // (it waits for another host, or has not reached the block) with the current
-            // attempt. Its silence so far was waiting, not failure.
-            if h.attempt() == s.attempt {
-                s.expiries = 0;
+            // attempt. Its silence so far was waiting, not failure; the back-off goes on.
+            if h.attempt() == s.attempt && s.waits < MAX_WAITS {
+                s.waits += 1;
+                s.unanswered = 0;
             }
             self.c.stale += 1;
             return;
@@ -662,6 +680,7 @@ impl CanaryHost {
         s.fallback = fallback;
         // The leader answered: its silence so far was loss, not failure.
         s.expiries = 0;
+        s.unanswered = 0;
         if s.held {
             // A barrier re-issued before this host has the tensor: it goes out, under the
             // new attempt, once the tensor is done here.
@@ -719,7 +738,7 @@ impl HostProtocol for CanaryHost {
                 self.leading.insert(seq, (block, l));
                 if barrier { &mut self.led_barriers } else { &mut self.led_order }.push_back((block, seq));
             } else {
-                self.sending.insert(seq, (block, Sending { tensor, attempt: 0, fallback: false, sent_at: 0, expiries: 0, held: barrier }));
+                self.sending.insert(seq, (block, Sending { tensor, attempt: 0, fallback: false, sent_at: 0, expiries: 0, unanswered: 0, waits: 0, held: barrier }));
                 if !barrier {
                     self.unsent.push_back(seq);
                 }
@@ -787,7 +806,7 @@ impl HostProtocol for CanaryHost {
                 self.c.deferred += 1;
                 continue;
             }
-            if s.expiries >= MAX_UNANSWERED {
+            if s.unanswered >= MAX_UNANSWERED {
                 return self.leader_failed(block);
             }
             let p = if s.fallback {
@@ -804,9 +823,11 @@ impl HostProtocol for CanaryHost {
             // Karn: no sample comes from a block that expired, so an RTO below the path's RTT
             // would never learn it; it backs off instead (RFC 6298 5.5), until a sample.
             self.rtt.on_timeout_of(self.sending[&seq].1.sent_at, now);
-            let expiries = self.sending[&seq].1.expiries + 1;
+            let s = &mut self.sending.get_mut(&seq).expect("present").1;
+            s.expiries += 1;
+            s.unanswered += 1;
+            let expiries = s.expiries;
             let at = now + self.block_timeout(expiries);
-            self.sending.get_mut(&seq).expect("present").1.expiries = expiries;
             self.deadlines.set(seq, at);
         }
     }
@@ -992,9 +1013,11 @@ mod tests {
 
     /// Three hosts, three allreduces each, through a network that loses `loss` of the packets
     /// and delays each by 1 to `spread` us (so reorders them), rank r pausing r x `drift` us
-    /// after each allreduce: every allreduce finishes with the exact sum, or the error says
-    /// which did not.
-    fn lossy_reordering_run(seed: u64, loss: f64, spread: u64, drift: u64) -> Result<(), String> {
+    /// after each allreduce. Without `mute`, every allreduce finishes with the exact sum, or the
+    /// error says which did not. `mute`: a rank none of whose data (Reduce, Fallback) arrives,
+    /// though it is there and answers; then the run ends once every host has failed or done
+    /// each allreduce, and returns how many failed per host.
+    fn lossy_reordering_run(seed: u64, loss: f64, spread: u64, drift: u64, mute: Option<usize>) -> Result<Vec<u64>, String> {
         let ep = |h| Endpoint { host: h, port: 5 };
         let n = 3usize;
         let cfg = CanaryConfig {
@@ -1022,6 +1045,7 @@ mod tests {
         let mut packets: HashMap<u64, Packet> = HashMap::new();
         let mut order = 0u64;
         let mut done = vec![0u64; n];
+        let mut failed = vec![0u64; n];
         let mut submitted = vec![0u64; n];
         // When each host submits its next tensor: rank r pauses r x `drift` us after each.
         let mut ready = vec![0 as Time; n];
@@ -1031,7 +1055,7 @@ mod tests {
             // Each host submits its next tensor once its previous one is done, after a pause
             // of its own (rank r pauses r x 200 us): the hosts drift apart.
             for r in 0..n {
-                if submitted[r] == done[r] && submitted[r] < tensors && now >= ready[r] {
+                if submitted[r] == done[r] + failed[r] && submitted[r] < tensors && now >= ready[r] {
                     submit(&mut hosts[r], now, submitted[r], r, values);
                     submitted[r] += 1;
                 }
@@ -1040,7 +1064,8 @@ mod tests {
                 while let Some(mut p) = hosts[r].poll_transmit(now) {
                     let copies: Vec<usize> = if p.dst == 10 { (0..n).filter(|&t| t != r).collect() } else { vec![p.dst as usize] };
                     for to in copies {
-                        if (next() % 1_000_000) as f64 / 1e6 < loss {
+                        let data = matches!(&p.header, Header::Canary(h) if matches!(h.kind, CanaryType::Reduce | CanaryType::Fallback) && h.counter > 0);
+                        if (next() % 1_000_000) as f64 / 1e6 < loss || mute == Some(r) && data {
                             continue;
                         }
                         p.dst = to as NodeId;
@@ -1059,14 +1084,15 @@ mod tests {
                             done[r] += 1;
                             ready[r] = now + r as Time * drift * us;
                         }
+                        HostEvent::Failed { .. } if mute.is_some() => failed[r] += 1,
                         e => return Err(format!("seed {seed}: rank {r}: {e:?} (counters {:?})", hosts[r].counters())),
                     }
                 }
             }
-            if done.iter().all(|&d| d == tensors) {
-                return Ok(());
+            if (0..n).all(|r| done[r] + failed[r] == tensors) {
+                return Ok(failed);
             }
-            let pending = (0..n).filter(|&r| submitted[r] == done[r] && submitted[r] < tensors).map(|r| ready[r]);
+            let pending = (0..n).filter(|&r| submitted[r] == done[r] + failed[r] && submitted[r] < tensors).map(|r| ready[r]);
             let timer = hosts.iter().filter_map(|h| h.poll_timeout()).chain(pending).min();
             let arrival = wire.first().map(|w| w.0);
             let packet_first = match (arrival, timer) {
@@ -1095,8 +1121,21 @@ mod tests {
         // not reached; the leader did not answer, and after 8 expiries the host declared it
         // failed: 99 of 100 seeds failed an allreduce before leaders answered "wait".
         for (spread, drift) in [(50, 200), (3000, 200), (50, 2_000_000), (3000, 2_000_000)] {
-            let bad: Vec<String> = (1..=25).filter_map(|seed| lossy_reordering_run(seed, 0.03, spread, drift).err()).collect();
+            let bad: Vec<String> = (1..=25).filter_map(|seed| lossy_reordering_run(seed, 0.03, spread, drift, None).err()).collect();
             assert!(bad.is_empty(), "spread {spread} us, drift {drift} us: {} of 25 seeds: {:?}", bad.len(), &bad[..bad.len().min(2)]);
+        }
+    }
+
+    #[test]
+    fn a_host_whose_data_never_arrives_fails_its_peers_in_bounded_time() {
+        // Rank 2 is there and answers, but none of its contributions arrives (cut off one
+        // way, and no driver reports it failed). Its peers' blocks are re-issued, fall back,
+        // and their leaders answer "wait" while rank 2's data is missing: after MAX_WAITS of
+        // them the requests count as unanswered again, and every host fails its allreduces
+        // rather than waiting for ever.
+        for seed in 1..=3 {
+            let failed = lossy_reordering_run(seed, 0.0, 50, 200, Some(2)).unwrap();
+            assert!(failed.iter().all(|&f| f > 0), "seed {seed}: every host failed an allreduce, got {failed:?}");
         }
     }
 }
