@@ -38,6 +38,10 @@ const MAX_REMINDERS: u32 = 1024;
 /// few fragments complete at the PS, and keeping its last 65,536 completions grew it for
 /// thousands of allreduces (#36, 2.7 KB per allreduce of 1 M values over 2,000).
 pub const COMPLETED_KEPT: usize = 1 << 16;
+/// How many of the last completion times a worker keeps to tell a loss's recovery (a few
+/// fragments far slower than the rest) from a peer's lag (every fragment slower); see
+/// `DsaWorker::on_ack`.
+const RECENT_COMPLETIONS: usize = 16;
 
 /// How far `psn` is behind `newest` in the wrapping PSN space (0 when it is ahead).
 fn psns_behind(newest: u32, psn: u32) -> u32 {
@@ -147,7 +151,7 @@ struct Request {
 }
 
 struct Outstanding {
-    /// When it was last sent.
+    /// When it was first sent.
     sent: Time,
     retx: u32,
 }
@@ -186,6 +190,8 @@ pub struct DsaWorker {
     urgent: VecDeque<Packet>,
     window: Box<dyn CongestionControl>,
     rtt: RttEstimator,
+    /// The completion times (from first send) of the last fragments acknowledged.
+    recent: VecDeque<Time>,
     events: VecDeque<HostEvent>,
     c: WorkerCounters,
 }
@@ -196,6 +202,7 @@ impl DsaWorker {
         DsaWorker {
             window: WindowRules::default().window(&cfg.aimd),
             rtt: cfg.rtt(),
+            recent: VecDeque::with_capacity(RECENT_COMPLETIONS),
             cfg,
             rank,
             me,
@@ -269,19 +276,27 @@ impl DsaWorker {
         }
         let o = self.outstanding.remove(&h.psn).expect("checked above");
         self.deadlines.cancel(h.psn);
-        // Sampled also when the fragment was resent (not Karn's rule, the spec's choice): a
-        // DSA ACK is the whole job's sum, so it can come no sooner than the slowest peer's
-        // contribution whichever of this worker's copies counted. With Karn's rule the only
-        // samples were the fragments that beat the timeout, so a worker whose peer lagged over
-        // the 1 ms floor never raised its RTO: in the real runtime a lone two-worker job resent
-        // 80 % of its fragments, and the resends that came after the ACK reserved aggregators
-        // that only collisions and the PS's reminders cleared (#36: the PS's memory grew with
-        // its pending entries). Sampled from the latest send, not the first: from the first,
-        // a lost fragment's sample held the backed-off timeouts it waited, which raised the
-        // RTO, which the next loss backed off from: with 1 % loss at the hosts a 64 KB
-        // allreduce took seconds, and jobs stalled for good under a 1 s run limit. A peer's
-        // lag still raises the RTO: each resend's sample is the part of the lag left after it.
-        self.rtt.sample(now - o.sent);
+        // Sampled from the first send also when the fragment was resent (not Karn's rule, the
+        // spec's choice): a DSA ACK is the whole job's sum, so it can come no sooner than the
+        // slowest peer's contribution whichever of this worker's copies counted. With Karn's
+        // rule the only samples were the fragments that beat the timeout, so a worker whose
+        // peer lagged over the 1 ms floor never raised its RTO (#36: a lone two-worker
+        // real-runtime job resent 80 % of its fragments). But a fragment that was lost and
+        // recovered took what its recovery took (three backed-off resends, then the PS), and
+        // that sample raised the RTO the next loss backed off from: with 1 % loss at the
+        // hosts a 64 KB allreduce took seconds, and jobs stalled under a 1 s run limit. So a
+        // completion time over twice the shortest of the last RECENT_COMPLETIONS is not
+        // sampled: a peer's lag delays every fragment alike, and is sampled; a loss delays a
+        // few, which are not. (From the latest send instead, a lag L settled at an RTO of L/2,
+        // resending every fragment; clamped at twice the RTO, the losses still raised it.)
+        let took = now - o.sent;
+        if self.recent.len() == RECENT_COMPLETIONS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(took);
+        if took <= 2 * self.recent.iter().min().copied().unwrap_or(took) {
+            self.rtt.sample(took);
+        }
         let seq_base = self
             .outstanding
             .keys()
@@ -460,7 +475,6 @@ impl HostProtocol for DsaWorker {
                 .get_mut(&psn)
                 .expect("armed fragments are outstanding");
             o.retx += 1;
-            o.sent = now;
             let retx = o.retx;
             let p = if retx <= self.cfg.retx_before_notify {
                 self.c.retransmits += 1;
@@ -938,6 +952,7 @@ pub fn dsa_priority(layer: u32, layers: u32, comm_over_comp: f64, remaining_ps: 
 mod tests {
     use super::*;
     use inalab_core::TensorAttrs;
+    use std::collections::BTreeSet;
 
     const PS: Endpoint = Endpoint { host: 9, port: 2 };
 
@@ -1179,24 +1194,45 @@ mod tests {
     #[test]
     fn a_worker_whose_peer_lags_past_the_floor_raises_its_timeout() {
         // #36: with Karn's rule every sample was a fragment that beat the 1 ms floor, so a
-        // worker whose peer lagged 3 ms resent every fragment, for the whole job.
-        let mut w = DsaWorker::new(cfg(2), 0);
-        submit(&mut w, 62 * 40);
-        let mut t = 0;
-        let mut sent = drain(&mut w, t).len();
-        for psn in 0..40 {
-            if sent <= psn as usize {
-                sent += drain(&mut w, t).len();
-            }
-            let ack_at = t + 3 * MS;
-            while let Some(at) = w.poll_timeout().filter(|&at| at < ack_at) {
-                w.handle_timeout(at);
-                drain(&mut w, at);
-            }
-            w.handle_packet(ack_at, ack(psn, 2, 1));
-            t = ack_at;
+        // worker whose peer lagged 3 ms resent every fragment, for the whole job. Each
+        // fragment's ACK comes `lag` after its first send (the peer's contribution): once the
+        // worker has learnt the lag, it resends nothing.
+        for lag in [3 * MS, 3 * MS + MS / 2, 10 * MS, 20 * MS] {
+            let (late, rto) = lagged(lag, 80);
+            assert!(rto > lag, "lag {lag}: the completion time is measured: RTO {rto}");
+            assert_eq!(late, 0, "lag {lag}: timeouts in the second half of the fragments");
         }
-        assert!(w.rtt.rto() > 3 * MS, "the completion time is measured: {}", w.rtt.rto());
+    }
+
+    /// One worker of two whose every fragment is acknowledged `lag` after its first send:
+    /// (timeouts once half the fragments were acknowledged, the RTO at the end).
+    fn lagged(lag: Time, fragments: u32) -> (u64, Time) {
+        let mut w = DsaWorker::new(cfg(2), 0);
+        submit(&mut w, 62 * fragments as usize);
+        let mut first_sent: BTreeMap<u32, Time> = BTreeMap::new();
+        let (mut t, mut acked, mut late) = (0, BTreeSet::new(), 0);
+        while acked.len() < fragments as usize {
+            for p in drain(&mut w, t) {
+                first_sent.entry(hdr(&p).psn).or_insert(t);
+            }
+            let next_ack = first_sent.iter().filter(|(psn, _)| !acked.contains(*psn)).map(|(&psn, &at)| (at + lag, psn)).min().expect("a fragment in flight");
+            match w.poll_timeout() {
+                Some(at) if at < next_ack.0 => {
+                    t = at;
+                    let before = counter(&w, "timeouts");
+                    w.handle_timeout(t);
+                    if acked.len() >= fragments as usize / 2 {
+                        late += counter(&w, "timeouts") - before;
+                    }
+                }
+                _ => {
+                    t = next_ack.0;
+                    w.handle_packet(t, ack(next_ack.1, 2, 1));
+                    acked.insert(next_ack.1);
+                }
+            }
+        }
+        (late, w.rtt.rto())
     }
 
     #[test]
