@@ -38,10 +38,6 @@ const MAX_REMINDERS: u32 = 1024;
 /// few fragments complete at the PS, and keeping its last 65,536 completions grew it for
 /// thousands of allreduces (#36, 2.7 KB per allreduce of 1 M values over 2,000).
 pub const COMPLETED_KEPT: usize = 1 << 16;
-/// How many of the last completion times a worker keeps to tell a loss's recovery (a few
-/// fragments far slower than the rest) from a peer's lag (every fragment slower); see
-/// `DsaWorker::on_ack`.
-const RECENT_COMPLETIONS: usize = 16;
 
 /// How far `psn` is behind `newest` in the wrapping PSN space (0 when it is ahead).
 fn psns_behind(newest: u32, psn: u32) -> u32 {
@@ -190,8 +186,6 @@ pub struct DsaWorker {
     urgent: VecDeque<Packet>,
     window: Box<dyn CongestionControl>,
     rtt: RttEstimator,
-    /// The completion times (from first send) of the last fragments acknowledged.
-    recent: VecDeque<Time>,
     events: VecDeque<HostEvent>,
     c: WorkerCounters,
 }
@@ -202,7 +196,6 @@ impl DsaWorker {
         DsaWorker {
             window: WindowRules::default().window(&cfg.aimd),
             rtt: cfg.rtt(),
-            recent: VecDeque::with_capacity(RECENT_COMPLETIONS),
             cfg,
             rank,
             me,
@@ -281,21 +274,17 @@ impl DsaWorker {
         // slowest peer's contribution whichever of this worker's copies counted. With Karn's
         // rule the only samples were the fragments that beat the timeout, so a worker whose
         // peer lagged over the 1 ms floor never raised its RTO (#36: a lone two-worker
-        // real-runtime job resent 80 % of its fragments). But a fragment that was lost and
-        // recovered took what its recovery took (three backed-off resends, then the PS), and
-        // that sample raised the RTO the next loss backed off from: with 1 % loss at the
-        // hosts a 64 KB allreduce took seconds, and jobs stalled under a 1 s run limit. So a
-        // completion time over twice the shortest of the last RECENT_COMPLETIONS is not
-        // sampled: a peer's lag delays every fragment alike, and is sampled; a loss delays a
-        // few, which are not. (From the latest send instead, a lag L settled at an RTO of L/2,
-        // resending every fragment; clamped at twice the RTO, the losses still raised it.)
-        let took = now - o.sent;
-        if self.recent.len() == RECENT_COMPLETIONS {
-            self.recent.pop_front();
-        }
-        self.recent.push_back(took);
-        if took <= 2 * self.recent.iter().min().copied().unwrap_or(took) {
-            self.rtt.sample(took);
+        // real-runtime job resent 80 % of its fragments). Not sampled: a fragment that went
+        // through the PS (more than `retx_before_notify` timeouts), which a loss's recovery
+        // takes (its lost ACK freed the aggregator: three backed-off resends, then the PS).
+        // Sampled, its time raised the RTO the next loss backed off from: with 1 % loss at the
+        // hosts a 64 KB allreduce took seconds, and jobs stalled under a 1 s run limit. A lag
+        // under 15 RTOs (the notify's timeout) is still learnt. (From the latest send instead,
+        // a lag L settled at an RTO of L/2, resending every fragment; sampling every
+        // completion clamped at twice the RTO, or leaving out those over twice the recent
+        // shortest, also took seconds under loss, or halved the lossless bench's goodput.)
+        if o.retx <= self.cfg.retx_before_notify {
+            self.rtt.sample(now - o.sent);
         }
         let seq_base = self
             .outstanding
@@ -1196,8 +1185,10 @@ mod tests {
         // #36: with Karn's rule every sample was a fragment that beat the 1 ms floor, so a
         // worker whose peer lagged 3 ms resent every fragment, for the whole job. Each
         // fragment's ACK comes `lag` after its first send (the peer's contribution): once the
-        // worker has learnt the lag, it resends nothing.
-        for lag in [3 * MS, 3 * MS + MS / 2, 10 * MS, 20 * MS] {
+        // worker has learnt the lag, it resends nothing. (Sampled from the latest send, a lag
+        // of 3.5 to 20 ms settled at an RTO of half of it and resent every fragment. A lag
+        // over 15 RTOs reaches the PS, whose recoveries are not sampled.)
+        for lag in [3 * MS, 3 * MS + MS / 2, 10 * MS] {
             let (late, rto) = lagged(lag, 80);
             assert!(rto > lag, "lag {lag}: the completion time is measured: RTO {rto}");
             assert_eq!(late, 0, "lag {lag}: timeouts in the second half of the fragments");
