@@ -497,12 +497,16 @@ def test_grid_runs_its_policy_paths_with_results_multicast_once(shaper):
     assert busy_sim == busy_emu, busy_sim ^ busy_emu
     if shaper == "tc":
         # Nothing is lost, so the emulated links carry what the simulated ones do, plus what
-        # the spurious resends above add (each may be forwarded and answered again): on an idle
-        # machine none, 17 % more on the PS's link in a suite run beside two CPU hogs. With the
+        # the spurious resends above add: each may be forwarded, and the PS answers each one
+        # for a fragment it completed with the result again (`answered_again`), one more
+        # result on its link. On an idle machine none; beside two CPU hogs 17 % more on the
+        # PS's link, and 37 % in a CI run beside a two-process benchmark (7.6 % of the packets
+        # resent, all workers resending the fragments a descheduled PS held). With the
         # user-space shaper's one rate the PS's link is the bottleneck, and the simulator
         # resends 10-40 % more there than the emulation (AIMD against a drop-tail queue).
+        again = grid["answered_again"] / max(1, grid["fragments_completed"])
         rel = links[links.tx_bytes_a > 20_000].tx_bytes_rel
-        assert rel.min() > -0.10 and rel.max() < 0.10 + 3 * resent / sent, (resent, sent, links)
+        assert rel.min() > -0.10 and rel.max() < 0.10 + max(3 * resent / sent, again), (resent, sent, again, links)
     # Control packets from a switch reach their senders (those not answered meanwhile count).
     sent = sum(st["program"]["control_sent"] for st in sw.values())
     acted = sum(h["counters"].get("controls", 0) for h in emu.raw["hosts"])
