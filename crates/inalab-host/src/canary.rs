@@ -1053,7 +1053,7 @@ mod tests {
         let us = inalab_core::time::US;
         for _ in 0..2_000_000 {
             // Each host submits its next tensor once its previous one is done, after a pause
-            // of its own (rank r pauses r x 200 us): the hosts drift apart.
+            // of its own: the hosts drift apart.
             for r in 0..n {
                 if submitted[r] == done[r] + failed[r] && submitted[r] < tensors && now >= ready[r] {
                     submit(&mut hosts[r], now, submitted[r], r, values);
