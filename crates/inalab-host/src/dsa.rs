@@ -149,6 +149,8 @@ struct Request {
 struct Outstanding {
     /// When it was first sent.
     sent: Time,
+    /// When it was last sent (a resend or a notify).
+    last: Time,
     retx: u32,
 }
 
@@ -274,18 +276,21 @@ impl DsaWorker {
         // slowest peer's contribution whichever of this worker's copies counted. With Karn's
         // rule the only samples were the fragments that beat the timeout, so a worker whose
         // peer lagged over the 1 ms floor never raised its RTO (#36: a lone two-worker
-        // real-runtime job resent 80 % of its fragments). Not sampled: a fragment that went
-        // through the PS (more than `retx_before_notify` timeouts), which a loss's recovery
-        // takes (its lost ACK freed the aggregator: three backed-off resends, then the PS).
-        // Sampled, its time raised the RTO the next loss backed off from: with 1 % loss at the
-        // hosts a 64 KB allreduce took seconds, and jobs stalled under a 1 s run limit. A lag
-        // under 15 RTOs (the notify's timeout) is still learnt. (From the latest send instead,
-        // a lag L settled at an RTO of L/2, resending every fragment; sampling every
-        // completion clamped at twice the RTO, or leaving out those over twice the recent
-        // shortest, also took seconds under loss, or halved the lossless bench's goodput.)
-        if o.retx <= self.cfg.retx_before_notify {
-            self.rtt.sample(now - o.sent);
-        }
+        // real-runtime job resent 80 % of its fragments). A fragment that went through the PS
+        // (more than `retx_before_notify` timeouts) is sampled from its latest notify instead:
+        // a loss's recovery takes that path (its lost ACK freed the aggregator: three
+        // backed-off resends, then the PS), and its time from the first send scales with the
+        // RTO itself, so sampled whole it raised the RTO the next loss backed off from (with
+        // 1 % loss at the hosts a 64 KB allreduce took seconds). Not sampled at all, a lag
+        // over 15 RTOs (a switch's processing queue) was never learnt and every fragment went
+        // through the PS: a 4-worker job behind a 30 Mbps switch took 30-60 s instead of 6.
+        // From the notify, such a lag's remainder raises the RTO until the first send's time
+        // is learnt. (From the latest send for every fragment, a lag L settled at an RTO of
+        // L/2, resending every fragment; sampling every completion clamped at twice the RTO,
+        // or leaving out those over twice the recent shortest, also took seconds under loss,
+        // or halved the lossless bench's goodput.)
+        let from = if o.retx <= self.cfg.retx_before_notify { o.sent } else { o.last };
+        self.rtt.sample(now - from);
         let seq_base = self
             .outstanding
             .keys()
@@ -359,7 +364,7 @@ impl DsaWorker {
             // allreduce in the real runtime).
             self.c.fetch_replies += 1;
             self.c.sent += 1;
-            self.outstanding.insert(h.psn, Outstanding { sent: now, retx: 0 });
+            self.outstanding.insert(h.psn, Outstanding { sent: now, last: now, retx: 0 });
             self.deadlines.set(h.psn, now + self.rtt.rto());
             let p = self.gradient(h.psn, DsaKind::FetchResp, 0);
             return self.urgent.push_back(p);
@@ -464,6 +469,7 @@ impl HostProtocol for DsaWorker {
                 .get_mut(&psn)
                 .expect("armed fragments are outstanding");
             o.retx += 1;
+            o.last = now;
             let retx = o.retx;
             let p = if retx <= self.cfg.retx_before_notify {
                 self.c.retransmits += 1;
@@ -507,7 +513,7 @@ impl HostProtocol for DsaWorker {
             }
         }
         self.unsent.pop_front();
-        self.outstanding.insert(psn, Outstanding { sent: now, retx: 0 });
+        self.outstanding.insert(psn, Outstanding { sent: now, last: now, retx: 0 });
         self.deadlines.set(psn, now + self.rtt.rto());
         self.c.sent += 1;
         Some(self.gradient(psn, DsaKind::Grad, 0))
@@ -1187,9 +1193,9 @@ mod tests {
         // fragment's ACK comes `lag` after its first send (the peer's contribution): once the
         // worker has learnt the lag, it resends nothing. (Sampled from the latest send, a lag
         // of 3.5 to 20 ms settled at an RTO of half of it and resent every fragment. A lag
-        // over 15 RTOs reaches the PS, whose recoveries are not sampled.)
-        for lag in [3 * MS, 3 * MS + MS / 2, 10 * MS] {
-            let (late, rto) = lagged(lag, 80);
+        // over 15 RTOs reaches the PS, and is learnt from the notify on.)
+        for lag in [3 * MS, 3 * MS + MS / 2, 10 * MS, 20 * MS, 60 * MS] {
+            let (late, rto) = lagged(lag, 400);
             assert!(rto > lag, "lag {lag}: the completion time is measured: RTO {rto}");
             assert_eq!(late, 0, "lag {lag}: timeouts in the second half of the fragments");
         }
