@@ -30,6 +30,9 @@ pub enum Ev {
     HostTimer { host: u32, ep: u16 },
     /// `epoch` is the switch's when the timer was set: a failure makes older timers stale.
     SwitchTimer { switch: u32, token: TimerToken, epoch: u16 },
+    /// Switch `switch`'s processing stage (`network.switch_capacity`) finished the packets
+    /// due now.
+    Processed { switch: u32 },
     /// Failure `idx` of the spec starts / ends.
     Fail { idx: u32 },
     /// The membership service tells a failed host's jobs (the workloads').

@@ -98,6 +98,10 @@ pub(crate) struct SwitchState {
     /// Processing capacity (GRID): packets are processed one after another at this rate.
     pub capacity_bps: Option<u64>,
     proc_busy: Time,
+    /// What its processing stage has not finished yet: (when it is done, out port, the
+    /// switch's epoch then, the packet), in processing order. It joins the egress queue when
+    /// done, so an egress queue holds, and is charged, only what was processed.
+    processing: std::collections::VecDeque<(Time, PortId, u16, Packet)>,
     pub rx_packets: u64,
     /// Packets the program consumed into a sum, and those it discarded otherwise.
     pub absorbed: u64,
@@ -401,6 +405,7 @@ fn build_switches(topo: &Topology, net: &crate::spec::NetSpec) -> Result<Vec<Swi
             ina: None,
             capacity_bps: None,
             proc_busy: 0,
+            processing: Default::default(),
             rx_packets: 0,
             absorbed: 0,
             drops_program: 0,
@@ -625,6 +630,7 @@ impl Sim {
             Ev::Local { host } => self.local_delivery(host),
             Ev::HostTimer { host, ep } => self.host_timer(host, ep),
             Ev::SwitchTimer { switch, token, epoch } => self.switch_timer(switch, token, epoch),
+            Ev::Processed { switch } => self.processed(switch),
             Ev::Fail { idx } => self.set_failed(idx as usize, true),
             Ev::Recover { idx } => self.set_failed(idx as usize, false),
             Ev::PeerFailed { .. } | Ev::ComputeDone { .. } | Ev::JobStart { .. } | Ev::FlowStart { .. } | Ev::Background { .. } => self.call_workloads(Call::Event(ev)),
@@ -1276,6 +1282,19 @@ impl Sim {
         if self.queues.pfc.is_some() {
             return self.pfc_egress(pi, pkt, ready, self.queues.ingress);
         }
+        if ready > self.now {
+            // Still in a capacity-limited switch's processing stage. Queued at the egress now,
+            // the egress would count the wait for processing as bytes it holds (its backlog is
+            // its busy time at line rate): at 100 Gbps behind a 10 Gbps stage, 100 KB waiting
+            // to be processed read as 1 MB queued, and results were dropped at egress links
+            // carrying 0.03 % of their rate.
+            let sw = &mut self.nodes.switches[(node - self.fabric.topo.hosts) as usize];
+            if sw.processing.back().is_none_or(|&(at, ..)| at < ready) {
+                self.q.push(ready, Ev::Processed { switch: node });
+            }
+            sw.processing.push_back((ready, port, sw.epoch, pkt));
+            return;
+        }
         let down = self.faults.live.link_is_down(self.queues.ports[pi].link);
         let lost = !down && self.draw(self.queues.ports[pi].loss);
         match self.queues.ports[pi].enqueue(self.now, ready, pkt.size, Some(self.queues.buffer), self.queues.ecn_threshold, lost, self.state.bin) {
@@ -1286,6 +1305,23 @@ impl Sim {
                 self.put_on_wire(pi, arrival, pkt);
             }
             Enqueued::DroppedQueue | Enqueued::DroppedLoss => self.dropped(&pkt),
+        }
+    }
+
+    /// Switch `node`'s processing stage finished packets: they join their egress queues, in
+    /// the order processed. A failure since lost them (its queues are lost with it).
+    fn processed(&mut self, node: NodeId) {
+        let si = (node - self.fabric.topo.hosts) as usize;
+        while let Some(&(at, ..)) = self.nodes.switches[si].processing.front() {
+            if at > self.now {
+                break;
+            }
+            let (_, port, epoch, pkt) = self.nodes.switches[si].processing.pop_front().expect("checked");
+            if epoch != self.nodes.switches[si].epoch || self.faults.live.node_is_down(node) {
+                self.failure_drop(node, Why::NodeFailed, &pkt);
+            } else {
+                self.egress(node, port, pkt, self.now);
+            }
         }
     }
 
@@ -1331,7 +1367,8 @@ impl Sim {
             let (qn, qb) = pfc.in_flight();
             (n, b) = (n + qn, b + qb);
         }
-        self.nodes.hosts.iter().flat_map(|h| h.local.iter().chain(&h.credit_held)).fold((n, b), |(n, b), p| (n + 1, b + p.size as u64))
+        let processing = self.nodes.switches.iter().flat_map(|s| s.processing.iter().map(|(.., p)| p));
+        self.nodes.hosts.iter().flat_map(|h| h.local.iter().chain(&h.credit_held)).chain(processing).fold((n, b), |(n, b), p| (n + 1, b + p.size as u64))
     }
 }
 
