@@ -391,7 +391,8 @@ class Network(_Model):
         {}, "Processing-capacity limit per switch name, e.g. {s0 = \"1Tbps\"} (GRID's C_s, a Tofino's aggregation "
             "rate): a FIFO charged, in wire bytes, only with the packets the switch's INA program aggregates (every "
             "program's; transit, results and control packets pass at line rate), ECN-marking above "
-            "ecn_threshold and dropping above buffer (drop-tail); unlisted switches are unlimited.",
+            "ecn_threshold and dropping above buffer (drop-tail); what it outputs joins its egress queue once "
+            "processed. Unlisted switches are unlimited.",
         type_doc="table of rate",
     )
     aggregator_memory: Size = opt("5MB", "Aggregator memory of every programmable switch, split equally among the INA programs its jobs use there.")

@@ -77,3 +77,8 @@ def test_a_switch_slower_than_its_links_queues_at_its_processing_stage_not_at_eg
     sc["stop"] = "200us"
     cut = inalab.simulate(sc).conservation
     assert cut["holds"] and cut["in_flight_packets"] > 0, cut
+    # A failure loses what waits to be processed with the rest of the switch's queues, counted.
+    sc["stop"], sc["failures"] = "2s", [{"node": "s0", "at": "300us", "until": "400us"}]
+    failed = inalab.simulate(sc)
+    assert failed.conservation["holds"] and failed.conservation["lost_packets"] > 0, failed.conservation
+    assert failed.switches.counters[0]["drops_node_failed"] > 0

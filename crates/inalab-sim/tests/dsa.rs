@@ -191,8 +191,8 @@ fn loss_at_every_host_does_not_inflate_the_timeout_into_seconds() {
     // 1 % loss at each worker and the PS, 64 KB x 3 allreduces (800 fragments): a worker
     // sampled a resent fragment's RTT from its first send, its recovery's backed-off timeouts
     // included, so each loss raised the RTO the next one backed off from; the job took 4.1 s
-    // (lossless: 25 us) and did not finish under a 1 s limit. Without sampling the fragments
-    // the PS recovered: 0.14 s.
+    // (lossless: 25 us) and did not finish under a 1 s limit. With the fragments the PS
+    // recovered sampled from their latest NOTIFY: 0.15 s.
     let mut s = dsa_spec(star(3, US), vec![dsa_job(0, hosts(0..2), "h2", 65_536, 3, "dsa")], 4096);
     s["network"]["host_loss"] = json!([{"host": "h0", "prob": 0.01}, {"host": "h1", "prob": 0.01}, {"host": "h2", "prob": 0.01}]);
     s["stop_ps"] = json!(1_000_000_000_000u64);
