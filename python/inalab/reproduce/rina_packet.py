@@ -176,6 +176,7 @@ class RinaTestbed(Seeded):
         # E[max(0, max of 8 standard normals)] ~ 1.42: one step's wait with the barrier.
         step_us = 5 + 20 * 1.42
         bits = 8 * 8 * 2**20  # one allreduce of 8 MiB
+        one, two = (t[i, "rina"] / t[i, "atp"] for i in INA)
         need_ms = (bits / (t["2 of 2", "rina"] * 1e9) - bits / (t["2 of 2", "ring"] * 1e9)) * 1e3 / 7
         return f"""# rina-testbed (Rina Fig. 12 analogue, packet level)
 
@@ -194,9 +195,13 @@ bits / iteration time), the mean over seeds.
 
 **Where and why they differ.**
 
-* Rina against ATP holds: with 1 of 2 INA ToRs Rina is {t['1 of 2', 'rina'] / t['1 of 2', 'atp']:.2f}x ATP (ATP's PS link takes
-  four raw streams and rack 0's sum), with 2 of 2 {t['2 of 2', 'rina'] / t['2 of 2', 'atp']:.2f}x (both bound by the ToRs'
-  aggregation rate, {cap} Gbps a worker).
+* Rina against ATP: with 1 of 2 INA ToRs Rina is {one:.2f}x ATP ({"holds" if one >= 1.2 else "below the 1.2x of the tolerance"}: ATP's PS link
+  takes four raw streams and rack 0's sum), with 2 of 2 {two:.2f}x ({"within" if abs(two - 1) <= 0.15 else "outside"} the 15 % band).
+  Both are bound by the ToRs' aggregation rate ({cap} Gbps a port), but ATP charges its PS's ToR
+  more: sw1 aggregates its own rack's four streams and rack 0's sum, a fifth (measured on seed 1:
+  sw1 aggregated 338,260 packets, sw0 270,608, 1.25x; under Rina 270,608 each). Until the
+  simulator's fix of a capacity-limited switch's egress queue (which counted the wait for
+  processing as queued bytes and dropped results), both read 12.9 Gbps and the band held.
 * "Far above ring-allreduce" does not: the ring sends {t['2 of 2', 'ring']:.1f} Gbps, Rina {t['2 of 2', 'rina']:.1f} and ATP
   {t['2 of 2', 'atp']:.1f}. With footnote 1's {cap} Gbps of INA per worker, INA is capped below what a ring of 100 Gbps
   links carries (its bound is 100 x N / (2 (N - 1)) = 57 Gbps of goodput at N = 8). Eq. (1)'s per-step cost
@@ -414,6 +419,7 @@ class RinaIncrementalPacket(Seeded):
         summary = "\n".join(lines)
         ft = rows[rows.topology == "fat-tree-k4"].sort_values("replaced")
         df = rows[rows.topology == "dragonfly-4-9-2"].sort_values("replaced")
+        half, full = ft[ft.replaced == 10].rina_over_atp.iloc[0], ft.rina_over_atp.iloc[-1]
         tors = int(ft[ft.atp_tor_gbps > ft.atp_tor_gbps.iloc[0] * 1.1].replaced.min()) if (ft.atp_tor_gbps > ft.atp_tor_gbps.iloc[0] * 1.1).any() else None
         from . import setup_table
 
@@ -449,8 +455,9 @@ ToR replacement, then 50, 75 and 100 % of the switches. Metric: goodput, the mea
   late jump: {ft.atp_gbps.iloc[0]:.1f} Gbps with no INA switch (one NIC shared by the PS and its worker takes
   every stream), {ft[ft.replaced == 10].atp_gbps.iloc[0]:.1f} at half the switches, {ft.atp_gbps.iloc[-1]:.1f} with all. ATP's own two ToR levels
   (`atp_tor_gbps`) move only when the PS's ToR is replaced{f" (replacement {tors})" if tors else ""}, to {ft.atp_tor_gbps.iloc[-1]:.1f} Gbps.
-* At half deployment Rina is {ft[ft.replaced == 10].rina_over_atp.iloc[0]:.2f}x ATP and with every switch INA {ft.rina_over_atp.iloc[-1]:.2f}x: both
-  as the paper has them, since both are bound by the same INA rate at the end.
+* At half deployment Rina is {half:.2f}x ATP ({"as the paper has it" if half >= 1.5 else "below the 1.5x of the tolerance"}) and with every switch INA
+  {full:.2f}x ({"within the 15 % band: both are bound by the same INA rate at the end" if abs(full - 1) <= 0.15 else
+  "outside the 15 % band: both are bound by the same INA rate, but ATP's second level charges the other racks' sums to its PS's ToR on top of its own rack's streams (rina-testbed measures it on two racks)"}).
 * Dragonfly (no ATP: its PS would take 36 to 71 level-2 contributors, ATP's bitmap holds 32; the
   paper does not say how it ran ATP there): Rina {df.rina_gbps.iloc[0]:.1f} Gbps with no INA router,
   {df.rina_gbps.iloc[-1]:.1f} with all 36; racks of 2 make each INA rack save one ring member, and the
