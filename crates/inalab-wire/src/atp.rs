@@ -116,6 +116,26 @@ mod tests {
     use super::*;
     use crate::header::tests::check_vector;
     use crate::Header;
+    use proptest::prelude::*;
+
+    impl AtpHeader {
+        /// Any valid header of this kind (the round-trip property tests' generator).
+        pub(crate) fn arbitrary() -> impl Strategy<Value = Self> {
+            ((any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>()), (any::<u8>(), any::<u8>(), 0u8..3, 0u8..128)).prop_map(
+                |((job, seq, agg_index, bitmap0, bitmap1), (fan_in0, fan_in1, esi, flags))| AtpHeader {
+                    job,
+                    seq,
+                    agg_index,
+                    bitmap0,
+                    bitmap1,
+                    fan_in0,
+                    fan_in1,
+                    esi,
+                    flags,
+                },
+            )
+        }
+    }
 
     #[test]
     fn vector() {

@@ -130,6 +130,19 @@ mod tests {
     use super::*;
     use crate::header::tests::check_vector;
     use crate::Header;
+    use proptest::prelude::*;
+
+    impl CanaryHeader {
+        /// Any valid header of this kind (the round-trip property tests' generator).
+        pub(crate) fn arbitrary() -> impl Strategy<Value = Self> {
+            ((any::<u32>(), any::<u32>(), any::<u16>(), any::<u16>()), (any::<u32>(), any::<u16>(), any::<bool>(), any::<bool>(), 0usize..6, 0u8..4)).prop_map(
+                |((dst, id, counter, hosts), (children, switch, bypass, multicast, kind, shard))| {
+                    let counter = counter.min(hosts);
+                    CanaryHeader { dst, id, counter, hosts, children, switch, bypass, multicast, kind: CanaryType::ALL[kind], shard }
+                },
+            )
+        }
+    }
 
     #[test]
     fn vector() {

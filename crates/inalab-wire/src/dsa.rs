@@ -132,6 +132,17 @@ mod tests {
     use super::*;
     use crate::header::tests::check_vector;
     use crate::Header;
+    use proptest::prelude::*;
+
+    impl DsaHeader {
+        /// Any valid header of this kind (the round-trip property tests' generator).
+        pub(crate) fn arbitrary() -> impl Strategy<Value = Self> {
+            (any::<u16>(), any::<u32>(), any::<u32>(), 1u8..=32, 0usize..8, 0u8..16).prop_map(|(job, psn, priority, fan_in, kind, flags)| {
+                let bitmap = psn & DsaHeader::full_bitmap(fan_in);
+                DsaHeader { job, psn, bitmap, priority, fan_in, kind: DsaKind::ALL[kind], flags }
+            })
+        }
+    }
 
     #[test]
     fn vector() {

@@ -284,7 +284,7 @@ impl<T: AsRef<[u8]>> Frame<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::header::tests::any_header;
+    use crate::header::any_header;
     use crate::{AtpHeader, SegKind, SwitchMlHeader, TransportHeader};
     use proptest::prelude::*;
 

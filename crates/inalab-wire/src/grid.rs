@@ -105,6 +105,15 @@ mod tests {
     use super::*;
     use crate::header::tests::check_vector;
     use crate::Header;
+    use proptest::prelude::*;
+
+    impl GridHeader {
+        /// Any valid header of this kind (the round-trip property tests' generator).
+        pub(crate) fn arbitrary() -> impl Strategy<Value = Self> {
+            (any::<u32>(), any::<u32>(), any::<u32>(), any::<u64>(), 0u8..=64, 0u8..64)
+                .prop_map(|(job, frag, node, bitmap, fan_in, flags)| GridHeader { job, frag, node, bitmap, fan_in, flags })
+        }
+    }
 
     #[test]
     fn vector() {

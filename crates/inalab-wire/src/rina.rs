@@ -151,6 +151,28 @@ mod tests {
     use super::*;
     use crate::header::tests::check_vector;
     use crate::Header;
+
+    impl RinaHeader {
+        /// Any valid header of this kind (the round-trip property tests' generator).
+        pub(crate) fn arbitrary() -> impl Strategy<Value = Self> {
+            ((0usize..8, 0u8..16, any::<u8>(), any::<u8>(), any::<u16>(), any::<u16>()), (any::<u16>(), any::<u16>(), any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>())).prop_map(
+                |((kind, flags, member, hop, job, step), (chunk, count, req, seq, slot, arg))| RinaHeader {
+                    kind: RinaKind::ALL[kind],
+                    flags,
+                    member,
+                    hop,
+                    job,
+                    step,
+                    chunk,
+                    count,
+                    req,
+                    seq,
+                    slot,
+                    arg,
+                },
+            )
+        }
+    }
     use proptest::prelude::*;
 
     #[test]

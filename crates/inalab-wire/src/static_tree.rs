@@ -98,6 +98,15 @@ mod tests {
     use super::*;
     use crate::header::tests::check_vector;
     use crate::Header;
+
+    impl StaticTreeHeader {
+        /// Any valid header of this kind (the round-trip property tests' generator).
+        pub(crate) fn arbitrary() -> impl Strategy<Value = Self> {
+            (any::<u16>(), any::<u8>(), 0usize..2, any::<bool>(), any::<u32>(), 1u16..).prop_map(|(job, tree, kind, rtx, seq, counter)| {
+                StaticTreeHeader { job, tree, kind: StaticTreeKind::ALL[kind], rtx, seq, counter }
+            })
+        }
+    }
     use proptest::prelude::*;
 
     #[test]

@@ -82,6 +82,15 @@ mod tests {
     use super::*;
     use crate::header::tests::check_vector;
     use crate::Header;
+    use proptest::prelude::*;
+
+    impl SwitchMlHeader {
+        /// Any valid header of this kind (the round-trip property tests' generator).
+        pub(crate) fn arbitrary() -> impl Strategy<Value = Self> {
+            (any::<u32>(), any::<u32>(), any::<u32>(), any::<u16>(), 0u8..2, 0u8..4, any::<i8>())
+                .prop_map(|(job, slot, chunk, wid, ver, flags, exp)| SwitchMlHeader { job, slot, chunk, wid, ver, flags, exp })
+        }
+    }
 
     #[test]
     fn vector() {

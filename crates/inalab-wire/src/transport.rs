@@ -94,6 +94,24 @@ mod tests {
     use super::*;
     use crate::header::tests::check_vector;
     use crate::Header;
+    use proptest::prelude::*;
+
+    impl TransportHeader {
+        /// Any valid header of this kind (the round-trip property tests' generator).
+        pub(crate) fn arbitrary() -> impl Strategy<Value = Self> {
+            (any::<bool>(), 0u8..4, any::<u32>(), any::<u64>(), any::<u32>(), any::<u32>(), any::<u32>()).prop_map(
+                |(ack, flags, seq, msg_id, msg_offset, msg_len, seg_len)| TransportHeader {
+                    kind: if ack { SegKind::Ack } else { SegKind::Data },
+                    flags,
+                    seq,
+                    msg_id,
+                    msg_offset,
+                    msg_len,
+                    seg_len,
+                },
+            )
+        }
+    }
 
     #[test]
     fn data_vector() {
