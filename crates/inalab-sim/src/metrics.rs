@@ -98,12 +98,12 @@ impl Sim {
             let busy = inalab_core::time::serialization(s.tx_bytes, p.rate_bps).saturating_sub(p.busy_until.saturating_sub(self.now));
             // The share of each bin the link spent serializing.
             let peak = s.tx_series().map(|(_, busy)| busy).max().unwrap_or(0) as f64 / bin as f64;
-            let entity = format!("{}->{}", self.node_name(src), self.node_name(p.peer));
+            let entity = r.timeseries.entity(format!("{}->{}", self.node_name(src), self.node_name(p.peer)));
             for (b, busy) in s.tx_series() {
-                r.timeseries.push(SeriesRow { t_s: to_secs(b as u64 * bin), metric: "link_utilization", entity: entity.clone(), value: busy as f64 / bin as f64 });
+                r.timeseries.push(entity, "link_utilization", to_secs(b as u64 * bin), busy as f64 / bin as f64);
             }
             for (b, q) in s.queue_series() {
-                r.timeseries.push(SeriesRow { t_s: to_secs(b as u64 * bin), metric: "queue_bytes_max", entity: entity.clone(), value: q as f64 });
+                r.timeseries.push(entity, "queue_bytes_max", to_secs(b as u64 * bin), q as f64);
             }
             let pfc = self.pfc_link(pi);
             r.links.push(LinkResult {
@@ -165,8 +165,11 @@ impl Sim {
                 counters.insert("pfc_paused_ns".into(), f.paused_ps / 1000);
                 counters.insert("pfc_max_ingress_bytes".into(), f.max_ingress_bytes);
             }
-            for &(b, v) in &sw.agg_series {
-                r.timeseries.push(SeriesRow { t_s: to_secs(b as u64 * bin), metric: "aggregators_in_use", entity: self.node_name(node), value: v as f64 });
+            if !sw.agg_series.is_empty() {
+                let entity = r.timeseries.entity(self.node_name(node));
+                for &(b, v) in &sw.agg_series {
+                    r.timeseries.push(entity, "aggregators_in_use", to_secs(b as u64 * bin), v as f64);
+                }
             }
             r.switches.push(SwitchResult {
                 name: self.node_name(node),
