@@ -554,11 +554,7 @@ impl CanaryHost {
                 // the block), and the answer tells it to wait rather than count the leader
                 // failed while it catches up.
                 let to = self.cfg.workers[r];
-                let mut f = CanaryHeader { dst: to.host, ..h };
-                f.kind = CanaryType::Fail;
-                f.bypass = true;
-                self.c.fails_sent += 1;
-                self.urgent.push_back(self.packet(to, f, None, 0));
+                self.push_fail(to, CanaryHeader { dst: to.host, kind: CanaryType::Fail, ..h });
             }
             return;
         };
@@ -651,7 +647,12 @@ impl CanaryHost {
         let (block, l) = &self.leading[&seq];
         let kind = if l.fallback.is_some() { CanaryType::Fallback } else { CanaryType::Fail };
         let to = self.cfg.workers[r];
-        let mut h = self.header(*block, l.attempt, kind, to.host);
+        let h = self.header(*block, l.attempt, kind, to.host);
+        self.push_fail(to, h);
+    }
+
+    /// Sends a Fail or Fallback `h` to `to` ahead of the data, past the switches' aggregation.
+    fn push_fail(&mut self, to: Endpoint, mut h: CanaryHeader) {
         h.bypass = true;
         self.c.fails_sent += 1;
         self.urgent.push_back(self.packet(to, h, None, 0));
