@@ -73,11 +73,9 @@ def _run(scenario: str, seed: Optional[int], as_json: bool, pcap=None, out: Opti
         with interruptible(f"simulating {scenario}", stopped):
             return run_simulation(scenario, seed=seed, progress=not as_json, pcap=pcap)
     except ConfigError as e:
-        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_CONFIG) from None
+        raise _exit(e) from None
     except OSError as e:
-        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_ERROR) from None
+        raise _exit(e, EXIT_ERROR) from None
 
 
 PcapOpt = Annotated[Optional[Path], typer.Option(
@@ -274,8 +272,7 @@ def simulate(
         try:
             capture = Capture.from_cli(pcap, pcap_at, pcap_job, pcap_window)
         except ConfigError as e:
-            err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
-            raise typer.Exit(EXIT_CONFIG) from None
+            raise _exit(e) from None
     elif any(v is not None for v in (pcap_at, pcap_job, pcap_window)):
         err_console.print("error: --pcap-at, --pcap-job and --pcap-window need --pcap DIR", highlight=False)
         raise typer.Exit(EXIT_CONFIG)
@@ -305,11 +302,9 @@ def emulate(
         with interruptible(f"emulating {scenario} (its processes are stopped)"):
             result = run_emulation(scenario, seed=seed, progress=True, keep_logs=logs, shaper=shaper, pcap=pcap)
     except ConfigError as e:
-        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_CONFIG) from None
+        raise _exit(e) from None
     except EmulationError as e:
-        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_ERROR) from None
+        raise _exit(e, EXIT_ERROR) from None
     _report(result, as_json, out)
     if not as_json:
         em = result.raw["emulation"]
@@ -331,8 +326,7 @@ def compare(
     try:
         tables = side_by_side(a, b)
     except (FileNotFoundError, json.JSONDecodeError, KeyError) as e:
-        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_CONFIG) from None
+        raise _exit(e) from None
     if as_json:
         print(json.dumps({k: json.loads(v.to_json(orient="records")) for k, v in tables.items()}))
         return
@@ -380,11 +374,9 @@ def sweep(
         with interruptible(f"the sweep {file}", stopped):
             df = run_sweep(file, out, workers=workers, ray=ray, progress=not as_json, overwrite=overwrite)
     except ConfigError as e:
-        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_CONFIG) from None
+        raise _exit(e) from None
     except WorkerDied as e:
-        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_ERROR) from None
+        raise _exit(e, EXIT_ERROR) from None
     summary = {"out": str(out), **summarize(df)}
     if as_json:
         print(json.dumps(summary), flush=True)
@@ -441,8 +433,7 @@ def bench(
             table = suite.run(scale, out, seeds=seeds, only=listed(only), schemes=listed(schemes), workers=workers, ray=ray,
                               progress=not as_json)
     except ConfigError as e:
-        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_CONFIG) from None
+        raise _exit(e) from None
     if as_json:
         print(suite.summarize(table).to_json(orient="records"), flush=True)
     else:
@@ -470,7 +461,7 @@ def scenarios(
     try:
         rows = catalog()
     except ConfigError as e:
-        raise _config_exit(e) from None
+        raise _exit(e) from None
     if as_json:
         print(json.dumps(rows), flush=True)
         return
@@ -524,9 +515,15 @@ def _check_workers(workers: Optional[int]) -> None:
         raise typer.Exit(EXIT_CONFIG)
 
 
-def _config_exit(e: ConfigError) -> typer.Exit:
+def _say(e: Exception) -> None:
+    """Prints ``error: <e>`` on stderr as it is (no markup, no wrapping)."""
     err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
-    return typer.Exit(EXIT_CONFIG)
+
+
+def _exit(e: Exception, code: int = EXIT_CONFIG) -> typer.Exit:
+    """Says ``e`` and returns the exit to raise: ``code`` (default: what the user gave is wrong)."""
+    _say(e)
+    return typer.Exit(code)
 
 
 def _notes(notes: list[str]) -> None:
@@ -557,7 +554,7 @@ def analyze(
         a = run_analysis(scenario, seed=seed, job=job, notes=notes)
     except ConfigError as e:
         _notes(notes)
-        raise _config_exit(e) from None
+        raise _exit(e) from None
     _notes(notes)
     if as_json:
         print(json.dumps(a.to_dict()), flush=True)
@@ -618,7 +615,7 @@ def plan(
         policy = plan_grid_best(sc.problem(), sc.seed, trials or sc.rounding_trials)
     except ConfigError as e:
         _notes(notes)
-        raise _config_exit(e) from None
+        raise _exit(e) from None
     _notes(notes)
     text = policy.to_json()
     if out is not None:
@@ -716,7 +713,7 @@ def reproduce(
             seeds_for(get(name), chosen, "--seeds")  # a reproduction that takes no seed refuses them
         docs = source_docs_dir() if update_docs else None
     except ConfigError as e:
-        raise _config_exit(e) from None
+        raise _exit(e) from None
     if name == "all":
         _reproduce_all(only, out, report if report is not None else out / "report", docs, jobs, as_json, chosen)
         return
@@ -727,7 +724,7 @@ def reproduce(
         with interruptible(name, lambda _e: _said(f"{name} stopped after {time.monotonic() - t0:.1f} s, unfinished; nothing written")):
             outcome = run_one(name, progress=lambda m: err_console.print(f"[dim]{m}[/]"), seeds=chosen)
     except ConfigError as e:
-        raise _config_exit(e) from None
+        raise _exit(e) from None
     except typer.Exit:  # an interrupt's exit (click's Exit is a RuntimeError too)
         raise
     except RuntimeError as e:  # a run that did not complete (a job failed or did not finish), a worker that died
@@ -911,8 +908,7 @@ def _serve(kind: str, start, as_json: bool, every: float, commands: bool = False
     except (ValueError, RuntimeError, OSError) as e:
         # Unreachable peers (ConnectionError) are 1, what cannot run as given (an address in
         # use, a bad option) 2; each message names the address, the cause and the fix.
-        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_ERROR if isinstance(e, ConnectionError) else EXIT_CONFIG) from None
+        raise _exit(e, EXIT_ERROR if isinstance(e, ConnectionError) else EXIT_CONFIG) from None
 
     def stop_on_sigterm(*_):
         raise KeyboardInterrupt
@@ -943,7 +939,7 @@ def _serve(kind: str, start, as_json: bool, every: float, commands: bool = False
     except KeyboardInterrupt:
         pass
     except RuntimeError as e:
-        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+        _say(e)
         if as_json:
             print(json.dumps({"event": "failed", "kind": kind, "error": str(e)}), flush=True)
         node.stop()
@@ -1070,8 +1066,7 @@ def worker_key() -> None:
     try:
         print(_core.worker_key())
     except ValueError as e:
-        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_CONFIG)
+        raise _exit(e)
 
 
 @app.command()

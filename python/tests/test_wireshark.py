@@ -151,6 +151,8 @@ N = {name: i + 1 for i, (name, _) in enumerate(PACKETS)}
 
 
 def tshark(pcap: Path, *args: str) -> str:
+    if TSHARK is None:
+        pytest.fail("tshark is not installed: `make tools` installs Debian's tshark package (these tests need it)")
     r = subprocess.run([TSHARK, "-n", "-r", str(pcap), "-X", f"lua_script:{LUA}", *args],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
