@@ -570,7 +570,10 @@ def test_a_colocated_ps_shares_its_workers_link_for_real(namespaces, scheme, ina
     """#38 item 2 in the emulator: the PS on worker h3's host, a process of its own on that
     namespace's address, sharing its veth (the switch sends what is addressed to the server's
     endpoint port to the PS, the rest to the worker). Sums exact, and h3's link carries the
-    worker's and the PS's bytes as the simulator charges them."""
+    worker's and the PS's bytes as the simulator charges them: its share of the hosts' bytes,
+    since absolute bytes differ by design (the emulator's frames carry Ethernet, IP and UDP
+    headers the simulator's packet sizes leave out, 13 % on GRID's 322 B packets) and by timing
+    (resends: a CI run beside other work saw h3's bytes 15.6 % over the simulator's)."""
     sc = {**COLOCATED, "jobs": [{"scheme": scheme, "allreduce": "512KiB", "iterations": 2, "workers": ["h0", "h1", "h2", "h3"],
                                  "servers": ["h3"], "ina": ina}]}
     sim = inalab.simulate(sc)
@@ -578,9 +581,11 @@ def test_a_colocated_ps_shares_its_workers_link_for_real(namespaces, scheme, ina
     e = emu.jobs.iloc[0]
     assert e.finished and e.payload_checked == 4 * 2 and e.payload_errors == 0, e.failures
     both = emu.hosts.merge(sim.hosts, on="name", suffixes=("_emu", "_sim")).set_index("name")
-    for h in ("h0", "h3"):
-        for c in ("rx_bytes", "tx_bytes"):
-            assert abs(both.loc[h, f"{c}_emu"] / both.loc[h, f"{c}_sim"] - 1) < 0.15, both
+    for c in ("rx_bytes", "tx_bytes"):
+        share = {k: both.loc["h3", f"{c}_{k}"] / both[f"{c}_{k}"].sum() for k in ("emu", "sim")}
+        assert abs(share["emu"] / share["sim"] - 1) < 0.1, (c, share, both)
+        for h in ("h0", "h3"):  # a sanity bound only: framing and resends move the bytes themselves
+            assert 0.5 < both.loc[h, f"{c}_emu"] / both.loc[h, f"{c}_sim"] < 2, (h, c, both)
     # One link carries the PS's traffic beside its worker's.
     assert both.loc["h3", "rx_bytes_emu"] > 1.5 * both.loc["h0", "rx_bytes_emu"], both
     print(f"\n{scheme} co-located: JCT {sim.jobs.jct_s[0] * 1e3:.1f} ms simulated, {e.jct_s * 1e3:.1f} ms emulated")
