@@ -11,11 +11,12 @@ STAMP := $(VENV)/.requirements.stamp
 # maturin installs into the venv named by VIRTUAL_ENV; no activation needed.
 VENV_ENV := VIRTUAL_ENV=$(CURDIR)/$(VENV) PATH=$(CURDIR)/$(BIN):$$PATH
 
-.PHONY: help venv build tools demo test test-busy test-rust test-python docs clean
+.PHONY: help venv build nccl-plugin wheel tools demo test test-busy test-rust test-python docs clean
 
 help:
 	@echo "make venv    create .venv with the pinned requirements, torch included (idempotent)"
-	@echo "make build   build the Rust extension into .venv (maturin develop --release)"
+	@echo "make build   build the Rust extension into .venv (maturin develop --release) and the NCCL plugin"
+	@echo "make wheel   a wheel with both, in target/wheels"
 	@echo "make demo    venv + build + 'inalab demo'"
 	@echo "make tools   install Debian's tshark if missing (the capture tests decode with it; needs root)"
 	@echo "make test    venv + build + tools + cargo test + pytest"
@@ -30,8 +31,20 @@ $(STAMP): requirements.txt requirements-torch.txt
 	$(BIN)/python -m pip install --quiet -r requirements.txt -r requirements-torch.txt
 	touch $@
 
+# The NCCL plugin is a cdylib of its own, copied (stripped: 26 MB of debug info otherwise)
+# into the package, where inalab.nccl_plugin_path() finds it and a wheel ships it.
+NCCL_PLUGIN := python/inalab/libnccl-net-inalab.so
 build: venv
 	$(VENV_ENV) $(BIN)/maturin develop --release
+	$(MAKE) --no-print-directory nccl-plugin
+
+nccl-plugin:
+	cargo build --release -p inalab-nccl
+	strip -o $(NCCL_PLUGIN) target/release/libnccl_net_inalab.so
+
+# A wheel with the extension and the NCCL plugin, in target/wheels.
+wheel: venv nccl-plugin
+	$(VENV_ENV) $(BIN)/maturin build --release
 
 demo: build
 	$(BIN)/inalab demo

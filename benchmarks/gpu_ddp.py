@@ -16,6 +16,12 @@ Variants (``--only`` takes a comma list of them):
   gloo               DDP over a gloo process group (gloo takes CUDA tensors): the reference
   hook:SCHEME        gloo group, gradients through ``inalab.torch.allreduce_hook`` (SCHEME switchml or atp)
   backend:SCHEME     ``dist.init_process_group("inalab")``: DDP's allreduce through the backend
+  nccl               DDP over NCCL, each rank a "node" of its own (``NCCL_HOSTID``), so NCCL's
+                     allreduce crosses its network transport: the reference of the collnet variants
+  collnet:SCHEME     the same with inalab's NCCL plugin (``NCCL_NET_PLUGIN``) and CollNet forced
+                     (``NCCL_COLLNET_ENABLE=1``, ``NCCL_ALGO=allreduce:collnetchain``): unmodified
+                     DDP on NCCL, its allreduce through the switch (issue #44; CUDA only). The row
+                     says whether NCCL's log showed the plugin loaded and CollNet connected.
   ...+bf16           the same under ``torch.autocast(dtype=bfloat16)`` (gloo+bf16, hook:switchml+bf16, ...)
 Default: gloo, hook:switchml, hook:atp, backend:switchml, backend:atp, gloo+bf16, hook:switchml+bf16.
 
@@ -88,6 +94,11 @@ def rank_main(args) -> None:
         import inalab.torch  # registers "inalab"
 
         dist.init_process_group("inalab")
+    elif comm in ("nccl", "collnet"):
+        # Each rank a node of its own: NCCL then goes through its network (the plugin, for
+        # collnet) rather than shared memory, as across machines (NCCL reads it up to 2.29).
+        os.environ["NCCL_HOSTID"] = f"inalab-gpu-ddp-node{rank}"
+        dist.init_process_group("nccl")
     else:
         dist.init_process_group("gloo")
     torch.manual_seed(0)
@@ -133,6 +144,12 @@ def run_variant(variant: str, args, switches: dict) -> dict:
     if scheme:
         env["INALAB_SCHEME"] = scheme
         env["INALAB_SWITCH"] = switches[scheme][0].control
+    if variant.startswith("collnet:"):
+        sys.path.insert(0, str(ROOT / "python"))
+        import inalab
+
+        env.update(NCCL_NET_PLUGIN=str(inalab.nccl_plugin_path()), NCCL_COLLNET_ENABLE="1",
+                   NCCL_ALGO="allreduce:collnetchain", NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET,COLL")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "rank0.json"
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.world}",
@@ -150,16 +167,23 @@ def run_variant(variant: str, args, switches: dict) -> dict:
             return {"variant": variant, "error": f"exit {p.returncode}", "output": output[-2000:]}
         got = json.loads(out.read_text())
     times = got["times"][args.skip:] or got["times"]
-    return {"variant": variant, "model": got["model"], "params": got["params"], "world": args.world,
-            "device": args.device, "step_s": statistics.median(times), "step_min_s": min(times),
-            "times": got["times"], "losses": got["losses"]}
+    row = {"variant": variant, "model": got["model"], "params": got["params"], "world": args.world,
+           "device": args.device, "step_s": statistics.median(times), "step_min_s": min(times),
+           "times": got["times"], "losses": got["losses"]}
+    if variant.startswith("collnet:"):
+        # What NCCL's INFO log says (net.cc: "Loaded net plugin NAME", "Loaded collnet plugin NAME").
+        row["nccl_plugin_loaded"] = "plugin inalab" in output
+        row["nccl_collnet_joined"] = "CollNet: head" in output
+        row["nccl_log_tail"] = "\n".join(l for l in output.splitlines() if "inalab" in l or "CollNet" in l)[-2000:]
+    return row
 
 
 def summarize(rows: list[dict]) -> dict:
     ok = {r["variant"]: r for r in rows if "step_s" in r}
     out = {}
     for v, r in ok.items():
-        ref = ok.get("gloo+bf16" if v.endswith("+bf16") else "gloo")
+        base = "nccl" if v.startswith(("nccl", "collnet")) else "gloo"
+        ref = ok.get(f"{base}+bf16" if v.endswith("+bf16") else base)
         if ref is None or ref is r:
             continue
         gaps = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(r["losses"], ref["losses"])]
@@ -194,9 +218,12 @@ def main() -> None:
     variants = [v.strip() for v in args.only.split(",") if v.strip()]
     for v in variants:
         comm, _, scheme = v.split("+")[0].partition(":")
-        if comm not in ("gloo", "hook", "backend") or (comm != "gloo") != bool(scheme) or scheme not in ("", "switchml", "atp") \
-                or v.partition("+")[2] not in ("", "bf16"):
-            ap.error(f"--only: {v!r} is not gloo, hook:SCHEME or backend:SCHEME (SCHEME switchml or atp), optionally +bf16")
+        if comm not in ("gloo", "nccl", "hook", "backend", "collnet") or (comm not in ("gloo", "nccl")) != bool(scheme) \
+                or scheme not in ("", "switchml", "atp") or v.partition("+")[2] not in ("", "bf16"):
+            ap.error(f"--only: {v!r} is not gloo, nccl, hook:SCHEME, backend:SCHEME or collnet:SCHEME "
+                     "(SCHEME switchml or atp), optionally +bf16")
+        if comm in ("nccl", "collnet") and args.device != "cuda":
+            ap.error(f"--only: {v!r} runs NCCL, which needs --device cuda")
     sys.path.insert(0, str(HERE))
     from udp_allreduce import start_nodes  # the switch (and ATP's PS) as processes of the CLI
 

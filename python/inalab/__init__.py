@@ -25,7 +25,22 @@ if TYPE_CHECKING:
 __all__ = [
     "simulate", "analyze", "load_scenario", "Scenario", "Result", "ConfigError", "__version__",
     "Switch", "ParameterServer", "Client", "TensorContext", "quantization_bound", "emulate", "compare", "sweep",
+    "nccl_plugin_path",
 ]
+
+NCCL_PLUGIN = "libnccl-net-inalab.so"
+
+
+def nccl_plugin_path() -> Path:
+    """Where the NCCL network plugin (``libnccl-net-inalab.so``) is: set ``NCCL_NET_PLUGIN`` to
+    it, with ``NCCL_COLLNET_ENABLE=1`` and ``INALAB_SWITCH``, and NCCL's allreduces go through
+    the switch (docs/runtime.md, "PyTorch on GPUs through NCCL"). Raises FileNotFoundError,
+    saying how to build it, where it is missing (a source tree before ``make build``)."""
+    path = Path(__file__).resolve().parent / NCCL_PLUGIN
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: `make build` builds it (cargo build --release -p inalab-nccl), "
+                                "and a wheel from `make wheel` ships it")
+    return path
 
 try:
     __version__ = _dist_version("inalab")

@@ -1094,5 +1094,20 @@ def wireshark(
     print(target / lua.name)
 
 
+@app.command("nccl-plugin")
+def nccl_plugin(
+    path: Annotated[bool, typer.Option("--path", help="Print the plugin's path (the default).")] = False,
+) -> None:
+    """The NCCL network plugin whose CollNet allreduce goes through an inalab switch: print its
+    path. A GPU job uses it with NCCL_NET_PLUGIN=<that path> NCCL_COLLNET_ENABLE=1
+    INALAB_SWITCH=<the switch's control address> (INALAB_SCHEME: switchml, atp or dsa)."""
+    from . import nccl_plugin_path
+
+    try:
+        print(nccl_plugin_path())
+    except FileNotFoundError as e:
+        raise _exit(e, 1)
+
+
 if __name__ == "__main__":
     app()
