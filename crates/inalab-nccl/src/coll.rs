@@ -16,7 +16,7 @@
 
 use crate::dtype::{DType, NCCL_SUM};
 use crate::settings::{join_timeout, scheme_setting, switch_addr, SCHEMES};
-use crate::{entry, handle, put, result};
+use crate::{entry, free, handle, put, result};
 use inalab_net::client::{Client, ClientOptions};
 use serde_json::json;
 use std::ffi::{c_int, c_void};
@@ -178,13 +178,7 @@ pub extern "C" fn inalab_coll_close(coll_comm: *mut c_void) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn inalab_coll_close_listen(listen_comm: *mut c_void) -> c_int {
-    entry("CollNet closeListen", || {
-        if !listen_comm.is_null() {
-            // SAFETY: made by listen, closed once.
-            drop(unsafe { Box::from_raw(listen_comm.cast::<Listen>()) });
-        }
-        Ok(())
-    })
+    free::<Listen>(listen_comm, "CollNet closeListen")
 }
 
 

@@ -139,10 +139,16 @@ pub extern "C" fn inalab_nccl_reg_mr(_comm: *mut c_void, _data: *mut c_void, _si
 
 #[no_mangle]
 pub extern "C" fn inalab_nccl_dereg_mr(_comm: *mut c_void, mhandle: *mut c_void) -> c_int {
-    entry("deregMr", || {
-        if !mhandle.is_null() {
-            // SAFETY: made by `inalab_nccl_reg_mr` and deregistered once.
-            drop(unsafe { Box::from_raw(mhandle.cast::<c_int>()) });
+    free::<c_int>(mhandle, "deregMr")
+}
+
+/// Frees what an entry handed NCCL as a `Box<T>` (a comm, a listener, a memory handle), when
+/// NCCL closes it: once, and a null pointer is nothing to free.
+pub(crate) fn free<T>(ptr: *mut c_void, what: &str) -> c_int {
+    entry(what, || {
+        if !ptr.is_null() {
+            // SAFETY: made by this crate as a `Box<T>` and closed once, as NCCL's API promises.
+            drop(unsafe { Box::from_raw(ptr.cast::<T>()) });
         }
         Ok(())
     })

@@ -10,7 +10,7 @@
 //! text, NUL-terminated. The address is `INALAB_NCCL_ADDR` if set, else the one this host
 //! reaches the switch from (`INALAB_SWITCH`), else 127.0.0.1.
 
-use crate::{entry, handle, log, put, result, settings, Level};
+use crate::{entry, free, handle, log, put, result, settings, Level};
 use std::collections::VecDeque;
 use std::ffi::{c_int, c_void};
 use std::io::{ErrorKind, Read, Write};
@@ -239,22 +239,12 @@ pub extern "C" fn inalab_nccl_test(request: *mut c_void, done: *mut c_int, size:
     })
 }
 
-fn close<T>(comm: *mut c_void, what: &str) -> c_int {
-    entry(what, || {
-        if !comm.is_null() {
-            // SAFETY: made by this module as a `T`, closed once.
-            drop(unsafe { Box::from_raw(comm.cast::<T>()) });
-        }
-        Ok(())
-    })
-}
-
 #[no_mangle]
 pub extern "C" fn inalab_nccl_close(comm: *mut c_void) -> c_int {
-    close::<Conn>(comm, "closeSend/closeRecv")
+    free::<Conn>(comm, "closeSend/closeRecv")
 }
 
 #[no_mangle]
 pub extern "C" fn inalab_nccl_close_listen(listen_comm: *mut c_void) -> c_int {
-    close::<Listen>(listen_comm, "closeListen")
+    free::<Listen>(listen_comm, "closeListen")
 }
