@@ -115,8 +115,7 @@ impl PortState {
         if self.busy_until <= now {
             return 0;
         }
-        let ps = (self.busy_until - now) as u128;
-        (ps * self.rate_bps as u128 / (8 * inalab_core::time::S as u128)) as u64
+        inalab_core::time::bytes_in(self.busy_until - now, self.rate_bps)
     }
 
     /// Offers a packet of `size` bytes that is ready to leave at `ready` (>= now).

@@ -1093,8 +1093,7 @@ impl Sim {
         let mut refused = None;
         match sw.capacity_bps.filter(|_| sw.active().processes(&ctx, in_port, &pkt)) {
             Some(rate) => {
-                let waiting = sw.proc_busy.saturating_sub(self.now) as u128;
-                let backlog = (waiting * rate as u128 / (8 * inalab_core::time::S as u128)) as u64;
+                let backlog = inalab_core::time::bytes_in(sw.proc_busy.saturating_sub(self.now), rate);
                 if self.queues.pfc.is_none() && backlog + pkt.size as u64 > self.queues.buffer {
                     refused = Some(pkt);
                 } else {
