@@ -181,6 +181,50 @@ fn heads(heads: usize, chunks: &[usize], dtype: c_int) -> Vec<Result<Vec<Vec<f32
     threads.into_iter().map(|t| t.join().unwrap()).collect()
 }
 
+/// `n` heads joined (in threads); `between` runs once every head joined, then each head runs
+/// `then` on its communicator and closes it; what each `then` returned.
+fn heads_then<R: Send + 'static>(
+    n: usize,
+    then: fn(*mut c_void) -> R,
+    between: impl FnOnce(),
+) -> Vec<R> {
+    let handles: Vec<([u8; HANDLE_BYTES], usize)> = (0..n)
+        .map(|_| {
+            let mut h = [0u8; HANDLE_BYTES];
+            let mut l = null_mut();
+            ok(inalab_coll_listen(h.as_mut_ptr().cast(), &mut l));
+            (h, l as usize)
+        })
+        .collect();
+    let all: Vec<[u8; HANDLE_BYTES]> = handles.iter().map(|(h, _)| *h).collect();
+    let (joined_tx, joined_rx) = std::sync::mpsc::channel();
+    let go = std::sync::Arc::new(std::sync::Barrier::new(n + 1));
+    let threads: Vec<_> = handles
+        .into_iter()
+        .enumerate()
+        .map(|(rank, (_, l))| {
+            let (all, joined, go) = (all.clone(), joined_tx.clone(), go.clone());
+            std::thread::spawn(move || {
+                let ptrs: Vec<*const c_void> = all.iter().map(|h| h.as_ptr().cast()).collect();
+                let mut coll = null_mut();
+                ok(inalab_coll_connect(ptrs.as_ptr(), n as c_int, rank as c_int, l as *mut c_void, &mut coll));
+                ok(inalab_coll_close_listen(l as *mut c_void));
+                joined.send(()).unwrap();
+                go.wait();
+                let r = then(coll);
+                ok(inalab_coll_close(coll));
+                r
+            })
+        })
+        .collect();
+    for _ in 0..n {
+        joined_rx.recv_timeout(BOUND).expect("every head joins");
+    }
+    between();
+    go.wait();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
 #[test]
 fn collnet_heads_sum_through_a_switch_and_fall_back_without_one() {
     let sw = SwitchHandle::start(SwitchOptions {
@@ -214,8 +258,16 @@ fn collnet_heads_sum_through_a_switch_and_fall_back_without_one() {
         ok(inalab_coll_reduce_support(t, op, &mut s));
         assert_eq!(s, want, "type {t} op {op}");
     }
+    // The switch gone mid-job: a chunk in flight fails with an error, it does not hang.
+    let lost = heads_then(2, |coll| {
+        let send = [1.0f32; 4096];
+        let mut out = [0.0f32; 4096];
+        let mut r = null_mut();
+        ok(inalab_coll_iallreduce(coll, send.as_ptr().cast(), out.as_mut_ptr().cast(), send.len(), 7, 0, &mut r));
+        wait(inalab_coll_test, r)
+    }, || drop(sw));
+    assert!(lost.iter().all(|r| *r == Err(result::REMOTE_ERROR)), "{lost:?}");
     // No switch at the address: connect fails at once (NCCL goes on without CollNet).
-    drop(sw);
     let t0 = Instant::now();
     let codes: Vec<_> = heads(2, &[8], 7).into_iter().map(|r| r.err()).collect();
     assert_eq!(codes, [Some(result::REMOTE_ERROR); 2]);
