@@ -3,12 +3,14 @@
 //! tables themselves, read through NVIDIA's headers by a C program as NCCL reads them, are
 //! tested in python/tests/test_nccl_plugin.py.
 
+use inalab_net::switch::{SwitchHandle, SwitchOptions};
 use nccl_net_inalab::coll::*;
+use nccl_net_inalab::dtype::DType;
 use nccl_net_inalab::p2p::*;
 use nccl_net_inalab::{inalab_nccl_init, result, HANDLE_BYTES};
-use inalab_net::switch::{SwitchHandle, SwitchOptions};
 use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 const BOUND: Duration = Duration::from_secs(30);
@@ -123,71 +125,11 @@ fn a_connection_without_the_listener_s_nonce_is_refused() {
     ok(inalab_nccl_close_listen(listen));
 }
 
-/// `heads` CollNet heads in threads; each returns its sums per chunk.
-fn heads(heads: usize, chunks: &[usize], dtype: c_int) -> Vec<Result<Vec<Vec<f32>>, c_int>> {
-    let elem = if dtype == 7 { 4 } else { 2 };
-    let handles: Vec<([u8; HANDLE_BYTES], usize)> = (0..heads)
-        .map(|_| {
-            let mut h = [0u8; HANDLE_BYTES];
-            let mut l = null_mut();
-            ok(inalab_coll_listen(h.as_mut_ptr().cast(), &mut l));
-            (h, l as usize)
-        })
-        .collect();
-    let all: Vec<[u8; HANDLE_BYTES]> = handles.iter().map(|(h, _)| *h).collect();
-    let threads: Vec<_> = handles
-        .into_iter()
-        .enumerate()
-        .map(|(rank, (_, l))| {
-            let (all, chunks) = (all.clone(), chunks.to_vec());
-            std::thread::spawn(move || -> Result<Vec<Vec<f32>>, c_int> {
-                let ptrs: Vec<*const c_void> = all.iter().map(|h| h.as_ptr().cast()).collect();
-                let mut coll = null_mut();
-                let code = inalab_coll_connect(ptrs.as_ptr(), heads as c_int, rank as c_int, l as *mut c_void, &mut coll);
-                ok(inalab_coll_close_listen(l as *mut c_void));
-                if code != result::SUCCESS {
-                    return Err(code);
-                }
-                let value = |c: usize, i: usize| ((i * 7 + c * 3) % 19) as f32 * 0.25 - 2.25 + rank as f32;
-                let send: Vec<Vec<f32>> = chunks.iter().enumerate().map(|(c, n)| (0..*n).map(|i| value(c, i)).collect()).collect();
-                let encoded: Vec<Vec<u8>> = send
-                    .iter()
-                    .map(|v| {
-                        let mut b = vec![0u8; v.len() * elem];
-                        unsafe { nccl_net_inalab::dtype::DType::from_nccl(dtype).unwrap().write(v, b.as_mut_ptr()) };
-                        b
-                    })
-                    .collect();
-                let mut out: Vec<Vec<u8>> = encoded.iter().map(|b| vec![0u8; b.len()]).collect();
-                let reqs: Vec<_> = encoded
-                    .iter()
-                    .zip(out.iter_mut())
-                    .zip(&chunks)
-                    .map(|((s, o), n)| {
-                        let mut r = null_mut();
-                        ok(inalab_coll_iallreduce(coll, s.as_ptr().cast(), o.as_mut_ptr().cast(), *n, dtype, 0, &mut r));
-                        r
-                    })
-                    .collect();
-                for (r, n) in reqs.into_iter().zip(&chunks) {
-                    assert_eq!(wait(inalab_coll_test, r)?, (n * elem) as c_int);
-                }
-                ok(inalab_coll_close(coll));
-                let t = nccl_net_inalab::dtype::DType::from_nccl(dtype).unwrap();
-                Ok(out.iter().map(|b| unsafe { t.read(b.as_ptr(), b.len() / elem) }).collect())
-            })
-        })
-        .collect();
-    threads.into_iter().map(|t| t.join().unwrap()).collect()
-}
-
-/// `n` heads joined (in threads); `between` runs once every head joined, then each head runs
-/// `then` on its communicator and closes it; what each `then` returned.
-fn heads_then<R: Send + 'static>(
-    n: usize,
-    then: fn(*mut c_void) -> R,
-    between: impl FnOnce(),
-) -> Vec<R> {
+/// `n` CollNet heads in threads, as NCCL's proxies on `n` nodes: each listens, gets every
+/// handle and connects; once every head is through `connect`, `between` runs, then each head
+/// that joined runs `then(rank, its communicator)` and closes it. Per head, what `then`
+/// returned, or the code `connect` failed with.
+fn run_heads<R: Send + 'static>(n: usize, between: impl FnOnce(), then: impl Fn(usize, *mut c_void) -> R + Send + Sync + 'static) -> Vec<Result<R, c_int>> {
     let handles: Vec<([u8; HANDLE_BYTES], usize)> = (0..n)
         .map(|_| {
             let mut h = [0u8; HANDLE_BYTES];
@@ -198,31 +140,75 @@ fn heads_then<R: Send + 'static>(
         .collect();
     let all: Vec<[u8; HANDLE_BYTES]> = handles.iter().map(|(h, _)| *h).collect();
     let (joined_tx, joined_rx) = std::sync::mpsc::channel();
-    let go = std::sync::Arc::new(std::sync::Barrier::new(n + 1));
+    let go = Arc::new(Barrier::new(n + 1));
+    let then = Arc::new(then);
     let threads: Vec<_> = handles
         .into_iter()
         .enumerate()
         .map(|(rank, (_, l))| {
-            let (all, joined, go) = (all.clone(), joined_tx.clone(), go.clone());
+            let (all, joined, go, then) = (all.clone(), joined_tx.clone(), go.clone(), then.clone());
             std::thread::spawn(move || {
                 let ptrs: Vec<*const c_void> = all.iter().map(|h| h.as_ptr().cast()).collect();
                 let mut coll = null_mut();
-                ok(inalab_coll_connect(ptrs.as_ptr(), n as c_int, rank as c_int, l as *mut c_void, &mut coll));
+                let code = inalab_coll_connect(ptrs.as_ptr(), n as c_int, rank as c_int, l as *mut c_void, &mut coll);
                 ok(inalab_coll_close_listen(l as *mut c_void));
                 joined.send(()).unwrap();
                 go.wait();
-                let r = then(coll);
+                if code != result::SUCCESS {
+                    return Err(code);
+                }
+                let r = then(rank, coll);
                 ok(inalab_coll_close(coll));
-                r
+                Ok(r)
             })
         })
         .collect();
     for _ in 0..n {
-        joined_rx.recv_timeout(BOUND).expect("every head joins");
+        joined_rx.recv_timeout(BOUND).expect("every head is through connect");
     }
     between();
     go.wait();
     threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+/// `n` heads allreduce `chunks` (element counts) of type `dtype`, all in flight at once; each
+/// head's sums per chunk, or the first error.
+fn heads(n: usize, chunks: &[usize], dtype: c_int) -> Vec<Result<Vec<Vec<f32>>, c_int>> {
+    let t = DType::from_nccl(dtype).unwrap();
+    let chunks = chunks.to_vec();
+    let sums = run_heads(n, || {}, move |rank, coll| -> Result<Vec<Vec<f32>>, c_int> {
+        let encoded: Vec<Vec<u8>> = chunks
+            .iter()
+            .enumerate()
+            .map(|(c, len)| {
+                let v: Vec<f32> = (0..*len).map(|i| value(rank, c, i)).collect();
+                let mut b = vec![0u8; v.len() * t.bytes()];
+                unsafe { t.write(&v, b.as_mut_ptr()) };
+                b
+            })
+            .collect();
+        let mut out: Vec<Vec<u8>> = encoded.iter().map(|b| vec![0u8; b.len()]).collect();
+        let reqs: Vec<_> = encoded
+            .iter()
+            .zip(out.iter_mut())
+            .zip(&chunks)
+            .map(|((s, o), len)| {
+                let mut r = null_mut();
+                ok(inalab_coll_iallreduce(coll, s.as_ptr().cast(), o.as_mut_ptr().cast(), *len, dtype, 0, &mut r));
+                r
+            })
+            .collect();
+        for (r, len) in reqs.into_iter().zip(&chunks) {
+            assert_eq!(wait(inalab_coll_test, r)?, (len * t.bytes()) as c_int);
+        }
+        Ok(out.iter().map(|b| unsafe { t.read(b.as_ptr(), b.len() / t.bytes()) }).collect())
+    });
+    sums.into_iter().map(|r| r.and_then(|x| x)).collect()
+}
+
+/// Head `rank`'s element `i` of chunk `c`: multiples of 1/4, exact in every type summed.
+fn value(rank: usize, c: usize, i: usize) -> f32 {
+    ((i * 7 + c * 3) % 19) as f32 * 0.25 - 2.25 + rank as f32
 }
 
 #[test]
@@ -244,7 +230,7 @@ fn collnet_heads_sum_through_a_switch_and_fall_back_without_one() {
             for (c, (got, len)) in sums.iter().zip(chunks).enumerate() {
                 assert_eq!(got.len(), len);
                 for (i, g) in got.iter().enumerate() {
-                    let want: f32 = (0..n).map(|r| ((i * 7 + c * 3) % 19) as f32 * 0.25 - 2.25 + r as f32).sum();
+                    let want: f32 = (0..n).map(|r| value(r, c, i)).sum();
                     assert!((g - want).abs() <= 1e-3 * want.abs().max(1.0), "type {dtype} head {rank} chunk {c} [{i}]: {g} vs {want}");
                 }
             }
@@ -259,14 +245,14 @@ fn collnet_heads_sum_through_a_switch_and_fall_back_without_one() {
         assert_eq!(s, want, "type {t} op {op}");
     }
     // The switch gone mid-job: a chunk in flight fails with an error, it does not hang.
-    let lost = heads_then(2, |coll| {
+    let lost = run_heads(2, || drop(sw), |_, coll| {
         let send = [1.0f32; 4096];
         let mut out = [0.0f32; 4096];
         let mut r = null_mut();
         ok(inalab_coll_iallreduce(coll, send.as_ptr().cast(), out.as_mut_ptr().cast(), send.len(), 7, 0, &mut r));
         wait(inalab_coll_test, r)
-    }, || drop(sw));
-    assert!(lost.iter().all(|r| *r == Err(result::REMOTE_ERROR)), "{lost:?}");
+    });
+    assert!(lost.iter().all(|r| *r == Ok(Err(result::REMOTE_ERROR))), "{lost:?}");
     // No switch at the address: connect fails at once (NCCL goes on without CollNet).
     let t0 = Instant::now();
     let codes: Vec<_> = heads(2, &[8], 7).into_iter().map(|r| r.err()).collect();
