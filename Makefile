@@ -42,9 +42,10 @@ nccl-plugin:
 	cargo build --release -p inalab-nccl
 	strip -o $(NCCL_PLUGIN) target/release/libnccl_net_inalab.so
 
-# A wheel with the extension and the NCCL plugin, in target/wheels.
+# A wheel with the extension and the NCCL plugin, in target/wheels; stripped (33 MB of the
+# extension is debug info, which `make build` keeps for perf profiles).
 wheel: venv nccl-plugin
-	$(VENV_ENV) $(BIN)/maturin build --release
+	$(VENV_ENV) $(BIN)/maturin build --release --strip
 
 demo: build
 	$(BIN)/inalab demo
