@@ -27,10 +27,11 @@ Default: gloo, hook:switchml, hook:atp, backend:switchml, backend:atp, gloo+bf16
 
 Each scheme gets its own switch process (``python -m inalab switch --program SCHEME``, and for ATP
 a parameter server), started once and shared by that scheme's variants (each run is its own job).
-Printed: a table (median step, vs the gloo variant of the same precision, the largest relative
-gap of rank 0's losses to that gloo run: cuDNN is not deterministic, so a few percent by step 12
-is expected) and with ``--json`` one JSON object as the last line: ``rows`` and ``summary``
-(``step_vs_gloo`` per variant). Rows also go to ``out/gpu_ddp.json`` (``--out``).
+Printed: a table (median step, vs its reference: the gloo variant of the same precision, or
+``nccl`` for the collnet variants; the largest relative gap of rank 0's losses to the
+reference's: cuDNN is not deterministic, so a few percent by step 12 is expected) and with
+``--json`` one JSON object as the last line: ``rows`` (each naming its ``reference``) and
+``summary`` (``step_vs_ref`` per variant). Rows also go to ``out/gpu_ddp.json`` (``--out``).
 """
 from __future__ import annotations
 
@@ -187,10 +188,10 @@ def summarize(rows: list[dict]) -> dict:
         if ref is None or ref is r:
             continue
         gaps = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(r["losses"], ref["losses"])]
-        r["vs_gloo"] = r["step_s"] / ref["step_s"]
+        r["reference"], r["vs_ref"] = ref["variant"], r["step_s"] / ref["step_s"]
         r["loss_gap_max"] = max(gaps) if gaps else None
-        out[v] = r["vs_gloo"]
-    return {"step_vs_gloo": out}
+        out[v] = r["vs_ref"]
+    return {"step_vs_ref": out}
 
 
 def main() -> None:
@@ -244,12 +245,12 @@ def main() -> None:
             for n in reversed(nodes):
                 n.stop()
     summary = summarize(rows)
-    print(f"{'variant':<22}{'step ms':>10}{'min ms':>10}{'vs gloo':>10}{'loss gap':>10}")
+    print(f"{'variant':<22}{'step ms':>10}{'min ms':>10}{'vs ref':>10}{'loss gap':>10}  (ref: gloo; nccl for collnet)")
     for r in rows:
         if "step_s" not in r:
             print(f"{r['variant']:<22}  {r['error']}")
             continue
-        vs = f"{r['vs_gloo']:.2f}x" if "vs_gloo" in r else "-"
+        vs = f"{r['vs_ref']:.2f}x" if "vs_ref" in r else "-"
         gap = f"{r['loss_gap_max']:.1%}" if r.get("loss_gap_max") is not None else "-"
         print(f"{r['variant']:<22}{r['step_s'] * 1e3:>10.1f}{r['step_min_s'] * 1e3:>10.1f}{vs:>10}{gap:>10}")
     if args.out:
