@@ -87,7 +87,8 @@ pub extern "C" fn inalab_coll_connect(handles: *const *const c_void, nranks: c_i
 
 /// The job id: `INALAB_JOB` if set, else drawn from the first head's nonce in 1..=65535 (16
 /// bits: DSA's header carries the job in 16, the other schemes in 32; `inalab.torch` draws
-/// the same way). Two jobs drawing the same id on one switch: the second is refused there.
+/// the same way). Two jobs drawing the same id on one switch: the second is refused there (and
+/// runs without CollNet), as is every communicator after the first when `INALAB_JOB` is set.
 fn job_id(nonce: u64) -> Result<u32, String> {
     match std::env::var("INALAB_JOB") {
         Ok(s) => s.parse().map_err(|_| format!("INALAB_JOB={s:?}: a job id, an integer (default: drawn by the first head)")),
