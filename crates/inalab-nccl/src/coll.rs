@@ -136,7 +136,7 @@ pub extern "C" fn inalab_coll_iallreduce(
             Box::new(move |r| {
                 let out = out;
                 let r = r.map(|sum| unsafe { t.write(&sum, out.0) }).map_err(|e| e.to_string());
-                *crate::lock(&s) = Some(r);
+                *inalab_net::lock(&s) = Some(r);
             }),
         );
         put(request, Box::into_raw(Box::new(Request { state, bytes: count * t.bytes() })).cast(), "request")
@@ -151,7 +151,7 @@ pub extern "C" fn inalab_coll_test(request: *mut c_void, done: *mut c_int, size:
         }
         let r = request.cast::<Request>();
         // SAFETY: made by iallreduce, not yet reported done.
-        let outcome = crate::lock(&unsafe { &*r }.state).take();
+        let outcome = inalab_net::lock(&unsafe { &*r }.state).take();
         let Some(outcome) = outcome else { return put(done, 0, "done") };
         // SAFETY: reported once, then freed.
         let req = unsafe { Box::from_raw(r) };

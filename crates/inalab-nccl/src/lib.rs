@@ -97,11 +97,6 @@ pub(crate) fn entry(what: &str, f: impl FnOnce() -> Result<(), (c_int, String)>)
     }
 }
 
-/// A lock that outlives a panicked holder (entries catch panics; the state stays usable).
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// Writes through an out-pointer NCCL gave, refusing a null one.
 pub(crate) fn put<T>(out: *mut T, v: T, what: &str) -> Result<(), (c_int, String)> {
     if out.is_null() {

@@ -54,7 +54,7 @@ enum Kind {
 #[no_mangle]
 pub extern "C" fn inalab_nccl_listen(handle: *mut c_void, listen_comm: *mut *mut c_void) -> c_int {
     entry("listen", || {
-        let listener = TcpListener::bind(SocketAddr::new(settings::advertised_ip(), 0)).map_err(sys("binding a TCP listener"))?;
+        let listener = TcpListener::bind(SocketAddr::new(settings::advertised_ip().map_err(|e| (result::INVALID_ARGUMENT, e))?, 0)).map_err(sys("binding a TCP listener"))?;
         listener.set_nonblocking(true).map_err(sys("a non-blocking listener"))?;
         let nonce = handle::nonce();
         handle::write(handle, MAGIC, nonce, &listener.local_addr().map_err(sys("the listener's address"))?.to_string())?;

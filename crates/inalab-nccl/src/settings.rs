@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs, UdpSocket}
 use std::time::Duration;
 
 /// The switch's control address when `INALAB_SWITCH` is not set (as `inalab.torch`'s).
-pub const DEFAULT_SWITCH: &str = "127.0.0.1:9100";
+pub const DEFAULT_SWITCH: &str = inalab_net::DEFAULT_CONTROL;
 /// The scheme when `INALAB_SCHEME` is not set.
 pub const DEFAULT_SCHEME: &str = "switchml";
 /// The schemes whose switches take a float tensor from a worker library (`inalab.Client`).
@@ -45,9 +45,9 @@ pub fn join_timeout() -> Result<Duration, String> {
 /// The address this host's point-to-point listeners bind and advertise: `INALAB_NCCL_ADDR` if
 /// set, else the one this host reaches the switch from (so another node can reach it too),
 /// else 127.0.0.1.
-pub fn advertised_ip() -> IpAddr {
-    if let Some(ip) = std::env::var("INALAB_NCCL_ADDR").ok().and_then(|s| s.parse().ok()) {
-        return ip;
+pub fn advertised_ip() -> Result<IpAddr, String> {
+    if let Ok(s) = std::env::var("INALAB_NCCL_ADDR") {
+        return s.parse().map_err(|_| format!("INALAB_NCCL_ADDR={s:?}: an IP address of this host (default: the one that routes to INALAB_SWITCH)"));
     }
     let routed = || -> Option<IpAddr> {
         let sw = switch_addr().ok()?;
@@ -55,6 +55,26 @@ pub fn advertised_ip() -> IpAddr {
         s.connect(sw).ok()?;
         Some(s.local_addr().ok()?.ip()).filter(|ip| !ip.is_unspecified())
     };
-    routed().unwrap_or(Ipv4Addr::LOCALHOST.into())
+    Ok(routed().unwrap_or(Ipv4Addr::LOCALHOST.into()))
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The only test of the library's own binary that touches the environment.
+    #[test]
+    fn bad_settings_are_refused_naming_the_variable() {
+        std::env::set_var("INALAB_NCCL_ADDR", "not-an-address");
+        let e = advertised_ip().unwrap_err();
+        assert!(e.contains("INALAB_NCCL_ADDR=\"not-an-address\""), "{e}");
+        std::env::set_var("INALAB_NCCL_ADDR", "127.0.0.2");
+        assert_eq!(advertised_ip(), Ok("127.0.0.2".parse().unwrap()));
+        std::env::remove_var("INALAB_NCCL_ADDR");
+        std::env::set_var("INALAB_NCCL_JOIN_TIMEOUT_S", "-1");
+        assert!(join_timeout().unwrap_err().contains("INALAB_NCCL_JOIN_TIMEOUT_S"));
+        std::env::remove_var("INALAB_NCCL_JOIN_TIMEOUT_S");
+        assert_eq!(join_timeout(), Ok(JOIN_TIMEOUT));
+    }
+}

@@ -28,11 +28,15 @@ mod service;
 use std::fmt;
 use std::sync::{Mutex, MutexGuard};
 
+/// A switch's control-plane address when none is given (`inalab switch`'s, the PS's and the
+/// workers' default).
+pub const DEFAULT_CONTROL: &str = "127.0.0.1:9100";
+
 /// Locks `m`, taking over a lock poisoned by a panic. Every place where a scheme's or job's own
 /// code runs under a lock catches its panics ([`guarded`]), so a poisoned lock means a panic in
 /// the driver between two consistent states; serving on is better than a switch or PS that
 /// panics at every later request while its process lives on (issue #36).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 

@@ -55,7 +55,7 @@ impl Pacer {
     /// Bytes still to be sent at `now` of those charged (the queue a link draining at this
     /// rate would hold).
     pub fn backlog_bytes(&self, now: Time) -> u64 {
-        (self.free_at.saturating_sub(now) as u128 * self.rate_bps as u128 / 8 / 1_000_000_000_000) as u64
+        inalab_core::time::bytes_in(self.free_at.saturating_sub(now), self.rate_bps)
     }
 
     /// Queues a datagram of `bytes` at `now` behind what the link still has to send; returns

@@ -61,7 +61,7 @@ impl Default for PsOptions {
             node: 2,
             udp: "127.0.0.1:9200".parse().expect("valid"),
             control: "127.0.0.1:9300".parse().expect("valid"),
-            switch: "127.0.0.1:9100".parse().expect("valid"),
+            switch: crate::DEFAULT_CONTROL.parse().expect("valid"),
             secret: None,
             link_rate_bps: None,
             fabric: None,

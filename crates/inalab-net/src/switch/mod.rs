@@ -153,7 +153,7 @@ impl SwitchOptions {
         SwitchOptions {
             node: 1,
             udp: "127.0.0.1:9000".parse().expect("valid"),
-            control: "127.0.0.1:9100".parse().expect("valid"),
+            control: crate::DEFAULT_CONTROL.parse().expect("valid"),
             programs: programs.iter().map(|p| p.to_string()).collect(),
             memory_bytes: 5_000_000,
             pool_slots: 128,
